@@ -1,0 +1,409 @@
+package rocsync
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/rocsync/rocsync/internal/emu"
+	"github.com/stretchr/testify/require"
+)
+
+const n128 = 128
+
+// openStrict opens an emulated device with the hazard checker and random
+// delays on; the test fails if the checker finds anything.
+func openStrict(t *testing.T, p Policy, mod ...func(*Options)) *Device {
+	t.Helper()
+	nop := zerolog.Nop()
+	o := Options{Backend: Emulator, Policy: p, Logger: &nop,
+		Emulator: EmulatorOptions{HazardChecker: true, MaxDelay: 30 * time.Microsecond, Seed: 7}}
+	for _, f := range mod {
+		f(&o)
+	}
+	d, err := Open(o)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		require.NoError(t, d.Close())
+		if !o.disableWaits {
+			require.Empty(t, d.Hazards(), "hazard checker fired")
+		}
+	})
+	return d
+}
+
+func randMatrix(seed uint64, n int) []float32 {
+	r := rand.New(rand.NewPCG(seed, 1))
+	out := make([]float32, n*n)
+	for i := range out {
+		out[i] = r.Float32() - 0.5
+	}
+	return out
+}
+
+func refMatMul(a, b []float64, n int) []float64 {
+	c := make([]float64, n*n)
+	for i := 0; i < n; i++ {
+		for k := 0; k < n; k++ {
+			av := a[i*n+k]
+			for j := 0; j < n; j++ {
+				c[i*n+j] += av * b[k*n+j]
+			}
+		}
+	}
+	return c
+}
+
+func refMul(a, b []float64) []float64 {
+	c := make([]float64, len(a))
+	for i := range a {
+		c[i] = a[i] * b[i]
+	}
+	return c
+}
+
+func widen(x []float32) []float64 {
+	out := make([]float64, len(x))
+	for i, v := range x {
+		out[i] = float64(v)
+	}
+	return out
+}
+
+func requireClose(t *testing.T, want []float64, got []float32, rel float64) {
+	t.Helper()
+	require.Equal(t, len(want), len(got))
+	scale := 0.0
+	for _, v := range want {
+		scale = math.Max(scale, math.Abs(v))
+	}
+	for i := range want {
+		if math.Abs(want[i]-float64(got[i])) > rel*scale+1e-30 {
+			t.Fatalf("element %d: want %g, got %g (scale %g)", i, want[i], got[i], scale)
+		}
+	}
+}
+
+// seedProgram runs one of the seed's programs and returns the result array
+// and the device stats between the start and the final Synchronize.
+type seedProgram struct {
+	name  string
+	run   func(t *testing.T, tk *Task, x *Array) *Array
+	ref   func(x []float64) []float64
+	waits map[Policy]uint64 // host waits before the final Synchronize
+	// boundary is the number of boundary host waits (SkipSameQueue and
+	// DeviceSide), -1 when not checked.
+	boundary int
+}
+
+var seedPrograms = []seedProgram{
+	{
+		name: "matmul",
+		run: func(t *testing.T, tk *Task, x *Array) *Array {
+			t1, err := tk.MatMul(x, x, false, false)
+			require.NoError(t, err)
+			t2, err := tk.MatMul(x, t1, false, false)
+			require.NoError(t, err)
+			t3, err := tk.MatMul(x, t2, false, false)
+			require.NoError(t, err)
+			require.NoError(t, t1.Free())
+			require.NoError(t, t2.Free())
+			return t3
+		},
+		ref: func(x []float64) []float64 {
+			return refMatMul(x, refMatMul(x, refMatMul(x, x, n128), n128), n128)
+		},
+		waits:    map[Policy]uint64{WaitAlways: 3, SkipSameQueue: 0, DeviceSide: 0},
+		boundary: 0,
+	},
+	{
+		name: "elementwise",
+		run: func(t *testing.T, tk *Task, x *Array) *Array {
+			t1, err := tk.Mul(x, x)
+			require.NoError(t, err)
+			t2, err := tk.Mul(x, t1)
+			require.NoError(t, err)
+			t3, err := tk.Mul(x, t2)
+			require.NoError(t, err)
+			require.NoError(t, t1.Free())
+			require.NoError(t, t2.Free())
+			return t3
+		},
+		ref:      func(x []float64) []float64 { return refMul(x, refMul(x, refMul(x, x))) },
+		waits:    map[Policy]uint64{WaitAlways: 3, SkipSameQueue: 0, DeviceSide: 0},
+		boundary: 0,
+	},
+	{
+		name: "mixed",
+		run: func(t *testing.T, tk *Task, x *Array) *Array {
+			t1, err := tk.Mul(x, x)
+			require.NoError(t, err)
+			t2, err := tk.MatMul(t1, x, false, false)
+			require.NoError(t, err)
+			require.NoError(t, t1.Free())
+			return t2
+		},
+		ref:      func(x []float64) []float64 { return refMatMul(refMul(x, x), x, n128) },
+		waits:    map[Policy]uint64{WaitAlways: 2, SkipSameQueue: 1, DeviceSide: 1},
+		boundary: 1,
+	},
+}
+
+func TestSeedPrograms(t *testing.T) {
+	for _, prog := range seedPrograms {
+		for _, p := range []Policy{WaitAlways, SkipSameQueue, DeviceSide} {
+			t.Run(prog.name+"/"+p.String(), func(t *testing.T) {
+				d := openStrict(t, p)
+				tk := d.DefaultTask()
+				host := randMatrix(1, n128)
+				x, err := d.FromFloat32(n128, n128, host)
+				require.NoError(t, err)
+				before := d.Stats()
+				out := prog.run(t, tk, x)
+				mid := d.Stats().Sub(before)
+				require.Equal(t, prog.waits[p], mid.HostWaitsTotal(), "host waits before Synchronize: %v", mid)
+				if p != WaitAlways {
+					require.EqualValues(t, prog.boundary, mid.HostWaitsFor(ReasonBoundary), "%v", mid)
+				} else {
+					require.Equal(t, prog.waits[p], mid.HostWaitsFor(ReasonWaitAlways), "%v", mid)
+				}
+				require.NoError(t, tk.Synchronize())
+				got, err := out.Float32s()
+				require.NoError(t, err)
+				requireClose(t, prog.ref(widen(host)), got, 1e-4)
+				require.NoError(t, out.Free())
+				require.NoError(t, x.Free())
+			})
+		}
+	}
+}
+
+// An op on queue B that overwrites an array still being read on queue A
+// must wait for that read.
+func TestWriteAfterRead(t *testing.T) {
+	for _, p := range []Policy{SkipSameQueue, DeviceSide} {
+		t.Run(p.String(), func(t *testing.T) {
+			d := openStrict(t, p)
+			a, err := d.NewTask()
+			require.NoError(t, err)
+			b, err := d.NewTask()
+			require.NoError(t, err)
+			require.NotSame(t, a.st.Queue, b.st.Queue)
+			host := randMatrix(2, 64)
+			x, err := d.FromFloat32(64, 64, host)
+			require.NoError(t, err)
+			release := d.drv.machine.Hold() // keep A's read pending
+			y, err := a.Mul(x, x)           // reads x on queue A
+			require.NoError(t, err)
+			before := b.Stats()
+			go func() { time.Sleep(2 * time.Millisecond); release() }()
+			require.NoError(t, b.Fill(x, 5)) // overwrites x on queue B
+			st := b.Stats().Sub(before)
+			if p == DeviceSide {
+				require.EqualValues(t, 1, st.DeviceWaits, "%v", st)
+				require.Zero(t, st.HostWaitsTotal(), "%v", st)
+			} else {
+				require.EqualValues(t, 1, st.HostWaitsFor(ReasonCrossQueue), "%v", st)
+			}
+			got, err := y.Float32s()
+			require.NoError(t, err)
+			requireClose(t, refMul(widen(host), widen(host)), got, 1e-6)
+			xs, err := x.Float32s()
+			require.NoError(t, err)
+			for _, v := range xs {
+				require.Equal(t, float32(5), v)
+			}
+		})
+	}
+}
+
+// x = x*x records one fence, and three in a row leave one pending fence.
+func TestAliasingRecordsOneFence(t *testing.T) {
+	d := openStrict(t, DeviceSide)
+	tk := d.DefaultTask()
+	host := []float32{1.5, -2, 0.5, 3}
+	x, err := d.FromFloat32(2, 2, host)
+	require.NoError(t, err)
+	release := d.drv.machine.Hold()
+	for i := 0; i < 3; i++ {
+		require.NoError(t, tk.MulInto(x, x, x))
+		x.st.Lock()
+		require.Zero(t, x.st.ReadersLocked(), "an aliased read must not leave a reader fence")
+		require.False(t, x.st.WriterLocked().IsZero())
+		x.st.Unlock()
+	}
+	require.Equal(t, 1, x.PendingFences())
+	release()
+	got, err := x.Float32s()
+	require.NoError(t, err)
+	for i, v := range host {
+		require.Equal(t, float32(math.Pow(float64(v), 8)), got[i])
+	}
+	require.Equal(t, 0, x.PendingFences())
+}
+
+// Two tasks on two goroutines share arrays: the HSA→HSA crossings wait on
+// the device under DeviceSide, with no host wait.
+func TestTwoTasksSharingArrays(t *testing.T) {
+	d := openStrict(t, DeviceSide)
+	producer, err := d.NewTask()
+	require.NoError(t, err)
+	consumer, err := d.NewTask()
+	require.NoError(t, err)
+	host := randMatrix(3, 32)
+	x, err := d.FromFloat32(32, 32, host)
+	require.NoError(t, err)
+	const rounds = 20
+	ch := make(chan *Array)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer close(ch)
+		for i := 0; i < rounds; i++ {
+			y, err := producer.Mul(x, x)
+			if !assertNoErr(t, err) {
+				return
+			}
+			ch <- y
+		}
+	}()
+	before := consumer.Stats()
+	var outs []*Array
+	for y := range ch {
+		z, err := consumer.Add(y, x) // crosses from the producer's queue
+		require.NoError(t, err)
+		require.NoError(t, y.Free())
+		outs = append(outs, z)
+	}
+	wg.Wait()
+	st := consumer.Stats().Sub(before)
+	require.Zero(t, st.HostWaitsTotal(), "%v", st)
+	require.NotZero(t, st.DeviceWaits, "%v", st)
+	want := widen(host)
+	for i := range want {
+		want[i] = want[i]*want[i] + want[i]
+	}
+	for _, z := range outs {
+		got, err := z.Float32s()
+		require.NoError(t, err)
+		requireClose(t, want, got, 1e-6)
+	}
+}
+
+func assertNoErr(t *testing.T, err error) bool {
+	if err != nil {
+		t.Error(err)
+		return false
+	}
+	return true
+}
+
+// With waits disabled, the checker must report the race the waits prevent:
+// this is what proves the ordering tests can fail.
+func TestHazardCheckerFiresWithoutWaits(t *testing.T) {
+	d := openStrict(t, DeviceSide, func(o *Options) { o.disableWaits = true })
+	a, err := d.NewTask()
+	require.NoError(t, err)
+	b, err := d.NewTask()
+	require.NoError(t, err)
+	x, err := d.FromFloat32(16, 16, randMatrix(4, 16))
+	require.NoError(t, err)
+	y, err := a.Mul(x, x) // writes y on queue A
+	require.NoError(t, err)
+	d.drv.machine.Quiesce() // let A finish, unobserved by the host
+	_, err = b.Add(y, x) // reads y on queue B, unordered
+	require.NoError(t, err)
+	require.NoError(t, d.Synchronize())
+	hz := d.Hazards()
+	require.NotEmpty(t, hz, "the checker missed an unordered read-after-write")
+	var h *emu.HazardError
+	require.ErrorAs(t, hz[0], &h)
+	require.Equal(t, emu.HazardReadWrite, h.Kind)
+	require.Contains(t, h.Queue, "hsa-queue")
+	require.Contains(t, h.PriorQ, "hsa-queue")
+	require.NotEqual(t, h.Queue, h.PriorQ, "the race is between two queues")
+	require.ErrorContains(t, hz[0], "rocsync_mul_f32")
+	require.ErrorContains(t, hz[0], "rocsync_add_f32")
+}
+
+// Free with work pending returns at once, and the memory is released only
+// after the work completes.
+func TestFreeWithPendingWork(t *testing.T) {
+	d := openStrict(t, DeviceSide)
+	tk := d.DefaultTask()
+	x, err := d.FromFloat32(64, 64, randMatrix(5, 64))
+	require.NoError(t, err)
+	release := d.drv.machine.Hold()
+	defer release()
+	y, err := tk.Mul(x, x)
+	require.NoError(t, err)
+	require.Equal(t, 1, y.PendingFences())
+	before := d.Stats()
+	require.NoError(t, y.Free())
+	require.NoError(t, x.Free()) // x has a pending reader
+	require.Zero(t, d.Stats().Sub(before).HostWaitsTotal(), "Free must not wait")
+	require.True(t, d.drv.machine.Live(uint64(y.ptr)), "memory released while its kernel is pending")
+	require.True(t, d.drv.machine.Live(uint64(x.ptr)), "memory released while its kernel is pending")
+	release()
+	require.NoError(t, d.Synchronize())
+	require.False(t, d.drv.machine.Live(uint64(y.ptr)))
+	require.False(t, d.drv.machine.Live(uint64(x.ptr)))
+}
+
+func TestBadInput(t *testing.T) {
+	nop := zerolog.Nop()
+	devs, err := OpenAll(Options{Backend: Emulator, Logger: &nop, Emulator: EmulatorOptions{Devices: 2, HazardChecker: true}})
+	require.NoError(t, err)
+	defer func() {
+		for _, d := range devs {
+			require.NoError(t, d.Close())
+		}
+	}()
+	d := devs[0]
+	tk := d.DefaultTask()
+	a, _ := d.FromFloat32(2, 2, []float32{1, 2, 3, 4})
+	b, _ := d.FromFloat32(3, 3, make([]float32, 9))
+	c64, _ := d.FromFloat64(2, 2, []float64{1, 2, 3, 4})
+	other, _ := devs[1].FromFloat32(2, 2, []float32{1, 2, 3, 4})
+	freed, _ := d.FromFloat32(2, 2, []float32{1, 2, 3, 4})
+	require.NoError(t, freed.Free())
+	orig, _ := a.Float32s()
+
+	cases := []struct {
+		name string
+		kind error
+		call func() error
+	}{
+		{"shape", ErrShape, func() error { _, err := tk.Mul(a, b); return err }},
+		{"matmul shape", ErrShape, func() error { _, err := tk.MatMul(a, b, false, false); return err }},
+		{"dtype", ErrDType, func() error { _, err := tk.Add(a, c64); return err }},
+		{"use after free", ErrFreed, func() error { _, err := tk.Mul(freed, a); return err }},
+		{"read after free", ErrFreed, func() error { _, err := freed.Float32s(); return err }},
+		{"double free", ErrFreed, func() error { return freed.Free() }},
+		{"nil array", ErrNilArray, func() error { _, err := tk.Mul(nil, a); return err }},
+		{"nil free", ErrNilArray, func() error { var z *Array; return z.Free() }},
+		{"mixed devices", ErrDeviceMismatch, func() error { _, err := tk.Add(a, other); return err }},
+		{"bad slice", ErrShape, func() error { _, err := d.FromFloat32(2, 3, []float32{1}); return err }},
+		{"wrong read dtype", ErrDType, func() error { return a.CopyToFloat64(make([]float64, 4)) }},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.call()
+			require.Error(t, err)
+			require.ErrorIs(t, err, c.kind)
+			var e *Error
+			require.True(t, errors.As(err, &e), "%T", err)
+		})
+	}
+	// Nothing the user handed over was touched.
+	got, err := a.Float32s()
+	require.NoError(t, err)
+	require.Equal(t, orig, got)
+	require.Empty(t, d.Hazards())
+}

@@ -1,0 +1,290 @@
+package rocsync
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/rocsync/rocsync/hip"
+	"github.com/rocsync/rocsync/kernels"
+	"github.com/rocsync/rocsync/syncstate"
+)
+
+// DType is an array's element type.
+type DType = kernels.DType
+
+// The element types.
+const (
+	Float32 = kernels.F32
+	Float64 = kernels.F64
+)
+
+// Array is a 2-D row-major array in device memory. Its SyncState records
+// the op that last wrote it and the newest reader on each queue, so the
+// next op waits for exactly what it must.
+type Array struct {
+	dev   *Device
+	ptr   hip.DevicePtr
+	rows  int
+	cols  int
+	dtype DType
+	st    *syncstate.State
+	freed bool // guarded by st's lock
+}
+
+// Rows, Cols and DType describe the array.
+func (a *Array) Rows() int     { return a.rows }
+func (a *Array) Cols() int     { return a.cols }
+func (a *Array) DType() DType  { return a.dtype }
+func (a *Array) Len() int      { return a.rows * a.cols }
+func (a *Array) Device() *Device { return a.dev }
+func (a *Array) bytes() uint64 { return uint64(a.Len() * a.dtype.Size()) }
+
+// PendingFences is how many fences of the array are not yet known complete.
+func (a *Array) PendingFences() int { return a.st.PendingCount() }
+
+func (a *Array) String() string {
+	return fmt.Sprintf("Array(%dx%d %s on gpu%d)", a.rows, a.cols, a.dtype, a.dev.index)
+}
+
+// Empty allocates an uninitialised array.
+func (d *Device) Empty(rows, cols int, dt DType) (*Array, error) {
+	if err := d.enter("Empty"); err != nil {
+		return nil, err
+	}
+	defer d.leave()
+	return d.alloc("Empty", rows, cols, dt)
+}
+
+func (d *Device) alloc(op string, rows, cols int, dt DType) (*Array, error) {
+	if rows <= 0 || cols <= 0 {
+		return nil, newErr(op, ErrShape, "%dx%d: dimensions must be positive", rows, cols)
+	}
+	if dt != Float32 && dt != Float64 {
+		return nil, newErr(op, ErrDType, "unsupported dtype %v", dt)
+	}
+	a := &Array{dev: d, rows: rows, cols: cols, dtype: dt, st: syncstate.NewState()}
+	p, err := d.drv.hip.Malloc(d.index, a.bytes())
+	if err != nil {
+		// Memory may be waiting in freed arrays whose work is pending.
+		if d.frees.poll(d, true) == nil {
+			p, err = d.drv.hip.Malloc(d.index, a.bytes())
+		}
+		if err != nil {
+			return nil, &Error{Op: op, Kind: ErrUnavailable, Detail: fmt.Sprintf("allocating %dx%d %s", rows, cols, dt), Err: err}
+		}
+	}
+	a.ptr = p
+	return a, nil
+}
+
+// FromFloat32 copies a row-major host slice of rows*cols values to a new
+// array. The copy is complete when it returns.
+func (d *Device) FromFloat32(rows, cols int, data []float32) (*Array, error) {
+	return fromSlice(d, "FromFloat32", rows, cols, Float32, len(data), unsafe.Pointer(unsafe.SliceData(data)))
+}
+
+// FromFloat64 is FromFloat32 for float64.
+func (d *Device) FromFloat64(rows, cols int, data []float64) (*Array, error) {
+	return fromSlice(d, "FromFloat64", rows, cols, Float64, len(data), unsafe.Pointer(unsafe.SliceData(data)))
+}
+
+func fromSlice(d *Device, op string, rows, cols int, dt DType, n int, src unsafe.Pointer) (*Array, error) {
+	if err := d.enter(op); err != nil {
+		return nil, err
+	}
+	defer d.leave()
+	if rows <= 0 || cols <= 0 || n != rows*cols {
+		return nil, newErr(op, ErrShape, "%d values for a %dx%d array", n, rows, cols)
+	}
+	a, err := d.alloc(op, rows, cols, dt)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.drv.hip.MemcpyHtoD(d.index, a.ptr, src, a.bytes()); err != nil {
+		_ = d.drv.hip.Free(d.index, a.ptr)
+		return nil, &Error{Op: op, Kind: ErrUnavailable, Detail: "copying to the device", Err: err}
+	}
+	return a, nil
+}
+
+// CopyToFloat32 copies the array into dst (len rows*cols). It waits on the
+// host only for the array's last writer; pending readers do not matter.
+func (a *Array) CopyToFloat32(dst []float32) error {
+	return a.copyTo("CopyToFloat32", Float32, len(dst), unsafe.Pointer(unsafe.SliceData(dst)))
+}
+
+// CopyToFloat64 is CopyToFloat32 for float64.
+func (a *Array) CopyToFloat64(dst []float64) error {
+	return a.copyTo("CopyToFloat64", Float64, len(dst), unsafe.Pointer(unsafe.SliceData(dst)))
+}
+
+// Float32s returns the array's values in a new slice.
+func (a *Array) Float32s() ([]float32, error) {
+	if a == nil {
+		return nil, newErr("Float32s", ErrNilArray, "")
+	}
+	out := make([]float32, a.Len())
+	return out, a.CopyToFloat32(out)
+}
+
+// Float64s returns the array's values in a new slice.
+func (a *Array) Float64s() ([]float64, error) {
+	if a == nil {
+		return nil, newErr("Float64s", ErrNilArray, "")
+	}
+	out := make([]float64, a.Len())
+	return out, a.CopyToFloat64(out)
+}
+
+func (a *Array) copyTo(op string, dt DType, n int, dst unsafe.Pointer) error {
+	if a == nil {
+		return newErr(op, ErrNilArray, "")
+	}
+	d := a.dev
+	if err := d.enter(op); err != nil {
+		return err
+	}
+	defer d.leave()
+	if a.dtype != dt {
+		return newErr(op, ErrDType, "array is %s", a.dtype)
+	}
+	if n != a.Len() {
+		return newErr(op, ErrShape, "destination holds %d values, array has %d", n, a.Len())
+	}
+	a.st.Lock()
+	defer a.st.Unlock()
+	if a.freed {
+		return newErr(op, ErrFreed, "%v", a)
+	}
+	if w := a.st.WriterLocked(); !w.Done() {
+		d.countHostWait(ReasonReadBack)
+		if err := w.TL.WaitHost(w.Ticket); err != nil {
+			return &Error{Op: op, Kind: ErrUnavailable, Detail: "waiting for the writer", Err: err}
+		}
+	}
+	if err := d.drv.hip.MemcpyDtoH(d.index, dst, a.ptr, a.bytes()); err != nil {
+		return &Error{Op: op, Kind: ErrUnavailable, Detail: "copying to the host", Err: err}
+	}
+	return nil
+}
+
+// Free releases the array. It never blocks: if work on the array is still
+// pending, the memory is released once that work completes (checked at
+// later ops, Synchronize and Close).
+func (a *Array) Free() error {
+	if a == nil {
+		return newErr("Free", ErrNilArray, "")
+	}
+	d := a.dev
+	if err := d.enter("Free"); err != nil {
+		return err
+	}
+	defer d.leave()
+	a.st.Lock()
+	if a.freed {
+		a.st.Unlock()
+		return newErr("Free", ErrFreed, "double free of %v", a)
+	}
+	a.freed = true
+	pending := a.st.PendingLocked(nil)
+	a.st.Unlock()
+	if len(pending) == 0 {
+		return d.release(a.ptr)
+	}
+	d.frees.add(a.ptr, pending)
+	return nil
+}
+
+func (d *Device) release(p hip.DevicePtr) error {
+	if err := d.drv.hip.Free(d.index, p); err != nil {
+		return &Error{Op: "Free", Kind: ErrUnavailable, Err: err}
+	}
+	return nil
+}
+
+// pendingFrees holds memory freed while work on it was still pending.
+type pendingFrees struct {
+	mu      sync.Mutex
+	entries []pendingFree
+	n       atomic.Int32 // len(entries), read without the lock on the fast path
+}
+
+type pendingFree struct {
+	ptr    hip.DevicePtr
+	fences []syncstate.Fence
+}
+
+func (p *pendingFrees) add(ptr hip.DevicePtr, fences []syncstate.Fence) {
+	p.mu.Lock()
+	p.entries = append(p.entries, pendingFree{ptr, fences})
+	p.n.Store(int32(len(p.entries)))
+	p.mu.Unlock()
+}
+
+// poller is a timeline that can ask the device whether it is idle (HIP
+// streams), which frees use because nothing else may ever record an event.
+type poller interface{ Poll() uint64 }
+
+func done(f syncstate.Fence, ask bool) bool {
+	if f.Done() {
+		return true
+	}
+	if p, ok := f.TL.(poller); ok && ask {
+		return f.Ticket <= p.Poll()
+	}
+	return false
+}
+
+// poll releases entries whose work is done. With wait set it first waits
+// on the host for every pending fence (counted as a free wait).
+func (p *pendingFrees) poll(d *Device, wait bool) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var errs []error
+	kept := p.entries[:0]
+	for _, e := range p.entries {
+		ready := true
+		for _, f := range e.fences {
+			if done(f, true) {
+				continue
+			}
+			if !wait {
+				ready = false
+				break
+			}
+			d.countHostWait(ReasonFree)
+			if err := f.TL.WaitHost(f.Ticket); err != nil {
+				errs = append(errs, err)
+				ready = false
+				break
+			}
+		}
+		if ready {
+			errs = append(errs, d.release(e.ptr))
+			continue
+		}
+		kept = append(kept, e)
+	}
+	clear(p.entries[len(kept):])
+	p.entries = kept
+	p.n.Store(int32(len(kept)))
+	return joinErrs(errs)
+}
+
+func joinErrs(errs []error) error {
+	var out []error
+	for _, e := range errs {
+		if e != nil {
+			out = append(out, e)
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	if len(out) == 1 {
+		return out[0]
+	}
+	return fmt.Errorf("%w (and %d more errors)", out[0], len(out)-1)
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package hip
+
+const raceEnabled = false

@@ -1,0 +1,168 @@
+//go:build linux && (amd64 || arm64)
+
+package hsa
+
+import (
+	"unsafe"
+
+	"github.com/ebitengine/purego"
+)
+
+// Queues and signals. The index, store and load calls here are the
+// submission hot path; they use the pooled call helpers, which take no Go
+// pointers (queue handles and signal handles are C memory or integers).
+
+// QueueCreate is hsa_queue_create with no segment-size hints (UINT32_MAX,
+// per hsa.h). onError, when non-nil, receives the queue's asynchronous
+// errors on a runtime thread until QueueDestroy.
+func (l *Lib) QueueCreate(a Agent, size uint32, typ QueueType, onError QueueErrorFunc) (*Queue, error) {
+	var cb, id uintptr
+	if onError != nil {
+		initCallbacks()
+		cb = queueCallback
+		id = queueErrors.add(onError)
+	}
+	var qp uintptr
+	r, _, _ := purego.SyscallN(l.fn[symQueueCreate], uintptr(a), uintptr(size), uintptr(typ), cb, id,
+		uintptr(segmentSizeUnspecified), uintptr(segmentSizeUnspecified), uintptr(unsafe.Pointer(&qp)))
+	if err := l.check("hsa_queue_create", r); err != nil {
+		if id != 0 {
+			queueErrors.remove(id)
+		}
+		return nil, err
+	}
+	if id != 0 {
+		queueIDsMu.Lock()
+		queueIDs[qp] = id
+		queueIDsMu.Unlock()
+	}
+	return queueFromC(qp), nil
+}
+
+// queueFromC copies the fields the submitter reads out of a C hsa_queue_t.
+// None of them change after creation.
+func queueFromC(qp uintptr) *Queue {
+	q := cPointer(qp)
+	return &Queue{
+		Handle:   q,
+		Base:     *(*unsafe.Pointer)(unsafe.Add(q, queueOffBaseAddress)),
+		Doorbell: Signal(*(*uint64)(unsafe.Add(q, queueOffDoorbell))),
+		Size:     *(*uint32)(unsafe.Add(q, queueOffSize)),
+		ID:       *(*uint64)(unsafe.Add(q, queueOffID)),
+	}
+}
+
+// QueueDestroy is hsa_queue_destroy; it also drops the error callback.
+func (l *Lib) QueueDestroy(q *Queue) error {
+	qp := uintptr(q.Handle)
+	if err := l.check("hsa_queue_destroy", call1(l.fn[symQueueDestroy], qp)); err != nil {
+		return err
+	}
+	queueIDsMu.Lock()
+	id, ok := queueIDs[qp]
+	delete(queueIDs, qp)
+	queueIDsMu.Unlock()
+	if ok {
+		queueErrors.remove(id)
+	}
+	return nil
+}
+
+// QueueLoadReadIndexScacquire is hsa_queue_load_read_index_scacquire.
+func (l *Lib) QueueLoadReadIndexScacquire(q *Queue) uint64 {
+	return uint64(call1(l.fn[symQueueLoadReadIndexScacquire], uintptr(q.Handle)))
+}
+
+// QueueLoadWriteIndexRelaxed is hsa_queue_load_write_index_relaxed.
+func (l *Lib) QueueLoadWriteIndexRelaxed(q *Queue) uint64 {
+	return uint64(call1(l.fn[symQueueLoadWriteIndexRelaxed], uintptr(q.Handle)))
+}
+
+// QueueLoadWriteIndexScacquire is hsa_queue_load_write_index_scacquire,
+// the load to pair with QueueCASWriteIndexScacqScrel in a reservation loop.
+func (l *Lib) QueueLoadWriteIndexScacquire(q *Queue) uint64 {
+	return uint64(call1(l.fn[symQueueLoadWriteIndexScacquire], uintptr(q.Handle)))
+}
+
+// QueueAddWriteIndexScacqScrel is hsa_queue_add_write_index_scacq_screl; it
+// returns the previous write index (the first reserved slot).
+func (l *Lib) QueueAddWriteIndexScacqScrel(q *Queue, n uint64) uint64 {
+	return uint64(call2(l.fn[symQueueAddWriteIndexScacqScrel], uintptr(q.Handle), uintptr(n)))
+}
+
+// QueueCASWriteIndexScacqScrel is hsa_queue_cas_write_index_scacq_screl; it
+// returns the value observed, which equals expected on success.
+func (l *Lib) QueueCASWriteIndexScacqScrel(q *Queue, expected, value uint64) uint64 {
+	return uint64(call3(l.fn[symQueueCASWriteIndexScacqScrel], uintptr(q.Handle), uintptr(expected), uintptr(value)))
+}
+
+// QueueStoreWriteIndexScrelease is hsa_queue_store_write_index_screlease.
+func (l *Lib) QueueStoreWriteIndexScrelease(q *Queue, value uint64) {
+	call2(l.fn[symQueueStoreWriteIndexScrelease], uintptr(q.Handle), uintptr(value))
+}
+
+// SignalCreate is hsa_signal_create. An empty consumers list means any agent
+// may wait on the signal.
+func (l *Lib) SignalCreate(initial int64, consumers []Agent) (Signal, error) {
+	var s Signal
+	r, _, _ := purego.SyscallN(l.fn[symSignalCreate], uintptr(initial), uintptr(len(consumers)),
+		uintptr(unsafe.Pointer(unsafe.SliceData(consumers))), uintptr(unsafe.Pointer(&s)))
+	return s, l.check("hsa_signal_create", r)
+}
+
+// AMDSignalCreate is hsa_amd_signal_create with SignalAttr* attributes.
+func (l *Lib) AMDSignalCreate(initial int64, consumers []Agent, attributes uint64) (Signal, error) {
+	var s Signal
+	r, _, _ := purego.SyscallN(l.fn[symAMDSignalCreate], uintptr(initial), uintptr(len(consumers)),
+		uintptr(unsafe.Pointer(unsafe.SliceData(consumers))), uintptr(attributes), uintptr(unsafe.Pointer(&s)))
+	return s, l.check("hsa_amd_signal_create", r)
+}
+
+// SignalDestroy is hsa_signal_destroy.
+func (l *Lib) SignalDestroy(s Signal) error {
+	return l.check("hsa_signal_destroy", call1(l.fn[symSignalDestroy], uintptr(s)))
+}
+
+// SignalStoreScrelease is hsa_signal_store_screlease: the doorbell write.
+func (l *Lib) SignalStoreScrelease(s Signal, v int64) {
+	call2(l.fn[symSignalStoreScrelease], uintptr(s), uintptr(v))
+}
+
+// SignalStoreRelaxed is hsa_signal_store_relaxed.
+func (l *Lib) SignalStoreRelaxed(s Signal, v int64) {
+	call2(l.fn[symSignalStoreRelaxed], uintptr(s), uintptr(v))
+}
+
+// SignalSilentStoreRelaxed is hsa_signal_silent_store_relaxed: sets the
+// value without waking waiters, for re-arming a completion signal nobody
+// waits on yet.
+func (l *Lib) SignalSilentStoreRelaxed(s Signal, v int64) {
+	call2(l.fn[symSignalSilentStoreRelaxed], uintptr(s), uintptr(v))
+}
+
+// SignalLoadScacquire is hsa_signal_load_scacquire.
+func (l *Lib) SignalLoadScacquire(s Signal) int64 {
+	return int64(call1(l.fn[symSignalLoadScacquire], uintptr(s)))
+}
+
+// SignalLoadRelaxed is hsa_signal_load_relaxed.
+func (l *Lib) SignalLoadRelaxed(s Signal) int64 {
+	return int64(call1(l.fn[symSignalLoadRelaxed], uintptr(s)))
+}
+
+// SignalWaitScacquire is hsa_signal_wait_scacquire. It returns the observed
+// value, which may not satisfy the condition (timeouts, spurious wakeups).
+// A blocked wait holds its OS thread for the whole wait.
+func (l *Lib) SignalWaitScacquire(s Signal, cond SignalCondition, compare int64, timeoutHint uint64, state WaitState) int64 {
+	return int64(call5(l.fn[symSignalWaitScacquire], uintptr(s), uintptr(cond), uintptr(compare), uintptr(timeoutHint), uintptr(state)))
+}
+
+// SignalValuePointer is hsa_amd_signal_value_pointer.
+func (l *Lib) SignalValuePointer(s Signal) (unsafe.Pointer, error) {
+	var p uintptr
+	r, _, _ := purego.SyscallN(l.fn[symAMDSignalValuePointer], uintptr(s), uintptr(unsafe.Pointer(&p)))
+	if err := l.check("hsa_amd_signal_value_pointer", r); err != nil {
+		return nil, err
+	}
+	return cPointer(p), nil
+}

@@ -1,0 +1,114 @@
+// Package dl finds and opens the ROCm and CUDA shared libraries with purego,
+// searching $ROCM_PATH/lib, /opt/rocm/lib and then the system paths, and
+// reports every place it looked when none works.
+package dl
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/ebitengine/purego"
+)
+
+// ErrNotFound is matched by errors.Is for every *NotFoundError.
+var ErrNotFound = errors.New("shared library not found")
+
+// NotFoundError lists where a library was looked for.
+type NotFoundError struct {
+	Library string   // what was wanted, e.g. "libhsa-runtime64"
+	Tried   []string // each path or soname tried, in order
+	Last    string   // the last dlopen error text
+}
+
+func (e *NotFoundError) Error() string {
+	msg := fmt.Sprintf("%s not found; tried %s", e.Library, strings.Join(e.Tried, ", "))
+	if e.Last != "" {
+		msg += " (last error: " + e.Last + ")"
+	}
+	return msg
+}
+
+// Is makes errors.Is(err, ErrNotFound) true.
+func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
+
+// SearchDirs returns the directories searched before the system paths:
+// $ROCM_PATH/lib (when set), then /opt/rocm/lib, then extra.
+func SearchDirs(extra ...string) []string {
+	var dirs []string
+	if p := os.Getenv("ROCM_PATH"); p != "" {
+		dirs = append(dirs, filepath.Join(p, "lib"))
+	}
+	dirs = append(dirs, "/opt/rocm/lib")
+	return append(dirs, extra...)
+}
+
+// Library is an opened shared library.
+type Library struct {
+	Handle uintptr
+	Path   string // the path or soname that opened
+}
+
+// Open tries each soname in each directory, then each bare soname through the
+// dynamic loader's own search (system paths, LD_LIBRARY_PATH).
+func Open(library string, sonames []string, dirs []string) (*Library, error) {
+	nf := &NotFoundError{Library: library}
+	try := func(path string) *Library {
+		nf.Tried = append(nf.Tried, path)
+		h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+		if err != nil {
+			nf.Last = err.Error()
+			return nil
+		}
+		return &Library{Handle: h, Path: path}
+	}
+	for _, d := range dirs {
+		for _, s := range sonames {
+			p := filepath.Join(d, s)
+			if _, err := os.Stat(p); err != nil {
+				nf.Tried = append(nf.Tried, p)
+				continue
+			}
+			if l := try(p); l != nil {
+				return l, nil
+			}
+		}
+	}
+	for _, s := range sonames {
+		if l := try(s); l != nil {
+			return l, nil
+		}
+	}
+	return nil, nf
+}
+
+// MissingSymbolsError lists the symbols a library does not export.
+type MissingSymbolsError struct {
+	Library string
+	Missing []string
+}
+
+func (e *MissingSymbolsError) Error() string {
+	return fmt.Sprintf("%s lacks symbols: %s", e.Library, strings.Join(e.Missing, ", "))
+}
+
+// Symbols resolves every name and returns the addresses in the same order,
+// or a *MissingSymbolsError naming all that failed.
+func (l *Library) Symbols(names []string) ([]uintptr, error) {
+	addrs := make([]uintptr, len(names))
+	var missing []string
+	for i, n := range names {
+		a, err := purego.Dlsym(l.Handle, n)
+		if err != nil || a == 0 {
+			missing = append(missing, n)
+			continue
+		}
+		addrs[i] = a
+	}
+	if len(missing) > 0 {
+		return nil, &MissingSymbolsError{Library: l.Path, Missing: missing}
+	}
+	return addrs, nil
+}

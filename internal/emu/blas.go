@@ -1,0 +1,267 @@
+package emu
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"unsafe"
+
+	"github.com/rocsync/rocsync/hip"
+	"github.com/rocsync/rocsync/rocblas"
+)
+
+// BLAS is the emulated rocBLAS. It implements rocblas.Library; gemms run
+// on the stream the handle is bound to, column-major like the real library.
+type BLAS struct {
+	m       *Machine
+	mu      sync.Mutex
+	handles map[rocblas.Handle]*blasHandle
+	next    uintptr
+}
+
+var _ rocblas.Library = (*BLAS)(nil)
+
+type blasHandle struct {
+	dev    int
+	stream hip.Stream
+	mode   rocblas.PointerMode
+}
+
+var blasText = map[rocblas.Status]string{
+	rocblas.StatusSuccess: "rocblas_status_success", rocblas.StatusInvalidHandle: "rocblas_status_invalid_handle",
+	rocblas.StatusNotImplemented: "rocblas_status_not_implemented", rocblas.StatusInvalidPointer: "rocblas_status_invalid_pointer",
+	rocblas.StatusInvalidSize: "rocblas_status_invalid_size", rocblas.StatusMemoryError: "rocblas_status_memory_error",
+	rocblas.StatusInternalError: "rocblas_status_internal_error", rocblas.StatusInvalidValue: "rocblas_status_invalid_value",
+}
+
+func (b *BLAS) StatusString(s rocblas.Status) string {
+	if t, ok := blasText[s]; ok {
+		return t
+	}
+	return fmt.Sprintf("rocblas_status(%d)", uint32(s))
+}
+
+func (b *BLAS) err(fn string, s rocblas.Status) error {
+	return &rocblas.Error{Func: fn, Status: s, Text: b.StatusString(s)}
+}
+
+func (b *BLAS) CreateHandle(d int) (rocblas.Handle, error) {
+	if d < 0 || d >= len(b.m.devices) {
+		return 0, b.err("rocblas_create_handle", rocblas.StatusInvalidValue)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.handles == nil {
+		b.handles = map[rocblas.Handle]*blasHandle{}
+	}
+	b.next++
+	h := rocblas.Handle(b.next)
+	b.handles[h] = &blasHandle{dev: d}
+	return h, nil
+}
+
+func (b *BLAS) handle(fn string, h rocblas.Handle) (*blasHandle, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	x := b.handles[h]
+	if x == nil {
+		return nil, b.err(fn, rocblas.StatusInvalidHandle)
+	}
+	return x, nil
+}
+
+func (b *BLAS) DestroyHandle(h rocblas.Handle) error {
+	if _, err := b.handle("rocblas_destroy_handle", h); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	delete(b.handles, h)
+	b.mu.Unlock()
+	return nil
+}
+
+func (b *BLAS) SetStream(h rocblas.Handle, s hip.Stream) error {
+	x, err := b.handle("rocblas_set_stream", h)
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	x.stream = s
+	b.mu.Unlock()
+	return nil
+}
+
+func (b *BLAS) GetStream(h rocblas.Handle) (hip.Stream, error) {
+	x, err := b.handle("rocblas_get_stream", h)
+	if err != nil {
+		return 0, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return x.stream, nil
+}
+
+func (b *BLAS) SetPointerMode(h rocblas.Handle, m rocblas.PointerMode) error {
+	x, err := b.handle("rocblas_set_pointer_mode", h)
+	if err != nil {
+		return err
+	}
+	if m != rocblas.PointerModeHost && m != rocblas.PointerModeDevice {
+		return b.err("rocblas_set_pointer_mode", rocblas.StatusInvalidValue)
+	}
+	b.mu.Lock()
+	x.mode = m
+	b.mu.Unlock()
+	return nil
+}
+
+func (b *BLAS) Sgemm(h rocblas.Handle, ta, tb rocblas.Operation, m, n, k int32, alpha float32,
+	a hip.DevicePtr, lda int32, bm hip.DevicePtr, ldb int32, beta float32, c hip.DevicePtr, ldc int32) error {
+	return b.gemm("rocblas_sgemm", 4, h, ta, tb, m, n, k, float64(alpha), a, lda, bm, ldb, float64(beta), c, ldc)
+}
+
+func (b *BLAS) Dgemm(h rocblas.Handle, ta, tb rocblas.Operation, m, n, k int32, alpha float64,
+	a hip.DevicePtr, lda int32, bm hip.DevicePtr, ldb int32, beta float64, c hip.DevicePtr, ldc int32) error {
+	return b.gemm("rocblas_dgemm", 8, h, ta, tb, m, n, k, alpha, a, lda, bm, ldb, beta, c, ldc)
+}
+
+func validOp(o rocblas.Operation) bool {
+	return o == rocblas.OperationNone || o == rocblas.OperationTranspose || o == rocblas.OperationConjTrans
+}
+
+// gemm checks arguments the way rocBLAS does, then enqueues
+// C = alpha*op(A)*op(B) + beta*C on the handle's stream.
+func (b *BLAS) gemm(fn string, es uint64, h rocblas.Handle, ta, tb rocblas.Operation, m, n, k int32, alpha float64,
+	a hip.DevicePtr, lda int32, bm hip.DevicePtr, ldb int32, beta float64, c hip.DevicePtr, ldc int32) error {
+	x, err := b.handle(fn, h)
+	if err != nil {
+		return err
+	}
+	if !validOp(ta) || !validOp(tb) {
+		return b.err(fn, rocblas.StatusInvalidValue)
+	}
+	rowsA, colsA := m, k
+	if ta != rocblas.OperationNone {
+		rowsA, colsA = k, m
+	}
+	rowsB, colsB := k, n
+	if tb != rocblas.OperationNone {
+		rowsB, colsB = n, k
+	}
+	if m < 0 || n < 0 || k < 0 || lda < max(1, rowsA) || ldb < max(1, rowsB) || ldc < max(1, m) {
+		return b.err(fn, rocblas.StatusInvalidSize)
+	}
+	if m == 0 || n == 0 {
+		return nil
+	}
+	if c == 0 || (k > 0 && alpha != 0 && (a == 0 || bm == 0)) {
+		return b.err(fn, rocblas.StatusInvalidPointer)
+	}
+	b.mu.Lock()
+	stream := x.stream
+	b.mu.Unlock()
+	s, err := b.m.hip.stream(fn, stream)
+	if err != nil {
+		return b.err(fn, rocblas.StatusInvalidHandle)
+	}
+	// Bytes touched, column-major: the last column starts at (cols-1)*ld.
+	extent := func(rows, cols, ld int32) uint64 {
+		if rows == 0 || cols == 0 {
+			return 0
+		}
+		return (uint64(cols-1)*uint64(ld) + uint64(rows)) * es
+	}
+	return s.enqueue(cmd{kind: cmdWork, what: fn, fn: func(act *actor) error {
+		var A, B []byte
+		var err error
+		if k > 0 && alpha != 0 {
+			if A, err = b.m.span(uint64(a), extent(rowsA, colsA, lda), false, act); err != nil {
+				return err
+			}
+			if B, err = b.m.span(uint64(bm), extent(rowsB, colsB, ldb), false, act); err != nil {
+				return err
+			}
+		}
+		C, err := b.m.span(uint64(c), extent(m, n, ldc), true, act)
+		if err != nil {
+			return err
+		}
+		if es == 4 {
+			gemm32(ta != rocblas.OperationNone, tb != rocblas.OperationNone, int(m), int(n), int(k), float32(alpha),
+				f32s(A), int(lda), f32s(B), int(ldb), float32(beta), f32s(C), int(ldc))
+		} else {
+			gemm64(ta != rocblas.OperationNone, tb != rocblas.OperationNone, int(m), int(n), int(k), alpha,
+				f64s(A), int(lda), f64s(B), int(ldb), beta, f64s(C), int(ldc))
+		}
+		return nil
+	}})
+}
+
+func f32s(b []byte) []float32 {
+	if len(b) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), len(b)/4)
+}
+
+func f64s(b []byte) []float64 {
+	if len(b) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*float64)(unsafe.Pointer(&b[0])), len(b)/8)
+}
+
+// gemm32 accumulates in float32, as rocBLAS's sgemm does.
+func gemm32(ta, tb bool, m, n, k int, alpha float32, A []float32, lda int, B []float32, ldb int, beta float32, C []float32, ldc int) {
+	for j := 0; j < n; j++ {
+		for i := 0; i < m; i++ {
+			var sum float32
+			if alpha != 0 {
+				for l := 0; l < k; l++ {
+					av := A[i+l*lda]
+					if ta {
+						av = A[l+i*lda]
+					}
+					bv := B[l+j*ldb]
+					if tb {
+						bv = B[j+l*ldb]
+					}
+					sum += av * bv
+				}
+			}
+			c := &C[i+j*ldc]
+			if beta == 0 {
+				*c = alpha * sum
+			} else {
+				*c = alpha*sum + beta**c
+			}
+		}
+	}
+}
+
+func gemm64(ta, tb bool, m, n, k int, alpha float64, A []float64, lda int, B []float64, ldb int, beta float64, C []float64, ldc int) {
+	for j := 0; j < n; j++ {
+		for i := 0; i < m; i++ {
+			var sum float64
+			if alpha != 0 {
+				for l := 0; l < k; l++ {
+					av := A[i+l*lda]
+					if ta {
+						av = A[l+i*lda]
+					}
+					bv := B[l+j*ldb]
+					if tb {
+						bv = B[j+l*ldb]
+					}
+					sum = math.FMA(av, bv, sum)
+				}
+			}
+			c := &C[i+j*ldc]
+			if beta == 0 {
+				*c = alpha * sum
+			} else {
+				*c = alpha*sum + beta**c
+			}
+		}
+	}
+}

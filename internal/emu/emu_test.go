@@ -1,0 +1,236 @@
+package emu
+
+import (
+	"errors"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rocsync/rocsync/hip"
+	"github.com/rocsync/rocsync/hsa"
+	"github.com/rocsync/rocsync/kernels"
+	"github.com/rocsync/rocsync/rocblas"
+)
+
+type rig struct {
+	m      *Machine
+	h      *HSA
+	q      *hsa.Queue
+	qerr   chan hsa.Status
+	kernel map[string]uint64
+	karg   unsafe.Pointer
+}
+
+func newRig(t *testing.T, o Options) *rig {
+	m := New(o)
+	h := m.HSA()
+	require.NoError(t, h.Init())
+	r := &rig{m: m, h: h, qerr: make(chan hsa.Status, 4), kernel: map[string]uint64{}}
+	q, err := h.QueueCreate(gpuAgent(0), 64, hsa.QueueTypeSingle, func(s hsa.Status) { r.qerr <- s })
+	require.NoError(t, err)
+	r.q = q
+	code, err := kernels.CodeObject(m.Options().ISA)
+	require.NoError(t, err)
+	rd, err := h.CodeObjectReaderCreateFromMemory(code)
+	require.NoError(t, err)
+	exe, err := h.ExecutableCreateAlt(hsa.ProfileFull, 0)
+	require.NoError(t, err)
+	require.NoError(t, h.ExecutableLoadAgentCodeObject(exe, gpuAgent(0), rd))
+	require.NoError(t, h.ExecutableFreeze(exe))
+	for _, op := range []kernels.Op{kernels.Fill, kernels.Add} {
+		sym, err := h.ExecutableSymbolByName(exe, op.Symbol(kernels.F32), gpuAgent(0))
+		require.NoError(t, err)
+		obj, err := h.SymbolInfoUint64(sym, hsa.SymbolInfoKernelObject)
+		require.NoError(t, err)
+		r.kernel[op.String()] = obj
+	}
+	r.karg, err = h.MemoryPoolAllocate(kernargPool, 64*64)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = h.QueueDestroy(q) })
+	return r
+}
+
+// submit writes one dispatch packet with the real encoder and rings the
+// doorbell; it returns the completion signal.
+func (r *rig) submit(t *testing.T, op string, barrier bool, args kernels.Args) hsa.Signal {
+	sig, err := r.h.SignalCreate(1, nil)
+	require.NoError(t, err)
+	idx := r.h.QueueAddWriteIndexScacqScrel(r.q, 1)
+	ka := unsafe.Add(r.karg, uintptr(idx%64)*64)
+	args.Encode(unsafe.Slice((*byte)(ka), 64), kernels.F32)
+	p := hsa.DispatchPacket{Header: hsa.Header(hsa.PacketTypeKernelDispatch, barrier, hsa.FenceScopeSystem, hsa.FenceScopeSystem),
+		Setup: 1, WorkgroupSize: [3]uint16{64, 1, 1}, GridSize: [3]uint32{uint32(args.N), 1, 1},
+		KernelObject: r.kernel[op], KernargAddress: uint64(uintptr(ka)), CompletionSignal: sig}
+	slot := hsa.Slot(r.q, idx)
+	p.EncodeBody(slot)
+	hsa.PublishHeader(slot, p.FirstWord())
+	r.h.SignalStoreScrelease(r.q.Doorbell, int64(idx))
+	return sig
+}
+
+func (r *rig) wait(sig hsa.Signal) {
+	r.h.SignalWaitScacquire(sig, hsa.ConditionLt, 1, hsa.TimeoutInfinite, hsa.WaitStateBlocked)
+}
+
+func TestDispatchRunsTheKernelFromThePacket(t *testing.T) {
+	r := newRig(t, Options{Hazards: true})
+	buf, err := r.m.HIP().Malloc(0, 4*100)
+	require.NoError(t, err)
+	r.wait(r.submit(t, "fill", true, kernels.Args{Out: uint64(buf), Alpha: 2.5, N: 100}))
+	r.wait(r.submit(t, "add", true, kernels.Args{Out: uint64(buf), A: uint64(buf), B: uint64(buf), N: 100}))
+	out := make([]float32, 100)
+	require.NoError(t, r.m.HIP().MemcpyDtoH(0, unsafe.Pointer(&out[0]), buf, 400))
+	for _, v := range out {
+		require.Equal(t, float32(5), v)
+	}
+	require.Empty(t, r.m.Hazards())
+}
+
+// Without the barrier bit a packet may overlap the one before it, so two
+// writes to the same buffer race; with it they do not.
+func TestBarrierBitIsHonoured(t *testing.T) {
+	for _, barrier := range []bool{true, false} {
+		r := newRig(t, Options{Hazards: true})
+		buf, err := r.m.HIP().Malloc(0, 4*64)
+		require.NoError(t, err)
+		s1 := r.submit(t, "fill", barrier, kernels.Args{Out: uint64(buf), Alpha: 1, N: 64})
+		// Let the first finish without the host observing it, so that
+		// only the checker's clocks, not Go's race detector, see the race.
+		for r.m.signal(s1).v.Load() != 0 {
+			time.Sleep(10 * time.Microsecond)
+		}
+		s2 := r.submit(t, "fill", barrier, kernels.Args{Out: uint64(buf), Alpha: 2, N: 64})
+		r.wait(s2)
+		if barrier {
+			require.Empty(t, r.m.Hazards())
+		} else {
+			require.NotEmpty(t, r.m.Hazards())
+			require.Equal(t, HazardWriteWrite, r.m.Hazards()[0].Kind)
+		}
+	}
+}
+
+func TestInvalidPacketBreaksTheQueue(t *testing.T) {
+	r := newRig(t, Options{})
+	idx := r.h.QueueAddWriteIndexScacqScrel(r.q, 1)
+	slot := hsa.Slot(r.q, idx)
+	hsa.PublishHeader(slot, uint32(hsa.Header(hsa.PacketTypeAgentDispatch, true, 0, 0)))
+	r.h.SignalStoreScrelease(r.q.Doorbell, int64(idx))
+	select {
+	case s := <-r.qerr:
+		require.Equal(t, hsa.StatusErrorInvalidPacket, s)
+	case <-time.After(5 * time.Second):
+		t.Fatal("no queue error")
+	}
+}
+
+func TestUnknownKernelObjectFaults(t *testing.T) {
+	r := newRig(t, Options{})
+	r.kernel["bogus"] = 0xdead
+	r.submit(t, "bogus", true, kernels.Args{N: 1})
+	select {
+	case s := <-r.qerr:
+		require.Equal(t, hsa.StatusErrorMemoryFault, s)
+	case <-time.After(5 * time.Second):
+		t.Fatal("no queue error")
+	}
+}
+
+func TestSignalValuePointerNeedsNonInterruptSignal(t *testing.T) {
+	m := New(Options{})
+	h := m.HSA()
+	require.NoError(t, h.Init())
+	intr, err := h.SignalCreate(1, nil)
+	require.NoError(t, err)
+	_, err = h.SignalValuePointer(intr)
+	require.ErrorIs(t, err, &hsa.Error{Status: hsa.StatusErrorInvalidArgument})
+	gpuOnly, err := h.AMDSignalCreate(1, nil, hsa.SignalAttrAMDGPUOnly)
+	require.NoError(t, err)
+	p, err := h.SignalValuePointer(gpuOnly)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, *(*int64)(p))
+}
+
+func TestSignalWaitTimesOut(t *testing.T) {
+	m := New(Options{})
+	h := m.HSA()
+	require.NoError(t, h.Init())
+	s, _ := h.SignalCreate(1, nil)
+	start := time.Now()
+	v := h.SignalWaitScacquire(s, hsa.ConditionLt, 1, uint64(2*time.Millisecond), hsa.WaitStateBlocked)
+	require.EqualValues(t, 1, v)
+	require.GreaterOrEqual(t, time.Since(start), 2*time.Millisecond)
+	go func() { time.Sleep(time.Millisecond); h.SignalStoreScrelease(s, 0) }()
+	require.EqualValues(t, 0, h.SignalWaitScacquire(s, hsa.ConditionEq, 0, hsa.TimeoutInfinite, hsa.WaitStateBlocked))
+}
+
+// Events capture the newest record at hipStreamWaitEvent time, and a gemm
+// on a stream that did not wait for the producer stream is a hazard.
+func TestStreamsEventsAndGemm(t *testing.T) {
+	m := New(Options{Hazards: true, MaxDelay: 50 * time.Microsecond})
+	hp, b := m.HIP(), m.BLAS()
+	s1, _ := hp.StreamCreate(0, hip.StreamNonBlocking)
+	s2, _ := hp.StreamCreate(0, hip.StreamNonBlocking)
+	a, _ := hp.Malloc(0, 4*4)
+	c, _ := hp.Malloc(0, 4*4)
+	host := []float32{1, 2, 3, 4} // column-major 2x2
+	require.NoError(t, hp.MemcpyHtoD(0, a, unsafe.Pointer(&host[0]), 16))
+	h, _ := b.CreateHandle(0)
+	require.NoError(t, b.SetStream(h, s2))
+	// Producer on s1 overwrites a; s2 waits for it through an event.
+	require.NoError(t, hp.MemsetAsync(a, 0, 16, s1))
+	ev, _ := hp.EventCreate(0, hip.EventDisableTiming)
+	require.NoError(t, hp.EventRecord(ev, s1))
+	require.NoError(t, hp.StreamWaitEvent(s2, ev))
+	require.NoError(t, b.Sgemm(h, rocblas.OperationNone, rocblas.OperationNone, 2, 2, 2, 1, a, 2, a, 2, 0, c, 2))
+	require.NoError(t, hp.StreamSynchronize(s2))
+	require.Empty(t, m.Hazards())
+	// Now without the wait: the checker reports the race.
+	require.NoError(t, hp.MemcpyHtoD(0, a, unsafe.Pointer(&host[0]), 16))
+	require.NoError(t, hp.MemsetAsync(a, 0, 16, s1))
+	require.NoError(t, hp.StreamSynchronize(s1))
+	require.NoError(t, b.Sgemm(h, rocblas.OperationNone, rocblas.OperationNone, 2, 2, 2, 1, a, 2, a, 2, 0, c, 2))
+	require.NoError(t, hp.StreamSynchronize(s2))
+	require.Empty(t, m.Hazards(), "host-synchronized work is ordered")
+	err := b.Sgemm(h, rocblas.OperationNone, rocblas.OperationNone, -1, 2, 2, 1, a, 2, a, 2, 0, c, 2)
+	require.ErrorIs(t, err, &rocblas.Error{Status: rocblas.StatusInvalidSize})
+}
+
+func TestGemmMatchesReference(t *testing.T) {
+	m := New(Options{})
+	hp, b := m.HIP(), m.BLAS()
+	s, _ := hp.StreamCreate(0, 0)
+	h, _ := b.CreateHandle(0)
+	require.NoError(t, b.SetStream(h, s))
+	// A is 2x3, B is 3x2, column-major.
+	A := []float64{1, 4, 2, 5, 3, 6}
+	B := []float64{7, 9, 11, 8, 10, 12}
+	pa, _ := hp.Malloc(0, 48)
+	pb, _ := hp.Malloc(0, 48)
+	pc, _ := hp.Malloc(0, 32)
+	require.NoError(t, hp.MemcpyHtoD(0, pa, unsafe.Pointer(&A[0]), 48))
+	require.NoError(t, hp.MemcpyHtoD(0, pb, unsafe.Pointer(&B[0]), 48))
+	require.NoError(t, b.Dgemm(h, rocblas.OperationNone, rocblas.OperationNone, 2, 2, 3, 1, pa, 2, pb, 3, 0, pc, 2))
+	require.NoError(t, hp.StreamSynchronize(s))
+	C := make([]float64, 4)
+	require.NoError(t, hp.MemcpyDtoH(0, unsafe.Pointer(&C[0]), pc, 32))
+	require.Equal(t, []float64{58, 139, 64, 154}, C)
+}
+
+func TestUseAfterFreeIsReported(t *testing.T) {
+	r := newRig(t, Options{Hazards: true})
+	buf, _ := r.m.HIP().Malloc(0, 64)
+	require.NoError(t, r.m.HIP().Free(0, buf))
+	r.submit(t, "fill", true, kernels.Args{Out: uint64(buf), Alpha: 1, N: 16})
+	select {
+	case <-r.qerr:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no fault")
+	}
+	hz := r.m.Hazards()
+	require.NotEmpty(t, hz)
+	require.Equal(t, HazardUseAfterFree, hz[0].Kind)
+	require.True(t, errors.Is(hz[0], ErrHazard))
+}

@@ -1,0 +1,148 @@
+package emu
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// vclock is a vector clock indexed by agent (0 is the host; each HSA queue
+// and HIP stream is an agent). Missing entries are 0.
+type vclock []uint32
+
+func (v vclock) get(a int) uint32 {
+	if a < len(v) {
+		return v[a]
+	}
+	return 0
+}
+
+// join sets v to the element-wise max of v and o, growing v as needed.
+func (v *vclock) join(o vclock) {
+	if len(o) > len(*v) {
+		*v = append(*v, make([]uint32, len(o)-len(*v))...)
+	}
+	for i, x := range o {
+		if x > (*v)[i] {
+			(*v)[i] = x
+		}
+	}
+}
+
+func (v *vclock) set(a int, x uint32) {
+	if a >= len(*v) {
+		*v = append(*v, make([]uint32, a+1-len(*v))...)
+	}
+	(*v)[a] = x
+}
+
+func (v vclock) clone() vclock { return append(vclock(nil), v...) }
+
+// actor is who performs an access: an agent, its op sequence number, and
+// the clock of everything that op happens after.
+type actor struct {
+	agent int
+	seq   uint32
+	vc    vclock
+	what  string // e.g. "rocsync_mul_f32 (dispatch #3)"
+	where string // e.g. "hsa-queue gpu0/q1"
+}
+
+// HazardKind classifies a detected hazard.
+type HazardKind string
+
+const (
+	HazardWriteWrite  HazardKind = "write/write"
+	HazardReadWrite   HazardKind = "read/write"
+	HazardUseAfterFree HazardKind = "use after free"
+	HazardFreeInUse   HazardKind = "free while in use"
+)
+
+// ErrHazard is matched by errors.Is for every *HazardError.
+var ErrHazard = errors.New("emu: hazard")
+
+// HazardError is an unordered conflicting pair of accesses to the same
+// device bytes, in the spirit of PyTorch's CUDA stream sanitizer.
+type HazardError struct {
+	Kind          HazardKind
+	Lo, Hi        uint64 // the overlapping byte range [Lo, Hi)
+	Op, Queue     string // the access that found the hazard
+	Prior, PriorQ string // the earlier access it is not ordered with
+}
+
+func (e *HazardError) Error() string {
+	return fmt.Sprintf("emu: %s hazard on [%#x, %#x): %s on %s is not ordered with %s on %s",
+		e.Kind, e.Lo, e.Hi, e.Op, e.Queue, e.Prior, e.PriorQ)
+}
+
+// Is makes errors.Is(err, ErrHazard) true.
+func (e *HazardError) Is(target error) bool { return target == ErrHazard }
+
+type accessRec struct {
+	lo, hi uint64
+	write  bool
+	agent  int
+	seq    uint32
+	what   string
+	where  string
+}
+
+// shadow tracks, per allocation, the accesses that later ones must be
+// ordered after: the writes, and the reads since the writes that covered
+// them.
+type shadow struct {
+	mu   sync.Mutex
+	recs []accessRec
+}
+
+func hb(r *accessRec, vc vclock) bool { return vc.get(r.agent) >= r.seq }
+
+// access checks one access against the record and then adds it. It returns
+// the hazards found (at most one per conflicting record).
+func (s *shadow) access(lo, hi uint64, write bool, a *actor) []*HazardError {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var found []*HazardError
+	for i := range s.recs {
+		r := &s.recs[i]
+		if r.hi <= lo || hi <= r.lo || (!r.write && !write) || hb(r, a.vc) {
+			continue
+		}
+		kind := HazardReadWrite
+		if r.write && write {
+			kind = HazardWriteWrite
+		}
+		found = append(found, &HazardError{Kind: kind, Lo: max(lo, r.lo), Hi: min(hi, r.hi),
+			Op: a.what, Queue: a.where, Prior: r.what, PriorQ: r.where})
+	}
+	// Prune what the new access covers and follows: a later access that
+	// races with a pruned record also races with the new one. A read
+	// cannot stand in for a write, so reads prune only reads.
+	kept := s.recs[:0]
+	for _, r := range s.recs {
+		covered := lo <= r.lo && r.hi <= hi && hb(&r, a.vc)
+		if covered && (write || !r.write) {
+			continue
+		}
+		kept = append(kept, r)
+	}
+	s.recs = append(kept, accessRec{lo: lo, hi: hi, write: write, agent: a.agent, seq: a.seq, what: a.what, where: a.where})
+	return found
+}
+
+// freeCheck reports accesses that the freeing host has not observed.
+func (s *shadow) freeCheck(lo, hi uint64, a *actor) []*HazardError {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var found []*HazardError
+	for i := range s.recs {
+		r := &s.recs[i]
+		if hb(r, a.vc) {
+			continue
+		}
+		found = append(found, &HazardError{Kind: HazardFreeInUse, Lo: lo, Hi: hi,
+			Op: a.what, Queue: a.where, Prior: r.what, PriorQ: r.where})
+	}
+	s.recs = nil
+	return found
+}

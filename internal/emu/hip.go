@@ -1,0 +1,679 @@
+package emu
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/rocsync/rocsync/hip"
+	"github.com/rocsync/rocsync/hsa"
+	"github.com/rocsync/rocsync/kernels"
+)
+
+// HIP is the emulated HIP runtime. It implements hip.Runtime.
+type HIP struct {
+	m *Machine
+
+	mu      sync.Mutex
+	streams map[hip.Stream]*hstream
+	events  map[hip.Event]*hevent
+	modules map[hip.Module]map[string]*kernelImpl
+	funcs   map[hip.Function]*kernelImpl
+	next    uintptr
+}
+
+var _ hip.Runtime = (*HIP)(nil)
+
+var hipNames = map[hip.ErrorCode]string{
+	hip.Success: "hipSuccess", hip.ErrorInvalidValue: "hipErrorInvalidValue", hip.ErrorOutOfMemory: "hipErrorOutOfMemory",
+	hip.ErrorNotInitialized: "hipErrorNotInitialized", hip.ErrorNoDevice: "hipErrorNoDevice", hip.ErrorInvalidDevice: "hipErrorInvalidDevice",
+	hip.ErrorInvalidImage: "hipErrorInvalidImage", hip.ErrorInvalidHandle: "hipErrorInvalidHandle", hip.ErrorNotFound: "hipErrorNotFound",
+	hip.ErrorNotReady: "hipErrorNotReady", hip.ErrorIllegalAddress: "hipErrorIllegalAddress", hip.ErrorLaunchFailure: "hipErrorLaunchFailure",
+	hip.ErrorNotSupported: "hipErrorNotSupported",
+}
+
+func hipErr(fn string, c hip.ErrorCode, detail string) error {
+	n := hipNames[c]
+	t := n
+	if detail != "" {
+		t = n + ": " + detail
+	}
+	return &hip.Error{Func: fn, Code: c, Name: n, Text: t}
+}
+
+func (h *HIP) init() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.streams == nil {
+		h.streams = map[hip.Stream]*hstream{}
+		h.events = map[hip.Event]*hevent{}
+		h.modules = map[hip.Module]map[string]*kernelImpl{}
+		h.funcs = map[hip.Function]*kernelImpl{}
+	}
+}
+
+func (h *HIP) handle() uintptr {
+	h.next++
+	return h.next
+}
+
+func (h *HIP) Init() error { h.init(); return nil }
+
+func (h *HIP) DeviceCount() (int, error) { return len(h.m.devices), nil }
+
+func (h *HIP) dev(fn string, d int) error {
+	if d < 0 || d >= len(h.m.devices) {
+		return hipErr(fn, hip.ErrorInvalidDevice, fmt.Sprintf("device %d of %d", d, len(h.m.devices)))
+	}
+	h.init()
+	return nil
+}
+
+func (h *HIP) DeviceSynchronize(d int) error {
+	if err := h.dev("hipDeviceSynchronize", d); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	var ss []*hstream
+	for _, s := range h.streams {
+		if s.dev == d {
+			ss = append(ss, s)
+		}
+	}
+	h.mu.Unlock()
+	for _, s := range ss {
+		s.synchronize()
+	}
+	return nil
+}
+
+func (h *HIP) DeviceName(d int) (string, error) {
+	if err := h.dev("hipDeviceGetName", d); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("rocsync emulated GPU %d (%s)", d, h.m.opts.ISA), nil
+}
+
+// cmd is one operation queued on a stream.
+type cmd struct {
+	kind   cmdKind
+	host   vclock // the host's clock when it enqueued the command
+	ev     *hevent
+	gen    uint64
+	fn     func(a *actor) error // the work of kernels, copies and gemms
+	what   string
+	sig    *signal
+	value  uint64
+	flags  uint32
+	mask   uint64
+}
+
+type cmdKind uint8
+
+const (
+	cmdWork cmdKind = iota
+	cmdRecord
+	cmdWaitEvent
+	cmdWaitValue
+	cmdWriteValue
+)
+
+// hstream executes its commands in order on its own goroutine.
+type hstream struct {
+	m      *Machine
+	h      hip.Stream
+	dev    int
+	agent  int
+	name   string
+	delay  *delayer
+	cmds   chan cmd
+	mu     sync.Mutex
+	cond   *sync.Cond
+	queued uint64
+	ran    uint64
+	vc     vclock
+	seq    uint32
+	err    error // sticky: a failed command breaks the stream
+	closed bool
+}
+
+func (h *HIP) StreamCreate(d int, flags uint32) (hip.Stream, error) {
+	if err := h.dev("hipStreamCreateWithFlags", d); err != nil {
+		return 0, err
+	}
+	h.mu.Lock()
+	id := hip.Stream(h.handle())
+	s := &hstream{m: h.m, h: id, dev: d, agent: h.m.newAgent(), name: fmt.Sprintf("hip-stream gpu%d/s%d", d, id),
+		cmds: make(chan cmd, 4096)}
+	s.cond = sync.NewCond(&s.mu)
+	s.delay = h.m.newDelayer(s.agent)
+	h.streams[id] = s
+	h.mu.Unlock()
+	go s.run()
+	return id, nil
+}
+
+func (h *HIP) stream(fn string, id hip.Stream) (*hstream, error) {
+	h.init()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.streams[id]
+	if s == nil {
+		return nil, hipErr(fn, hip.ErrorInvalidHandle, "unknown stream")
+	}
+	return s, nil
+}
+
+func (h *HIP) StreamDestroy(id hip.Stream) error {
+	s, err := h.stream("hipStreamDestroy", id)
+	if err != nil {
+		return err
+	}
+	h.mu.Lock()
+	delete(h.streams, id)
+	h.mu.Unlock()
+	// hipStreamDestroy lets pending work finish.
+	s.synchronize()
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	close(s.cmds)
+	return nil
+}
+
+func (s *hstream) enqueue(c cmd) error {
+	c.host = s.m.hostSnapshot()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return hipErr("enqueue", hip.ErrorInvalidHandle, "stream destroyed")
+	}
+	s.queued++
+	s.mu.Unlock()
+	s.cmds <- c
+	return nil
+}
+
+func (s *hstream) run() {
+	for c := range s.cmds {
+		s.exec(c)
+		s.mu.Lock()
+		s.ran++
+		s.cond.Broadcast()
+		s.mu.Unlock()
+	}
+}
+
+// actor is the clock of the next command: everything earlier on the
+// stream, plus what the host had seen when it enqueued the command.
+func (s *hstream) actor(c *cmd) *actor {
+	if !s.m.opts.Hazards {
+		return nil
+	}
+	s.seq++
+	s.mu.Lock()
+	a := &actor{agent: s.agent, seq: s.seq, vc: s.vc.clone(), what: c.what, where: s.name}
+	s.mu.Unlock()
+	a.vc.join(c.host)
+	a.vc.set(s.agent, s.seq)
+	return a
+}
+
+func (s *hstream) exec(c cmd) {
+	s.mu.Lock()
+	failed := s.err != nil
+	s.mu.Unlock()
+	if failed {
+		return
+	}
+	a := s.actor(&c)
+	switch c.kind {
+	case cmdWork:
+		s.m.waitGate()
+		s.delay.sleep()
+		if err := c.fn(a); err != nil {
+			s.mu.Lock()
+			s.err = hipErr(c.what, hip.ErrorLaunchFailure, err.Error())
+			s.mu.Unlock()
+			return
+		}
+	case cmdRecord:
+		c.ev.complete(c.gen, a)
+	case cmdWaitEvent:
+		vc := c.ev.waitGen(c.gen)
+		if a != nil {
+			a.vc.join(vc)
+		}
+	case cmdWaitValue:
+		for !waitValueMet(uint64(c.sig.v.Load()), c.value, c.flags, c.mask) {
+			c.sig.wait(hsa.ConditionNe, c.sig.v.Load(), 5*time.Millisecond)
+		}
+		if a != nil {
+			a.vc.join(c.sig.clock())
+		}
+	case cmdWriteValue:
+		var vc vclock
+		if a != nil {
+			vc = a.vc
+		}
+		c.sig.storeFrom(int64(c.value), vc)
+	}
+	if a != nil {
+		s.mu.Lock()
+		s.vc.join(a.vc)
+		s.mu.Unlock()
+	}
+}
+
+func waitValueMet(v, value uint64, flags uint32, mask uint64) bool {
+	switch flags {
+	case hip.StreamWaitValueGte:
+		return v&mask >= value
+	case hip.StreamWaitValueEq:
+		return v&mask == value
+	case hip.StreamWaitValueAnd:
+		return (v&mask)&value != 0
+	case hip.StreamWaitValueNor:
+		return ^((v & mask) | (value & mask)) != 0
+	}
+	return false
+}
+
+// synchronize waits for every command enqueued so far and returns the
+// stream's sticky error.
+func (s *hstream) synchronize() error {
+	s.mu.Lock()
+	target := s.queued
+	for s.ran < target {
+		s.cond.Wait()
+	}
+	err := s.err
+	vc := s.vc.clone()
+	s.mu.Unlock()
+	s.m.hostAcquire(vc)
+	return err
+}
+
+func (h *HIP) StreamSynchronize(id hip.Stream) error {
+	s, err := h.stream("hipStreamSynchronize", id)
+	if err != nil {
+		return err
+	}
+	return s.synchronize()
+}
+
+func (h *HIP) StreamQuery(id hip.Stream) error {
+	s, err := h.stream("hipStreamQuery", id)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	done := s.ran == s.queued
+	err = s.err
+	vc := s.vc.clone()
+	s.mu.Unlock()
+	if !done {
+		return hipErr("hipStreamQuery", hip.ErrorNotReady, "")
+	}
+	s.m.hostAcquire(vc)
+	return err
+}
+
+// hevent is a HIP event: each record is a generation; it is complete when
+// the stream has executed the newest record.
+type hevent struct {
+	mu      sync.Mutex
+	cond    *sync.Cond
+	dev     int
+	gen     uint64 // records made
+	doneGen uint64 // records executed
+	vc      vclock
+}
+
+func (e *hevent) complete(gen uint64, a *actor) {
+	e.mu.Lock()
+	if gen > e.doneGen {
+		e.doneGen = gen
+		if a != nil {
+			e.vc = a.vc.clone()
+		}
+	}
+	e.cond.Broadcast()
+	e.mu.Unlock()
+}
+
+// waitGen blocks until record gen has executed and returns its clock.
+func (e *hevent) waitGen(gen uint64) vclock {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for e.doneGen < gen {
+		e.cond.Wait()
+	}
+	return e.vc.clone()
+}
+
+func (h *HIP) EventCreate(d int, flags uint32) (hip.Event, error) {
+	if err := h.dev("hipEventCreateWithFlags", d); err != nil {
+		return 0, err
+	}
+	e := &hevent{dev: d}
+	e.cond = sync.NewCond(&e.mu)
+	h.mu.Lock()
+	id := hip.Event(h.handle())
+	h.events[id] = e
+	h.mu.Unlock()
+	return id, nil
+}
+
+func (h *HIP) event(fn string, id hip.Event) (*hevent, error) {
+	h.init()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := h.events[id]
+	if e == nil {
+		return nil, hipErr(fn, hip.ErrorInvalidHandle, "unknown event")
+	}
+	return e, nil
+}
+
+func (h *HIP) EventDestroy(id hip.Event) error {
+	if _, err := h.event("hipEventDestroy", id); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	delete(h.events, id)
+	h.mu.Unlock()
+	return nil
+}
+
+func (h *HIP) EventRecord(id hip.Event, sid hip.Stream) error {
+	e, err := h.event("hipEventRecord", id)
+	if err != nil {
+		return err
+	}
+	s, err := h.stream("hipEventRecord", sid)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	e.gen++
+	g := e.gen
+	e.mu.Unlock()
+	return s.enqueue(cmd{kind: cmdRecord, ev: e, gen: g, what: "hipEventRecord"})
+}
+
+func (h *HIP) EventQuery(id hip.Event) error {
+	e, err := h.event("hipEventQuery", id)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	done := e.doneGen >= e.gen
+	vc := e.vc.clone()
+	e.mu.Unlock()
+	if !done {
+		return hipErr("hipEventQuery", hip.ErrorNotReady, "")
+	}
+	h.m.hostAcquire(vc)
+	return nil
+}
+
+func (h *HIP) EventSynchronize(id hip.Event) error {
+	e, err := h.event("hipEventSynchronize", id)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	g := e.gen
+	e.mu.Unlock()
+	h.m.hostAcquire(e.waitGen(g))
+	return nil
+}
+
+// StreamWaitEvent captures the event's newest record at call time, as HIP
+// does: later re-records do not change what the stream waits for.
+func (h *HIP) StreamWaitEvent(sid hip.Stream, id hip.Event) error {
+	e, err := h.event("hipStreamWaitEvent", id)
+	if err != nil {
+		return err
+	}
+	s, err := h.stream("hipStreamWaitEvent", sid)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	g := e.gen
+	e.mu.Unlock()
+	return s.enqueue(cmd{kind: cmdWaitEvent, ev: e, gen: g, what: "hipStreamWaitEvent"})
+}
+
+func (h *HIP) Malloc(d int, size uint64) (hip.DevicePtr, error) {
+	if err := h.dev("hipMalloc", d); err != nil {
+		return 0, err
+	}
+	dv := h.m.devices[d]
+	dv.mu.Lock()
+	if dv.used+size > h.m.opts.MemoryPerDevice {
+		dv.mu.Unlock()
+		return 0, hipErr("hipMalloc", hip.ErrorOutOfMemory, fmt.Sprintf("%d bytes requested, %d of %d in use", size, dv.used, h.m.opts.MemoryPerDevice))
+	}
+	base := dv.next
+	rounded := (max(size, 1) + 255) &^ 255
+	dv.next += rounded
+	dv.used += rounded
+	dv.mu.Unlock()
+	h.m.addAlloc(&alloc{base: base, size: size, data: make([]byte, size), device: d})
+	return hip.DevicePtr(base), nil
+}
+
+// Free releases the memory. With the checker on, every access to it must
+// be ordered before the free by what the host has observed.
+func (h *HIP) Free(d int, p hip.DevicePtr) error {
+	if err := h.dev("hipFree", d); err != nil {
+		return err
+	}
+	if p == 0 {
+		return nil
+	}
+	r, err := h.m.find(uint64(p), 1)
+	if err != nil || r.base != uint64(p) || r.device != d || r.freed {
+		return hipErr("hipFree", hip.ErrorInvalidValue, fmt.Sprintf("%#x is not a live allocation of device %d", uint64(p), d))
+	}
+	if h.m.opts.Hazards {
+		h.m.report(r.shadow.freeCheck(r.base, r.base+r.size, h.m.hostActor("hipFree")))
+	}
+	dv := h.m.devices[d]
+	dv.mu.Lock()
+	dv.used -= (max(r.size, 1) + 255) &^ 255
+	dv.mu.Unlock()
+	h.m.memMu.Lock()
+	r.freed, r.data = true, nil
+	h.m.memMu.Unlock()
+	return nil
+}
+
+func (h *HIP) hostSpan(fn string, d int, p hip.DevicePtr, size uint64, write bool) ([]byte, error) {
+	if err := h.dev(fn, d); err != nil {
+		return nil, err
+	}
+	var a *actor
+	if h.m.opts.Hazards {
+		a = h.m.hostActor(fn)
+	}
+	b, err := h.m.span(uint64(p), size, write, a)
+	if err != nil {
+		return nil, hipErr(fn, hip.ErrorInvalidValue, err.Error())
+	}
+	return b, nil
+}
+
+func (h *HIP) MemcpyHtoD(d int, dst hip.DevicePtr, src unsafe.Pointer, size uint64) error {
+	b, err := h.hostSpan("hipMemcpy(HtoD)", d, dst, size, true)
+	if err != nil || size == 0 {
+		return err
+	}
+	copy(b, unsafe.Slice((*byte)(src), size))
+	return nil
+}
+
+func (h *HIP) MemcpyDtoH(d int, dst unsafe.Pointer, src hip.DevicePtr, size uint64) error {
+	b, err := h.hostSpan("hipMemcpy(DtoH)", d, src, size, false)
+	if err != nil || size == 0 {
+		return err
+	}
+	copy(unsafe.Slice((*byte)(dst), size), b)
+	return nil
+}
+
+func (h *HIP) MemcpyDtoDAsync(dst, src hip.DevicePtr, size uint64, sid hip.Stream) error {
+	s, err := h.stream("hipMemcpyAsync", sid)
+	if err != nil {
+		return err
+	}
+	return s.enqueue(cmd{kind: cmdWork, what: "hipMemcpyAsync(DtoD)", fn: func(a *actor) error {
+		in, err := h.m.span(uint64(src), size, false, a)
+		if err != nil {
+			return err
+		}
+		out, err := h.m.span(uint64(dst), size, true, a)
+		if err != nil {
+			return err
+		}
+		copy(out, in)
+		return nil
+	}})
+}
+
+func (h *HIP) MemsetAsync(dst hip.DevicePtr, value byte, size uint64, sid hip.Stream) error {
+	s, err := h.stream("hipMemsetAsync", sid)
+	if err != nil {
+		return err
+	}
+	return s.enqueue(cmd{kind: cmdWork, what: "hipMemsetAsync", fn: func(a *actor) error {
+		out, err := h.m.span(uint64(dst), size, true, a)
+		if err != nil {
+			return err
+		}
+		for i := range out {
+			out[i] = value
+		}
+		return nil
+	}})
+}
+
+// ModuleLoadData reads the same code objects the HSA path loads.
+func (h *HIP) ModuleLoadData(d int, image []byte) (hip.Module, error) {
+	if err := h.dev("hipModuleLoadData", d); err != nil {
+		return 0, err
+	}
+	meta, err := kernels.ReadMetadata(image)
+	if err != nil {
+		return 0, hipErr("hipModuleLoadData", hip.ErrorInvalidImage, err.Error())
+	}
+	if !strings.Contains(meta.Target, h.m.opts.ISA) {
+		return 0, hipErr("hipModuleLoadData", hip.ErrorInvalidImage, fmt.Sprintf("code object for %s, device is %s", meta.Target, h.m.opts.ISA))
+	}
+	fns := map[string]*kernelImpl{}
+	for _, k := range meta.Kernels {
+		impl := &kernelImpl{symbol: k.Symbol, kernargSize: k.KernargSegmentSize}
+		impl.op, impl.dt, impl.implemented = kernels.ParseSymbol(k.Symbol)
+		fns[k.Name] = impl
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	id := hip.Module(h.handle())
+	h.modules[id] = fns
+	return id, nil
+}
+
+func (h *HIP) ModuleUnload(m hip.Module) error {
+	h.init()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.modules[m] == nil {
+		return hipErr("hipModuleUnload", hip.ErrorInvalidHandle, "")
+	}
+	delete(h.modules, m)
+	return nil
+}
+
+func (h *HIP) ModuleGetFunction(m hip.Module, name string) (hip.Function, error) {
+	h.init()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	fns := h.modules[m]
+	if fns == nil {
+		return 0, hipErr("hipModuleGetFunction", hip.ErrorInvalidHandle, "")
+	}
+	k := fns[name]
+	if k == nil {
+		return 0, hipErr("hipModuleGetFunction", hip.ErrorNotFound, name)
+	}
+	id := hip.Function(h.handle())
+	h.funcs[id] = k
+	return id, nil
+}
+
+// ModuleLaunchKernel copies the argument buffer when the launch is
+// enqueued, as the runtime does, so the caller may reuse it at once.
+func (h *HIP) ModuleLaunchKernel(f hip.Function, grid, block [3]uint32, sharedMem uint32, sid hip.Stream, args []byte) error {
+	h.init()
+	h.mu.Lock()
+	k := h.funcs[f]
+	h.mu.Unlock()
+	if k == nil {
+		return hipErr("hipModuleLaunchKernel", hip.ErrorInvalidHandle, "unknown function")
+	}
+	if block[0] == 0 || grid[0] == 0 {
+		return hipErr("hipModuleLaunchKernel", hip.ErrorInvalidValue, "zero-sized grid or block")
+	}
+	if uint32(len(args)) < k.kernargSize {
+		return hipErr("hipModuleLaunchKernel", hip.ErrorInvalidValue, fmt.Sprintf("%d argument bytes, kernel takes %d", len(args), k.kernargSize))
+	}
+	s, err := h.stream("hipModuleLaunchKernel", sid)
+	if err != nil {
+		return err
+	}
+	kernarg := append([]byte(nil), args...)
+	items := uint64(grid[0]) * uint64(block[0])
+	return s.enqueue(cmd{kind: cmdWork, what: k.symbol, fn: func(a *actor) error {
+		return h.m.runKernel(k, kernarg, items, a)
+	}})
+}
+
+func (h *HIP) signalArg(fn string, ptr unsafe.Pointer) (*signal, error) {
+	s := h.m.signalAt(ptr)
+	if s == nil {
+		return nil, hipErr(fn, hip.ErrorInvalidValue, "pointer is not memory the emulated device knows")
+	}
+	return s, nil
+}
+
+func (h *HIP) StreamWaitValue64(sid hip.Stream, ptr unsafe.Pointer, value uint64, flags uint32, mask uint64) error {
+	s, err := h.stream("hipStreamWaitValue64", sid)
+	if err != nil {
+		return err
+	}
+	sig, err := h.signalArg("hipStreamWaitValue64", ptr)
+	if err != nil {
+		return err
+	}
+	if flags > hip.StreamWaitValueNor {
+		return hipErr("hipStreamWaitValue64", hip.ErrorInvalidValue, "flags")
+	}
+	return s.enqueue(cmd{kind: cmdWaitValue, sig: sig, value: value, flags: flags, mask: mask, what: "hipStreamWaitValue64"})
+}
+
+func (h *HIP) StreamWriteValue64(sid hip.Stream, ptr unsafe.Pointer, value uint64, flags uint32) error {
+	s, err := h.stream("hipStreamWriteValue64", sid)
+	if err != nil {
+		return err
+	}
+	sig, err := h.signalArg("hipStreamWriteValue64", ptr)
+	if err != nil {
+		return err
+	}
+	return s.enqueue(cmd{kind: cmdWriteValue, sig: sig, value: value, what: "hipStreamWriteValue64"})
+}

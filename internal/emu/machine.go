@@ -1,0 +1,341 @@
+// Package emu is rocsync's emulated AMD device: a CPU model of HSA queues
+// and signals, HIP streams and events, and rocBLAS, behind the same hsa,
+// hip and rocblas interfaces as the real libraries.
+//
+// It is faithful where ordering is concerned: each HSA queue has a
+// packet-processor goroutine that parses the 64-byte AQL packets written
+// into its ring (honouring the barrier bit, kernel dispatch, barrier-AND
+// and completion signals), each HIP stream executes its commands in order on
+// a goroutine of its own, and work really runs asynchronously from the host.
+//
+// It is strict: with Options.Hazards set, every device-memory access is
+// checked with vector clocks against every other access it is not ordered
+// with (by queue order, signals, events or host waits), and unordered
+// conflicts are reported as *HazardError. With Options.MaxDelay set, seeded
+// random delays stretch execution so that a missing wait shows up as a
+// wrong result too.
+package emu
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+)
+
+// Options configure an emulated machine.
+type Options struct {
+	// Devices is the number of GPUs (default 1).
+	Devices int
+	// ISA is the gfx target the GPUs report (default "gfx90a").
+	ISA string
+	// MemoryPerDevice bounds hipMalloc per device in bytes (default 4 GiB).
+	MemoryPerDevice uint64
+	// Hazards turns the hazard checker on.
+	Hazards bool
+	// MaxDelay, when non-zero, delays each op by a random time up to it.
+	MaxDelay time.Duration
+	// Seed seeds the random delays.
+	Seed uint64
+	// OnHazard, if set, is called for every hazard as it is found (from an
+	// emulator goroutine). Hazards are also kept for Hazards().
+	OnHazard func(*HazardError)
+}
+
+// Machine is one emulated system: a CPU agent and Options.Devices GPUs.
+type Machine struct {
+	opts Options
+
+	memMu  sync.RWMutex
+	allocs []*alloc // sorted by base
+
+	sigMu   sync.RWMutex
+	signals []*signal // handle = index+1
+
+	clockMu  sync.Mutex
+	agents   int    // agent ids handed out; 0 is the host
+	host     vclock // what the host has observed
+	hostSeq  uint32
+	hazardMu sync.Mutex
+	hazards  []*HazardError
+
+	devices []*device
+
+	execMu  sync.RWMutex
+	kernels []*kernelImpl // kernel object handle = index+1
+
+	hsa  *HSA
+	hip  *HIP
+	blas *BLAS
+
+	gate sync.RWMutex // held by Hold; every op takes it for reading
+}
+
+// Hold stops every queue and stream before its next op until release is
+// called, so tests can keep work pending deterministically.
+func (m *Machine) Hold() (release func()) {
+	m.gate.Lock()
+	var once sync.Once
+	return func() { once.Do(m.gate.Unlock) }
+}
+
+// waitGate blocks while the machine is held.
+func (m *Machine) waitGate() {
+	m.gate.RLock()
+	m.gate.RUnlock()
+}
+
+// Live reports whether addr is the base of a live device allocation.
+func (m *Machine) Live(addr uint64) bool {
+	a, err := m.find(addr, 1)
+	if err != nil {
+		return false
+	}
+	m.memMu.RLock()
+	defer m.memMu.RUnlock()
+	return a.base == addr && !a.freed
+}
+
+type device struct {
+	index    int
+	next     uint64 // bump allocator for device addresses
+	used     uint64
+	mu       sync.Mutex
+	shutdown atomic.Bool
+}
+
+// deviceBase spaces the devices' address ranges so that a pointer names its
+// device, as on hardware.
+const deviceBase = 0x7f00_0000_0000
+const deviceSpan = 0x0010_0000_0000
+
+// New makes a machine.
+func New(o Options) *Machine {
+	if o.Devices <= 0 {
+		o.Devices = 1
+	}
+	if o.ISA == "" {
+		o.ISA = "gfx90a"
+	}
+	if o.MemoryPerDevice == 0 {
+		o.MemoryPerDevice = 4 << 30
+	}
+	m := &Machine{opts: o, agents: 1, host: vclock{0}}
+	for i := 0; i < o.Devices; i++ {
+		m.devices = append(m.devices, &device{index: i, next: deviceBase + uint64(i)*deviceSpan})
+	}
+	m.hsa = &HSA{m: m}
+	m.hip = &HIP{m: m}
+	m.blas = &BLAS{m: m}
+	return m
+}
+
+// Options returns the machine's options.
+func (m *Machine) Options() Options { return m.opts }
+
+// HSA returns the machine's HSA runtime.
+func (m *Machine) HSA() *HSA { return m.hsa }
+
+// HIP returns the machine's HIP runtime.
+func (m *Machine) HIP() *HIP { return m.hip }
+
+// BLAS returns the machine's rocBLAS.
+func (m *Machine) BLAS() *BLAS { return m.blas }
+
+// Hazards returns every hazard found so far.
+func (m *Machine) Hazards() []*HazardError {
+	m.hazardMu.Lock()
+	defer m.hazardMu.Unlock()
+	return append([]*HazardError(nil), m.hazards...)
+}
+
+func (m *Machine) report(hs []*HazardError) {
+	if len(hs) == 0 {
+		return
+	}
+	m.hazardMu.Lock()
+	m.hazards = append(m.hazards, hs...)
+	m.hazardMu.Unlock()
+	if m.opts.OnHazard != nil {
+		for _, h := range hs {
+			m.opts.OnHazard(h)
+		}
+	}
+}
+
+// newAgent hands out a clock index for a queue or stream.
+func (m *Machine) newAgent() int {
+	m.clockMu.Lock()
+	defer m.clockMu.Unlock()
+	a := m.agents
+	m.agents++
+	return a
+}
+
+// hostActor starts a host access: the host's clock, ticked.
+func (m *Machine) hostActor(what string) *actor {
+	m.clockMu.Lock()
+	defer m.clockMu.Unlock()
+	m.hostSeq++
+	m.host.set(0, m.hostSeq)
+	return &actor{agent: 0, seq: m.hostSeq, vc: m.host.clone(), what: what, where: "host"}
+}
+
+// hostSnapshot is the host's clock, for work the host submits now.
+func (m *Machine) hostSnapshot() vclock {
+	if !m.opts.Hazards {
+		return nil
+	}
+	m.clockMu.Lock()
+	defer m.clockMu.Unlock()
+	m.hostSeq++
+	m.host.set(0, m.hostSeq)
+	return m.host.clone()
+}
+
+// hostAcquire: the host observed something that happened with clock vc.
+func (m *Machine) hostAcquire(vc vclock) {
+	if !m.opts.Hazards || len(vc) == 0 {
+		return
+	}
+	m.clockMu.Lock()
+	m.host.join(vc)
+	m.clockMu.Unlock()
+}
+
+// delayer injects seeded random delays.
+type delayer struct {
+	max time.Duration
+	rng *rand.Rand
+}
+
+func (m *Machine) newDelayer(agent int) *delayer {
+	if m.opts.MaxDelay <= 0 {
+		return nil
+	}
+	return &delayer{max: m.opts.MaxDelay, rng: rand.New(rand.NewPCG(m.opts.Seed, uint64(agent)))}
+}
+
+func (d *delayer) sleep() {
+	if d == nil {
+		return
+	}
+	if n := d.rng.Int64N(int64(d.max)); n > 0 {
+		time.Sleep(time.Duration(n))
+	}
+}
+
+// alloc is one region of emulated memory: device memory (hipMalloc) or
+// host memory the device can read (kernarg pool).
+type alloc struct {
+	base, size uint64
+	data       []byte
+	device     int // -1 for host memory
+	freed      bool
+	shadow     shadow
+}
+
+// addAlloc inserts a region into the address table.
+func (m *Machine) addAlloc(a *alloc) {
+	m.memMu.Lock()
+	defer m.memMu.Unlock()
+	i := sort.Search(len(m.allocs), func(i int) bool { return m.allocs[i].base > a.base })
+	m.allocs = append(m.allocs, nil)
+	copy(m.allocs[i+1:], m.allocs[i:])
+	m.allocs[i] = a
+}
+
+// find returns the region containing [addr, addr+n).
+func (m *Machine) find(addr, n uint64) (*alloc, error) {
+	m.memMu.RLock()
+	defer m.memMu.RUnlock()
+	i := sort.Search(len(m.allocs), func(i int) bool { return m.allocs[i].base > addr }) - 1
+	if i < 0 || addr+n > m.allocs[i].base+m.allocs[i].size || addr < m.allocs[i].base {
+		return nil, fmt.Errorf("emu: address range [%#x, %#x) is not mapped", addr, addr+n)
+	}
+	return m.allocs[i], nil
+}
+
+// removeHost drops a host region from the table (hsa_amd_memory_pool_free).
+func (m *Machine) removeHost(base uint64) bool {
+	m.memMu.Lock()
+	defer m.memMu.Unlock()
+	for i, a := range m.allocs {
+		if a.base == base && a.device < 0 {
+			m.allocs = append(m.allocs[:i], m.allocs[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// hostAlloc makes host-addressable memory aligned to 64 bytes, registered
+// so the device can resolve its address.
+func (m *Machine) hostAlloc(size uint64) unsafe.Pointer {
+	buf := make([]byte, size+64)
+	off := (64 - uintptr(unsafe.Pointer(&buf[0]))%64) % 64
+	data := buf[off : off+uintptr(size)]
+	p := unsafe.Pointer(&data[0])
+	m.addAlloc(&alloc{base: uint64(uintptr(p)), size: size, data: data, device: -1})
+	return p
+}
+
+// span resolves device bytes for an access by actor a, checking hazards.
+// A nil actor skips the check (checker off).
+func (m *Machine) span(addr, n uint64, write bool, a *actor) ([]byte, error) {
+	if n == 0 {
+		return nil, nil
+	}
+	r, err := m.find(addr, n)
+	if err != nil {
+		return nil, err
+	}
+	if r.freed {
+		if a != nil {
+			m.report([]*HazardError{{Kind: HazardUseAfterFree, Lo: addr, Hi: addr + n, Op: a.what, Queue: a.where,
+				Prior: "hipFree", PriorQ: "host"}})
+		}
+		return nil, fmt.Errorf("emu: [%#x, %#x) was freed", addr, addr+n)
+	}
+	if a != nil && m.opts.Hazards && r.device >= 0 {
+		m.report(r.shadow.access(addr, addr+n, write, a))
+	}
+	off := addr - r.base
+	return r.data[off : off+n], nil
+}
+
+// Quiesce waits until every queue and stream has run all its work, without
+// the host learning anything from it: the hazard checker's clocks are left
+// alone. Tests use it to let unordered work finish before conflicting work
+// starts, so that only the checker (not Go's race detector) sees the race.
+func (m *Machine) Quiesce() {
+	for {
+		busy := false
+		m.hsa.mu.Lock()
+		for _, q := range m.hsa.queues {
+			if q.broken.Load() {
+				continue
+			}
+			if int64(q.read.Load()) <= q.rung.Load() {
+				busy = true
+			}
+		}
+		m.hsa.mu.Unlock()
+		m.hip.mu.Lock()
+		for _, s := range m.hip.streams {
+			s.mu.Lock()
+			if s.ran < s.queued {
+				busy = true
+			}
+			s.mu.Unlock()
+		}
+		m.hip.mu.Unlock()
+		if !busy {
+			return
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+}

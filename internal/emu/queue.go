@@ -1,0 +1,330 @@
+package emu
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/rocsync/rocsync/hsa"
+	"github.com/rocsync/rocsync/kernels"
+)
+
+// queue is an emulated HSA queue: a ring of AQL packets in host memory and
+// a packet-processor goroutine.
+type queue struct {
+	m       *Machine
+	dev     int
+	agent   int // clock index
+	name    string
+	ring    []byte
+	hq      *hsa.Queue
+	write   atomic.Uint64
+	read    atomic.Uint64
+	rung    atomic.Int64 // newest doorbell value
+	kick    chan struct{}
+	done    chan struct{}
+	exited  chan struct{}
+	onError hsa.QueueErrorFunc
+	delay   *delayer
+
+	clockMu sync.Mutex
+	vc      vclock // joined completions: where a packet with the barrier bit starts
+	startVC vclock // where the newest packet started: all a packet without it follows
+	seq     uint32
+	rings   []rung // host clocks at doorbell rings, when hazards are on
+
+	inflight sync.WaitGroup // dispatches running without the barrier bit
+	broken   atomic.Bool
+}
+
+type rung struct {
+	index int64
+	vc    vclock
+}
+
+func (m *Machine) newQueue(dev int, id uint64, size uint32, onError hsa.QueueErrorFunc) *queue {
+	q := &queue{m: m, dev: dev, agent: m.newAgent(), name: fmt.Sprintf("hsa-queue gpu%d/q%d", dev, id),
+		kick: make(chan struct{}, 1), done: make(chan struct{}), exited: make(chan struct{}), onError: onError}
+	q.delay = m.newDelayer(q.agent)
+	buf := make([]byte, int(size)*hsa.PacketSize+hsa.PacketSize)
+	off := (hsa.PacketSize - uintptr(unsafe.Pointer(&buf[0]))%hsa.PacketSize) % hsa.PacketSize
+	q.ring = buf[off : off+uintptr(size)*hsa.PacketSize]
+	for i := 0; i < int(size); i++ {
+		// The runtime initialises every slot to INVALID.
+		q.ring[i*hsa.PacketSize] = byte(hsa.PacketTypeInvalid)
+	}
+	db := m.newSignal(0, false)
+	m.signal(db).doorbell = q
+	q.rung.Store(-1)
+	q.hq = &hsa.Queue{Handle: unsafe.Pointer(q), Base: unsafe.Pointer(&q.ring[0]), Doorbell: db, Size: size, ID: id}
+	go q.process()
+	return q
+}
+
+// ringDoorbell is the doorbell store: it records the host clock for the packets up
+// to index and wakes the packet processor.
+func (q *queue) ringDoorbell(index int64) {
+	if vc := q.m.hostSnapshot(); vc != nil {
+		q.clockMu.Lock()
+		q.rings = append(q.rings, rung{index: index, vc: vc})
+		q.clockMu.Unlock()
+	}
+	if index > q.rung.Load() {
+		q.rung.Store(index)
+	}
+	select {
+	case q.kick <- struct{}{}:
+	default:
+	}
+}
+
+// hostClockFor returns the host clock of the doorbell ring that published
+// packet index.
+func (q *queue) hostClockFor(index uint64) vclock {
+	q.clockMu.Lock()
+	defer q.clockMu.Unlock()
+	for len(q.rings) > 0 && q.rings[0].index < int64(index) {
+		q.rings = q.rings[1:]
+	}
+	if len(q.rings) == 0 {
+		return nil
+	}
+	return q.rings[0].vc
+}
+
+func (q *queue) stop() {
+	close(q.done)
+	<-q.exited
+}
+
+func (q *queue) process() {
+	defer close(q.exited)
+	for {
+		select {
+		case <-q.kick:
+		case <-q.done:
+			q.inflight.Wait()
+			return
+		}
+		for !q.broken.Load() {
+			idx := q.read.Load()
+			if int64(idx) > q.rung.Load() {
+				break
+			}
+			slot := hsa.Slot(q.hq, idx)
+			first := hsa.LoadHeader(slot)
+			if hsa.HeaderType(uint16(first)) == hsa.PacketTypeInvalid {
+				break // rung before the header was published; a later ring follows
+			}
+			if !q.execute(idx, slot, uint16(first)) {
+				return
+			}
+			hsa.PublishHeader(slot, hsa.InvalidFirstWord)
+			q.read.Store(idx + 1)
+		}
+	}
+}
+
+// fail breaks the queue the way a hardware fault does: the error callback
+// runs, the failing packet's signal is never decremented, and nothing after
+// it is processed.
+func (q *queue) fail(status hsa.Status, why string) {
+	q.broken.Store(true)
+	if q.onError != nil {
+		go q.onError(status)
+	}
+	_ = why
+}
+
+// execute runs one packet; it returns false when the queue was destroyed
+// while the packet waited.
+func (q *queue) execute(idx uint64, slot *[hsa.PacketSize]byte, header uint16) bool {
+	barrier := hsa.HeaderBarrier(header)
+	if barrier {
+		q.inflight.Wait()
+	}
+	switch hsa.HeaderType(header) {
+	case hsa.PacketTypeKernelDispatch:
+		p := hsa.DecodeDispatch(slot[:])
+		act := q.actor(idx, barrier, "dispatch")
+		if !barrier {
+			q.inflight.Add(1)
+			go func() {
+				defer q.inflight.Done()
+				q.dispatch(&p, act)
+			}()
+			return true
+		}
+		q.dispatch(&p, act)
+	case hsa.PacketTypeBarrierAnd, hsa.PacketTypeBarrierOr:
+		p := hsa.DecodeBarrierAnd(slot[:])
+		act := q.actor(idx, barrier, "barrier")
+		if !q.barrier(&p, hsa.HeaderType(header) == hsa.PacketTypeBarrierAnd, act) {
+			return false
+		}
+	default:
+		q.fail(hsa.StatusErrorInvalidPacket, fmt.Sprintf("packet type %d", hsa.HeaderType(header)))
+	}
+	return true
+}
+
+// actor builds the clock of the op in packet idx. A packet with the barrier
+// bit follows every earlier packet of the queue; one without it may run
+// alongside the ones still running, so it gets a fresh clock index.
+func (q *queue) actor(idx uint64, barrier bool, kind string) *actor {
+	if !q.m.opts.Hazards {
+		return nil
+	}
+	host := q.hostClockFor(idx)
+	q.clockMu.Lock()
+	defer q.clockMu.Unlock()
+	a := &actor{where: q.name, what: fmt.Sprintf("%s packet #%d", kind, idx)}
+	// Packets launch in order, but only the barrier bit waits for the
+	// earlier ones to complete.
+	if barrier {
+		a.vc = q.vc.clone()
+	} else {
+		a.vc = q.startVC.clone()
+	}
+	a.vc.join(host)
+	q.startVC = a.vc.clone()
+	if barrier {
+		q.seq++
+		a.agent, a.seq = q.agent, q.seq
+	} else {
+		a.agent, a.seq = q.m.newAgent(), 1
+	}
+	a.vc.set(a.agent, a.seq)
+	return a
+}
+
+// complete publishes an op's completion: later barrier packets of the queue
+// follow it, and so does whoever observes its signal.
+func (q *queue) complete(sig hsa.Signal, a *actor) {
+	var vc vclock
+	if a != nil {
+		q.clockMu.Lock()
+		q.vc.join(a.vc)
+		q.clockMu.Unlock()
+		vc = a.vc
+	}
+	if sig != 0 {
+		if s := q.m.signal(sig); s != nil {
+			s.addFrom(-1, vc)
+		}
+	}
+}
+
+func (q *queue) dispatch(p *hsa.DispatchPacket, a *actor) {
+	q.m.waitGate()
+	q.delay.sleep()
+	dims := p.Setup & 3
+	if dims == 0 || p.WorkgroupSize[0] == 0 {
+		q.fail(hsa.StatusErrorInvalidPacket, "bad dispatch geometry")
+		return
+	}
+	k := q.m.hsa.kernel(p.KernelObject)
+	if k == nil || !k.implemented {
+		q.fail(hsa.StatusErrorMemoryFault, fmt.Sprintf("kernel object %#x", p.KernelObject))
+		return
+	}
+	if a != nil {
+		a.what = fmt.Sprintf("%s (%s)", k.symbol, a.what)
+	}
+	args, err := q.m.span(p.KernargAddress, uint64(k.kernargSize), false, nil)
+	if err != nil {
+		q.fail(hsa.StatusErrorMemoryFault, err.Error())
+		return
+	}
+	grid := uint64(p.GridSize[0]) * uint64(max(p.GridSize[1], 1)) * uint64(max(p.GridSize[2], 1))
+	if err := q.m.runKernel(k, args, grid, a); err != nil {
+		q.fail(hsa.StatusErrorMemoryFault, err.Error())
+		return
+	}
+	q.complete(p.CompletionSignal, a)
+}
+
+// runKernel executes an elementwise kernel over its whole range; the real
+// kernels use a grid-stride loop, so any grid of at least one work-item
+// covers every element.
+func (m *Machine) runKernel(k *kernelImpl, kernarg []byte, grid uint64, a *actor) error {
+	args := kernels.DecodeArgs(kernarg, k.dt)
+	if grid == 0 || args.N == 0 {
+		return nil
+	}
+	n := args.N * uint64(k.dt.Size())
+	readA, readB := k.op.Reads()
+	var in1, in2 []byte
+	var err error
+	if readA {
+		if in1, err = m.span(args.A, n, false, a); err != nil {
+			return err
+		}
+	}
+	if readB {
+		if in2, err = m.span(args.B, n, false, a); err != nil {
+			return err
+		}
+	}
+	out, err := m.span(args.Out, n, true, a)
+	if err != nil {
+		return err
+	}
+	kernels.RefBytes(k.op, k.dt, out, in1, in2, args.Alpha)
+	return nil
+}
+
+// barrier waits for the dependency signals (AND: all reach 0; OR: any
+// does) and then completes.
+func (q *queue) barrier(p *hsa.BarrierAndPacket, and bool, a *actor) bool {
+	q.m.waitGate()
+	q.delay.sleep()
+	var deps []*signal
+	for _, h := range p.DepSignals {
+		if h == 0 {
+			continue
+		}
+		s := q.m.signal(h)
+		if s == nil {
+			q.fail(hsa.StatusErrorInvalidSignal, "barrier dependency")
+			return true
+		}
+		deps = append(deps, s)
+	}
+	for {
+		met := 0
+		for _, s := range deps {
+			if s.v.Load() == 0 {
+				met++
+			}
+		}
+		if (and && met == len(deps)) || (!and && (met > 0 || len(deps) == 0)) {
+			break
+		}
+		// Wait on one unmet signal, polling for destruction.
+		for _, s := range deps {
+			if s.v.Load() != 0 {
+				s.wait(hsa.ConditionEq, 0, 5*time.Millisecond)
+				break
+			}
+		}
+		select {
+		case <-q.done:
+			return false
+		default:
+		}
+	}
+	if a != nil {
+		q.clockMu.Lock()
+		for _, s := range deps {
+			if s.v.Load() == 0 {
+				a.vc.join(s.clock())
+			}
+		}
+		q.clockMu.Unlock()
+	}
+	q.complete(p.CompletionSignal, a)
+	return true
+}

@@ -1,0 +1,189 @@
+package kernels
+
+import (
+	"bytes"
+	"debug/elf"
+	"errors"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// wantTargets is the list in build.sh; a missing or extra file in co/ fails here.
+var wantTargets = []string{"gfx1030", "gfx1100", "gfx1101", "gfx1200", "gfx1201", "gfx908", "gfx90a", "gfx942", "gfx950"}
+
+func TestTargets(t *testing.T) {
+	if got := Targets(); !slices.Equal(got, wantTargets) {
+		t.Errorf("Targets() = %v, want %v", got, wantTargets)
+	}
+	Targets()[0] = "scribble" // callers get a copy
+	if Targets()[0] != wantTargets[0] {
+		t.Error("Targets() returns shared storage")
+	}
+	if got, want := PTXTargets(), []string{"sm_80", "sm_90"}; !slices.Equal(got, want) {
+		t.Errorf("PTXTargets() = %v, want %v", got, want)
+	}
+}
+
+func TestCodeObjectNames(t *testing.T) {
+	want, err := os.ReadFile("co/gfx90a.hsaco")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, isa := range []string{
+		"gfx90a",
+		"gfx90a:xnack-",
+		"gfx90a:sramecc+:xnack-",
+		"amdgcn-amd-amdhsa--gfx90a",
+		"amdgcn-amd-amdhsa--gfx90a:sramecc+:xnack-",
+		"amdgcn-amd-amdhsa--gfx90a:sramecc-:xnack+",
+	} {
+		got, err := CodeObject(isa)
+		if err != nil {
+			t.Errorf("CodeObject(%q): %v", isa, err)
+			continue
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("CodeObject(%q) is not co/gfx90a.hsaco", isa)
+		}
+	}
+	a, _ := CodeObject("gfx90a")
+	a[0] = 'X'
+	if b, _ := CodeObject("gfx90a"); b[0] != 0x7f {
+		t.Error("CodeObject returns shared storage")
+	}
+}
+
+func TestCodeObjectUnsupported(t *testing.T) {
+	for _, isa := range []string{"gfx1102", "amdgcn-amd-amdhsa--gfx940:xnack-", "", "sm_90", "gfx90a-", "GFX90A"} {
+		co, err := CodeObject(isa)
+		if err == nil {
+			t.Errorf("CodeObject(%q) = %d bytes, want an error", isa, len(co))
+			continue
+		}
+		if !errors.Is(err, ErrUnsupportedTarget) {
+			t.Errorf("CodeObject(%q): errors.Is(%v, ErrUnsupportedTarget) = false", isa, err)
+		}
+		var ute *UnsupportedTargetError
+		if !errors.As(err, &ute) {
+			t.Fatalf("CodeObject(%q): error %T is not *UnsupportedTargetError", isa, err)
+		}
+		if ute.ISA != isa || !slices.Equal(ute.Supported, wantTargets) {
+			t.Errorf("CodeObject(%q): error fields = %+v", isa, ute)
+		}
+		msg := err.Error()
+		if !strings.Contains(msg, "gfx1030, gfx1100") || !strings.Contains(msg, normalizeISA(isa)) {
+			t.Errorf("CodeObject(%q): message %q should name the target and the supported list", isa, msg)
+		}
+	}
+	_, err := CodeObject("amdgcn-amd-amdhsa--gfx1102:xnack-")
+	if want := "kernels: no kernels built for gfx1102 (from amdgcn-amd-amdhsa--gfx1102:xnack-); supported: gfx1030, gfx1100, gfx1101, gfx1200, gfx1201, gfx908, gfx90a, gfx942, gfx950"; err.Error() != want {
+		t.Errorf("message = %q\nwant      %q", err.Error(), want)
+	}
+	if errors.Is(errors.New("other"), ErrUnsupportedTarget) {
+		t.Error("an unrelated error matches ErrUnsupportedTarget")
+	}
+}
+
+// The ISA names are stripped of their xnack/sramecc settings because no code
+// object has a setting: each is either "any" or, where the processor has
+// no such feature, "unsupported". A code object built for "on" or "off"
+// would only load in that mode.
+func TestCodeObjectsHaveNoFeatureSettings(t *testing.T) {
+	const (
+		xnackMask      = 0x300 // EF_AMDGPU_FEATURE_XNACK_V4
+		xnackAny       = 0x100
+		sramEccMask    = 0xc00 // EF_AMDGPU_FEATURE_SRAMECC_V4
+		sramEccAny     = 0x400
+		abiVersionCOv5 = 3  // EI_ABIVERSION for code object v5
+		osABIAMDGPUHSA = 64 // ELFOSABI_AMDGPU_HSA; debug/elf has no name for it
+	)
+	for _, gfx := range Targets() {
+		co, _ := CodeObject(gfx)
+		f, err := elf.NewFile(bytes.NewReader(co))
+		if err != nil {
+			t.Fatalf("%s: %v", gfx, err)
+		}
+		if h := f.FileHeader; h.OSABI != osABIAMDGPUHSA || h.ABIVersion != abiVersionCOv5 {
+			t.Errorf("%s: OS ABI %v version %d, want AMDGPU_HSA code object v5 (%d)", gfx, h.OSABI, h.ABIVersion, abiVersionCOv5)
+		}
+		flags := elfFlags(t, co)
+		if x := flags & xnackMask; x != 0 && x != xnackAny {
+			t.Errorf("%s: xnack setting %#x, want any or unsupported", gfx, x)
+		}
+		if s := flags & sramEccMask; s != 0 && s != sramEccAny {
+			t.Errorf("%s: sramecc setting %#x, want any or unsupported", gfx, s)
+		}
+		f.Close()
+	}
+}
+
+// elfFlags reads e_flags, which debug/elf does not expose, from the ELF64 header.
+func elfFlags(t *testing.T, co []byte) uint32 {
+	t.Helper()
+	if len(co) < 52 {
+		t.Fatal("code object shorter than an ELF header")
+	}
+	return uint32(co[48]) | uint32(co[49])<<8 | uint32(co[50])<<16 | uint32(co[51])<<24
+}
+
+func TestPTX(t *testing.T) {
+	for _, arch := range PTXTargets() {
+		p, err := PTX(arch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p[len(p)-1] != 0 || bytes.IndexByte(p[:len(p)-1], 0) >= 0 {
+			t.Errorf("%s: PTX is not a single NUL-terminated string", arch)
+		}
+		text := string(p[:len(p)-1])
+		if !strings.Contains(text, "\n.target "+arch+"\n") {
+			t.Errorf("%s: PTX lacks .target %s", arch, arch)
+		}
+		if strings.Contains(text, ".extern") {
+			t.Errorf("%s: PTX has unresolved external functions", arch)
+		}
+		for _, op := range AllOps() {
+			for _, dt := range AllDTypes() {
+				if !strings.Contains(text, ".visible .entry "+op.KernelName(dt)+"(") {
+					t.Errorf("%s: PTX lacks entry %s", arch, op.KernelName(dt))
+				}
+			}
+		}
+	}
+	_, err := PTX("sm_70")
+	var ute *UnsupportedTargetError
+	if !errors.As(err, &ute) || !errors.Is(err, ErrUnsupportedTarget) || !slices.Equal(ute.Supported, []string{"sm_80", "sm_90"}) {
+		t.Errorf("PTX(sm_70) error = %v", err)
+	}
+}
+
+func TestWavefrontAndWorkgroupSize(t *testing.T) {
+	for isa, want := range map[string]int{
+		"gfx908": 64, "gfx90a": 64, "gfx942": 64, "gfx950": 64, "gfx900": 64,
+		"gfx1030": 32, "gfx1100": 32, "gfx1101": 32, "gfx1200": 32, "gfx1201": 32,
+		"amdgcn-amd-amdhsa--gfx90a:sramecc+:xnack-": 64,
+		"amdgcn-amd-amdhsa--gfx1100":                32,
+		"sm_90":                                     0, "": 0, "gfx": 0, "gfx9-generic": 0, "gfx10-3-generic": 0, "gfx090": 0,
+	} {
+		if got := Wavefront(isa); got != want {
+			t.Errorf("Wavefront(%q) = %d, want %d", isa, got, want)
+		}
+	}
+	for _, gfx := range Targets() {
+		ws := DefaultWorkgroupSize(gfx)
+		if wave := Wavefront(gfx); int(ws)%wave != 0 {
+			t.Errorf("%s: DefaultWorkgroupSize %d is not a whole number of %d-wide waves", gfx, ws, wave)
+		}
+	}
+}
+
+func readSource(t *testing.T) string {
+	t.Helper()
+	src, err := os.ReadFile("src/elementwise.cl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(src)
+}

@@ -1,0 +1,81 @@
+// Package rocblas defines the Go-level interface to the rocBLAS functions
+// rocsync uses (librocblas), with their enum values.
+//
+// rocBLAS is column-major, like every BLAS. The purego binding and the
+// emulated device in internal/emu both implement Library.
+package rocblas
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/rocsync/rocsync/hip"
+)
+
+// Handle is rocblas_handle.
+type Handle uintptr
+
+// Operation is rocblas_operation.
+type Operation uint32
+
+const (
+	OperationNone      Operation = 111
+	OperationTranspose Operation = 112
+	OperationConjTrans Operation = 113
+)
+
+// PointerMode is rocblas_pointer_mode.
+type PointerMode uint32
+
+const (
+	PointerModeHost   PointerMode = 0
+	PointerModeDevice PointerMode = 1
+)
+
+// Status is rocblas_status.
+type Status uint32
+
+const (
+	StatusSuccess        Status = 0
+	StatusInvalidHandle  Status = 1
+	StatusNotImplemented Status = 2
+	StatusInvalidPointer Status = 3
+	StatusInvalidSize    Status = 4
+	StatusMemoryError    Status = 5
+	StatusInternalError  Status = 6
+	StatusInvalidValue   Status = 11
+)
+
+// Error is a failed rocBLAS call with rocblas_status_to_string's text.
+type Error struct {
+	Func   string
+	Status Status
+	Text   string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("rocblas: %s: status %d: %s", e.Func, uint32(e.Status), e.Text)
+}
+
+// Is matches another *Error by status.
+func (e *Error) Is(target error) bool {
+	var t *Error
+	if !errors.As(target, &t) {
+		return false
+	}
+	return t.Status == e.Status
+}
+
+// Library is the set of rocBLAS functions rocsync calls.
+type Library interface {
+	CreateHandle(device int) (Handle, error)
+	DestroyHandle(h Handle) error
+	SetStream(h Handle, s hip.Stream) error
+	GetStream(h Handle) (hip.Stream, error)
+	SetPointerMode(h Handle, m PointerMode) error
+	Sgemm(h Handle, transA, transB Operation, m, n, k int32, alpha float32,
+		a hip.DevicePtr, lda int32, b hip.DevicePtr, ldb int32, beta float32, c hip.DevicePtr, ldc int32) error
+	Dgemm(h Handle, transA, transB Operation, m, n, k int32, alpha float64,
+		a hip.DevicePtr, lda int32, b hip.DevicePtr, ldb int32, beta float64, c hip.DevicePtr, ldc int32) error
+	StatusString(s Status) string
+}

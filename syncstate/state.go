@@ -1,0 +1,341 @@
+package syncstate
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
+
+// MaxOperands is the most arrays one op may touch.
+const MaxOperands = 4
+
+// maxDeps bounds the distinct producer timelines of one op: each operand
+// contributes its writer and one reader per timeline.
+const maxDeps = 16
+
+var stateIDs atomic.Uint64
+
+// State is the sync record of one array: the fence of its last writer and,
+// per timeline, the fence of its newest reader since that write.
+//
+// Readers are cleared by every write, so any reader present is ordered
+// after the current writer.
+type State struct {
+	mu      sync.Mutex
+	id      uint64 // lock order across the operands of one op
+	writer  Fence
+	readers []Fence
+}
+
+// NewState returns an empty State.
+func NewState() *State { return &State{id: stateIDs.Add(1)} }
+
+// Writer returns the current writer fence.
+func (s *State) Writer() Fence {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.writer
+}
+
+// PendingFences appends the writer and reader fences not yet known complete.
+func (s *State) PendingFences(dst []Fence) []Fence {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pendingLocked(dst)
+}
+
+func (s *State) pendingLocked(dst []Fence) []Fence {
+	if !s.writer.Done() {
+		dst = append(dst, s.writer)
+	}
+	for _, r := range s.readers {
+		if !r.Done() {
+			dst = append(dst, r)
+		}
+	}
+	return dst
+}
+
+// PendingCount is the number of pending fences (for tests and stats).
+func (s *State) PendingCount() int {
+	var buf [maxDeps]Fence
+	return len(s.PendingFences(buf[:0]))
+}
+
+// Lock and Unlock let the host take an array for itself (read-back, free):
+// no op can commit on it in between.
+func (s *State) Lock()   { s.mu.Lock() }
+func (s *State) Unlock() { s.mu.Unlock() }
+
+// WriterLocked returns the writer while the caller holds the lock.
+func (s *State) WriterLocked() Fence { return s.writer }
+
+// PendingLocked is PendingFences for a caller that holds the lock.
+func (s *State) PendingLocked(dst []Fence) []Fence { return s.pendingLocked(dst) }
+
+func (s *State) recordRead(f Fence) {
+	for i := range s.readers {
+		if s.readers[i].TL == f.TL {
+			s.readers[i] = f
+			return
+		}
+	}
+	// Drop completed readers before growing, so the slice stays as long
+	// as the number of timelines with reads in flight.
+	kept := s.readers[:0]
+	for _, r := range s.readers {
+		if !r.Done() {
+			kept = append(kept, r)
+		}
+	}
+	s.readers = append(kept, f)
+}
+
+func (s *State) recordWrite(f Fence) {
+	s.writer = f
+	clear(s.readers)
+	s.readers = s.readers[:0]
+}
+
+// ErrTooManyOperands is returned when an op names more than MaxOperands arrays.
+var ErrTooManyOperands = errors.New("syncstate: too many operands")
+
+type access struct {
+	s     *State
+	write bool
+}
+
+// Op orders one op on a timeline against earlier work on its operands. Use
+// it as a value on the stack:
+//
+//	var op syncstate.Op
+//	op.Read(a); op.Read(b); op.Write(out)
+//	if err := op.Begin(engine, q); err != nil { ... }
+//	ticket, err := submit()
+//	op.Commit(ticket) // or op.Abort() if submit failed
+//
+// Begin locks the operands (in a global order, so ops never deadlock),
+// waits for what the op must follow, and Commit records the op's fence.
+type Op struct {
+	acc    [MaxOperands]access
+	n      int
+	tooMny bool
+	locked bool
+	e      *Engine
+	tl     Timeline
+}
+
+// Read adds an operand the op reads.
+func (o *Op) Read(s *State) { o.add(s, false) }
+
+// Write adds an operand the op writes.
+func (o *Op) Write(s *State) { o.add(s, true) }
+
+// add merges aliases: an array that is both read and written is one write
+// operand, so y = f(x, x) and x = x*x record one fence, not two.
+func (o *Op) add(s *State, write bool) {
+	for i := 0; i < o.n; i++ {
+		if o.acc[i].s == s {
+			o.acc[i].write = o.acc[i].write || write
+			return
+		}
+	}
+	if o.n == MaxOperands {
+		o.tooMny = true
+		return
+	}
+	o.acc[o.n] = access{s: s, write: write}
+	o.n++
+}
+
+// Engine applies a policy and counts what it does.
+type Engine struct {
+	Policy Policy
+	// DisableWaits skips every wait the policy would emit. It exists only
+	// so tests can prove that the hazard checker catches missing waits.
+	DisableWaits bool
+}
+
+// depSet collapses fences to the newest one per timeline.
+type depSet struct {
+	f [maxDeps]Fence
+	n int
+}
+
+func (d *depSet) add(f Fence) bool {
+	for i := 0; i < d.n; i++ {
+		if d.f[i].TL == f.TL {
+			if f.Ticket > d.f[i].Ticket {
+				d.f[i].Ticket = f.Ticket
+			}
+			return true
+		}
+	}
+	if d.n == maxDeps {
+		return false
+	}
+	d.f[d.n] = f
+	d.n++
+	return true
+}
+
+// Begin locks the operands and orders the op after everything it must
+// follow on timeline tl. On error the operands are unlocked.
+func (o *Op) Begin(e *Engine, tl Timeline, sinks Sinks) error {
+	if o.tooMny {
+		return fmt.Errorf("%w: an op may touch at most %d arrays", ErrTooManyOperands, MaxOperands)
+	}
+	o.e, o.tl = e, tl
+	o.lock()
+	if e.DisableWaits {
+		// Not even a completion poll, which would let the host observe
+		// the producer and order the op after it.
+		return nil
+	}
+	var deps depSet
+	var skipped uint64
+	var waitErr error
+	consider := func(f Fence) {
+		switch {
+		case f.TL == nil:
+		case f.TL == tl:
+			skipped++ // in-order execution on tl already orders it
+		case f.Ticket <= f.TL.Completed():
+			skipped++
+		case !deps.add(f):
+			// More producer timelines than one op tracks: the excess
+			// are waited for on the host, which is always correct.
+			if waitErr == nil {
+				waitErr = e.hostWait(tl, f, sinks)
+			}
+		}
+	}
+	for i := 0; i < o.n; i++ {
+		a := &o.acc[i]
+		if a.write {
+			// Write after write and write after read.
+			consider(a.s.writer)
+			for _, r := range a.s.readers {
+				consider(r)
+			}
+			continue
+		}
+		// A reader already on tl was ordered after the writer when it
+		// was recorded, so this read is too.
+		if readerOn(a.s, tl) {
+			if !a.s.writer.IsZero() {
+				skipped++
+			}
+			continue
+		}
+		consider(a.s.writer)
+	}
+	sinks.Skipped(skipped)
+	if waitErr != nil {
+		o.unlock()
+		return waitErr
+	}
+	if err := e.resolve(tl, deps.f[:deps.n], sinks); err != nil {
+		o.unlock()
+		return err
+	}
+	return nil
+}
+
+func readerOn(s *State, tl Timeline) bool {
+	for _, r := range s.readers {
+		if r.TL == tl {
+			return true
+		}
+	}
+	return false
+}
+
+// resolve emits the waits for deps: on the device where the policy and the
+// consumer allow, otherwise on the host.
+func (e *Engine) resolve(tl Timeline, deps []Fence, sinks Sinks) error {
+	if len(deps) == 0 || e.DisableWaits {
+		return nil
+	}
+	var dev [maxDeps]Fence
+	nd := 0
+	for _, f := range deps {
+		pd := f.TL.Domain()
+		if e.Policy.deviceWaitAllowed(tl.Domain(), pd) && tl.CanWaitDevice(pd) {
+			dev[nd] = f
+			nd++
+			continue
+		}
+		if err := e.hostWait(tl, f, sinks); err != nil {
+			return err
+		}
+	}
+	if nd > 0 {
+		if err := tl.WaitDevice(dev[:nd]); err != nil {
+			return err
+		}
+		sinks.DeviceWait(uint64(nd))
+	}
+	return nil
+}
+
+func (e *Engine) hostWait(tl Timeline, f Fence, sinks Sinks) error {
+	if e.DisableWaits {
+		return nil
+	}
+	r := ReasonCrossQueue
+	if f.TL.Domain() != tl.Domain() {
+		r = ReasonBoundary
+	}
+	sinks.HostWait(r)
+	return f.TL.WaitHost(f.Ticket)
+}
+
+// Commit records the op, submitted as ticket on the Begin timeline, on its
+// operands and unlocks them. Under WaitAlways it then waits for the op.
+func (o *Op) Commit(ticket uint64, sinks Sinks) error {
+	f := Fence{TL: o.tl, Ticket: ticket}
+	for i := 0; i < o.n; i++ {
+		if o.acc[i].write {
+			o.acc[i].s.recordWrite(f)
+		} else {
+			o.acc[i].s.recordRead(f)
+		}
+	}
+	o.unlock()
+	if o.e.Policy == WaitAlways && !o.e.DisableWaits {
+		sinks.HostWait(ReasonWaitAlways)
+		return o.tl.WaitHost(ticket)
+	}
+	return nil
+}
+
+// Abort unlocks the operands without recording anything.
+func (o *Op) Abort() { o.unlock() }
+
+func (o *Op) lock() {
+	// Insertion sort by id: at most MaxOperands entries.
+	for i := 1; i < o.n; i++ {
+		for j := i; j > 0 && o.acc[j].s.id < o.acc[j-1].s.id; j-- {
+			o.acc[j], o.acc[j-1] = o.acc[j-1], o.acc[j]
+		}
+	}
+	for i := 0; i < o.n; i++ {
+		o.acc[i].s.mu.Lock()
+	}
+	o.locked = true
+}
+
+func (o *Op) unlock() {
+	if !o.locked {
+		return
+	}
+	for i := o.n - 1; i >= 0; i-- {
+		o.acc[i].s.mu.Unlock()
+	}
+	o.locked = false
+}
+
+// ReadersLocked is the number of reader fences, for a caller that holds the lock.
+func (s *State) ReadersLocked() int { return len(s.readers) }

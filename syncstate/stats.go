@@ -1,0 +1,164 @@
+package syncstate
+
+import (
+	"fmt"
+	"strings"
+	"sync/atomic"
+)
+
+// Reason says why the host waited.
+type Reason uint8
+
+const (
+	// ReasonBoundary: an op crossed between domains (HSA↔HIP) and the
+	// device could not wait for the other side.
+	ReasonBoundary Reason = iota
+	// ReasonCrossQueue: an op crossed between two timelines of one domain
+	// under a policy that waits on the host there (SkipSameQueue).
+	ReasonCrossQueue
+	// ReasonReadBack: the host read an array back.
+	ReasonReadBack
+	// ReasonSync: an explicit Synchronize.
+	ReasonSync
+	// ReasonFree: memory was needed and freed arrays still had work
+	// pending, or a device was closed.
+	ReasonFree
+	// ReasonThrottle: a timeline had too much work in flight.
+	ReasonThrottle
+	// ReasonWaitAlways: the WaitAlways policy waits after every op.
+	ReasonWaitAlways
+	numReasons
+)
+
+// Reasons lists every reason, in report order.
+var Reasons = []Reason{ReasonBoundary, ReasonCrossQueue, ReasonReadBack, ReasonSync, ReasonFree, ReasonThrottle, ReasonWaitAlways}
+
+func (r Reason) String() string {
+	switch r {
+	case ReasonBoundary:
+		return "boundary"
+	case ReasonCrossQueue:
+		return "cross-queue"
+	case ReasonReadBack:
+		return "read-back"
+	case ReasonSync:
+		return "sync"
+	case ReasonFree:
+		return "free"
+	case ReasonThrottle:
+		return "throttle"
+	case ReasonWaitAlways:
+		return "wait-always"
+	}
+	return fmt.Sprintf("Reason(%d)", uint8(r))
+}
+
+// Stats are live counters, safe for concurrent use. A task and its device
+// each have one; every event is counted in both.
+type Stats struct {
+	dispatches     atomic.Uint64
+	hostWaits      [numReasons]atomic.Uint64
+	skippedWaits   atomic.Uint64
+	deviceWaits    atomic.Uint64
+	eventsRecorded atomic.Uint64
+}
+
+// Snapshot is a copy of Stats at one moment.
+type Snapshot struct {
+	// Dispatches counts ops submitted (kernels and library calls).
+	Dispatches uint64
+	// HostWaits counts host waits by reason.
+	HostWaits [numReasons]uint64
+	// SkippedWaits counts fences that needed no wait: on the op's own
+	// timeline, or already complete.
+	SkippedWaits uint64
+	// DeviceWaits counts fences waited for on the device.
+	DeviceWaits uint64
+	// EventsRecorded counts HIP events recorded (only when needed).
+	EventsRecorded uint64
+}
+
+// Snapshot copies the counters.
+func (s *Stats) Snapshot() Snapshot {
+	var out Snapshot
+	out.Dispatches = s.dispatches.Load()
+	for i := range s.hostWaits {
+		out.HostWaits[i] = s.hostWaits[i].Load()
+	}
+	out.SkippedWaits = s.skippedWaits.Load()
+	out.DeviceWaits = s.deviceWaits.Load()
+	out.EventsRecorded = s.eventsRecorded.Load()
+	return out
+}
+
+// HostWaitsTotal sums host waits over all reasons.
+func (s Snapshot) HostWaitsTotal() uint64 {
+	var n uint64
+	for _, v := range s.HostWaits {
+		n += v
+	}
+	return n
+}
+
+// HostWaitsFor returns the host waits for one reason.
+func (s Snapshot) HostWaitsFor(r Reason) uint64 { return s.HostWaits[r] }
+
+// Sub returns s - base, counter by counter.
+func (s Snapshot) Sub(base Snapshot) Snapshot {
+	out := Snapshot{
+		Dispatches:     s.Dispatches - base.Dispatches,
+		SkippedWaits:   s.SkippedWaits - base.SkippedWaits,
+		DeviceWaits:    s.DeviceWaits - base.DeviceWaits,
+		EventsRecorded: s.EventsRecorded - base.EventsRecorded,
+	}
+	for i := range s.HostWaits {
+		out.HostWaits[i] = s.HostWaits[i] - base.HostWaits[i]
+	}
+	return out
+}
+
+func (s Snapshot) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "dispatches=%d host-waits=%d", s.Dispatches, s.HostWaitsTotal())
+	for _, r := range Reasons {
+		if s.HostWaits[r] != 0 {
+			fmt.Fprintf(&b, " %s=%d", r, s.HostWaits[r])
+		}
+	}
+	fmt.Fprintf(&b, " skipped=%d device-waits=%d events=%d", s.SkippedWaits, s.DeviceWaits, s.EventsRecorded)
+	return b.String()
+}
+
+// Sinks are the counters one event is added to: a task's and its device's.
+type Sinks [2]*Stats
+
+func (k Sinks) each(f func(*Stats)) {
+	for _, s := range k {
+		if s != nil {
+			f(s)
+		}
+	}
+}
+
+// Dispatch counts one submitted op.
+func (k Sinks) Dispatch() { k.each(func(s *Stats) { s.dispatches.Add(1) }) }
+
+// HostWait counts one host wait.
+func (k Sinks) HostWait(r Reason) { k.each(func(s *Stats) { s.hostWaits[r].Add(1) }) }
+
+// Skipped counts n skipped waits.
+func (k Sinks) Skipped(n uint64) {
+	if n != 0 {
+		k.each(func(s *Stats) { s.skippedWaits.Add(n) })
+	}
+}
+
+// DeviceWait counts n fences waited for on the device.
+func (k Sinks) DeviceWait(n uint64) {
+	if n != 0 {
+		k.each(func(s *Stats) { s.deviceWaits.Add(n) })
+	}
+}
+
+// EventRecorded counts one recorded event.
+func (k Sinks) EventRecorded() { k.each(func(s *Stats) { s.eventsRecorded.Add(1) }) }

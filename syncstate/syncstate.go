@@ -1,0 +1,144 @@
+// Package syncstate is rocsync's synchronization core. It decides, for each
+// op about to run on a queue, which earlier work the op must be ordered
+// after, and how: not at all (same queue, or already complete), on the
+// device, or by a host wait.
+//
+// It knows only abstract timelines (in-order queues or streams whose ops
+// carry increasing tickets) and fences (a point on a timeline). It never
+// imports hsa or hip: the HSA and HIP timelines live in queue/ and stream/.
+//
+// Each array carries a State: one writer fence and at most one reader fence
+// per timeline, in the spirit of MXNet's SyncObject and XLA's definition and
+// usage events.
+package syncstate
+
+import (
+	"fmt"
+)
+
+// Domain groups timelines that can wait for one another on the device.
+type Domain uint8
+
+const (
+	// DomainKernel holds the queues rocsync's own kernels run on (HSA
+	// queues on ROCm).
+	DomainKernel Domain = iota
+	// DomainLibrary holds the streams vendor libraries run on (HIP
+	// streams on ROCm).
+	DomainLibrary
+)
+
+func (d Domain) String() string {
+	switch d {
+	case DomainKernel:
+		return "kernel-queue"
+	case DomainLibrary:
+		return "library-stream"
+	}
+	return fmt.Sprintf("Domain(%d)", uint8(d))
+}
+
+// Timeline is an in-order queue or stream. Every op submitted on it gets the
+// next ticket, starting at 1; ticket t being complete means every op with a
+// ticket up to t is complete.
+type Timeline interface {
+	Domain() Domain
+	// Name identifies the timeline in logs and errors.
+	Name() string
+	// Completed returns a ticket c such that every ticket ≤ c is known to be
+	// complete. It may poll the device, so it must be cheap.
+	Completed() uint64
+	// WaitHost blocks the calling goroutine until ticket t is complete.
+	WaitHost(t uint64) error
+	// CanWaitDevice reports whether work on this timeline can wait on the
+	// device for fences of timelines in domain d.
+	CanWaitDevice(d Domain) bool
+	// WaitDevice makes all work submitted to this timeline after the call
+	// wait, on the device, for the fences. Each fence is on another
+	// timeline, one per timeline, of a domain CanWaitDevice accepts.
+	WaitDevice(fences []Fence) error
+}
+
+// Fence is a point on a timeline. The zero Fence is no fence.
+type Fence struct {
+	TL     Timeline
+	Ticket uint64
+}
+
+// IsZero reports whether f is no fence.
+func (f Fence) IsZero() bool { return f.TL == nil }
+
+// Done reports whether the fence is known to be complete.
+func (f Fence) Done() bool { return f.TL == nil || f.Ticket <= f.TL.Completed() }
+
+func (f Fence) String() string {
+	if f.TL == nil {
+		return "none"
+	}
+	return fmt.Sprintf("%s#%d", f.TL.Name(), f.Ticket)
+}
+
+// Policy chooses how crossings between timelines are ordered.
+type Policy uint8
+
+const (
+	// DeviceSide, the default (and the zero value), waits on the device
+	// between timelines of one domain (HSA barrier-AND packets,
+	// hipStreamWaitEvent) and on the host only at crossings between
+	// domains.
+	DeviceSide Policy = iota
+	// WaitAlways is the seed's "before": every op is followed by a host
+	// wait for its own completion.
+	WaitAlways
+	// SkipSameQueue is the seed's "after": no wait on the same queue or
+	// stream, a host wait on any other crossing.
+	SkipSameQueue
+	// Unified runs kernels and library calls on one stream per task, so a
+	// task has no crossing at all; crossings between tasks wait on the
+	// device.
+	Unified
+	// DeviceBridge also waits on the device across domains, where the
+	// timelines support it.
+	DeviceBridge
+)
+
+// Policies lists every policy, in the order benchmarks report them.
+var Policies = []Policy{WaitAlways, SkipSameQueue, DeviceSide, Unified, DeviceBridge}
+
+func (p Policy) String() string {
+	switch p {
+	case WaitAlways:
+		return "WaitAlways"
+	case SkipSameQueue:
+		return "SkipSameQueue"
+	case DeviceSide:
+		return "DeviceSide"
+	case Unified:
+		return "Unified"
+	case DeviceBridge:
+		return "DeviceBridge"
+	}
+	return fmt.Sprintf("Policy(%d)", uint8(p))
+}
+
+// ParsePolicy parses a policy name as printed by String (case-sensitive).
+func ParsePolicy(s string) (Policy, error) {
+	for _, p := range Policies {
+		if p.String() == s {
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("syncstate: unknown policy %q (want one of WaitAlways, SkipSameQueue, DeviceSide, Unified, DeviceBridge)", s)
+}
+
+// deviceWaitAllowed reports whether the policy lets a consumer on domain
+// consumer wait on the device for a producer of domain producer.
+func (p Policy) deviceWaitAllowed(consumer, producer Domain) bool {
+	switch p {
+	case DeviceSide, Unified:
+		return consumer == producer
+	case DeviceBridge:
+		return true
+	}
+	return false
+}
