@@ -60,11 +60,12 @@ type Device struct {
 }
 
 type kernelObject struct {
-	handle       uint64
-	kernargSize  uint32
-	groupSize    uint32
-	privateSize  uint32
-	workgroup    uint16
+	handle      uint64       // HSA kernel object
+	function    hip.Function // the same kernel through HIP, under Unified
+	kernargSize uint32
+	groupSize   uint32
+	privateSize uint32
+	workgroup   uint16
 }
 
 const numKernelOps = 16
@@ -364,6 +365,14 @@ func (d *Device) doLoadKernels() error {
 		return err
 	}
 	wg := kernels.DefaultWorkgroupSize(d.isa)
+	var module hip.Module
+	if d.engine.Policy == Unified {
+		// Unified launches the same code object through HIP, on the
+		// task's stream next to rocBLAS.
+		if module, err = d.drv.hip.ModuleLoadData(d.index, code); err != nil {
+			return err
+		}
+	}
 	for _, op := range kernels.AllOps() {
 		for di, dt := range kernels.AllDTypes() {
 			sym, err := rt.ExecutableSymbolByName(exe, op.Symbol(dt), d.agent)
@@ -385,6 +394,11 @@ func (d *Device) doLoadKernels() error {
 			}
 			if k.privateSize, err = rt.SymbolInfoUint32(sym, hsa.SymbolInfoPrivateSegmentSize); err != nil {
 				return err
+			}
+			if module != 0 {
+				if k.function, err = d.drv.hip.ModuleGetFunction(module, op.KernelName(dt)); err != nil {
+					return err
+				}
 			}
 			d.kernelObjs[op][di] = k
 		}

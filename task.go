@@ -225,6 +225,14 @@ const maxGrid = 1 << 24
 func (t *Task) launch(k *kernelObject, kernarg []byte, n uint64) (uint64, error) {
 	wg := uint64(k.workgroup)
 	grid := min((n+wg-1)/wg*wg, maxGrid)
+	if t.st.Queue == nil {
+		// Unified: HIP counts the grid in blocks, AQL in work-items.
+		hp := t.dev.drv.hip
+		return t.st.Stream.Submit(func(s hip.Stream) error {
+			return hp.ModuleLaunchKernel(k.function, [3]uint32{uint32(grid / wg), 1, 1}, [3]uint32{uint32(wg), 1, 1},
+				k.groupSize, s, kernarg)
+		})
+	}
 	return t.st.Queue.Dispatch(&queue.Dispatch{KernelObject: k.handle, Grid: uint32(grid), Workgroup: k.workgroup,
 		PrivateSegmentSize: k.privateSize, GroupSegmentSize: k.groupSize, Kernarg: kernarg})
 }

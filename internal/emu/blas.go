@@ -2,7 +2,6 @@ package emu
 
 import (
 	"fmt"
-	"math"
 	"sync"
 	"unsafe"
 
@@ -211,29 +210,37 @@ func f64s(b []byte) []float64 {
 	return unsafe.Slice((*float64)(unsafe.Pointer(&b[0])), len(b)/8)
 }
 
-// gemm32 accumulates in float32, as rocBLAS's sgemm does.
+// gemm32 and gemm64 compute C = alpha·op(A)·op(B) + beta·C, column-major.
+// Without a transpose of A they run column by column (C[:,j] += A[:,l]·b),
+// which walks memory in order; sgemm accumulates in float32, as rocBLAS does.
 func gemm32(ta, tb bool, m, n, k int, alpha float32, A []float32, lda int, B []float32, ldb int, beta float32, C []float32, ldc int) {
 	for j := 0; j < n; j++ {
-		for i := 0; i < m; i++ {
-			var sum float32
-			if alpha != 0 {
-				for l := 0; l < k; l++ {
-					av := A[i+l*lda]
-					if ta {
-						av = A[l+i*lda]
-					}
-					bv := B[l+j*ldb]
-					if tb {
-						bv = B[j+l*ldb]
-					}
-					sum += av * bv
-				}
-			}
-			c := &C[i+j*ldc]
+		col := C[j*ldc : j*ldc+m]
+		for i := range col {
 			if beta == 0 {
-				*c = alpha * sum
+				col[i] = 0
 			} else {
-				*c = alpha*sum + beta**c
+				col[i] *= beta
+			}
+		}
+		if alpha == 0 {
+			continue
+		}
+		for l := 0; l < k; l++ {
+			bv := B[l+j*ldb]
+			if tb {
+				bv = B[j+l*ldb]
+			}
+			bv *= alpha
+			if !ta {
+				a := A[l*lda : l*lda+m]
+				for i, av := range a {
+					col[i] += av * bv
+				}
+				continue
+			}
+			for i := range col {
+				col[i] += A[l+i*lda] * bv
 			}
 		}
 	}
@@ -241,26 +248,32 @@ func gemm32(ta, tb bool, m, n, k int, alpha float32, A []float32, lda int, B []f
 
 func gemm64(ta, tb bool, m, n, k int, alpha float64, A []float64, lda int, B []float64, ldb int, beta float64, C []float64, ldc int) {
 	for j := 0; j < n; j++ {
-		for i := 0; i < m; i++ {
-			var sum float64
-			if alpha != 0 {
-				for l := 0; l < k; l++ {
-					av := A[i+l*lda]
-					if ta {
-						av = A[l+i*lda]
-					}
-					bv := B[l+j*ldb]
-					if tb {
-						bv = B[j+l*ldb]
-					}
-					sum = math.FMA(av, bv, sum)
-				}
-			}
-			c := &C[i+j*ldc]
+		col := C[j*ldc : j*ldc+m]
+		for i := range col {
 			if beta == 0 {
-				*c = alpha * sum
+				col[i] = 0
 			} else {
-				*c = alpha*sum + beta**c
+				col[i] *= beta
+			}
+		}
+		if alpha == 0 {
+			continue
+		}
+		for l := 0; l < k; l++ {
+			bv := B[l+j*ldb]
+			if tb {
+				bv = B[j+l*ldb]
+			}
+			bv *= alpha
+			if !ta {
+				a := A[l*lda : l*lda+m]
+				for i, av := range a {
+					col[i] += av * bv
+				}
+				continue
+			}
+			for i := range col {
+				col[i] += A[l+i*lda] * bv
 			}
 		}
 	}

@@ -1,0 +1,273 @@
+// Command bench runs the seed's programs (and more) under every rocsync
+// policy on the default device, the emulator when no AMD GPU is present,
+// and reports dispatch time, total time and host waits per iteration.
+//
+//	go run ./bench                       # every program, every policy
+//	go run ./bench -programs mixed -policies DeviceSide,Unified -iters 500
+//	go run ./bench -json > results.json
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/rocsync/rocsync"
+)
+
+type config struct {
+	n        int
+	iters    int
+	warmup   int
+	repeat   int
+	seed     uint64
+	backend  rocsync.Backend
+	programs []string
+	policies []rocsync.Policy
+	json     bool
+	progress io.Writer
+}
+
+// result is one program under one policy.
+type result struct {
+	Program          string  `json:"program"`
+	Policy           string  `json:"policy"`
+	Backend          string  `json:"backend"`
+	N                int     `json:"n"`
+	Iterations       int     `json:"iterations"`
+	DispatchMedianUS float64 `json:"dispatch_median_us"`
+	DispatchP90US    float64 `json:"dispatch_p90_us"`
+	TotalMedianUS    float64 `json:"total_median_us"`
+	TotalP90US       float64 `json:"total_p90_us"`
+	HostWaitsPerIter float64 `json:"host_waits_per_iter"`
+	BoundaryPerIter  float64 `json:"boundary_waits_per_iter"`
+	DeviceWaitsIter  float64 `json:"device_waits_per_iter"`
+	Crossings        int     `json:"crossings_per_iter"`
+	Checksum         float64 `json:"checksum"`
+	DispatchRatio    float64 `json:"dispatch_ratio_to_wait_always"`
+	TotalRatio       float64 `json:"total_ratio_to_wait_always"`
+}
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:], os.Stderr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	results, err := runAll(cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	if cfg.json {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(results)
+	} else {
+		printTable(os.Stdout, cfg, results)
+	}
+	if err := checkChecksums(results); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfg config
+	var progs, pols, backend string
+	fs.IntVar(&cfg.n, "n", 128, "matrix size (n×n float32)")
+	fs.IntVar(&cfg.iters, "iters", 200, "measured iterations per program and policy")
+	fs.IntVar(&cfg.warmup, "warmup", 20, "warm-up iterations, not measured")
+	fs.IntVar(&cfg.repeat, "repeat", 3, "repetitions of (x∘x)·x per mixed iteration")
+	fs.Uint64Var(&cfg.seed, "seed", 1, "input seed")
+	fs.StringVar(&progs, "programs", "matmul,elementwise,mixed", "comma-separated programs")
+	fs.StringVar(&pols, "policies", "WaitAlways,SkipSameQueue,DeviceSide,Unified,DeviceBridge", "comma-separated policies")
+	fs.StringVar(&backend, "backend", "auto", "auto, emulator or rocm")
+	fs.BoolVar(&cfg.json, "json", false, "print JSON instead of a table")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	switch backend {
+	case "auto":
+		cfg.backend = rocsync.Auto
+	case "emulator":
+		cfg.backend = rocsync.Emulator
+	case "rocm":
+		cfg.backend = rocsync.ROCm
+	default:
+		return cfg, fmt.Errorf("unknown backend %q", backend)
+	}
+	if cfg.n <= 0 || cfg.iters <= 0 || cfg.warmup < 0 || cfg.repeat <= 0 {
+		return cfg, errors.New("-n, -iters and -repeat must be positive, -warmup not negative")
+	}
+	for _, p := range strings.Split(progs, ",") {
+		if _, err := programByName(p); err != nil {
+			return cfg, err
+		}
+		cfg.programs = append(cfg.programs, p)
+	}
+	for _, p := range strings.Split(pols, ",") {
+		pol, err := rocsync.ParsePolicy(p)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.policies = append(cfg.policies, pol)
+	}
+	cfg.progress = stderr
+	return cfg, nil
+}
+
+func runAll(cfg config) ([]result, error) {
+	var out []result
+	start := time.Now()
+	total := len(cfg.programs) * len(cfg.policies)
+	for i, name := range cfg.programs {
+		prog, _ := programByName(name)
+		for j, pol := range cfg.policies {
+			r, err := runOne(cfg, prog, pol)
+			if err != nil {
+				return nil, fmt.Errorf("%s under %s: %w", name, pol, err)
+			}
+			out = append(out, r)
+			if time.Since(start) > 3*time.Second && cfg.progress != nil {
+				fmt.Fprintf(cfg.progress, "bench: %d/%d done (%s %s)\n", i*len(cfg.policies)+j+1, total, name, pol)
+			}
+		}
+	}
+	fillRatios(out)
+	return out, nil
+}
+
+func runOne(cfg config, prog program, pol rocsync.Policy) (result, error) {
+	nop := zerolog.Nop()
+	d, err := rocsync.Open(rocsync.Options{Backend: cfg.backend, Policy: pol, Logger: &nop})
+	if err != nil {
+		return result{}, err
+	}
+	defer d.Close()
+	t := d.DefaultTask()
+	st, err := prog.setup(d, t, cfg)
+	if err != nil {
+		return result{}, err
+	}
+	defer st.free()
+	r := result{Program: prog.name, Policy: pol.String(), Backend: d.Backend(), N: cfg.n, Iterations: cfg.iters,
+		Crossings: prog.crossings(cfg)}
+	dispatch := make([]float64, 0, cfg.iters)
+	totals := make([]float64, 0, cfg.iters)
+	var waits, boundary, device uint64
+	for i := 0; i < cfg.warmup+cfg.iters; i++ {
+		before := d.Stats()
+		t0 := time.Now()
+		res, temps, err := st.run(t)
+		if err != nil {
+			return r, err
+		}
+		t1 := time.Now()
+		mid := d.Stats().Sub(before)
+		if err := t.Synchronize(); err != nil {
+			return r, err
+		}
+		t2 := time.Now()
+		if i == cfg.warmup+cfg.iters-1 {
+			vals, err := res.Float32s()
+			if err != nil {
+				return r, err
+			}
+			r.Checksum = checksum(vals)
+		}
+		for _, a := range temps {
+			if err := a.Free(); err != nil {
+				return r, err
+			}
+		}
+		if i < cfg.warmup {
+			continue
+		}
+		dispatch = append(dispatch, micros(t1.Sub(t0)))
+		totals = append(totals, micros(t2.Sub(t0)))
+		waits += mid.HostWaitsTotal()
+		boundary += mid.HostWaitsFor(rocsync.ReasonBoundary)
+		device += mid.DeviceWaits
+	}
+	r.DispatchMedianUS, r.DispatchP90US = quantile(dispatch, 0.5), quantile(dispatch, 0.9)
+	r.TotalMedianUS, r.TotalP90US = quantile(totals, 0.5), quantile(totals, 0.9)
+	it := float64(cfg.iters)
+	r.HostWaitsPerIter, r.BoundaryPerIter, r.DeviceWaitsIter = float64(waits)/it, float64(boundary)/it, float64(device)/it
+	return r, nil
+}
+
+func micros(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+
+func quantile(xs []float64, q float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[int(math.Round(q*float64(len(s)-1)))]
+}
+
+// checksum sums the values in a fixed order, so equal results give equal
+// checksums bit for bit.
+func checksum(v []float32) float64 {
+	var s float64
+	for i, x := range v {
+		s += float64(x) * float64(i%7+1)
+	}
+	return s
+}
+
+func fillRatios(rs []result) {
+	base := map[string]result{}
+	for _, r := range rs {
+		if r.Policy == rocsync.WaitAlways.String() {
+			base[r.Program] = r
+		}
+	}
+	for i := range rs {
+		if b, ok := base[rs[i].Program]; ok && rs[i].DispatchMedianUS > 0 {
+			rs[i].DispatchRatio = b.DispatchMedianUS / rs[i].DispatchMedianUS
+			rs[i].TotalRatio = b.TotalMedianUS / rs[i].TotalMedianUS
+		}
+	}
+}
+
+// checkChecksums fails when two policies computed different results.
+func checkChecksums(rs []result) error {
+	first := map[string]result{}
+	for _, r := range rs {
+		f, ok := first[r.Program]
+		if !ok {
+			first[r.Program] = r
+			continue
+		}
+		if f.Checksum != r.Checksum {
+			return fmt.Errorf("%s: checksum %v under %s but %v under %s", r.Program, f.Checksum, f.Policy, r.Checksum, r.Policy)
+		}
+	}
+	return nil
+}
+
+func printTable(w io.Writer, cfg config, rs []result) {
+	if len(rs) > 0 {
+		fmt.Fprintf(w, "backend %s, %dx%d float32, %d iterations (%d warm-up excluded)\n\n", rs[0].Backend, cfg.n, cfg.n, cfg.iters, cfg.warmup)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "program\tpolicy\tdispatch med µs\tp90\ttotal med µs\tp90\thost waits/it\tboundary/it\tdevice waits/it\tdispatch ×WA\ttotal ×WA\tchecksum\t")
+	for _, r := range rs {
+		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.6g\t\n", r.Program, r.Policy,
+			r.DispatchMedianUS, r.DispatchP90US, r.TotalMedianUS, r.TotalP90US, r.HostWaitsPerIter, r.BoundaryPerIter,
+			r.DeviceWaitsIter, r.DispatchRatio, r.TotalRatio, r.Checksum)
+	}
+	tw.Flush()
+}

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/rocsync/rocsync"
+)
+
+// program is one benchmark program: it submits work on a task and returns
+// the arrays to read back (for checksums) and the ones to free after the
+// final Synchronize.
+type program struct {
+	name string
+	// crossings is how many HSA↔HIP crossings one iteration makes, which
+	// is the number of host waits DeviceSide must make.
+	crossings func(cfg config) int
+	setup     func(d *rocsync.Device, t *rocsync.Task, cfg config) (state, error)
+}
+
+// state is a program's inputs, kept across iterations.
+type state interface {
+	run(t *rocsync.Task) (out *rocsync.Array, temps []*rocsync.Array, err error)
+	free()
+}
+
+func programByName(name string) (program, error) {
+	for _, p := range programs {
+		if p.name == name {
+			return p, nil
+		}
+	}
+	return program{}, fmt.Errorf("unknown program %q", name)
+}
+
+var programs = []program{
+	{name: "matmul", crossings: func(config) int { return 0 }, setup: setupSeed(func(t *rocsync.Task, x, a *rocsync.Array) (*rocsync.Array, error) {
+		return t.MatMul(x, a, false, false)
+	}, 3)},
+	{name: "elementwise", crossings: func(config) int { return 0 }, setup: setupSeed(func(t *rocsync.Task, x, a *rocsync.Array) (*rocsync.Array, error) {
+		return t.Mul(x, a)
+	}, 3)},
+	{name: "mixed", crossings: func(cfg config) int { return cfg.repeat }, setup: setupMixed},
+}
+
+// seedState runs the seed's chain t1 = f(x, x), t2 = f(x, t1), t3 = f(x, t2).
+type seedState struct {
+	x    *rocsync.Array
+	f    func(t *rocsync.Task, x, a *rocsync.Array) (*rocsync.Array, error)
+	reps int
+}
+
+func setupSeed(f func(t *rocsync.Task, x, a *rocsync.Array) (*rocsync.Array, error), reps int) func(*rocsync.Device, *rocsync.Task, config) (state, error) {
+	return func(d *rocsync.Device, _ *rocsync.Task, cfg config) (state, error) {
+		x, err := d.FromFloat32(cfg.n, cfg.n, inputMatrix(cfg.n, cfg.seed))
+		if err != nil {
+			return nil, err
+		}
+		return &seedState{x: x, f: f, reps: reps}, nil
+	}
+}
+
+func (s *seedState) run(t *rocsync.Task) (*rocsync.Array, []*rocsync.Array, error) {
+	var temps []*rocsync.Array
+	cur := s.x
+	for i := 0; i < s.reps; i++ {
+		next, err := s.f(t, s.x, cur)
+		if err != nil {
+			return nil, temps, err
+		}
+		temps = append(temps, next)
+		cur = next
+	}
+	return cur, temps, nil
+}
+
+func (s *seedState) free() { _ = s.x.Free() }
+
+// mixedState runs (x∘x)·x, repeat times: each repetition crosses from an
+// HSA kernel to a rocBLAS gemm once.
+type mixedState struct {
+	x      *rocsync.Array
+	repeat int
+}
+
+func setupMixed(d *rocsync.Device, _ *rocsync.Task, cfg config) (state, error) {
+	x, err := d.FromFloat32(cfg.n, cfg.n, inputMatrix(cfg.n, cfg.seed))
+	if err != nil {
+		return nil, err
+	}
+	return &mixedState{x: x, repeat: cfg.repeat}, nil
+}
+
+func (s *mixedState) run(t *rocsync.Task) (*rocsync.Array, []*rocsync.Array, error) {
+	var temps []*rocsync.Array
+	var out *rocsync.Array
+	for i := 0; i < s.repeat; i++ {
+		sq, err := t.Mul(s.x, s.x)
+		if err != nil {
+			return nil, temps, err
+		}
+		temps = append(temps, sq)
+		if out, err = t.MatMul(sq, s.x, false, false); err != nil {
+			return nil, temps, err
+		}
+		temps = append(temps, out)
+	}
+	return out, temps, nil
+}
+
+func (s *mixedState) free() { _ = s.x.Free() }
+
+// inputMatrix is deterministic and scaled so that three chained products
+// stay well inside float32's range.
+func inputMatrix(n int, seed uint64) []float32 {
+	out := make([]float32, n*n)
+	x := seed*2862933555777941757 + 3037000493
+	for i := range out {
+		x = x*2862933555777941757 + 3037000493
+		out[i] = (float32(x>>40)/float32(1<<24) - 0.5) / float32(n)
+	}
+	return out
+}
