@@ -322,7 +322,7 @@ func TestHazardCheckerFiresWithoutWaits(t *testing.T) {
 	y, err := a.Mul(x, x) // writes y on queue A
 	require.NoError(t, err)
 	d.drv.machine.Quiesce() // let A finish, unobserved by the host
-	_, err = b.Add(y, x) // reads y on queue B, unordered
+	_, err = b.Add(y, x)    // reads y on queue B, unordered
 	require.NoError(t, err)
 	require.NoError(t, d.Synchronize())
 	hz := d.Hazards()

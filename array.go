@@ -34,12 +34,12 @@ type Array struct {
 }
 
 // Rows, Cols and DType describe the array.
-func (a *Array) Rows() int     { return a.rows }
-func (a *Array) Cols() int     { return a.cols }
-func (a *Array) DType() DType  { return a.dtype }
-func (a *Array) Len() int      { return a.rows * a.cols }
+func (a *Array) Rows() int       { return a.rows }
+func (a *Array) Cols() int       { return a.cols }
+func (a *Array) DType() DType    { return a.dtype }
+func (a *Array) Len() int        { return a.rows * a.cols }
 func (a *Array) Device() *Device { return a.dev }
-func (a *Array) bytes() uint64 { return uint64(a.Len() * a.dtype.Size()) }
+func (a *Array) bytes() uint64   { return uint64(a.Len() * a.dtype.Size()) }
 
 // PendingFences is how many fences of the array are not yet known complete.
 func (a *Array) PendingFences() int { return a.st.PendingCount() }

@@ -7,16 +7,24 @@ import "github.com/rocsync/rocsync/kernels"
 // that writes an existing one (which may alias an input: x = x*x is fine).
 
 // MulInto sets out = a*b elementwise.
-func (t *Task) MulInto(out, a, b *Array) error { return t.elementwise("Mul", kernels.Mul, out, a, b, 0) }
+func (t *Task) MulInto(out, a, b *Array) error {
+	return t.elementwise("Mul", kernels.Mul, out, a, b, 0)
+}
 
 // AddInto sets out = a+b.
-func (t *Task) AddInto(out, a, b *Array) error { return t.elementwise("Add", kernels.Add, out, a, b, 0) }
+func (t *Task) AddInto(out, a, b *Array) error {
+	return t.elementwise("Add", kernels.Add, out, a, b, 0)
+}
 
 // SubInto sets out = a-b.
-func (t *Task) SubInto(out, a, b *Array) error { return t.elementwise("Sub", kernels.Sub, out, a, b, 0) }
+func (t *Task) SubInto(out, a, b *Array) error {
+	return t.elementwise("Sub", kernels.Sub, out, a, b, 0)
+}
 
 // DivInto sets out = a/b.
-func (t *Task) DivInto(out, a, b *Array) error { return t.elementwise("Div", kernels.Div, out, a, b, 0) }
+func (t *Task) DivInto(out, a, b *Array) error {
+	return t.elementwise("Div", kernels.Div, out, a, b, 0)
+}
 
 // ScaleInto sets out = alpha*a.
 func (t *Task) ScaleInto(out *Array, alpha float64, a *Array) error {
@@ -34,7 +42,9 @@ func (t *Task) Fill(out *Array, v float64) error {
 }
 
 // CopyInto sets out = a.
-func (t *Task) CopyInto(out, a *Array) error { return t.elementwise("Copy", kernels.Copy, out, a, nil, 0) }
+func (t *Task) CopyInto(out, a *Array) error {
+	return t.elementwise("Copy", kernels.Copy, out, a, nil, 0)
+}
 
 // NegInto sets out = -a.
 func (t *Task) NegInto(out, a *Array) error { return t.elementwise("Neg", kernels.Neg, out, a, nil, 0) }
@@ -43,10 +53,14 @@ func (t *Task) NegInto(out, a *Array) error { return t.elementwise("Neg", kernel
 func (t *Task) ExpInto(out, a *Array) error { return t.elementwise("Exp", kernels.Exp, out, a, nil, 0) }
 
 // SqrtInto sets out = sqrt(a).
-func (t *Task) SqrtInto(out, a *Array) error { return t.elementwise("Sqrt", kernels.Sqrt, out, a, nil, 0) }
+func (t *Task) SqrtInto(out, a *Array) error {
+	return t.elementwise("Sqrt", kernels.Sqrt, out, a, nil, 0)
+}
 
 // ReLUInto sets out = max(a, 0).
-func (t *Task) ReLUInto(out, a *Array) error { return t.elementwise("ReLU", kernels.ReLU, out, a, nil, 0) }
+func (t *Task) ReLUInto(out, a *Array) error {
+	return t.elementwise("ReLU", kernels.ReLU, out, a, nil, 0)
+}
 
 // fresh allocates an array shaped like a and runs into on it; the array is
 // freed again if the op fails.

@@ -84,4 +84,3 @@ type Options struct {
 	// disableWaits skips every wait (checker self-test only).
 	disableWaits bool
 }
-

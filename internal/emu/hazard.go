@@ -52,10 +52,10 @@ type actor struct {
 type HazardKind string
 
 const (
-	HazardWriteWrite  HazardKind = "write/write"
-	HazardReadWrite   HazardKind = "read/write"
+	HazardWriteWrite   HazardKind = "write/write"
+	HazardReadWrite    HazardKind = "read/write"
 	HazardUseAfterFree HazardKind = "use after free"
-	HazardFreeInUse   HazardKind = "free while in use"
+	HazardFreeInUse    HazardKind = "free while in use"
 )
 
 // ErrHazard is matched by errors.Is for every *HazardError.

@@ -98,16 +98,16 @@ func (h *HIP) DeviceName(d int) (string, error) {
 
 // cmd is one operation queued on a stream.
 type cmd struct {
-	kind   cmdKind
-	host   vclock // the host's clock when it enqueued the command
-	ev     *hevent
-	gen    uint64
-	fn     func(a *actor) error // the work of kernels, copies and gemms
-	what   string
-	sig    *signal
-	value  uint64
-	flags  uint32
-	mask   uint64
+	kind  cmdKind
+	host  vclock // the host's clock when it enqueued the command
+	ev    *hevent
+	gen   uint64
+	fn    func(a *actor) error // the work of kernels, copies and gemms
+	what  string
+	sig   *signal
+	value uint64
+	flags uint32
+	mask  uint64
 }
 
 type cmdKind uint8
