@@ -11,6 +11,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/rocsync/rocsync/internal/emu"
+	"github.com/rocsync/rocsync/internal/rocmdev"
+	"github.com/rocsync/rocsync/queue"
 	"github.com/stretchr/testify/require"
 )
 
@@ -166,7 +168,7 @@ func TestSeedPrograms(t *testing.T) {
 				// Keep the device busy while the host submits, as a real
 				// GPU behind a fast host is: then a crossing always finds
 				// its producer pending, and the counts are exact.
-				release := d.drv.machine.Hold()
+				release := d.machine.Hold()
 				go func() { time.Sleep(50 * time.Millisecond); release() }()
 				before := d.Stats()
 				out := prog.run(t, tk, x)
@@ -198,11 +200,11 @@ func TestWriteAfterRead(t *testing.T) {
 			require.NoError(t, err)
 			b, err := d.NewTask()
 			require.NoError(t, err)
-			require.NotSame(t, a.st.Queue, b.st.Queue)
+			require.NotSame(t, hsaQueue(a), hsaQueue(b))
 			host := randMatrix(2, 64)
 			x, err := d.FromFloat32(64, 64, host)
 			require.NoError(t, err)
-			release := d.drv.machine.Hold() // keep A's read pending
+			release := d.machine.Hold() // keep A's read pending
 			y, err := a.Mul(x, x)           // reads x on queue A
 			require.NoError(t, err)
 			before := b.Stats()
@@ -234,7 +236,7 @@ func TestAliasingRecordsOneFence(t *testing.T) {
 	host := []float32{1.5, -2, 0.5, 3}
 	x, err := d.FromFloat32(2, 2, host)
 	require.NoError(t, err)
-	release := d.drv.machine.Hold()
+	release := d.machine.Hold()
 	for i := 0; i < 3; i++ {
 		require.NoError(t, tk.MulInto(x, x, x))
 		x.st.Lock()
@@ -321,7 +323,7 @@ func TestHazardCheckerFiresWithoutWaits(t *testing.T) {
 	require.NoError(t, err)
 	y, err := a.Mul(x, x) // writes y on queue A
 	require.NoError(t, err)
-	d.drv.machine.Quiesce() // let A finish, unobserved by the host
+	d.machine.Quiesce() // let A finish, unobserved by the host
 	_, err = b.Add(y, x)    // reads y on queue B, unordered
 	require.NoError(t, err)
 	require.NoError(t, d.Synchronize())
@@ -344,7 +346,7 @@ func TestFreeWithPendingWork(t *testing.T) {
 	tk := d.DefaultTask()
 	x, err := d.FromFloat32(64, 64, randMatrix(5, 64))
 	require.NoError(t, err)
-	release := d.drv.machine.Hold()
+	release := d.machine.Hold()
 	defer release()
 	y, err := tk.Mul(x, x)
 	require.NoError(t, err)
@@ -353,12 +355,12 @@ func TestFreeWithPendingWork(t *testing.T) {
 	require.NoError(t, y.Free())
 	require.NoError(t, x.Free()) // x has a pending reader
 	require.Zero(t, d.Stats().Sub(before).HostWaitsTotal(), "Free must not wait")
-	require.True(t, d.drv.machine.Live(uint64(y.ptr)), "memory released while its kernel is pending")
-	require.True(t, d.drv.machine.Live(uint64(x.ptr)), "memory released while its kernel is pending")
+	require.True(t, d.machine.Live(uint64(y.ptr)), "memory released while its kernel is pending")
+	require.True(t, d.machine.Live(uint64(x.ptr)), "memory released while its kernel is pending")
 	release()
 	require.NoError(t, d.Synchronize())
-	require.False(t, d.drv.machine.Live(uint64(y.ptr)))
-	require.False(t, d.drv.machine.Live(uint64(x.ptr)))
+	require.False(t, d.machine.Live(uint64(y.ptr)))
+	require.False(t, d.machine.Live(uint64(x.ptr)))
 }
 
 func TestBadInput(t *testing.T) {
@@ -419,7 +421,7 @@ func TestUnifiedHasNoBoundary(t *testing.T) {
 		t.Run(prog.name, func(t *testing.T) {
 			d := openStrict(t, Unified)
 			tk := d.DefaultTask()
-			require.Nil(t, tk.st.Queue)
+			require.Nil(t, hsaQueue(tk))
 			host := randMatrix(1, n128)
 			x, err := d.FromFloat32(n128, n128, host)
 			require.NoError(t, err)
@@ -434,3 +436,6 @@ func TestUnifiedHasNoBoundary(t *testing.T) {
 		})
 	}
 }
+
+// hsaQueue returns a task's HSA queue on the ROCm family (nil under Unified).
+func hsaQueue(t *Task) *queue.Queue { return t.drv.(*rocmdev.Task).HSAQueue() }

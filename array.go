@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/rocsync/rocsync/hip"
+	"github.com/rocsync/rocsync/driver"
 	"github.com/rocsync/rocsync/kernels"
 	"github.com/rocsync/rocsync/syncstate"
 )
@@ -25,7 +25,7 @@ const (
 // next op waits for exactly what it must.
 type Array struct {
 	dev   *Device
-	ptr   hip.DevicePtr
+	ptr   driver.DevicePtr
 	rows  int
 	cols  int
 	dtype DType
@@ -65,11 +65,11 @@ func (d *Device) alloc(op string, rows, cols int, dt DType) (*Array, error) {
 		return nil, newErr(op, ErrDType, "unsupported dtype %v", dt)
 	}
 	a := &Array{dev: d, rows: rows, cols: cols, dtype: dt, st: syncstate.NewState()}
-	p, err := d.drv.hip.Malloc(d.index, a.bytes())
+	p, err := d.drv.Malloc(a.bytes())
 	if err != nil {
 		// Memory may be waiting in freed arrays whose work is pending.
 		if d.frees.poll(d, true) == nil {
-			p, err = d.drv.hip.Malloc(d.index, a.bytes())
+			p, err = d.drv.Malloc(a.bytes())
 		}
 		if err != nil {
 			return nil, &Error{Op: op, Kind: ErrUnavailable, Detail: fmt.Sprintf("allocating %dx%d %s", rows, cols, dt), Err: err}
@@ -102,8 +102,8 @@ func fromSlice(d *Device, op string, rows, cols int, dt DType, n int, src unsafe
 	if err != nil {
 		return nil, err
 	}
-	if err := d.drv.hip.MemcpyHtoD(d.index, a.ptr, src, a.bytes()); err != nil {
-		_ = d.drv.hip.Free(d.index, a.ptr)
+	if err := d.drv.CopyHtoD(a.ptr, src, a.bytes()); err != nil {
+		_ = d.drv.Free(a.ptr)
 		return nil, &Error{Op: op, Kind: ErrUnavailable, Detail: "copying to the device", Err: err}
 	}
 	return a, nil
@@ -164,7 +164,7 @@ func (a *Array) copyTo(op string, dt DType, n int, dst unsafe.Pointer) error {
 			return &Error{Op: op, Kind: ErrUnavailable, Detail: "waiting for the writer", Err: err}
 		}
 	}
-	if err := d.drv.hip.MemcpyDtoH(d.index, dst, a.ptr, a.bytes()); err != nil {
+	if err := d.drv.CopyDtoH(dst, a.ptr, a.bytes()); err != nil {
 		return &Error{Op: op, Kind: ErrUnavailable, Detail: "copying to the host", Err: err}
 	}
 	return nil
@@ -197,8 +197,8 @@ func (a *Array) Free() error {
 	return nil
 }
 
-func (d *Device) release(p hip.DevicePtr) error {
-	if err := d.drv.hip.Free(d.index, p); err != nil {
+func (d *Device) release(p driver.DevicePtr) error {
+	if err := d.drv.Free(p); err != nil {
 		return &Error{Op: "Free", Kind: ErrUnavailable, Err: err}
 	}
 	return nil
@@ -212,11 +212,11 @@ type pendingFrees struct {
 }
 
 type pendingFree struct {
-	ptr    hip.DevicePtr
+	ptr    driver.DevicePtr
 	fences []syncstate.Fence
 }
 
-func (p *pendingFrees) add(ptr hip.DevicePtr, fences []syncstate.Fence) {
+func (p *pendingFrees) add(ptr driver.DevicePtr, fences []syncstate.Fence) {
 	p.mu.Lock()
 	p.entries = append(p.entries, pendingFree{ptr, fences})
 	p.n.Store(int32(len(p.entries)))

@@ -9,47 +9,26 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/rocsync/rocsync/driver"
 	"github.com/rocsync/rocsync/hip"
 	"github.com/rocsync/rocsync/hsa"
 	"github.com/rocsync/rocsync/internal/emu"
-	"github.com/rocsync/rocsync/kernels"
-	"github.com/rocsync/rocsync/queue"
+	"github.com/rocsync/rocsync/internal/rocmdev"
 	"github.com/rocsync/rocsync/rocblas"
-	"github.com/rocsync/rocsync/stream"
 	"github.com/rocsync/rocsync/syncstate"
-	"github.com/rocsync/rocsync/tls"
 )
-
-// drivers is one set of runtimes: the real libraries or the emulator.
-type drivers struct {
-	hsa     hsa.Runtime
-	hip     hip.Runtime
-	blas    rocblas.Library // nil when rocBLAS is missing
-	blasErr error           // why it is missing
-	machine *emu.Machine    // set for the emulator
-	name    string
-}
 
 // Device is one GPU opened through one backend. It is safe for concurrent
 // use; tasks are the unit of ordering.
 type Device struct {
-	drv     drivers
+	drv     driver.Device
+	backend string
+	machine *emu.Machine // set for the emulator
 	index   int
-	agent   hsa.Agent
-	isa     string
-	kernarg hsa.MemoryPool
 	log     zerolog.Logger
-	opts    Options
 
-	engine  syncstate.Engine
-	stats   syncstate.Stats
-	signals *queue.SignalPool
-	events  *stream.EventPool
-	queues  tls.QueuePool
-
-	kernelsOnce sync.Once
-	kernelsErr  error
-	kernelObjs  [numKernelOps][2]kernelObject
+	engine syncstate.Engine
+	stats  *syncstate.Stats
 
 	mu          sync.Mutex
 	tasks       []*Task
@@ -58,17 +37,6 @@ type Device struct {
 	closed      atomic.Bool
 	closeMu     sync.RWMutex // held for reading by every op, for writing by Close
 }
-
-type kernelObject struct {
-	handle      uint64       // HSA kernel object
-	function    hip.Function // the same kernel through HIP, under Unified
-	kernargSize uint32
-	groupSize   uint32
-	privateSize uint32
-	workgroup   uint16
-}
-
-const numKernelOps = 16
 
 // Open opens one GPU. With Backend Auto it uses the real ROCm stack when it
 // works and the emulator otherwise, and logs one line saying which and why.
@@ -80,9 +48,8 @@ func Open(o Options) (*Device, error) {
 	return devs[0], nil
 }
 
-// OpenAll opens every GPU of the chosen backend; the devices share the
-// runtimes but nothing else. Ops that mix arrays of two devices fail with
-// ErrDeviceMismatch.
+// OpenAll opens every GPU of the chosen backend. Ops that mix arrays of two
+// devices fail with ErrDeviceMismatch.
 func OpenAll(o Options) ([]*Device, error) { return open(o, true) }
 
 func logger(o Options) zerolog.Logger {
@@ -92,187 +59,147 @@ func logger(o Options) zerolog.Logger {
 	return zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, NoColor: true}).Level(zerolog.InfoLevel).With().Timestamp().Logger()
 }
 
+// family is one opened backend: its devices and what to call it.
+type family struct {
+	name    string
+	devs    []driver.Device
+	machine *emu.Machine
+	stats   []*syncstate.Stats
+}
+
 func open(o Options, all bool) ([]*Device, error) {
-	if o.QueueSize == 0 {
-		o.QueueSize = 1024
-	}
-	if o.MaxQueues == 0 {
-		o.MaxQueues = 8
-	}
 	log := logger(o)
-	var drv drivers
+	var fam family
+	var err error
 	switch o.Backend {
 	case Emulator:
-		drv = emulatorDrivers(o)
+		fam, err = openEmulator(o)
 		log.Info().Str("backend", "emulator").Str("reason", "requested").Msg("rocsync: using the emulated AMD device")
 	case ROCm:
-		d, err := rocmDrivers()
+		fam, err = openROCm(o, log)
 		if err != nil {
 			return nil, &Error{Op: "Open", Kind: ErrUnavailable, Detail: "the ROCm backend was requested", Err: err}
 		}
-		drv = d
 		log.Info().Str("backend", "rocm").Str("reason", "requested").Msg("rocsync: using the real ROCm stack")
-	case Auto:
-		d, err := rocmDrivers()
+	case CUDA:
+		fam, err = openCUDA(o)
 		if err != nil {
-			drv = emulatorDrivers(o)
-			log.Info().Str("backend", "emulator").Str("reason", err.Error()).Msg("rocsync: ROCm unavailable, using the emulated AMD device")
+			return nil, &Error{Op: "Open", Kind: ErrUnavailable, Detail: "the CUDA backend was requested", Err: err}
+		}
+		log.Info().Str("backend", "cuda").Str("reason", "requested").Msg("rocsync: using the CUDA driver and cuBLAS")
+	case Auto:
+		fam, err = openROCm(o, log)
+		if err != nil {
+			reason := err.Error()
+			fam, err = openEmulator(o)
+			log.Info().Str("backend", "emulator").Str("reason", reason).Msg("rocsync: ROCm unavailable, using the emulated AMD device")
 		} else {
-			drv = d
 			log.Info().Str("backend", "rocm").Str("reason", "ROCm stack found and initialised").Msg("rocsync: using the real ROCm stack")
 		}
 	default:
 		return nil, newErr("Open", ErrInvalid, "unknown backend %d", uint8(o.Backend))
 	}
-	if drv.blas == nil && drv.blasErr != nil {
-		log.Warn().Err(drv.blasErr).Msg("rocsync: rocBLAS unavailable; MatMul will fail, everything else works")
-	}
-	agents, err := gpuAgents(drv.hsa)
 	if err != nil {
-		return nil, &Error{Op: "Open", Kind: ErrUnavailable, Detail: "listing agents", Err: err}
-	}
-	kernarg, err := kernargPool(drv.hsa)
-	if err != nil {
-		return nil, &Error{Op: "Open", Kind: ErrUnavailable, Detail: "finding the kernarg pool", Err: err}
+		return nil, &Error{Op: "Open", Kind: ErrUnavailable, Err: err}
 	}
 	first, last := o.Device, o.Device
 	if all {
-		first, last = 0, len(agents)-1
+		first, last = 0, len(fam.devs)-1
 	}
-	if first < 0 || last >= len(agents) {
-		return nil, newErr("Open", ErrInvalid, "device %d requested, %d present", o.Device, len(agents))
+	if first < 0 || last >= len(fam.devs) {
+		closeAll(fam.devs)
+		return nil, newErr("Open", ErrInvalid, "device %d requested, %d present", o.Device, len(fam.devs))
 	}
-	var devs []*Device
-	for i := first; i <= last; i++ {
-		d, err := newDevice(drv, o, log, i, agents[i], kernarg)
-		if err != nil {
-			for _, x := range devs {
-				_ = x.Close()
-			}
-			return nil, err
+	var out []*Device
+	for i, dd := range fam.devs {
+		if i < first || i > last {
+			_ = dd.Close()
+			continue
 		}
-		devs = append(devs, d)
+		out = append(out, &Device{drv: dd, backend: fam.name, machine: fam.machine, index: i, log: log,
+			engine: syncstate.Engine{Policy: o.Policy, DisableWaits: o.disableWaits}, stats: fam.stats[i]})
 	}
-	return devs, nil
+	return out, nil
 }
 
-func emulatorDrivers(o Options) drivers {
+func closeAll(devs []driver.Device) {
+	for _, d := range devs {
+		_ = d.Close()
+	}
+}
+
+// configs hands each device its driver configuration and keeps the stats
+// the device's counters will live in.
+type configs struct {
+	o     Options
+	stats []*syncstate.Stats
+}
+
+func (c *configs) configFor(i int) driver.DeviceConfig {
+	for len(c.stats) <= i {
+		c.stats = append(c.stats, new(syncstate.Stats))
+	}
+	return driver.DeviceConfig{Policy: c.o.Policy, QueueSize: c.o.QueueSize, MaxQueues: c.o.MaxQueues, Stats: c.stats[i]}
+}
+
+func openEmulator(o Options) (family, error) {
 	e := o.Emulator
 	m := emu.New(emu.Options{Devices: e.Devices, ISA: e.ISA, MemoryPerDevice: e.MemoryPerDevice,
 		Hazards: e.HazardChecker, MaxDelay: e.MaxDelay, Seed: e.Seed})
-	_ = m.HSA().Init()
-	_ = m.HIP().Init()
-	return drivers{hsa: m.HSA(), hip: m.HIP(), blas: m.BLAS(), machine: m, name: "emulator"}
+	if err := m.HSA().Init(); err != nil {
+		return family{}, err
+	}
+	fam, err := openROCmFamily(o, rocmdev.Runtimes{HSA: m.HSA(), HIP: m.HIP(), BLAS: m.BLAS()})
+	fam.name, fam.machine = "emulator", m
+	return fam, err
 }
 
-// rocmDrivers loads and initialises the real libraries.
-func rocmDrivers() (drivers, error) {
+// openROCmFamily opens every GPU of one ROCm stack.
+func openROCmFamily(o Options, rt rocmdev.Runtimes) (family, error) {
+	c := &configs{o: o}
+	devs, err := rocmdev.Open(rt, c.configFor)
+	if err != nil {
+		return family{}, err
+	}
+	return family{name: "rocm", devs: devs, stats: c.stats}, nil
+}
+
+// openROCm loads and initialises the real libraries.
+func openROCm(o Options, log zerolog.Logger) (family, error) {
 	h, err := hsa.Open()
 	if err != nil {
-		return drivers{}, err
+		return family{}, err
 	}
 	if err := h.Init(); err != nil {
-		return drivers{}, err
+		return family{}, err
 	}
 	hp, err := hip.Open()
 	if err != nil {
 		_ = h.ShutDown()
-		return drivers{}, err
+		return family{}, err
 	}
 	if n, err := hp.DeviceCount(); err != nil || n == 0 {
 		_ = h.ShutDown()
 		if err == nil {
 			err = hip.ErrNoDevice
 		}
-		return drivers{}, err
+		return family{}, err
 	}
-	d := drivers{hsa: h, hip: hp, name: "rocm"}
-	if b, err := openRocBLAS(hp.Major()); err != nil {
-		d.blasErr = err
+	rt := rocmdev.Runtimes{HSA: h, HIP: hp}
+	if b, err := rocblas.Open(hp.Major()); err != nil {
+		rt.BLASErr = err
+		log.Warn().Err(err).Msg("rocsync: rocBLAS unavailable; MatMul will fail, everything else works")
 	} else {
-		d.blas = b
+		rt.BLAS = b
 	}
-	return d, nil
+	return openROCmFamily(o, rt)
 }
 
-func gpuAgents(rt hsa.Runtime) ([]hsa.Agent, error) {
-	all, err := rt.Agents()
-	if err != nil {
-		return nil, err
-	}
-	var gpus []hsa.Agent
-	for _, a := range all {
-		t, err := rt.AgentInfoUint32(a, hsa.AgentInfoDevice)
-		if err != nil {
-			return nil, err
-		}
-		if hsa.DeviceType(t) == hsa.DeviceTypeGPU {
-			gpus = append(gpus, a)
-		}
-	}
-	if len(gpus) == 0 {
-		return nil, hsa.ErrNoGPU
-	}
-	return gpus, nil
-}
+// Backend names what the device runs on: "emulator", "rocm" or "cuda".
+func (d *Device) Backend() string { return d.backend }
 
-// kernargPool finds a CPU pool with the KERNARG_INIT flag.
-func kernargPool(rt hsa.Runtime) (hsa.MemoryPool, error) {
-	all, err := rt.Agents()
-	if err != nil {
-		return 0, err
-	}
-	for _, a := range all {
-		t, err := rt.AgentInfoUint32(a, hsa.AgentInfoDevice)
-		if err != nil || hsa.DeviceType(t) != hsa.DeviceTypeCPU {
-			continue
-		}
-		pools, err := rt.MemoryPools(a)
-		if err != nil {
-			return 0, err
-		}
-		for _, p := range pools {
-			flags, err := rt.MemoryPoolInfoUint32(p, hsa.PoolInfoGlobalFlags)
-			if err == nil && flags&hsa.GlobalFlagKernargInit != 0 {
-				return p, nil
-			}
-		}
-	}
-	return 0, errors.New("no kernarg memory pool")
-}
-
-func agentISA(rt hsa.Runtime, a hsa.Agent) (string, error) {
-	isas, err := rt.AgentISAs(a)
-	if err != nil {
-		return "", err
-	}
-	if len(isas) == 0 {
-		return rt.AgentInfoString(a, hsa.AgentInfoName)
-	}
-	return rt.ISAName(isas[0])
-}
-
-func newDevice(drv drivers, o Options, log zerolog.Logger, index int, agent hsa.Agent, kernarg hsa.MemoryPool) (*Device, error) {
-	isa, err := agentISA(drv.hsa, agent)
-	if err != nil {
-		return nil, &Error{Op: "Open", Kind: ErrUnavailable, Detail: "reading the GPU's ISA", Err: err}
-	}
-	d := &Device{drv: drv, index: index, agent: agent, isa: isa, kernarg: kernarg, log: log, opts: o}
-	d.engine = syncstate.Engine{Policy: o.Policy, DisableWaits: o.disableWaits}
-	d.signals = queue.NewSignalPool(drv.hsa, 0)
-	d.events = stream.NewEventPool(drv.hip, index)
-	d.queues = tls.QueuePool{Max: o.MaxQueues, Create: func(i int) (*queue.Queue, error) {
-		return queue.New(drv.hsa, queue.Config{Name: fmt.Sprintf("gpu%d/hsa-q%d", index, i), Agent: agent,
-			Size: o.QueueSize, KernargPool: kernarg, Signals: d.signals, Sinks: syncstate.Sinks{&d.stats}})
-	}}
-	return d, nil
-}
-
-// Backend names what the device runs on: "emulator" or "rocm".
-func (d *Device) Backend() string { return d.drv.name }
-
-// ISA is the GPU's target name, such as "amdgcn-amd-amdhsa--gfx90a".
-func (d *Device) ISA() string { return d.isa }
+// Target is the GPU's code target, such as "amdgcn-amd-amdhsa--gfx90a".
+func (d *Device) Target() string { return d.drv.Target() }
 
 // Index is the GPU's index.
 func (d *Device) Index() int { return d.index }
@@ -304,26 +231,25 @@ const (
 // Hazards returns what the emulator's hazard checker found (nil on real
 // hardware or with the checker off).
 func (d *Device) Hazards() []error {
-	if d.drv.machine == nil {
+	if d.machine == nil {
 		return nil
 	}
 	var out []error
-	for _, h := range d.drv.machine.Hazards() {
+	for _, h := range d.machine.Hazards() {
 		out = append(out, h)
 	}
 	return out
 }
 
 // Emulated reports whether the device is the emulator.
-func (d *Device) Emulated() bool { return d.drv.machine != nil }
+func (d *Device) Emulated() bool { return d.machine != nil }
 
-// SignalsCreated and EventsCreated count the HSA signals and HIP events the
-// device has ever created: both stay flat in steady state, because they
-// are pooled.
-func (d *Device) SignalsCreated() uint64 { return d.signals.Created() }
+// SignalsCreated counts the HSA signals the device has ever created; pooled,
+// the count stays flat in steady state.
+func (d *Device) SignalsCreated() uint64 { return d.drv.SignalsCreated() }
 
-// EventsCreated: see SignalsCreated.
-func (d *Device) EventsCreated() uint64 { return d.events.Created() }
+// EventsCreated counts the HIP (or CUDA) events ever created, likewise.
+func (d *Device) EventsCreated() uint64 { return d.drv.EventsCreated() }
 
 func (d *Device) enter(op string) error {
 	d.closeMu.RLock()
@@ -336,115 +262,22 @@ func (d *Device) enter(op string) error {
 
 func (d *Device) leave() { d.closeMu.RUnlock() }
 
-// loadKernels loads the code object for the GPU's ISA once, and looks up
-// every kernel object.
-func (d *Device) loadKernels() error {
-	d.kernelsOnce.Do(func() { d.kernelsErr = d.doLoadKernels() })
-	return d.kernelsErr
-}
+func (d *Device) countHostWait(r Reason) { syncstate.Sinks{d.stats}.HostWait(r) }
 
-func (d *Device) doLoadKernels() error {
-	rt := d.drv.hsa
-	code, err := kernels.CodeObject(d.isa)
-	if err != nil {
-		return err
-	}
-	reader, err := rt.CodeObjectReaderCreateFromMemory(code)
-	if err != nil {
-		return err
-	}
-	defer rt.CodeObjectReaderDestroy(reader)
-	exe, err := rt.ExecutableCreateAlt(hsa.ProfileFull, hsa.FloatRoundingDefault)
-	if err != nil {
-		return err
-	}
-	if err := rt.ExecutableLoadAgentCodeObject(exe, d.agent, reader); err != nil {
-		return err
-	}
-	if err := rt.ExecutableFreeze(exe); err != nil {
-		return err
-	}
-	wg := kernels.DefaultWorkgroupSize(d.isa)
-	var module hip.Module
-	if d.engine.Policy == Unified {
-		// Unified launches the same code object through HIP, on the
-		// task's stream next to rocBLAS.
-		if module, err = d.drv.hip.ModuleLoadData(d.index, code); err != nil {
-			return err
-		}
-	}
-	for _, op := range kernels.AllOps() {
-		for di, dt := range kernels.AllDTypes() {
-			sym, err := rt.ExecutableSymbolByName(exe, op.Symbol(dt), d.agent)
-			if err != nil {
-				return fmt.Errorf("kernel %s: %w", op.Symbol(dt), err)
-			}
-			k := kernelObject{workgroup: wg}
-			if k.handle, err = rt.SymbolInfoUint64(sym, hsa.SymbolInfoKernelObject); err != nil {
-				return err
-			}
-			if k.kernargSize, err = rt.SymbolInfoUint32(sym, hsa.SymbolInfoKernargSegmentSize); err != nil {
-				return err
-			}
-			if k.kernargSize < kernels.KernargSize || k.kernargSize > queue.KernargSlot {
-				return fmt.Errorf("kernel %s: kernarg segment is %d bytes, rocsync packs %d", op.Symbol(dt), k.kernargSize, kernels.KernargSize)
-			}
-			if k.groupSize, err = rt.SymbolInfoUint32(sym, hsa.SymbolInfoGroupSegmentSize); err != nil {
-				return err
-			}
-			if k.privateSize, err = rt.SymbolInfoUint32(sym, hsa.SymbolInfoPrivateSegmentSize); err != nil {
-				return err
-			}
-			if module != 0 {
-				if k.function, err = d.drv.hip.ModuleGetFunction(module, op.KernelName(dt)); err != nil {
-					return err
-				}
-			}
-			d.kernelObjs[op][di] = k
-		}
-	}
-	return nil
-}
-
-// NewTask makes a task: an HSA queue from the device's pool, a HIP stream
-// and a rocBLAS handle bound to it.
+// NewTask makes a task: on ROCm an HSA queue from the device's pool, a HIP
+// stream and a rocBLAS handle bound to it.
 func (d *Device) NewTask() (*Task, error) {
 	if err := d.enter("NewTask"); err != nil {
 		return nil, err
 	}
 	defer d.leave()
-	return d.newTask()
-}
-
-func (d *Device) newTask() (*Task, error) {
 	t := &Task{dev: d}
-	t.sinks = syncstate.Sinks{&t.st.Stats, &d.stats}
-	d.mu.Lock()
-	n := len(d.tasks)
-	d.mu.Unlock()
-	var err error
-	t.st.Stream, err = stream.New(d.drv.hip, stream.Config{Name: fmt.Sprintf("gpu%d/hip-s%d", d.index, n),
-		Device: d.index, Events: d.events, Sinks: t.sinks, Domain: syncstate.DomainLibrary})
+	t.sinks = syncstate.Sinks{&t.stats, d.stats}
+	dt, err := d.drv.NewTask(t.sinks)
 	if err != nil {
-		return nil, &Error{Op: "NewTask", Kind: ErrUnavailable, Detail: "creating a HIP stream", Err: err}
+		return nil, &Error{Op: "NewTask", Kind: ErrUnavailable, Err: err}
 	}
-	if d.engine.Policy != Unified {
-		if t.st.Queue, err = d.queues.Acquire(); err != nil {
-			_ = t.st.Stream.Close()
-			return nil, &Error{Op: "NewTask", Kind: ErrUnavailable, Detail: "creating an HSA queue", Err: err}
-		}
-	}
-	if d.drv.blas != nil {
-		h, err := d.drv.blas.CreateHandle(d.index)
-		if err == nil {
-			err = d.drv.blas.SetStream(h, t.st.Stream.HIPStream())
-		}
-		if err != nil {
-			t.release()
-			return nil, &Error{Op: "NewTask", Kind: ErrUnavailable, Detail: "creating a rocBLAS handle", Err: err}
-		}
-		t.st.BLAS = h
-	}
+	t.drv = dt
 	d.mu.Lock()
 	d.tasks = append(d.tasks, t)
 	d.mu.Unlock()
@@ -495,8 +328,8 @@ func (d *Device) synchronize() error {
 }
 
 // Close waits for all work, frees every pending array and releases the
-// device's queues, streams and pools. Arrays still alive are released too;
-// using them afterwards returns ErrClosed.
+// device's queues, streams and pools. Using its arrays afterwards returns
+// ErrClosed.
 func (d *Device) Close() error {
 	d.closeMu.Lock()
 	defer d.closeMu.Unlock()
@@ -509,8 +342,11 @@ func (d *Device) Close() error {
 	d.tasks = nil
 	d.mu.Unlock()
 	for _, t := range tasks {
-		errs = append(errs, t.release())
+		errs = append(errs, t.drv.Close())
 	}
-	errs = append(errs, d.queues.Close(), d.signals.Destroy(), d.events.Destroy())
-	return errors.Join(errs...)
+	errs = append(errs, d.drv.Close())
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("rocsync: closing gpu%d: %w", d.index, err)
+	}
+	return nil
 }

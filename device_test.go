@@ -11,6 +11,7 @@ import (
 
 	"github.com/rocsync/rocsync/hsa"
 	"github.com/rocsync/rocsync/internal/dl"
+	"github.com/rocsync/rocsync/internal/rocmdev"
 	"github.com/rocsync/rocsync/kernels"
 )
 
@@ -71,7 +72,7 @@ func TestQueuePoolSharesQueues(t *testing.T) {
 		tasks = append(tasks, tk)
 		require.NoError(t, tk.Fill(x, float64(i)))
 	}
-	require.Len(t, d.queues.Queues(), 2)
+	require.Len(t, d.drv.(*rocmdev.Device).Queues(), 2)
 	got, err := x.Float32s()
 	require.NoError(t, err)
 	require.Equal(t, float32(4), got[0])

@@ -35,6 +35,10 @@ const (
 	Emulator
 	// ROCm requires the real stack and fails if it is unavailable.
 	ROCm
+	// CUDA drives an NVIDIA GPU through the CUDA driver API and cuBLAS,
+	// with the same sync core: rocsync's kernels on one stream per task,
+	// cuBLAS on another.
+	CUDA
 )
 
 func (b Backend) String() string {
@@ -45,6 +49,8 @@ func (b Backend) String() string {
 		return "emulator"
 	case ROCm:
 		return "rocm"
+	case CUDA:
+		return "cuda"
 	}
 	return fmt.Sprintf("Backend(%d)", uint8(b))
 }

@@ -3,44 +3,34 @@ package rocsync
 import (
 	"errors"
 
-	"github.com/rocsync/rocsync/hip"
+	"github.com/rocsync/rocsync/driver"
 	"github.com/rocsync/rocsync/kernels"
-	"github.com/rocsync/rocsync/queue"
-	"github.com/rocsync/rocsync/rocblas"
 	"github.com/rocsync/rocsync/syncstate"
-	"github.com/rocsync/rocsync/tls"
 )
 
-// Task is the task-local state of the seed design: one HSA queue for
-// rocsync's kernels, one HIP stream, and a rocBLAS handle bound to that
-// stream. Ops submitted through a task run in order; a Task must not be used
-// by two goroutines at once (give each goroutine its own).
+// Task is the task-local state of the seed design: on ROCm one HSA queue
+// for rocsync's kernels, one HIP stream, and a rocBLAS handle bound to that
+// stream. Ops submitted through a task run in order; a Task must not be
+// used by two goroutines at once (give each goroutine its own).
 type Task struct {
 	dev   *Device
-	st    tls.State
+	drv   driver.Task
+	stats syncstate.Stats
 	sinks syncstate.Sinks
 	err   error // set when the default task could not be made
 }
 
 // Stats returns the task's counters.
-func (t *Task) Stats() Stats { return t.st.Stats.Snapshot() }
+func (t *Task) Stats() Stats { return t.stats.Snapshot() }
 
 // Device returns the task's device.
 func (t *Task) Device() *Device { return t.dev }
 
-func (d *Device) countHostWait(r Reason) { syncstate.Sinks{&d.stats}.HostWait(r) }
-
-// kernelTimeline is where the task's kernels run: its HSA queue, or its
-// HIP stream under Unified.
-func (t *Task) kernelTimeline() syncstate.Timeline {
-	if t.st.Queue != nil {
-		return t.st.Queue
-	}
-	return t.st.Stream
-}
-
 // Synchronize waits on the host for all work the task submitted.
 func (t *Task) Synchronize() error {
+	if err := t.check("Synchronize"); err != nil {
+		return err
+	}
 	if err := t.dev.enter("Synchronize"); err != nil {
 		return err
 	}
@@ -49,22 +39,39 @@ func (t *Task) Synchronize() error {
 	return errors.Join(err, t.dev.frees.poll(t.dev, false))
 }
 
+// drain host-waits for the task's timelines (one wait each, counted as a
+// sync wait, only where work is pending).
 func (t *Task) drain() error {
 	var errs []error
-	if q := t.st.Queue; q != nil && q.Completed() < q.LastTicket() {
-		t.sinks.HostWait(ReasonSync)
-		errs = append(errs, q.Drain())
-	}
-	if s := t.st.Stream; s != nil && s.Completed() < s.LastTicket() {
-		t.sinks.HostWait(ReasonSync)
-		errs = append(errs, s.Drain())
+	k, l := t.drv.KernelTimeline(), t.drv.LibraryTimeline()
+	for i, tl := range []syncstate.Timeline{k, l} {
+		if i == 1 && l == k {
+			break
+		}
+		last := lastTicket(tl)
+		if tl.Completed() < last {
+			t.sinks.HostWait(ReasonSync)
+			errs = append(errs, tl.WaitHost(last))
+		}
 	}
 	return errors.Join(errs...)
 }
 
-// Close waits for the task's work and releases its stream, handle and
-// queue. The default task is closed with its device.
+// lastTicket asks a timeline for its newest ticket; every driver's
+// timelines provide it.
+func lastTicket(tl syncstate.Timeline) uint64 {
+	if l, ok := tl.(interface{ LastTicket() uint64 }); ok {
+		return l.LastTicket()
+	}
+	return 0
+}
+
+// Close waits for the task's work and releases its resources. The default
+// task is closed with its device.
 func (t *Task) Close() error {
+	if err := t.check("Close"); err != nil {
+		return err
+	}
 	d := t.dev
 	if err := d.enter("Close"); err != nil {
 		return err
@@ -82,28 +89,10 @@ func (t *Task) Close() error {
 		}
 	}
 	d.mu.Unlock()
-	return errors.Join(err, t.release())
+	return errors.Join(err, t.drv.Close())
 }
 
-func (t *Task) release() error {
-	var errs []error
-	if t.st.BLAS != 0 {
-		errs = append(errs, t.dev.drv.blas.DestroyHandle(t.st.BLAS))
-		t.st.BLAS = 0
-	}
-	if t.st.Stream != nil {
-		errs = append(errs, t.st.Stream.Close())
-		t.st.Stream = nil
-	}
-	if t.st.Queue != nil {
-		t.dev.queues.Release(t.st.Queue)
-		t.st.Queue = nil
-	}
-	return errors.Join(errs...)
-}
-
-// check validates the operands of an op: non-nil, same device as the task,
-// and not closed.
+// check validates an op's operands: non-nil, on the task's device.
 func (t *Task) check(op string, arrays ...*Array) error {
 	if t == nil {
 		return newErr(op, ErrInvalid, "nil task")
@@ -132,71 +121,30 @@ func freedIn(op string, arrays ...*Array) error {
 	return nil
 }
 
-// elementwise runs out = op(a, b, alpha) as an HSA kernel.
-func (t *Task) elementwise(name string, op kernels.Op, out, a, b *Array, alpha float64) error {
-	readA, readB := op.Reads()
-	operands := [3]*Array{out, nil, nil}
-	if readA {
-		operands[1] = a
-	}
-	if readB {
-		operands[2] = b
-	}
-	if err := t.check(name, nonNil(operands[:])...); err != nil {
-		return err
-	}
-	for _, x := range operands[1:] {
-		if x == nil {
-			continue
-		}
-		if x.dtype != out.dtype {
-			return newErr(name, ErrDType, "%v and %v", x, out)
-		}
-		if x.rows != out.rows || x.cols != out.cols {
-			return newErr(name, ErrShape, "%v and %v", x, out)
-		}
-	}
+// submit orders an op after what it must follow, submits it and records
+// it: the one path every op takes.
+func (t *Task) submit(name string, tl syncstate.Timeline, reads []*Array, write *Array, run func() (uint64, error)) error {
 	d := t.dev
 	if err := d.enter(name); err != nil {
 		return err
 	}
 	defer d.leave()
-	if err := d.loadKernels(); err != nil {
-		return &Error{Op: name, Kind: ErrUnavailable, Detail: "loading kernels", Err: err}
-	}
 	var sop syncstate.Op
-	for _, x := range operands[1:] {
-		if x != nil {
-			sop.Read(x.st)
-		}
+	for _, x := range reads {
+		sop.Read(x.st)
 	}
-	sop.Write(out.st)
-	tl := t.kernelTimeline()
+	sop.Write(write.st)
 	if err := sop.Begin(&d.engine, tl, t.sinks); err != nil {
 		return &Error{Op: name, Kind: ErrUnavailable, Detail: "ordering", Err: err}
 	}
-	if err := freedIn(name, operands[:]...); err != nil {
+	if err := freedIn(name, append(reads, write)...); err != nil {
 		sop.Abort()
 		return err
 	}
-	di := 0
-	if out.dtype == Float64 {
-		di = 1
-	}
-	k := &d.kernelObjs[op][di]
-	args := kernels.Args{Out: uint64(out.ptr), Alpha: alpha, N: uint64(out.Len())}
-	if operands[1] != nil {
-		args.A = uint64(operands[1].ptr)
-	}
-	if operands[2] != nil {
-		args.B = uint64(operands[2].ptr)
-	}
-	var buf [queue.KernargSlot]byte
-	args.Encode(buf[:], out.dtype)
-	ticket, err := t.launch(k, buf[:k.kernargSize], uint64(out.Len()))
+	ticket, err := run()
 	if err != nil {
 		sop.Abort()
-		return &Error{Op: name, Kind: ErrUnavailable, Detail: "dispatch", Err: err}
+		return &Error{Op: name, Kind: ErrUnavailable, Err: err}
 	}
 	t.sinks.Dispatch()
 	if err := sop.Commit(ticket, t.sinks); err != nil {
@@ -208,39 +156,44 @@ func (t *Task) elementwise(name string, op kernels.Op, out, a, b *Array, alpha f
 	return nil
 }
 
-func nonNil(in []*Array) []*Array {
-	out := in[:0:0]
-	for i, a := range in {
-		if i == 0 || a != nil {
-			out = append(out, a)
+// elementwise runs out = op(a, b, alpha) as one of rocsync's kernels.
+func (t *Task) elementwise(name string, op kernels.Op, out, a, b *Array, alpha float64) error {
+	readA, readB := op.Reads()
+	var buf [2]*Array
+	reads := buf[:0]
+	if readA {
+		reads = append(reads, a)
+	}
+	if readB {
+		reads = append(reads, b)
+	}
+	if err := t.check(name, append(reads, out)...); err != nil {
+		return err
+	}
+	for _, x := range reads {
+		if x.dtype != out.dtype {
+			return newErr(name, ErrDType, "%v and %v", x, out)
+		}
+		if x.rows != out.rows || x.cols != out.cols {
+			return newErr(name, ErrShape, "%v and %v", x, out)
 		}
 	}
-	return out
-}
-
-// maxGrid caps the work-items of one dispatch; the kernels loop over the
-// rest with a grid stride.
-const maxGrid = 1 << 24
-
-func (t *Task) launch(k *kernelObject, kernarg []byte, n uint64) (uint64, error) {
-	wg := uint64(k.workgroup)
-	grid := min((n+wg-1)/wg*wg, maxGrid)
-	if t.st.Queue == nil {
-		// Unified: HIP counts the grid in blocks, AQL in work-items.
-		hp := t.dev.drv.hip
-		return t.st.Stream.Submit(func(s hip.Stream) error {
-			return hp.ModuleLaunchKernel(k.function, [3]uint32{uint32(grid / wg), 1, 1}, [3]uint32{uint32(wg), 1, 1},
-				k.groupSize, s, kernarg)
-		})
+	args := kernels.Args{Out: uint64(out.ptr), Alpha: alpha, N: uint64(out.Len())}
+	if readA {
+		args.A = uint64(a.ptr)
 	}
-	return t.st.Queue.Dispatch(&queue.Dispatch{KernelObject: k.handle, Grid: uint32(grid), Workgroup: k.workgroup,
-		PrivateSegmentSize: k.privateSize, GroupSegmentSize: k.groupSize, Kernarg: kernarg})
+	if readB {
+		args.B = uint64(b.ptr)
+	}
+	return t.submit(name, t.drv.KernelTimeline(), reads, out, func() (uint64, error) {
+		return t.drv.Launch(op, out.dtype, &args)
+	})
 }
 
-// Gemm computes c = alpha·op(a)·op(b) + beta·c with rocBLAS on the task's
-// stream, where op transposes when asked. Arrays are row-major; rocBLAS is
-// column-major, so rocsync computes cᵀ = op(b)ᵀ·op(a)ᵀ, which reads the
-// row-major buffers as they are.
+// Gemm computes c = alpha·op(a)·op(b) + beta·c with the vendor BLAS on the
+// task's library stream, where op transposes when asked. Arrays are
+// row-major and BLAS is column-major, so rocsync computes
+// cᵀ = op(b)ᵀ·op(a)ᵀ, which reads the row-major buffers as they are.
 func (t *Task) Gemm(transA, transB bool, alpha float64, a, b *Array, beta float64, c *Array) error {
 	const name = "Gemm"
 	if err := t.check(name, a, b, c); err != nil {
@@ -260,53 +213,13 @@ func (t *Task) Gemm(transA, transB bool, alpha float64, a, b *Array, beta float6
 	if k != kb || c.rows != m || c.cols != n {
 		return newErr(name, ErrShape, "op(a) is %dx%d, op(b) is %dx%d, c is %dx%d", m, k, kb, n, c.rows, c.cols)
 	}
-	d := t.dev
-	if err := d.enter(name); err != nil {
-		return err
+	reads := []*Array{a, b}
+	if beta != 0 {
+		reads = append(reads, c)
 	}
-	defer d.leave()
-	if d.drv.blas == nil {
-		return &Error{Op: name, Kind: ErrUnavailable, Detail: "rocBLAS is not loaded", Err: d.drv.blasErr}
-	}
-	var sop syncstate.Op
-	sop.Read(a.st)
-	sop.Read(b.st)
-	sop.Write(c.st)
-	if err := sop.Begin(&d.engine, t.st.Stream, t.sinks); err != nil {
-		return &Error{Op: name, Kind: ErrUnavailable, Detail: "ordering", Err: err}
-	}
-	if err := freedIn(name, a, b, c); err != nil {
-		sop.Abort()
-		return err
-	}
-	opA, opB := rocblas.OperationNone, rocblas.OperationNone
-	if transA {
-		opA = rocblas.OperationTranspose
-	}
-	if transB {
-		opB = rocblas.OperationTranspose
-	}
-	blas, h := d.drv.blas, t.st.BLAS
-	ticket, err := t.st.Stream.Submit(func(hip.Stream) error {
-		if c.dtype == Float32 {
-			return blas.Sgemm(h, opB, opA, int32(n), int32(m), int32(k), float32(alpha),
-				b.ptr, int32(b.cols), a.ptr, int32(a.cols), float32(beta), c.ptr, int32(c.cols))
-		}
-		return blas.Dgemm(h, opB, opA, int32(n), int32(m), int32(k), alpha,
-			b.ptr, int32(b.cols), a.ptr, int32(a.cols), beta, c.ptr, int32(c.cols))
+	return t.submit(name, t.drv.LibraryTimeline(), reads, c, func() (uint64, error) {
+		return t.drv.Gemm(c.dtype, transB, transA, n, m, k, alpha, b.ptr, b.cols, a.ptr, a.cols, beta, c.ptr, c.cols)
 	})
-	if err != nil {
-		sop.Abort()
-		return &Error{Op: name, Kind: ErrUnavailable, Detail: "gemm", Err: err}
-	}
-	t.sinks.Dispatch()
-	if err := sop.Commit(ticket, t.sinks); err != nil {
-		return &Error{Op: name, Kind: ErrUnavailable, Err: err}
-	}
-	if d.frees.n.Load() != 0 {
-		_ = d.frees.poll(d, false)
-	}
-	return nil
 }
 
 // MatMulInto computes c = op(a)·op(b).

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"unsafe"
 
@@ -406,5 +405,5 @@ func (l *Lib) gemm(st *handleState, fn int, h Handle, transA, transB Operation, 
 
 // String describes the library, e.g. for logs.
 func (l *Lib) String() string {
-	return fmt.Sprintf("rocBLAS %s (%s, for libamdhip64.so.%d)", strings.TrimPrefix(l.soname, "librocblas."), l.path, l.hipMajor)
+	return fmt.Sprintf("%s (%s, for libamdhip64.so.%d)", l.soname, l.path, l.hipMajor)
 }

@@ -14,15 +14,13 @@ import (
 	"github.com/rocsync/rocsync/queue"
 	"github.com/rocsync/rocsync/rocblas"
 	"github.com/rocsync/rocsync/stream"
-	"github.com/rocsync/rocsync/syncstate"
 )
 
-// State is one task's resources and counters.
+// State is one task's resources on the ROCm stack.
 type State struct {
-	Queue  *queue.Queue    // where the task's kernels go (nil under Unified)
-	Stream *stream.Stream  // where its library calls go
-	BLAS   rocblas.Handle  // bound to Stream; 0 when rocBLAS is missing
-	Stats  syncstate.Stats // the task's own counters
+	Queue  *queue.Queue   // where the task's kernels go (nil under Unified)
+	Stream *stream.Stream // where its library calls go
+	BLAS   rocblas.Handle // bound to Stream; 0 when rocBLAS is missing
 }
 
 // QueuePool shares a device's HSA queues among its tasks. Queues are scarce

@@ -1,0 +1,7 @@
+package rocsync
+
+import "errors"
+
+func openCUDA(o Options) (family, error) {
+	return family{}, errors.New("the CUDA backend is not wired in yet")
+}

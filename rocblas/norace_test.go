@@ -1,0 +1,5 @@
+//go:build !race
+
+package rocblas
+
+const raceEnabled = false
