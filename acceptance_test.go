@@ -13,6 +13,7 @@ import (
 	"github.com/rocsync/rocsync/internal/emu"
 	"github.com/rocsync/rocsync/internal/rocmdev"
 	"github.com/rocsync/rocsync/queue"
+	"github.com/rocsync/rocsync/syncstate"
 	"github.com/stretchr/testify/require"
 )
 
@@ -98,8 +99,8 @@ type seedProgram struct {
 	run   func(t *testing.T, tk *Task, x *Array) *Array
 	ref   func(x []float64) []float64
 	waits map[Policy]uint64 // host waits before the final Synchronize
-	// boundary is the number of boundary host waits (SkipSameQueue and
-	// DeviceSide), -1 when not checked.
+	// boundary is the number of boundary host waits under SkipSameQueue
+	// and DeviceSide (the other policies have none).
 	boundary int
 }
 
@@ -120,7 +121,7 @@ var seedPrograms = []seedProgram{
 		ref: func(x []float64) []float64 {
 			return refMatMul(x, refMatMul(x, refMatMul(x, x, n128), n128), n128)
 		},
-		waits:    map[Policy]uint64{WaitAlways: 3, SkipSameQueue: 0, DeviceSide: 0},
+		waits:    map[Policy]uint64{WaitAlways: 3, SkipSameQueue: 0, DeviceSide: 0, Unified: 0, DeviceBridge: 0},
 		boundary: 0,
 	},
 	{
@@ -137,7 +138,7 @@ var seedPrograms = []seedProgram{
 			return t3
 		},
 		ref:      func(x []float64) []float64 { return refMul(x, refMul(x, refMul(x, x))) },
-		waits:    map[Policy]uint64{WaitAlways: 3, SkipSameQueue: 0, DeviceSide: 0},
+		waits:    map[Policy]uint64{WaitAlways: 3, SkipSameQueue: 0, DeviceSide: 0, Unified: 0, DeviceBridge: 0},
 		boundary: 0,
 	},
 	{
@@ -151,14 +152,14 @@ var seedPrograms = []seedProgram{
 			return t2
 		},
 		ref:      func(x []float64) []float64 { return refMatMul(refMul(x, x), x, n128) },
-		waits:    map[Policy]uint64{WaitAlways: 2, SkipSameQueue: 1, DeviceSide: 1},
+		waits:    map[Policy]uint64{WaitAlways: 2, SkipSameQueue: 1, DeviceSide: 1, Unified: 0, DeviceBridge: 0},
 		boundary: 1,
 	},
 }
 
 func TestSeedPrograms(t *testing.T) {
 	for _, prog := range seedPrograms {
-		for _, p := range []Policy{WaitAlways, SkipSameQueue, DeviceSide} {
+		for _, p := range syncstate.Policies {
 			t.Run(prog.name+"/"+p.String(), func(t *testing.T) {
 				d := openStrict(t, p)
 				tk := d.DefaultTask()
@@ -174,10 +175,11 @@ func TestSeedPrograms(t *testing.T) {
 				out := prog.run(t, tk, x)
 				mid := d.Stats().Sub(before)
 				require.Equal(t, prog.waits[p], mid.HostWaitsTotal(), "host waits before Synchronize: %v", mid)
-				if p != WaitAlways {
-					require.EqualValues(t, prog.boundary, mid.HostWaitsFor(ReasonBoundary), "%v", mid)
-				} else {
+				switch p {
+				case WaitAlways:
 					require.Equal(t, prog.waits[p], mid.HostWaitsFor(ReasonWaitAlways), "%v", mid)
+				case SkipSameQueue, DeviceSide:
+					require.EqualValues(t, prog.boundary, mid.HostWaitsFor(ReasonBoundary), "%v", mid)
 				}
 				require.NoError(t, tk.Synchronize())
 				got, err := out.Float32s()
@@ -193,28 +195,28 @@ func TestSeedPrograms(t *testing.T) {
 // An op on queue B that overwrites an array still being read on queue A
 // must wait for that read.
 func TestWriteAfterRead(t *testing.T) {
-	for _, p := range []Policy{SkipSameQueue, DeviceSide} {
+	for _, p := range syncstate.Policies {
 		t.Run(p.String(), func(t *testing.T) {
 			d := openStrict(t, p)
 			a, err := d.NewTask()
 			require.NoError(t, err)
 			b, err := d.NewTask()
 			require.NoError(t, err)
-			require.NotSame(t, hsaQueue(a), hsaQueue(b))
 			host := randMatrix(2, 64)
 			x, err := d.FromFloat32(64, 64, host)
 			require.NoError(t, err)
 			release := d.machine.Hold() // keep A's read pending
-			y, err := a.Mul(x, x)           // reads x on queue A
+			go func() { time.Sleep(5 * time.Millisecond); release() }()
+			y, err := a.Mul(x, x) // reads x on A's kernel queue
 			require.NoError(t, err)
 			before := b.Stats()
-			go func() { time.Sleep(2 * time.Millisecond); release() }()
-			require.NoError(t, b.Fill(x, 5)) // overwrites x on queue B
+			require.NoError(t, b.Fill(x, 5)) // overwrites x on B's
 			st := b.Stats().Sub(before)
-			if p == DeviceSide {
+			switch p {
+			case DeviceSide, Unified, DeviceBridge:
 				require.EqualValues(t, 1, st.DeviceWaits, "%v", st)
 				require.Zero(t, st.HostWaitsTotal(), "%v", st)
-			} else {
+			case SkipSameQueue:
 				require.EqualValues(t, 1, st.HostWaitsFor(ReasonCrossQueue), "%v", st)
 			}
 			got, err := y.Float32s()
@@ -231,75 +233,92 @@ func TestWriteAfterRead(t *testing.T) {
 
 // x = x*x records one fence, and three in a row leave one pending fence.
 func TestAliasingRecordsOneFence(t *testing.T) {
-	d := openStrict(t, DeviceSide)
-	tk := d.DefaultTask()
-	host := []float32{1.5, -2, 0.5, 3}
-	x, err := d.FromFloat32(2, 2, host)
-	require.NoError(t, err)
-	release := d.machine.Hold()
-	for i := 0; i < 3; i++ {
-		require.NoError(t, tk.MulInto(x, x, x))
-		x.st.Lock()
-		require.Zero(t, x.st.ReadersLocked(), "an aliased read must not leave a reader fence")
-		require.False(t, x.st.WriterLocked().IsZero())
-		x.st.Unlock()
+	for _, p := range syncstate.Policies {
+		t.Run(p.String(), func(t *testing.T) {
+			d := openStrict(t, p)
+			tk := d.DefaultTask()
+			host := []float32{1.5, -2, 0.5, 3}
+			x, err := d.FromFloat32(2, 2, host)
+			require.NoError(t, err)
+			release := func() {}
+			if p != WaitAlways { // WaitAlways waits for each op: nothing may be held
+				release = d.machine.Hold()
+			}
+			for i := 0; i < 3; i++ {
+				require.NoError(t, tk.MulInto(x, x, x))
+				x.st.Lock()
+				require.Zero(t, x.st.ReadersLocked(), "an aliased read must not leave a reader fence")
+				require.False(t, x.st.WriterLocked().IsZero())
+				x.st.Unlock()
+			}
+			if p != WaitAlways {
+				require.Equal(t, 1, x.PendingFences())
+			}
+			release()
+			got, err := x.Float32s()
+			require.NoError(t, err)
+			for i, v := range host {
+				require.Equal(t, float32(math.Pow(float64(v), 8)), got[i])
+			}
+			require.Equal(t, 0, x.PendingFences())
+		})
 	}
-	require.Equal(t, 1, x.PendingFences())
-	release()
-	got, err := x.Float32s()
-	require.NoError(t, err)
-	for i, v := range host {
-		require.Equal(t, float32(math.Pow(float64(v), 8)), got[i])
-	}
-	require.Equal(t, 0, x.PendingFences())
 }
 
 // Two tasks on two goroutines share arrays: the HSA→HSA crossings wait on
 // the device under DeviceSide, with no host wait.
 func TestTwoTasksSharingArrays(t *testing.T) {
-	d := openStrict(t, DeviceSide)
-	producer, err := d.NewTask()
-	require.NoError(t, err)
-	consumer, err := d.NewTask()
-	require.NoError(t, err)
-	host := randMatrix(3, 32)
-	x, err := d.FromFloat32(32, 32, host)
-	require.NoError(t, err)
-	const rounds = 20
-	ch := make(chan *Array)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		defer close(ch)
-		for i := 0; i < rounds; i++ {
-			y, err := producer.Mul(x, x)
-			if !assertNoErr(t, err) {
-				return
+	for _, p := range syncstate.Policies {
+		t.Run(p.String(), func(t *testing.T) {
+			d := openStrict(t, p)
+			producer, err := d.NewTask()
+			require.NoError(t, err)
+			consumer, err := d.NewTask()
+			require.NoError(t, err)
+			host := randMatrix(3, 32)
+			x, err := d.FromFloat32(32, 32, host)
+			require.NoError(t, err)
+			const rounds = 20
+			ch := make(chan *Array)
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer close(ch)
+				for i := 0; i < rounds; i++ {
+					y, err := producer.Mul(x, x)
+					if !assertNoErr(t, err) {
+						return
+					}
+					ch <- y
+				}
+			}()
+			before := consumer.Stats()
+			var outs []*Array
+			for y := range ch {
+				z, err := consumer.Add(y, x) // crosses from the producer's queue
+				require.NoError(t, err)
+				require.NoError(t, y.Free())
+				outs = append(outs, z)
 			}
-			ch <- y
-		}
-	}()
-	before := consumer.Stats()
-	var outs []*Array
-	for y := range ch {
-		z, err := consumer.Add(y, x) // crosses from the producer's queue
-		require.NoError(t, err)
-		require.NoError(t, y.Free())
-		outs = append(outs, z)
-	}
-	wg.Wait()
-	st := consumer.Stats().Sub(before)
-	require.Zero(t, st.HostWaitsTotal(), "%v", st)
-	require.NotZero(t, st.DeviceWaits, "%v", st)
-	want := widen(host)
-	for i := range want {
-		want[i] = want[i]*want[i] + want[i]
-	}
-	for _, z := range outs {
-		got, err := z.Float32s()
-		require.NoError(t, err)
-		requireClose(t, want, got, 1e-6)
+			wg.Wait()
+			st := consumer.Stats().Sub(before)
+			switch p {
+			case DeviceSide, Unified, DeviceBridge:
+				require.Zero(t, st.HostWaitsTotal(), "%v", st)
+			case WaitAlways:
+				require.EqualValues(t, rounds, st.HostWaitsFor(ReasonWaitAlways), "%v", st)
+			}
+			want := widen(host)
+			for i := range want {
+				want[i] = want[i]*want[i] + want[i]
+			}
+			for _, z := range outs {
+				got, err := z.Float32s()
+				require.NoError(t, err)
+				requireClose(t, want, got, 1e-6)
+			}
+		})
 	}
 }
 
@@ -314,29 +333,58 @@ func assertNoErr(t *testing.T, err error) bool {
 // With waits disabled, the checker must report the race the waits prevent:
 // this is what proves the ordering tests can fail.
 func TestHazardCheckerFiresWithoutWaits(t *testing.T) {
-	d := openStrict(t, DeviceSide, func(o *Options) { o.disableWaits = true })
-	a, err := d.NewTask()
+	for _, p := range syncstate.Policies {
+		t.Run(p.String(), func(t *testing.T) {
+			d := openStrict(t, p, func(o *Options) { o.disableWaits = true })
+			a, err := d.NewTask()
+			require.NoError(t, err)
+			b, err := d.NewTask()
+			require.NoError(t, err)
+			x, err := d.FromFloat32(16, 16, randMatrix(4, 16))
+			require.NoError(t, err)
+			y, err := a.Mul(x, x) // writes y on A's kernel timeline
+			require.NoError(t, err)
+			d.machine.Quiesce()  // let A finish, unobserved by the host
+			_, err = b.Add(y, x) // reads y on B's, unordered
+			require.NoError(t, err)
+			require.NoError(t, d.Synchronize())
+			hz := d.Hazards()
+			require.NotEmpty(t, hz, "the checker missed an unordered read-after-write")
+			var h *emu.HazardError
+			require.ErrorAs(t, hz[0], &h)
+			require.Equal(t, emu.HazardReadWrite, h.Kind)
+			require.NotEqual(t, h.Queue, h.PriorQ, "the race is between two timelines")
+			require.ErrorContains(t, hz[0], "rocsync_mul_f32")
+			require.ErrorContains(t, hz[0], "rocsync_add_f32")
+		})
+	}
+}
+
+// DeviceBridge crosses the boundary both ways on the device: a gemm
+// result read by a kernel (HIP→HSA) and a kernel result read by a gemm
+// (HSA→HIP), with no host wait and no hazard.
+func TestDeviceBridgeBothWays(t *testing.T) {
+	d := openStrict(t, DeviceBridge)
+	tk := d.DefaultTask()
+	host := randMatrix(6, n128)
+	x, err := d.FromFloat32(n128, n128, host)
 	require.NoError(t, err)
-	b, err := d.NewTask()
+	release := d.machine.Hold()
+	go func() { time.Sleep(20 * time.Millisecond); release() }()
+	before := d.Stats()
+	y, err := tk.MatMul(x, x, false, false) // HIP
 	require.NoError(t, err)
-	x, err := d.FromFloat32(16, 16, randMatrix(4, 16))
+	z, err := tk.Mul(y, x) // HSA, waits for the gemm on the device
 	require.NoError(t, err)
-	y, err := a.Mul(x, x) // writes y on queue A
+	w, err := tk.MatMul(z, x, false, false) // HIP, waits for the kernel on the device
 	require.NoError(t, err)
-	d.machine.Quiesce() // let A finish, unobserved by the host
-	_, err = b.Add(y, x)    // reads y on queue B, unordered
+	st := d.Stats().Sub(before)
+	require.Zero(t, st.HostWaitsTotal(), "%v", st)
+	require.EqualValues(t, 2, st.DeviceWaits, "%v", st)
+	got, err := w.Float32s()
 	require.NoError(t, err)
-	require.NoError(t, d.Synchronize())
-	hz := d.Hazards()
-	require.NotEmpty(t, hz, "the checker missed an unordered read-after-write")
-	var h *emu.HazardError
-	require.ErrorAs(t, hz[0], &h)
-	require.Equal(t, emu.HazardReadWrite, h.Kind)
-	require.Contains(t, h.Queue, "hsa-queue")
-	require.Contains(t, h.PriorQ, "hsa-queue")
-	require.NotEqual(t, h.Queue, h.PriorQ, "the race is between two queues")
-	require.ErrorContains(t, hz[0], "rocsync_mul_f32")
-	require.ErrorContains(t, hz[0], "rocsync_add_f32")
+	hx := widen(host)
+	requireClose(t, refMatMul(refMul(refMatMul(hx, hx, n128), hx), hx, n128), got, 1e-4)
 }
 
 // Free with work pending returns at once, and the memory is released only

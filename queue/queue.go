@@ -64,7 +64,20 @@ type Queue struct {
 	inflight   []entry // ring of len hq.Size, oldest at head
 	head, n    int
 	brokenErr  atomic.Pointer[error]
+
+	// bridge, when set, turns a fence of another domain into a signal
+	// that reaches 0 once the fence completes (the DeviceBridge policy).
+	bridge func(syncstate.Fence) (*Signal, error)
 }
+
+// SetBridge lets the queue wait on the device for fences of other domains:
+// bridge returns a retained signal that completes with the fence, or nil
+// when it is already complete.
+func (q *Queue) SetBridge(bridge func(syncstate.Fence) (*Signal, error)) { q.bridge = bridge }
+
+// SignalFor returns a retained completion signal for ticket t (release it),
+// or nil when t is already complete.
+func (q *Queue) SignalFor(t uint64) *Signal { return q.signalFor(t) }
 
 // Config says where a Queue gets its resources.
 type Config struct {
@@ -207,7 +220,9 @@ func (q *Queue) waitSignal(s *Signal) error {
 
 // CanWaitDevice implements syncstate.Timeline: barrier-AND packets wait for
 // other HSA queues' signals.
-func (q *Queue) CanWaitDevice(d syncstate.Domain) bool { return d == syncstate.DomainKernel }
+func (q *Queue) CanWaitDevice(d syncstate.Domain) bool {
+	return d == syncstate.DomainKernel || q.bridge != nil
+}
 
 // WaitDevice implements syncstate.Timeline with barrier-AND packets, at
 // most five signals each.
@@ -215,12 +230,20 @@ func (q *Queue) WaitDevice(fences []syncstate.Fence) error {
 	var sigs [16]*Signal
 	n := 0
 	for _, f := range fences {
-		p, ok := f.TL.(*Queue)
-		if !ok {
+		var s *Signal
+		if p, ok := f.TL.(*Queue); ok {
+			s = p.signalFor(f.Ticket)
+		} else if q.bridge != nil {
+			var err error
+			if s, err = q.bridge(f); err != nil {
+				releaseAll(sigs[:n])
+				return err
+			}
+		} else {
 			releaseAll(sigs[:n])
 			return fmt.Errorf("queue: %s cannot wait on the device for %s (%s)", q.name, f.TL.Name(), f.TL.Domain())
 		}
-		if s := p.signalFor(f.Ticket); s != nil {
+		if s != nil {
 			if n == len(sigs) {
 				releaseAll(sigs[:n])
 				return fmt.Errorf("queue: too many fences (%d) for one device wait", len(fences))

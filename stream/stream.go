@@ -92,6 +92,42 @@ type Stream struct {
 	lastTicket atomic.Uint64
 	completed  atomic.Uint64
 	marks      []recorded // events in ticket order, oldest first
+	after      []deferred // work to run once a ticket completes
+
+	// bridge, when set, makes this stream wait on the device for a fence
+	// of another domain (the DeviceBridge policy).
+	bridge func(s *Stream, f syncstate.Fence) error
+}
+
+type deferred struct {
+	ticket uint64
+	fn     func()
+}
+
+// SetBridge lets the stream wait on the device for fences of other domains.
+func (s *Stream) SetBridge(bridge func(s *Stream, f syncstate.Fence) error) { s.bridge = bridge }
+
+// AfterComplete runs fn once ticket t is known complete (at a later poll,
+// wait or Close), for resources the device may still read until then.
+func (s *Stream) AfterComplete(t uint64, fn func()) {
+	s.mu.Lock()
+	s.after = append(s.after, deferred{t, fn})
+	s.mu.Unlock()
+}
+
+// runAfterLocked runs the deferred work whose ticket is complete.
+func (s *Stream) runAfterLocked() {
+	c := s.completed.Load()
+	kept := s.after[:0]
+	for _, d := range s.after {
+		if d.ticket <= c {
+			d.fn()
+			continue
+		}
+		kept = append(kept, d)
+	}
+	clear(s.after[len(kept):])
+	s.after = kept
 }
 
 // Config describes a Stream.
@@ -171,6 +207,9 @@ func (s *Stream) pollLocked() {
 		clear(s.marks[n:])
 		s.marks = s.marks[:n]
 	}
+	if len(s.after) > 0 {
+		s.runAfterLocked()
+	}
 }
 
 // Poll asks the stream itself whether all its work is done. It costs a
@@ -249,7 +288,9 @@ func (s *Stream) WaitHost(t uint64) error {
 
 // CanWaitDevice implements syncstate.Timeline: hipStreamWaitEvent orders
 // this stream after any other HIP stream.
-func (s *Stream) CanWaitDevice(d syncstate.Domain) bool { return d == syncstate.DomainLibrary }
+func (s *Stream) CanWaitDevice(d syncstate.Domain) bool {
+	return d == s.domain || s.bridge != nil
+}
 
 // WaitDevice implements syncstate.Timeline with hipStreamWaitEvent. The
 // wait captures the event's state when it is enqueued, so the event may be
@@ -258,6 +299,12 @@ func (s *Stream) WaitDevice(fences []syncstate.Fence) error {
 	for _, f := range fences {
 		p, ok := f.TL.(*Stream)
 		if !ok {
+			if s.bridge != nil {
+				if err := s.bridge(s, f); err != nil {
+					return err
+				}
+				continue
+			}
 			return fmt.Errorf("stream: %s cannot wait on the device for %s (%s)", s.name, f.TL.Name(), f.TL.Domain())
 		}
 		ev, ok, err := p.eventFor(f.Ticket)
@@ -286,6 +333,10 @@ func (s *Stream) Close() error {
 	err := s.Drain()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err == nil {
+		s.completed.Store(s.lastTicket.Load())
+	}
+	s.runAfterLocked()
 	for _, m := range s.marks {
 		s.events.put(m.ev)
 	}

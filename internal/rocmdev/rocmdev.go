@@ -170,8 +170,12 @@ func newDevice(rt Runtimes, cfg driver.DeviceConfig, index int, agent hsa.Agent,
 	d.signals = queue.NewSignalPool(rt.HSA, attrs)
 	d.events = stream.NewEventPool(rt.HIP, index)
 	d.queues = tls.QueuePool{Max: cfg.MaxQueues, Create: func(i int) (*queue.Queue, error) {
-		return queue.New(rt.HSA, queue.Config{Name: fmt.Sprintf("gpu%d/hsa-q%d", index, i), Agent: agent,
+		q, err := queue.New(rt.HSA, queue.Config{Name: fmt.Sprintf("gpu%d/hsa-q%d", index, i), Agent: agent,
 			Size: cfg.QueueSize, KernargPool: kernarg, Signals: d.signals, Sinks: syncstate.Sinks{cfg.Stats}})
+		if err == nil && cfg.Policy == syncstate.DeviceBridge {
+			q.SetBridge(d.hipToHSA)
+		}
+		return q, err
 	}}
 	return d, nil
 }
@@ -300,6 +304,9 @@ func (d *Device) NewTask(sinks syncstate.Sinks) (driver.Task, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating a HIP stream: %w", err)
 	}
+	if d.cfg.Policy == syncstate.DeviceBridge {
+		t.st.Stream.SetBridge(d.hsaToHIP)
+	}
 	if d.cfg.Policy != syncstate.Unified {
 		if t.st.Queue, err = d.queues.Acquire(); err != nil {
 			_ = t.Close()
@@ -411,3 +418,64 @@ func (d *Device) Queues() []*queue.Queue { return d.queues.Queues() }
 
 // HSAQueue returns the task's HSA queue, nil under Unified (for tests).
 func (t *Task) HSAQueue() *queue.Queue { return t.st.Queue }
+
+// hipToHSA bridges a HIP fence to an HSA queue: the producer stream stores
+// 0 into a pooled signal once its earlier work (the fence included) is
+// done, and the consumer's barrier-AND packet waits for that signal.
+// hipStreamWriteValue64 needs the signal's value address, which
+// hsa_amd_signal_value_pointer gives only for non-interrupt signals: the
+// device's pool makes IPC signals under DeviceBridge.
+func (d *Device) hipToHSA(f syncstate.Fence) (*queue.Signal, error) {
+	p, ok := f.TL.(*stream.Stream)
+	if !ok {
+		return nil, fmt.Errorf("rocmdev: cannot bridge from %s", f.TL.Name())
+	}
+	if f.Ticket <= p.Completed() {
+		return nil, nil
+	}
+	sig, err := d.signals.Get()
+	if err != nil {
+		return nil, err
+	}
+	ptr, err := d.rt.HSA.SignalValuePointer(sig.H)
+	if err != nil {
+		sig.Release()
+		return nil, err
+	}
+	hp := d.rt.HIP
+	if _, err := p.Submit(func(s hip.Stream) error { return hp.StreamWriteValue64(s, ptr, 0, 0) }); err != nil {
+		sig.Release()
+		return nil, err
+	}
+	return sig, nil
+}
+
+// hsaToHIP bridges an HSA fence to a HIP stream: the stream waits with
+// hipStreamWaitValue64 until the producer's completion signal reads 0. The
+// signal stays retained (so the pool cannot reset it to 1) until the
+// stream has passed the wait.
+func (d *Device) hsaToHIP(s *stream.Stream, f syncstate.Fence) error {
+	p, ok := f.TL.(*queue.Queue)
+	if !ok {
+		return fmt.Errorf("rocmdev: cannot bridge from %s", f.TL.Name())
+	}
+	sig := p.SignalFor(f.Ticket)
+	if sig == nil {
+		return nil
+	}
+	ptr, err := d.rt.HSA.SignalValuePointer(sig.H)
+	if err != nil {
+		sig.Release()
+		return err
+	}
+	hp := d.rt.HIP
+	t, err := s.Submit(func(hs hip.Stream) error {
+		return hp.StreamWaitValue64(hs, ptr, 0, hip.StreamWaitValueEq, ^uint64(0))
+	})
+	if err != nil {
+		sig.Release()
+		return err
+	}
+	s.AfterComplete(t, sig.Release)
+	return nil
+}
