@@ -122,8 +122,8 @@ func freedIn(op string, arrays ...*Array) error {
 }
 
 // submit orders an op after what it must follow, submits it and records
-// it: the one path every op takes.
-func (t *Task) submit(name string, tl syncstate.Timeline, reads []*Array, write *Array, run func() (uint64, error)) error {
+// it: the one path every op takes. reads and write are its operands.
+func (t *Task) submit(name string, tl syncstate.Timeline, reads []*Array, write *Array, c *call) error {
 	d := t.dev
 	if err := d.enter(name); err != nil {
 		return err
@@ -137,11 +137,15 @@ func (t *Task) submit(name string, tl syncstate.Timeline, reads []*Array, write 
 	if err := sop.Begin(&d.engine, tl, t.sinks); err != nil {
 		return &Error{Op: name, Kind: ErrUnavailable, Detail: "ordering", Err: err}
 	}
-	if err := freedIn(name, append(reads, write)...); err != nil {
+	if err := freedIn(name, write); err != nil {
 		sop.Abort()
 		return err
 	}
-	ticket, err := run()
+	if err := freedIn(name, reads...); err != nil {
+		sop.Abort()
+		return err
+	}
+	ticket, err := c.submit(t.drv)
 	if err != nil {
 		sop.Abort()
 		return &Error{Op: name, Kind: ErrUnavailable, Err: err}
@@ -156,10 +160,32 @@ func (t *Task) submit(name string, tl syncstate.Timeline, reads []*Array, write 
 	return nil
 }
 
+// call is the driver call of one op: a kernel launch or a gemm. It is a
+// plain value, not a closure or an interface, so that submitting an op
+// allocates nothing.
+type call struct {
+	gemm           bool
+	op             kernels.Op
+	dt             kernels.DType
+	args           kernels.Args
+	transA, transB bool
+	m, n, k        int
+	alpha, beta    float64
+	a, b, c        driver.DevicePtr
+	lda, ldb, ldc  int
+}
+
+func (c *call) submit(d driver.Task) (uint64, error) {
+	if c.gemm {
+		return d.Gemm(c.dt, c.transA, c.transB, c.m, c.n, c.k, c.alpha, c.a, c.lda, c.b, c.ldb, c.beta, c.c, c.ldc)
+	}
+	return d.Launch(c.op, c.dt, c.args)
+}
+
 // elementwise runs out = op(a, b, alpha) as one of rocsync's kernels.
 func (t *Task) elementwise(name string, op kernels.Op, out, a, b *Array, alpha float64) error {
 	readA, readB := op.Reads()
-	var buf [2]*Array
+	var buf [3]*Array
 	reads := buf[:0]
 	if readA {
 		reads = append(reads, a)
@@ -167,7 +193,10 @@ func (t *Task) elementwise(name string, op kernels.Op, out, a, b *Array, alpha f
 	if readB {
 		reads = append(reads, b)
 	}
-	if err := t.check(name, append(reads, out)...); err != nil {
+	if err := t.check(name, out); err != nil {
+		return err
+	}
+	if err := t.check(name, reads...); err != nil {
 		return err
 	}
 	for _, x := range reads {
@@ -178,16 +207,14 @@ func (t *Task) elementwise(name string, op kernels.Op, out, a, b *Array, alpha f
 			return newErr(name, ErrShape, "%v and %v", x, out)
 		}
 	}
-	args := kernels.Args{Out: uint64(out.ptr), Alpha: alpha, N: uint64(out.Len())}
+	c := call{op: op, dt: out.dtype, args: kernels.Args{Out: uint64(out.ptr), Alpha: alpha, N: uint64(out.Len())}}
 	if readA {
-		args.A = uint64(a.ptr)
+		c.args.A = uint64(a.ptr)
 	}
 	if readB {
-		args.B = uint64(b.ptr)
+		c.args.B = uint64(b.ptr)
 	}
-	return t.submit(name, t.drv.KernelTimeline(), reads, out, func() (uint64, error) {
-		return t.drv.Launch(op, out.dtype, &args)
-	})
+	return t.submit(name, t.drv.KernelTimeline(), reads, out, &c)
 }
 
 // Gemm computes c = alpha·op(a)·op(b) + beta·c with the vendor BLAS on the
@@ -213,13 +240,14 @@ func (t *Task) Gemm(transA, transB bool, alpha float64, a, b *Array, beta float6
 	if k != kb || c.rows != m || c.cols != n {
 		return newErr(name, ErrShape, "op(a) is %dx%d, op(b) is %dx%d, c is %dx%d", m, k, kb, n, c.rows, c.cols)
 	}
-	reads := []*Array{a, b}
+	buf := [3]*Array{a, b, c}
+	reads := buf[:2]
 	if beta != 0 {
-		reads = append(reads, c)
+		reads = buf[:3]
 	}
-	return t.submit(name, t.drv.LibraryTimeline(), reads, c, func() (uint64, error) {
-		return t.drv.Gemm(c.dtype, transB, transA, n, m, k, alpha, b.ptr, b.cols, a.ptr, a.cols, beta, c.ptr, c.cols)
-	})
+	g := call{gemm: true, dt: c.dtype, transA: transB, transB: transA, m: n, n: m, k: k, alpha: alpha, beta: beta,
+		a: b.ptr, lda: b.cols, b: a.ptr, ldb: a.cols, c: c.ptr, ldc: c.cols}
+	return t.submit(name, t.drv.LibraryTimeline(), reads, c, &g)
 }
 
 // MatMulInto computes c = op(a)·op(b).

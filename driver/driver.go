@@ -54,8 +54,10 @@ type Task interface {
 	KernelTimeline() syncstate.Timeline
 	LibraryTimeline() syncstate.Timeline
 	// Launch submits an elementwise kernel over args.N elements on the
-	// kernel timeline and returns its ticket.
-	Launch(op kernels.Op, dt kernels.DType, args *kernels.Args) (uint64, error)
+	// kernel timeline and returns its ticket. args is passed by value so
+	// that nothing of the caller's escapes through the interface: the hot
+	// path allocates nothing.
+	Launch(op kernels.Op, dt kernels.DType, args kernels.Args) (uint64, error)
 	// Gemm submits C = alpha·op(A)·op(B) + beta·C, column-major (BLAS
 	// convention), on the library timeline and returns its ticket.
 	Gemm(dt kernels.DType, transA, transB bool, m, n, k int, alpha float64,

@@ -157,6 +157,8 @@ type Engine struct {
 	DisableWaits bool
 }
 
+var depBufs = sync.Pool{New: func() any { return new([maxDeps]Fence) }}
+
 // depSet collapses fences to the newest one per timeline.
 type depSet struct {
 	f [maxDeps]Fence
@@ -258,7 +260,11 @@ func (e *Engine) resolve(tl Timeline, deps []Fence, sinks Sinks) error {
 	if len(deps) == 0 || e.DisableWaits {
 		return nil
 	}
-	var dev [maxDeps]Fence
+	// The device-side list goes through an interface call, where Go's
+	// escape analysis gives up; a pooled buffer keeps this allocation-free.
+	buf := depBufs.Get().(*[maxDeps]Fence)
+	defer func() { clear(buf[:]); depBufs.Put(buf) }()
+	dev := buf
 	nd := 0
 	for _, f := range deps {
 		pd := f.TL.Domain()

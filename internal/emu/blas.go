@@ -139,13 +139,12 @@ func (b *BLAS) gemm(fn string, es uint64, h rocblas.Handle, ta, tb rocblas.Opera
 	if !validOp(ta) || !validOp(tb) {
 		return b.err(fn, rocblas.StatusInvalidValue)
 	}
-	rowsA, colsA := m, k
+	rowsA, rowsB := m, k
 	if ta != rocblas.OperationNone {
-		rowsA, colsA = k, m
+		rowsA = k
 	}
-	rowsB, colsB := k, n
 	if tb != rocblas.OperationNone {
-		rowsB, colsB = n, k
+		rowsB = n
 	}
 	if m < 0 || n < 0 || k < 0 || lda < max(1, rowsA) || ldb < max(1, rowsB) || ldc < max(1, m) {
 		return b.err(fn, rocblas.StatusInvalidSize)
@@ -163,37 +162,61 @@ func (b *BLAS) gemm(fn string, es uint64, h rocblas.Handle, ta, tb rocblas.Opera
 	if err != nil {
 		return b.err(fn, rocblas.StatusInvalidHandle)
 	}
-	// Bytes touched, column-major: the last column starts at (cols-1)*ld.
-	extent := func(rows, cols, ld int32) uint64 {
-		if rows == 0 || cols == 0 {
-			return 0
-		}
-		return (uint64(cols-1)*uint64(ld) + uint64(rows)) * es
+	return s.enqueue(cmd{kind: cmdGemm, what: fn, g: gemmArgs{es: es, ta: ta != rocblas.OperationNone, tb: tb != rocblas.OperationNone,
+		m: m, n: n, k: k, alpha: alpha, a: uint64(a), lda: lda, b: uint64(bm), ldb: ldb, beta: beta, c: uint64(c), ldc: ldc}})
+}
+
+// gemmArgs is a gemm queued on a stream, carried by value so that
+// enqueueing it allocates nothing.
+type gemmArgs struct {
+	es            uint64
+	ta, tb        bool
+	m, n, k       int32
+	alpha, beta   float64
+	a, b, c       uint64
+	lda, ldb, ldc int32
+}
+
+// extent is the bytes a column-major rows×cols operand touches: the last
+// column starts at (cols-1)*ld.
+func extent(rows, cols, ld int32, es uint64) uint64 {
+	if rows == 0 || cols == 0 {
+		return 0
 	}
-	return s.enqueue(cmd{kind: cmdWork, what: fn, fn: func(act *actor) error {
-		var A, B []byte
-		var err error
-		if k > 0 && alpha != 0 {
-			if A, err = b.m.span(uint64(a), extent(rowsA, colsA, lda), false, act); err != nil {
-				return err
-			}
-			if B, err = b.m.span(uint64(bm), extent(rowsB, colsB, ldb), false, act); err != nil {
-				return err
-			}
-		}
-		C, err := b.m.span(uint64(c), extent(m, n, ldc), true, act)
-		if err != nil {
+	return (uint64(cols-1)*uint64(ld) + uint64(rows)) * es
+}
+
+func (m *Machine) runGemm(g *gemmArgs, act *actor) error {
+	rowsA, colsA := g.m, g.k
+	if g.ta {
+		rowsA, colsA = g.k, g.m
+	}
+	rowsB, colsB := g.k, g.n
+	if g.tb {
+		rowsB, colsB = g.n, g.k
+	}
+	var A, B []byte
+	var err error
+	if g.k > 0 && g.alpha != 0 {
+		if A, err = m.span(g.a, extent(rowsA, colsA, g.lda, g.es), false, act); err != nil {
 			return err
 		}
-		if es == 4 {
-			gemm32(ta != rocblas.OperationNone, tb != rocblas.OperationNone, int(m), int(n), int(k), float32(alpha),
-				f32s(A), int(lda), f32s(B), int(ldb), float32(beta), f32s(C), int(ldc))
-		} else {
-			gemm64(ta != rocblas.OperationNone, tb != rocblas.OperationNone, int(m), int(n), int(k), alpha,
-				f64s(A), int(lda), f64s(B), int(ldb), beta, f64s(C), int(ldc))
+		if B, err = m.span(g.b, extent(rowsB, colsB, g.ldb, g.es), false, act); err != nil {
+			return err
 		}
-		return nil
-	}})
+	}
+	C, err := m.span(g.c, extent(g.m, g.n, g.ldc, g.es), true, act)
+	if err != nil {
+		return err
+	}
+	if g.es == 4 {
+		gemm32(g.ta, g.tb, int(g.m), int(g.n), int(g.k), float32(g.alpha),
+			f32s(A), int(g.lda), f32s(B), int(g.ldb), float32(g.beta), f32s(C), int(g.ldc))
+	} else {
+		gemm64(g.ta, g.tb, int(g.m), int(g.n), int(g.k), g.alpha,
+			f64s(A), int(g.lda), f64s(B), int(g.ldb), g.beta, f64s(C), int(g.ldc))
+	}
+	return nil
 }
 
 func f32s(b []byte) []float32 {

@@ -102,12 +102,13 @@ type cmd struct {
 	host  vclock // the host's clock when it enqueued the command
 	ev    *hevent
 	gen   uint64
-	fn    func(a *actor) error // the work of kernels, copies and gemms
+	fn    func(a *actor) error // the work of kernels and copies
 	what  string
 	sig   *signal
 	value uint64
 	flags uint32
 	mask  uint64
+	g     gemmArgs // for cmdGemm
 }
 
 type cmdKind uint8
@@ -118,6 +119,7 @@ const (
 	cmdWaitEvent
 	cmdWaitValue
 	cmdWriteValue
+	cmdGemm
 )
 
 // hstream executes its commands in order on its own goroutine.
@@ -230,10 +232,16 @@ func (s *hstream) exec(c cmd) {
 	}
 	a := s.actor(&c)
 	switch c.kind {
-	case cmdWork:
+	case cmdWork, cmdGemm:
 		s.m.waitGate()
 		s.delay.sleep()
-		if err := c.fn(a); err != nil {
+		var err error
+		if c.kind == cmdGemm {
+			err = s.m.runGemm(&c.g, a)
+		} else {
+			err = c.fn(a)
+		}
+		if err != nil {
 			s.mu.Lock()
 			s.err = hipErr(c.what, hip.ErrorLaunchFailure, err.Error())
 			s.mu.Unlock()

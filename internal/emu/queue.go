@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"time"
 	"unsafe"
 
 	"github.com/rocsync/rocsync/hsa"
@@ -35,8 +34,10 @@ type queue struct {
 	seq     uint32
 	rings   []rung // host clocks at doorbell rings, when hazards are on
 
-	inflight sync.WaitGroup // dispatches running without the barrier bit
-	broken   atomic.Bool
+	inflight  sync.WaitGroup // dispatches running without the barrier bit
+	broken    atomic.Bool
+	stopping  atomic.Bool
+	waitingOn atomic.Pointer[signal] // the signal a barrier is blocked on
 }
 
 type rung struct {
@@ -95,7 +96,11 @@ func (q *queue) hostClockFor(index uint64) vclock {
 }
 
 func (q *queue) stop() {
+	q.stopping.Store(true)
 	close(q.done)
+	if s := q.waitingOn.Load(); s != nil {
+		s.notify()
+	}
 	<-q.exited
 }
 
@@ -147,16 +152,12 @@ func (q *queue) execute(idx uint64, slot *[hsa.PacketSize]byte, header uint16) b
 	}
 	switch hsa.HeaderType(header) {
 	case hsa.PacketTypeKernelDispatch:
-		p := hsa.DecodeDispatch(slot[:])
 		act := q.actor(idx, barrier, "dispatch")
 		if !barrier {
-			q.inflight.Add(1)
-			go func() {
-				defer q.inflight.Done()
-				q.dispatch(&p, act)
-			}()
+			q.launchConcurrent(hsa.DecodeDispatch(slot[:]), act)
 			return true
 		}
+		p := hsa.DecodeDispatch(slot[:])
 		q.dispatch(&p, act)
 	case hsa.PacketTypeBarrierAnd, hsa.PacketTypeBarrierOr:
 		p := hsa.DecodeBarrierAnd(slot[:])
@@ -168,6 +169,16 @@ func (q *queue) execute(idx uint64, slot *[hsa.PacketSize]byte, header uint16) b
 		q.fail(hsa.StatusErrorInvalidPacket, fmt.Sprintf("packet type %d", hsa.HeaderType(header)))
 	}
 	return true
+}
+
+// launchConcurrent runs a dispatch without the barrier bit alongside the
+// packets still running.
+func (q *queue) launchConcurrent(p hsa.DispatchPacket, act *actor) {
+	q.inflight.Add(1)
+	go func() {
+		defer q.inflight.Done()
+		q.dispatch(&p, act)
+	}()
 }
 
 // actor builds the clock of the op in packet idx. A packet with the barrier
@@ -281,7 +292,8 @@ func (m *Machine) runKernel(k *kernelImpl, kernarg []byte, grid uint64, a *actor
 func (q *queue) barrier(p *hsa.BarrierAndPacket, and bool, a *actor) bool {
 	q.m.waitGate()
 	q.delay.sleep()
-	var deps []*signal
+	var depBuf [hsa.BarrierAndMaxDependencies]*signal
+	deps := depBuf[:0]
 	for _, h := range p.DepSignals {
 		if h == 0 {
 			continue
@@ -295,26 +307,24 @@ func (q *queue) barrier(p *hsa.BarrierAndPacket, and bool, a *actor) bool {
 	}
 	for {
 		met := 0
+		var unmet *signal
 		for _, s := range deps {
 			if s.v.Load() == 0 {
 				met++
+			} else if unmet == nil {
+				unmet = s
 			}
 		}
 		if (and && met == len(deps)) || (!and && (met > 0 || len(deps) == 0)) {
 			break
 		}
-		// Wait on one unmet signal, polling for destruction.
-		for _, s := range deps {
-			if s.v.Load() != 0 {
-				s.wait(hsa.ConditionEq, 0, 5*time.Millisecond)
-				break
-			}
-		}
-		select {
-		case <-q.done:
+		if q.stopping.Load() {
 			return false
-		default:
 		}
+		// Wait for one unmet signal to change; stop() wakes it too.
+		q.waitingOn.Store(unmet)
+		unmet.waitDevice(func(v int64) bool { return v == 0 }, q.stopping.Load)
+		q.waitingOn.Store(nil)
 	}
 	if a != nil {
 		q.clockMu.Lock()

@@ -14,7 +14,7 @@ import (
 type signal struct {
 	v         atomic.Int64
 	mu        sync.Mutex
-	changed   chan struct{} // closed and replaced on every change with waiters
+	cond      sync.Cond // every waiter, host or device
 	vc        vclock
 	interrupt bool   // interrupt signals refuse hsa_amd_signal_value_pointer
 	doorbell  *queue // set for a queue's doorbell signal
@@ -55,11 +55,29 @@ func (m *Machine) signalAt(p unsafe.Pointer) *signal {
 // notify wakes the waiters after a change.
 func (s *signal) notify() {
 	s.mu.Lock()
-	if s.changed != nil {
-		close(s.changed)
-		s.changed = nil
+	if s.cond.L != nil {
+		s.cond.Broadcast()
 	}
 	s.mu.Unlock()
+}
+
+// waitDevice blocks until pred holds for the value or stop reports true,
+// without timers or channels: the packet processor waits this way for
+// every barrier, so it must not allocate. Whoever sets stop must call
+// notify afterwards.
+func (s *signal) waitDevice(pred func(int64) bool, stop func() bool) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cond.L == nil {
+		s.cond.L = &s.mu
+	}
+	for {
+		v := s.v.Load()
+		if pred(v) || stop() {
+			return v
+		}
+		s.cond.Wait()
+	}
 }
 
 // storeFrom sets the value; vc (if any) replaces the signal's clock, as a
@@ -106,34 +124,43 @@ func satisfied(v int64, c hsa.SignalCondition, cmp int64) bool {
 	return false
 }
 
+// wakeTimer wakes a timed waiter without allocating: timers are pooled
+// and re-aimed at the signal being waited on.
+type wakeTimer struct {
+	t      *time.Timer
+	target atomic.Pointer[signal]
+	fired  atomic.Bool
+}
+
+var wakeTimers = sync.Pool{New: func() any {
+	w := &wakeTimer{}
+	w.t = time.AfterFunc(time.Hour, func() {
+		w.fired.Store(true)
+		if s := w.target.Load(); s != nil {
+			s.notify()
+		}
+	})
+	w.t.Stop()
+	return w
+}}
+
 // wait blocks until the condition holds or timeout passes (0: forever) and
 // returns the last value seen.
 func (s *signal) wait(c hsa.SignalCondition, cmp int64, timeout time.Duration) int64 {
-	var deadline <-chan time.Time
-	for {
-		v := s.v.Load()
-		if satisfied(v, c, cmp) {
-			return v
-		}
-		s.mu.Lock()
-		if s.changed == nil {
-			s.changed = make(chan struct{})
-		}
-		ch := s.changed
-		s.mu.Unlock()
-		// Re-check after registering, so a change in between is not missed.
-		if v := s.v.Load(); satisfied(v, c, cmp) {
-			return v
-		}
-		if timeout > 0 && deadline == nil {
-			t := time.NewTimer(timeout)
-			defer t.Stop()
-			deadline = t.C
-		}
-		select {
-		case <-ch:
-		case <-deadline:
-			return s.v.Load()
-		}
+	if v := s.v.Load(); satisfied(v, c, cmp) {
+		return v
 	}
+	pred := func(v int64) bool { return satisfied(v, c, cmp) }
+	if timeout <= 0 {
+		return s.waitDevice(pred, func() bool { return false })
+	}
+	w := wakeTimers.Get().(*wakeTimer)
+	w.fired.Store(false)
+	w.target.Store(s)
+	w.t.Reset(timeout)
+	v := s.waitDevice(pred, w.fired.Load)
+	w.t.Stop()
+	w.target.Store(nil)
+	wakeTimers.Put(w)
+	return v
 }

@@ -343,7 +343,7 @@ func (t *Task) LibraryTimeline() syncstate.Timeline { return t.st.Stream }
 const maxGrid = 1 << 24
 
 // Launch implements driver.Task.
-func (t *Task) Launch(op kernels.Op, dt kernels.DType, args *kernels.Args) (uint64, error) {
+func (t *Task) Launch(op kernels.Op, dt kernels.DType, args kernels.Args) (uint64, error) {
 	if err := t.d.loadKernels(); err != nil {
 		return 0, err
 	}
@@ -352,21 +352,29 @@ func (t *Task) Launch(op kernels.Op, dt kernels.DType, args *kernels.Args) (uint
 		di = 1
 	}
 	k := &t.d.kernelObjs[op][di]
+	wg := uint64(k.workgroup)
+	grid := min((args.N+wg-1)/wg*wg, maxGrid)
+	if t.st.Queue == nil {
+		return t.launchHIP(k, dt, args, grid)
+	}
+	var buf [queue.KernargSlot]byte
+	args.Encode(buf[:], dt)
+	return t.st.Queue.Dispatch(&queue.Dispatch{KernelObject: k.handle, Grid: uint32(grid), Workgroup: k.workgroup,
+		PrivateSegmentSize: k.privateSize, GroupSegmentSize: k.groupSize, Kernarg: buf[:k.kernargSize]})
+}
+
+// launchHIP is Launch under Unified. HIP counts the grid in blocks, AQL in
+// work-items; the runtime copies the argument block at enqueue.
+func (t *Task) launchHIP(k *kernelObject, dt kernels.DType, args kernels.Args, grid uint64) (uint64, error) {
 	var buf [queue.KernargSlot]byte
 	args.Encode(buf[:], dt)
 	kernarg := buf[:k.kernargSize]
 	wg := uint64(k.workgroup)
-	grid := min((args.N+wg-1)/wg*wg, maxGrid)
-	if t.st.Queue == nil {
-		// Unified: HIP counts the grid in blocks, AQL in work-items.
-		hp := t.d.rt.HIP
-		return t.st.Stream.Submit(func(s hip.Stream) error {
-			return hp.ModuleLaunchKernel(k.function, [3]uint32{uint32(grid / wg), 1, 1}, [3]uint32{uint32(wg), 1, 1},
-				k.groupSize, s, kernarg)
-		})
-	}
-	return t.st.Queue.Dispatch(&queue.Dispatch{KernelObject: k.handle, Grid: uint32(grid), Workgroup: k.workgroup,
-		PrivateSegmentSize: k.privateSize, GroupSegmentSize: k.groupSize, Kernarg: kernarg})
+	hp := t.d.rt.HIP
+	return t.st.Stream.Submit(func(s hip.Stream) error {
+		return hp.ModuleLaunchKernel(k.function, [3]uint32{uint32(grid / wg), 1, 1}, [3]uint32{uint32(wg), 1, 1},
+			k.groupSize, s, kernarg)
+	})
 }
 
 // Gemm implements driver.Task with rocBLAS on the task's stream.
