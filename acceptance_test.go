@@ -620,6 +620,10 @@ func TestEveryKernelMatchesReference(t *testing.T) {
 					err = tk.SqrtInto(out, a)
 				case kernels.ReLU:
 					err = tk.ReLUInto(out, a)
+				case kernels.ReLUGrad:
+					err = tk.ReLUGradInto(out, a, b)
+				default:
+					t.Fatalf("no API call for %v", op)
 				}
 				require.NoError(t, err)
 				// The reference runs on what the device holds, read back.

@@ -62,6 +62,12 @@ func (t *Task) ReLUInto(out, a *Array) error {
 	return t.elementwise("ReLU", kernels.ReLU, out, a, nil, 0)
 }
 
+// ReLUGradInto sets out = grad where a > 0, else 0: grad passed back
+// through relu(a).
+func (t *Task) ReLUGradInto(out, a, grad *Array) error {
+	return t.elementwise("ReLUGrad", kernels.ReLUGrad, out, a, grad, 0)
+}
+
 // fresh allocates an array shaped like a and runs into on it; the array is
 // freed again if the op fails.
 func (t *Task) fresh(op string, a *Array, into func(out *Array) error) (*Array, error) {
@@ -132,6 +138,11 @@ func (t *Task) Sqrt(a *Array) (*Array, error) {
 // ReLU returns max(a, 0).
 func (t *Task) ReLU(a *Array) (*Array, error) {
 	return t.fresh("ReLU", a, func(o *Array) error { return t.ReLUInto(o, a) })
+}
+
+// ReLUGrad returns grad where a > 0, else 0.
+func (t *Task) ReLUGrad(a, grad *Array) (*Array, error) {
+	return t.fresh("ReLUGrad", a, func(o *Array) error { return t.ReLUGradInto(o, a, grad) })
 }
 
 // Full returns a new rows×cols array with every element v.

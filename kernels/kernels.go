@@ -74,6 +74,7 @@ const (
 	Exp             // out = e^a
 	Sqrt            // out = sqrt(a) (correctly rounded)
 	ReLU            // out = a if a > 0, else +0; so relu(NaN) = 0 and relu(-0) = +0
+	ReLUGrad        // out = b if a > 0, else +0: the gradient b passed back through relu(a)
 
 	numOps
 )
@@ -81,6 +82,7 @@ const (
 var opNames = [numOps]string{
 	Mul: "mul", Add: "add", Sub: "sub", Div: "div", Scale: "scale", AXPY: "axpy",
 	Fill: "fill", Copy: "copy", Neg: "neg", Exp: "exp", Sqrt: "sqrt", ReLU: "relu",
+	ReLUGrad: "relu_grad",
 }
 
 // AllOps returns every Op, in order.
@@ -159,7 +161,7 @@ func ParseSymbol(sym string) (Op, DType, bool) {
 // read, so its pointer may be 0.
 func (o Op) Reads() (a, b bool) {
 	switch o {
-	case Mul, Add, Sub, Div, AXPY:
+	case Mul, Add, Sub, Div, AXPY, ReLUGrad:
 		return true, true
 	case Scale, Copy, Neg, Exp, Sqrt, ReLU:
 		return true, false

@@ -29,7 +29,7 @@ func TestDType(t *testing.T) {
 }
 
 func TestOpNames(t *testing.T) {
-	want := []string{"mul", "add", "sub", "div", "scale", "axpy", "fill", "copy", "neg", "exp", "sqrt", "relu"}
+	want := []string{"mul", "add", "sub", "div", "scale", "axpy", "fill", "copy", "neg", "exp", "sqrt", "relu", "relu_grad"}
 	ops := AllOps()
 	if len(ops) != len(want) {
 		t.Fatalf("AllOps() has %d ops, want %d", len(ops), len(want))
@@ -78,7 +78,7 @@ func TestReads(t *testing.T) {
 		switch op {
 		case Fill:
 			want = "none"
-		case Mul, Add, Sub, Div, AXPY:
+		case Mul, Add, Sub, Div, AXPY, ReLUGrad:
 			want = "a,b"
 		default:
 			want = "a"

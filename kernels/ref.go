@@ -97,6 +97,14 @@ func refFloat[T float32 | float64](op Op, out, a, b []T, alpha T, exp func(T) T)
 				out[i] = 0
 			}
 		}
+	case ReLUGrad:
+		for i := range out {
+			if a[i] > 0 {
+				out[i] = b[i]
+			} else {
+				out[i] = 0
+			}
+		}
 	default:
 		panic("kernels: invalid Op " + op.String())
 	}

@@ -41,6 +41,11 @@ func expectF64(op Op, a, b, alpha float64) float64 {
 			return a
 		}
 		return 0
+	case ReLUGrad:
+		if a > 0 {
+			return b
+		}
+		return 0
 	}
 	panic("bad op")
 }

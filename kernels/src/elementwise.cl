@@ -20,7 +20,8 @@
 //   - division and sqrt are correctly rounded (-cl-fp32-correctly-rounded-divide-sqrt
 //     for f32; f64 is always correctly rounded);
 //   - FP_CONTRACT is OFF, so axpy is round(round(alpha*a)+b), never an fma;
-//   - relu is (a > 0 ? a : 0): NaN and -0 give +0;
+//   - relu is (a > 0 ? a : 0): NaN and -0 give +0; relu_grad is
+//     (a > 0 ? b : 0), the gradient b passed back through relu(a);
 //   - exp is implemented here (rs_exp_f64), because neither AMDGPU nor NVPTX
 //     can lower llvm.exp.f64 without a library ("no libcall available for
 //     fexp"), and NVPTX cannot lower llvm.exp.f32 either. f32 exp is the f64
@@ -144,7 +145,8 @@ static inline float rs_exp_f32(float x) {
     RS_KERNEL(neg, SUFFIX, T, 1, 0, -ai)                                              \
     RS_KERNEL(exp, SUFFIX, T, 1, 0, EXP(ai))                                          \
     RS_KERNEL(sqrt, SUFFIX, T, 1, 0, SQRT(ai))                                        \
-    RS_KERNEL(relu, SUFFIX, T, 1, 0, ai > (T)0 ? ai : (T)0)
+    RS_KERNEL(relu, SUFFIX, T, 1, 0, ai > (T)0 ? ai : (T)0)                          \
+    RS_KERNEL(relu_grad, SUFFIX, T, 1, 1, ai > (T)0 ? bi : (T)0)
 
 RS_ALL_OPS(f32, float, rs_exp_f32, __builtin_sqrtf)
 RS_ALL_OPS(f64, double, rs_exp_f64, __builtin_sqrt)
