@@ -85,6 +85,9 @@ var opNames = [numOps]string{
 	ReLUGrad: "relu_grad",
 }
 
+// NumOps is the number of ops, for tables indexed by Op.
+const NumOps = int(numOps)
+
 // AllOps returns every Op, in order.
 func AllOps() []Op {
 	ops := make([]Op, numOps)

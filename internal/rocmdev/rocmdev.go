@@ -140,7 +140,7 @@ type Device struct {
 
 	kernelsOnce sync.Once
 	kernelsErr  error
-	kernelObjs  [16][2]kernelObject
+	kernelObjs  [kernels.NumOps][2]kernelObject
 }
 
 var _ driver.Device = (*Device)(nil)
