@@ -210,10 +210,10 @@ func (m *Machine) runGemm(g *gemmArgs, act *actor) error {
 		return err
 	}
 	if g.es == 4 {
-		gemm32(g.ta, g.tb, int(g.m), int(g.n), int(g.k), float32(g.alpha),
+		gemmCol(g.ta, g.tb, int(g.m), int(g.n), int(g.k), float32(g.alpha),
 			f32s(A), int(g.lda), f32s(B), int(g.ldb), float32(g.beta), f32s(C), int(g.ldc))
 	} else {
-		gemm64(g.ta, g.tb, int(g.m), int(g.n), int(g.k), g.alpha,
+		gemmCol(g.ta, g.tb, int(g.m), int(g.n), int(g.k), g.alpha,
 			f64s(A), int(g.lda), f64s(B), int(g.ldb), g.beta, f64s(C), int(g.ldc))
 	}
 	return nil
@@ -233,43 +233,11 @@ func f64s(b []byte) []float64 {
 	return unsafe.Slice((*float64)(unsafe.Pointer(&b[0])), len(b)/8)
 }
 
-// gemm32 and gemm64 compute C = alpha·op(A)·op(B) + beta·C, column-major.
-// Without a transpose of A they run column by column (C[:,j] += A[:,l]·b),
-// which walks memory in order; sgemm accumulates in float32, as rocBLAS does.
-func gemm32(ta, tb bool, m, n, k int, alpha float32, A []float32, lda int, B []float32, ldb int, beta float32, C []float32, ldc int) {
-	for j := 0; j < n; j++ {
-		col := C[j*ldc : j*ldc+m]
-		for i := range col {
-			if beta == 0 {
-				col[i] = 0
-			} else {
-				col[i] *= beta
-			}
-		}
-		if alpha == 0 {
-			continue
-		}
-		for l := 0; l < k; l++ {
-			bv := B[l+j*ldb]
-			if tb {
-				bv = B[j+l*ldb]
-			}
-			bv *= alpha
-			if !ta {
-				a := A[l*lda : l*lda+m]
-				for i, av := range a {
-					col[i] += av * bv
-				}
-				continue
-			}
-			for i := range col {
-				col[i] += A[l+i*lda] * bv
-			}
-		}
-	}
-}
-
-func gemm64(ta, tb bool, m, n, k int, alpha float64, A []float64, lda int, B []float64, ldb int, beta float64, C []float64, ldc int) {
+// gemmCol computes C = alpha·op(A)·op(B) + beta·C, column-major, in T's
+// precision (sgemm accumulates in float32, as rocBLAS does). Without a
+// transpose of A it runs column by column (C[:,j] += A[:,l]·b), which walks
+// memory in order.
+func gemmCol[T float32 | float64](ta, tb bool, m, n, k int, alpha T, A []T, lda int, B []T, ldb int, beta T, C []T, ldc int) {
 	for j := 0; j < n; j++ {
 		col := C[j*ldc : j*ldc+m]
 		for i := range col {
