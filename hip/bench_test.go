@@ -27,9 +27,9 @@ func BenchmarkRealSyscallNPooledArgs(b *testing.B) {
 	fn := l.sym[symGetErrorName]
 	b.ReportAllocs()
 	for b.Loop() {
-		blk := l.scratch.get()
-		blk.call(fn, uintptr(ErrorNoDevice))
-		l.scratch.put(blk)
+		blk := l.scratch.Get()
+		blk.Call(fn, uintptr(ErrorNoDevice))
+		l.scratch.Put(blk)
 	}
 }
 

@@ -3,6 +3,7 @@ package hip
 import (
 	"bytes"
 	"fmt"
+	"github.com/rocsync/rocsync/internal/cmem"
 	"maps"
 	"path/filepath"
 	"runtime"
@@ -129,8 +130,8 @@ type Lib struct {
 	major   int
 	handle  uintptr
 	sym     [numSyms]uintptr
-	scratch *cPool
-	launch  *cPool
+	scratch *cmem.Pool
+	launch  *cmem.Pool
 
 	errMu    sync.RWMutex
 	errs     map[uint64]*Error // one immutable *Error per (function, code)
@@ -190,11 +191,11 @@ func Open() (*Lib, error) {
 	}
 	l.idx.Store(&devIndex{streams: map[Stream]int{}, funcs: map[Function]int{}})
 	copy(l.sym[:], addrs)
-	if _, _, err := libc(); err != nil {
+	if err := cmem.Libc(); err != nil {
 		return nil, err
 	}
-	l.scratch = &cPool{size: scratchSize}
-	l.launch = &cPool{size: launchHeader + launchArgCap, init: initLaunchBlock}
+	l.scratch = &cmem.Pool{Size: scratchSize}
+	l.launch = &cmem.Pool{Size: launchHeader + launchArgCap, Init: initLaunchBlock}
 	return l, nil
 }
 
@@ -257,41 +258,41 @@ func (l *Lib) errorFor(fn int, code ErrorCode) *Error {
 // simple calls fn, whose arguments are integers or C addresses, and checks
 // its hipError_t.
 func (l *Lib) simple(fn int, args ...uintptr) error {
-	b := l.scratch.get()
-	r := b.call(l.sym[fn], args...)
-	l.scratch.put(b)
+	b := l.scratch.Get()
+	r := b.Call(l.sym[fn], args...)
+	l.scratch.Put(b)
 	return l.check(fn, r)
 }
 
 // ErrorName is hipGetErrorName.
 func (l *Lib) ErrorName(code ErrorCode) string {
-	b := l.scratch.get()
-	defer l.scratch.put(b)
-	return goString(b.call(l.sym[symGetErrorName], uintptr(code)))
+	b := l.scratch.Get()
+	defer l.scratch.Put(b)
+	return cmem.GoString(b.Call(l.sym[symGetErrorName], uintptr(code)))
 }
 
 // ErrorString is hipGetErrorString (in ROCm 5.2 it returns the name).
 func (l *Lib) ErrorString(code ErrorCode) string {
-	b := l.scratch.get()
-	defer l.scratch.put(b)
-	return goString(b.call(l.sym[symGetErrorString], uintptr(code)))
+	b := l.scratch.Get()
+	defer l.scratch.Put(b)
+	return cmem.GoString(b.Call(l.sym[symGetErrorString], uintptr(code)))
 }
 
 // setDevice makes device current on this OS thread, using b's argument
 // array. The caller must hold runtime.LockOSThread until its
 // device-sensitive call has returned.
-func (l *Lib) setDevice(b *cBlock, device int) error {
-	return l.check(symSetDevice, b.call(l.sym[symSetDevice], uintptr(device)))
+func (l *Lib) setDevice(b *cmem.Block, device int) error {
+	return l.check(symSetDevice, b.Call(l.sym[symSetDevice], uintptr(device)))
 }
 
 // outCall runs fn with the address of a zeroed C word as its first argument,
 // after making device current when device >= 0, and returns the word.
 func (l *Lib) outCall(device int, fn int, args ...uintptr) (uint64, error) {
-	b := l.scratch.get()
-	defer l.scratch.put(b)
-	*b.u64(0) = 0
-	var all [maxCallArgs]uintptr
-	all[0] = b.word(0)
+	b := l.scratch.Get()
+	defer l.scratch.Put(b)
+	*b.U64(0) = 0
+	var all [cmem.MaxArgs]uintptr
+	all[0] = b.Word(0)
 	n := 1 + copy(all[1:], args)
 	if device >= 0 {
 		runtime.LockOSThread()
@@ -300,10 +301,10 @@ func (l *Lib) outCall(device int, fn int, args ...uintptr) (uint64, error) {
 			return 0, err
 		}
 	}
-	if err := l.check(fn, b.call(l.sym[fn], all[:n]...)); err != nil {
+	if err := l.check(fn, b.Call(l.sym[fn], all[:n]...)); err != nil {
 		return 0, err
 	}
-	return *b.u64(0), nil
+	return *b.U64(0), nil
 }
 
 // noDeviceArg tells outCall and onDevice not to set a device.
@@ -311,14 +312,14 @@ const noDeviceArg = -1
 
 // onDevice runs fn (integer and C-address arguments) with device current.
 func (l *Lib) onDevice(device int, fn int, args ...uintptr) error {
-	b := l.scratch.get()
-	defer l.scratch.put(b)
+	b := l.scratch.Get()
+	defer l.scratch.Put(b)
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if err := l.setDevice(b, device); err != nil {
 		return err
 	}
-	return l.check(fn, b.call(l.sym[fn], args...))
+	return l.check(fn, b.Call(l.sym[fn], args...))
 }
 
 // getDevice is hipGetDevice on the calling thread (for tests).
@@ -484,8 +485,8 @@ func (l *Lib) Free(device int, p DevicePtr) error {
 // when it returns, and converting it inside the SyscallN call keeps it alive
 // and in place until then. That costs SyscallN's one allocation.
 func (l *Lib) memcpy(device int, dst, src unsafe.Pointer, size uint64, kind uint32) error {
-	b := l.scratch.get()
-	defer l.scratch.put(b)
+	b := l.scratch.Get()
+	defer l.scratch.Put(b)
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if err := l.setDevice(b, device); err != nil {
@@ -497,12 +498,12 @@ func (l *Lib) memcpy(device int, dst, src unsafe.Pointer, size uint64, kind uint
 
 // MemcpyHtoD is the synchronous hipMemcpy host to device.
 func (l *Lib) MemcpyHtoD(device int, dst DevicePtr, src unsafe.Pointer, size uint64) error {
-	return l.memcpy(device, cptr(uintptr(dst)), src, size, MemcpyHostToDevice)
+	return l.memcpy(device, cmem.Ptr(uintptr(dst)), src, size, MemcpyHostToDevice)
 }
 
 // MemcpyDtoH is the synchronous hipMemcpy device to host.
 func (l *Lib) MemcpyDtoH(device int, dst unsafe.Pointer, src DevicePtr, size uint64) error {
-	return l.memcpy(device, dst, cptr(uintptr(src)), size, MemcpyDeviceToHost)
+	return l.memcpy(device, dst, cmem.Ptr(uintptr(src)), size, MemcpyDeviceToHost)
 }
 
 // MemcpyDtoDAsync is hipMemcpyAsync device to device on s.
@@ -522,14 +523,14 @@ func (l *Lib) ModuleLoadData(device int, image []byte) (Module, error) {
 	if device < 0 {
 		return 0, l.errorFor(symSetDevice, ErrorInvalidDevice)
 	}
-	img := cAlloc(uintptr(max(len(image), 1)))
+	img := cmem.Alloc(uintptr(max(len(image), 1)))
 	if img == nil {
 		return 0, fmt.Errorf("hip: hipModuleLoadData: cannot allocate %d bytes of C memory", len(image))
 	}
 	copy(unsafe.Slice((*byte)(img), len(image)), image)
 	v, err := l.outCall(device, symModuleLoadData, uintptr(img))
 	if err != nil {
-		cFree(img)
+		cmem.Free(img)
 		return 0, err
 	}
 	m := Module(v)
@@ -569,7 +570,7 @@ func (l *Lib) ModuleUnload(m Module) error {
 			}
 		})
 		delete(l.modules, m)
-		cFree(mod.image)
+		cmem.Free(mod.image)
 	}
 	l.mu.Unlock()
 	return nil
@@ -579,9 +580,9 @@ func (l *Lib) ModuleUnload(m Module) error {
 // current (HIP aborts the process otherwise).
 func (l *Lib) ModuleGetFunction(m Module, name string) (Function, error) {
 	dev, known := l.moduleDevice(m)
-	b := l.scratch.get()
-	defer l.scratch.put(b)
-	*b.u64(0) = 0
+	b := l.scratch.Get()
+	defer l.scratch.Put(b)
+	*b.U64(0) = 0
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if known {
@@ -590,11 +591,11 @@ func (l *Lib) ModuleGetFunction(m Module, name string) (Function, error) {
 		}
 	}
 	cname := append([]byte(name), 0) // Go memory: HIP copies the name
-	r, _, _ := purego.SyscallN(l.sym[symModuleGetFunction], b.word(0), uintptr(m), uintptr(unsafe.Pointer(&cname[0])))
+	r, _, _ := purego.SyscallN(l.sym[symModuleGetFunction], b.Word(0), uintptr(m), uintptr(unsafe.Pointer(&cname[0])))
 	if err := l.check(symModuleGetFunction, r); err != nil {
 		return 0, err
 	}
-	f := Function(*b.u64(0))
+	f := Function(*b.U64(0))
 	if known {
 		l.mu.Lock()
 		if mod := l.modules[m]; mod != nil {
@@ -613,13 +614,13 @@ func (l *Lib) ModuleGetFunction(m Module, name string) (Function, error) {
 //
 // with extra at word 0, size at word 5 and argbuf at byte 64, all in the
 // block's C memory.
-func initLaunchBlock(b *cBlock) {
-	*b.u64(0) = uint64(LaunchParamBufferPointer)
-	*b.u64(1) = uint64(b.word(launchHeader / 8))
-	*b.u64(2) = uint64(LaunchParamBufferSize)
-	*b.u64(3) = uint64(b.word(5))
-	*b.u64(4) = uint64(LaunchParamEnd)
-	*b.u64(5) = 0
+func initLaunchBlock(b *cmem.Block) {
+	*b.U64(0) = uint64(LaunchParamBufferPointer)
+	*b.U64(1) = uint64(b.Word(launchHeader / 8))
+	*b.U64(2) = uint64(LaunchParamBufferSize)
+	*b.U64(3) = uint64(b.Word(5))
+	*b.U64(4) = uint64(LaunchParamEnd)
+	*b.U64(5) = 0
 }
 
 // launchDevice is the device whose stream (or, for the null stream, whose
@@ -643,19 +644,16 @@ func (l *Lib) launchDevice(f Function, s Stream) (int, bool) {
 // device is made current first, as HIP requires.
 func (l *Lib) ModuleLaunchKernel(f Function, grid, block [3]uint32, sharedMem uint32, s Stream, args []byte) error {
 	dev, known := l.launchDevice(f, s)
-	b := l.launch.get()
-	defer l.launch.put(b)
-	if need := launchHeader + uintptr(len(args)); need > b.mem.size {
-		p := cAlloc(need)
-		if p == nil {
+	b := l.launch.Get()
+	defer l.launch.Put(b)
+	if need := launchHeader + uintptr(len(args)); need > b.Size() {
+		if !b.Grow(need) {
 			return fmt.Errorf("hip: hipModuleLaunchKernel: cannot allocate %d bytes of C memory", need)
 		}
-		cFree(b.mem.p)
-		b.mem.p, b.mem.size = p, need
 		initLaunchBlock(b)
 	}
-	copy(unsafe.Slice((*byte)(unsafe.Add(b.mem.p, launchHeader)), len(args)), args)
-	*b.u64(5) = uint64(len(args))
+	copy(unsafe.Slice((*byte)(unsafe.Add(b.Ptr(), launchHeader)), len(args)), args)
+	*b.U64(5) = uint64(len(args))
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if known {
@@ -663,10 +661,10 @@ func (l *Lib) ModuleLaunchKernel(f Function, grid, block [3]uint32, sharedMem ui
 			return err
 		}
 	}
-	r := b.call(l.sym[symModuleLaunchKernel], uintptr(f),
+	r := b.Call(l.sym[symModuleLaunchKernel], uintptr(f),
 		uintptr(grid[0]), uintptr(grid[1]), uintptr(grid[2]),
 		uintptr(block[0]), uintptr(block[1]), uintptr(block[2]),
-		uintptr(sharedMem), uintptr(s), 0, uintptr(b.mem.p))
+		uintptr(sharedMem), uintptr(s), 0, uintptr(b.Ptr()))
 	return l.check(symModuleLaunchKernel, r)
 }
 

@@ -3,6 +3,7 @@
 package hsa
 
 import (
+	"github.com/rocsync/rocsync/internal/cmem"
 	"testing"
 	"unsafe"
 
@@ -42,7 +43,7 @@ func BenchmarkCallOverhead(b *testing.B) {
 	b.Run("1arg/pooled", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if call1(destroy, 0) == 0 {
+			if cmem.Call(destroy, 0) == 0 {
 				b.Fatal("hsa_signal_destroy(0) succeeded")
 			}
 		}
@@ -68,7 +69,7 @@ func BenchmarkCallOverhead(b *testing.B) {
 	b.Run("2arg/pooled", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if call2(freeze, 0, 0) == 0 {
+			if cmem.Call(freeze, 0, 0) == 0 {
 				b.Fatal("hsa_executable_freeze(0) succeeded")
 			}
 		}
@@ -84,7 +85,7 @@ func BenchmarkCallOverhead(b *testing.B) {
 	b.Run("5arg/pooled", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if call5(load, 0, 0, 0, 0, 0) == 0 {
+			if cmem.Call(load, 0, 0, 0, 0, 0) == 0 {
 				b.Fatal("hsa_executable_load_agent_code_object(0) succeeded")
 			}
 		}

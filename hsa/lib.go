@@ -23,6 +23,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/rocsync/rocsync/internal/cmem"
 	"io/fs"
 	"sync"
 	"syscall"
@@ -269,7 +270,7 @@ func (l *Lib) SystemInfoUint64(attr SystemInfo) (uint64, error) {
 func (l *Lib) Agents() ([]Agent, error) {
 	var out []Agent
 	err := l.iterate("hsa_iterate_agents", func(cb, data uintptr) uintptr {
-		return call2(l.fn[symIterateAgents], cb, data)
+		return cmem.Call(l.fn[symIterateAgents], cb, data)
 	}, func(h uint64) { out = append(out, Agent(h)) })
 	return out, err
 }
@@ -296,7 +297,7 @@ func (l *Lib) AgentInfoUint32(a Agent, attr AgentInfo) (uint32, error) {
 func (l *Lib) AgentISAs(a Agent) ([]ISA, error) {
 	var out []ISA
 	err := l.iterate("hsa_agent_iterate_isas", func(cb, data uintptr) uintptr {
-		return call3(l.fn[symAgentIterateISAs], uintptr(a), cb, data)
+		return cmem.Call(l.fn[symAgentIterateISAs], uintptr(a), cb, data)
 	}, func(h uint64) { out = append(out, ISA(h)) })
 	return out, err
 }

@@ -3,6 +3,7 @@
 package hsa
 
 import (
+	"github.com/rocsync/rocsync/internal/cmem"
 	"runtime"
 	"sync"
 	"unsafe"
@@ -53,7 +54,7 @@ func (l *Lib) CodeObjectReaderCreateFromMemory(code []byte) (CodeObjectReader, e
 // CodeObjectReaderDestroy is hsa_code_object_reader_destroy; it unpins the
 // reader's copy of the code object.
 func (l *Lib) CodeObjectReaderDestroy(rd CodeObjectReader) error {
-	if err := l.check("hsa_code_object_reader_destroy", call1(l.fn[symCodeObjectReaderDestroy], uintptr(rd))); err != nil {
+	if err := l.check("hsa_code_object_reader_destroy", cmem.Call(l.fn[symCodeObjectReaderDestroy], uintptr(rd))); err != nil {
 		return err
 	}
 	readersMu.Lock()
@@ -76,18 +77,18 @@ func (l *Lib) ExecutableCreateAlt(profile, rounding uint32) (Executable, error) 
 // ExecutableLoadAgentCodeObject is hsa_executable_load_agent_code_object
 // with no options; the loaded-code-object handle is not returned.
 func (l *Lib) ExecutableLoadAgentCodeObject(e Executable, a Agent, rd CodeObjectReader) error {
-	r := call5(l.fn[symExecutableLoadAgentCodeObject], uintptr(e), uintptr(a), uintptr(rd), 0, 0)
+	r := cmem.Call(l.fn[symExecutableLoadAgentCodeObject], uintptr(e), uintptr(a), uintptr(rd), 0, 0)
 	return l.check("hsa_executable_load_agent_code_object", r)
 }
 
 // ExecutableFreeze is hsa_executable_freeze with no options.
 func (l *Lib) ExecutableFreeze(e Executable) error {
-	return l.check("hsa_executable_freeze", call2(l.fn[symExecutableFreeze], uintptr(e), 0))
+	return l.check("hsa_executable_freeze", cmem.Call(l.fn[symExecutableFreeze], uintptr(e), 0))
 }
 
 // ExecutableDestroy is hsa_executable_destroy.
 func (l *Lib) ExecutableDestroy(e Executable) error {
-	return l.check("hsa_executable_destroy", call1(l.fn[symExecutableDestroy], uintptr(e)))
+	return l.check("hsa_executable_destroy", cmem.Call(l.fn[symExecutableDestroy], uintptr(e)))
 }
 
 // ExecutableSymbolByName is hsa_executable_get_symbol_by_name. With code

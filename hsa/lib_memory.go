@@ -3,6 +3,7 @@
 package hsa
 
 import (
+	"github.com/rocsync/rocsync/internal/cmem"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
@@ -14,7 +15,7 @@ import (
 func (l *Lib) MemoryPools(a Agent) ([]MemoryPool, error) {
 	var out []MemoryPool
 	err := l.iterate("hsa_amd_agent_iterate_memory_pools", func(cb, data uintptr) uintptr {
-		return call3(l.fn[symAMDAgentIterateMemoryPools], uintptr(a), cb, data)
+		return cmem.Call(l.fn[symAMDAgentIterateMemoryPools], uintptr(a), cb, data)
 	}, func(h uint64) { out = append(out, MemoryPool(h)) })
 	return out, err
 }
@@ -68,7 +69,7 @@ func (l *Lib) MemoryPoolAllocate(p MemoryPool, size uint64) (unsafe.Pointer, err
 
 // MemoryPoolFree is hsa_amd_memory_pool_free.
 func (l *Lib) MemoryPoolFree(ptr unsafe.Pointer) error {
-	return l.check("hsa_amd_memory_pool_free", call1(l.fn[symAMDMemoryPoolFree], uintptr(ptr)))
+	return l.check("hsa_amd_memory_pool_free", cmem.Call(l.fn[symAMDMemoryPoolFree], uintptr(ptr)))
 }
 
 // AgentsAllowAccess is hsa_amd_agents_allow_access (flags must be NULL).

@@ -3,6 +3,7 @@
 package hsa
 
 import (
+	"github.com/rocsync/rocsync/internal/cmem"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
@@ -55,7 +56,7 @@ func queueFromC(qp uintptr) *Queue {
 // QueueDestroy is hsa_queue_destroy; it also drops the error callback.
 func (l *Lib) QueueDestroy(q *Queue) error {
 	qp := uintptr(q.Handle)
-	if err := l.check("hsa_queue_destroy", call1(l.fn[symQueueDestroy], qp)); err != nil {
+	if err := l.check("hsa_queue_destroy", cmem.Call(l.fn[symQueueDestroy], qp)); err != nil {
 		return err
 	}
 	queueIDsMu.Lock()
@@ -70,35 +71,35 @@ func (l *Lib) QueueDestroy(q *Queue) error {
 
 // QueueLoadReadIndexScacquire is hsa_queue_load_read_index_scacquire.
 func (l *Lib) QueueLoadReadIndexScacquire(q *Queue) uint64 {
-	return uint64(call1(l.fn[symQueueLoadReadIndexScacquire], uintptr(q.Handle)))
+	return uint64(cmem.Call(l.fn[symQueueLoadReadIndexScacquire], uintptr(q.Handle)))
 }
 
 // QueueLoadWriteIndexRelaxed is hsa_queue_load_write_index_relaxed.
 func (l *Lib) QueueLoadWriteIndexRelaxed(q *Queue) uint64 {
-	return uint64(call1(l.fn[symQueueLoadWriteIndexRelaxed], uintptr(q.Handle)))
+	return uint64(cmem.Call(l.fn[symQueueLoadWriteIndexRelaxed], uintptr(q.Handle)))
 }
 
 // QueueLoadWriteIndexScacquire is hsa_queue_load_write_index_scacquire,
 // the load to pair with QueueCASWriteIndexScacqScrel in a reservation loop.
 func (l *Lib) QueueLoadWriteIndexScacquire(q *Queue) uint64 {
-	return uint64(call1(l.fn[symQueueLoadWriteIndexScacquire], uintptr(q.Handle)))
+	return uint64(cmem.Call(l.fn[symQueueLoadWriteIndexScacquire], uintptr(q.Handle)))
 }
 
 // QueueAddWriteIndexScacqScrel is hsa_queue_add_write_index_scacq_screl; it
 // returns the previous write index (the first reserved slot).
 func (l *Lib) QueueAddWriteIndexScacqScrel(q *Queue, n uint64) uint64 {
-	return uint64(call2(l.fn[symQueueAddWriteIndexScacqScrel], uintptr(q.Handle), uintptr(n)))
+	return uint64(cmem.Call(l.fn[symQueueAddWriteIndexScacqScrel], uintptr(q.Handle), uintptr(n)))
 }
 
 // QueueCASWriteIndexScacqScrel is hsa_queue_cas_write_index_scacq_screl; it
 // returns the value observed, which equals expected on success.
 func (l *Lib) QueueCASWriteIndexScacqScrel(q *Queue, expected, value uint64) uint64 {
-	return uint64(call3(l.fn[symQueueCASWriteIndexScacqScrel], uintptr(q.Handle), uintptr(expected), uintptr(value)))
+	return uint64(cmem.Call(l.fn[symQueueCASWriteIndexScacqScrel], uintptr(q.Handle), uintptr(expected), uintptr(value)))
 }
 
 // QueueStoreWriteIndexScrelease is hsa_queue_store_write_index_screlease.
 func (l *Lib) QueueStoreWriteIndexScrelease(q *Queue, value uint64) {
-	call2(l.fn[symQueueStoreWriteIndexScrelease], uintptr(q.Handle), uintptr(value))
+	cmem.Call(l.fn[symQueueStoreWriteIndexScrelease], uintptr(q.Handle), uintptr(value))
 }
 
 // SignalCreate is hsa_signal_create. An empty consumers list means any agent
@@ -120,41 +121,41 @@ func (l *Lib) AMDSignalCreate(initial int64, consumers []Agent, attributes uint6
 
 // SignalDestroy is hsa_signal_destroy.
 func (l *Lib) SignalDestroy(s Signal) error {
-	return l.check("hsa_signal_destroy", call1(l.fn[symSignalDestroy], uintptr(s)))
+	return l.check("hsa_signal_destroy", cmem.Call(l.fn[symSignalDestroy], uintptr(s)))
 }
 
 // SignalStoreScrelease is hsa_signal_store_screlease: the doorbell write.
 func (l *Lib) SignalStoreScrelease(s Signal, v int64) {
-	call2(l.fn[symSignalStoreScrelease], uintptr(s), uintptr(v))
+	cmem.Call(l.fn[symSignalStoreScrelease], uintptr(s), uintptr(v))
 }
 
 // SignalStoreRelaxed is hsa_signal_store_relaxed.
 func (l *Lib) SignalStoreRelaxed(s Signal, v int64) {
-	call2(l.fn[symSignalStoreRelaxed], uintptr(s), uintptr(v))
+	cmem.Call(l.fn[symSignalStoreRelaxed], uintptr(s), uintptr(v))
 }
 
 // SignalSilentStoreRelaxed is hsa_signal_silent_store_relaxed: sets the
 // value without waking waiters, for re-arming a completion signal nobody
 // waits on yet.
 func (l *Lib) SignalSilentStoreRelaxed(s Signal, v int64) {
-	call2(l.fn[symSignalSilentStoreRelaxed], uintptr(s), uintptr(v))
+	cmem.Call(l.fn[symSignalSilentStoreRelaxed], uintptr(s), uintptr(v))
 }
 
 // SignalLoadScacquire is hsa_signal_load_scacquire.
 func (l *Lib) SignalLoadScacquire(s Signal) int64 {
-	return int64(call1(l.fn[symSignalLoadScacquire], uintptr(s)))
+	return int64(cmem.Call(l.fn[symSignalLoadScacquire], uintptr(s)))
 }
 
 // SignalLoadRelaxed is hsa_signal_load_relaxed.
 func (l *Lib) SignalLoadRelaxed(s Signal) int64 {
-	return int64(call1(l.fn[symSignalLoadRelaxed], uintptr(s)))
+	return int64(cmem.Call(l.fn[symSignalLoadRelaxed], uintptr(s)))
 }
 
 // SignalWaitScacquire is hsa_signal_wait_scacquire. It returns the observed
 // value, which may not satisfy the condition (timeouts, spurious wakeups).
 // A blocked wait holds its OS thread for the whole wait.
 func (l *Lib) SignalWaitScacquire(s Signal, cond SignalCondition, compare int64, timeoutHint uint64, state WaitState) int64 {
-	return int64(call5(l.fn[symSignalWaitScacquire], uintptr(s), uintptr(cond), uintptr(compare), uintptr(timeoutHint), uintptr(state)))
+	return int64(cmem.Call(l.fn[symSignalWaitScacquire], uintptr(s), uintptr(cond), uintptr(compare), uintptr(timeoutHint), uintptr(state)))
 }
 
 // SignalValuePointer is hsa_amd_signal_value_pointer.

@@ -3,6 +3,7 @@ package rocblas
 import (
 	"errors"
 	"fmt"
+	"github.com/rocsync/rocsync/internal/cmem"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -160,7 +161,7 @@ func Open(hipMajor int) (*Lib, error) {
 		return nil, fmt.Errorf("rocblas: %s does not bring libamdhip64 (no hipSetDevice): %v", lib.Path, err)
 	}
 	l.errName, _ = purego.Dlsym(lib.Handle, "hipGetErrorName")
-	if _, _, err := libc(); err != nil {
+	if err := cmem.Libc(); err != nil {
 		purego.Dlclose(lib.Handle)
 		return nil, err
 	}
@@ -216,7 +217,7 @@ func (l *Lib) Close() error { return purego.Dlclose(l.handle) }
 // StatusString is rocblas_status_to_string.
 func (l *Lib) StatusString(s Status) string {
 	r, _, _ := purego.SyscallN(l.sym[symStatusToString], uintptr(s))
-	return goString(r)
+	return cmem.GoString(r)
 }
 
 func (l *Lib) check(fn int, r uintptr) error {
@@ -237,7 +238,7 @@ func (l *Lib) setDevice(st *handleState) error {
 	e := &hip.Error{Func: "hipSetDevice", Code: code}
 	if l.errName != 0 {
 		r, _, _ := purego.SyscallN(l.errName, uintptr(code))
-		e.Name = goString(r)
+		e.Name = cmem.GoString(r)
 	}
 	return e
 }
@@ -273,7 +274,7 @@ func unlock(st *handleState) {
 
 // CreateHandle is rocblas_create_handle with device current.
 func (l *Lib) CreateHandle(device int) (Handle, error) {
-	st := &handleState{device: device, mem: cAlloc(24)}
+	st := &handleState{device: device, mem: cmem.Alloc(24)}
 	if st.mem == nil {
 		return 0, errors.New("rocblas: cannot allocate C memory")
 	}
@@ -282,11 +283,11 @@ func (l *Lib) CreateHandle(device int) (Handle, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if err := l.setDevice(st); err != nil {
-		cFree(st.mem)
+		cmem.Free(st.mem)
 		return 0, err
 	}
 	if err := l.check(symCreateHandle, st.call(l.sym[symCreateHandle], st.word(2))); err != nil {
-		cFree(st.mem)
+		cmem.Free(st.mem)
 		return 0, err
 	}
 	h := Handle(*(*uintptr)(unsafe.Add(st.mem, 16)))
@@ -307,7 +308,7 @@ func (l *Lib) DestroyHandle(h Handle) error {
 		return err
 	}
 	st.dead = true
-	cFree(st.mem)
+	cmem.Free(st.mem)
 	st.mem = nil
 	l.mu.Lock()
 	delete(l.handles, h)
