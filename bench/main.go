@@ -1,10 +1,17 @@
 // Command bench runs the seed's programs (and more) under every rocsync
 // policy on the default device, the emulator when no AMD GPU is present,
-// and reports dispatch time, total time and host waits per iteration.
+// and reports dispatch time, total time, host waits and HSA↔HIP crossings
+// per iteration.
 //
 //	go run ./bench                       # every program, every policy
 //	go run ./bench -programs mixed -policies DeviceSide,Unified -iters 500
+//	go run ./bench -programs mlp -batch 256 -hidden 512
 //	go run ./bench -json > results.json
+//	go run ./bench -plot bench.png       # the table, and a bar chart
+//
+// Programs: matmul and elementwise (the seed's three chained ops), mixed
+// ((x∘x)·x, -repeat times) and mlp (one MLP training step with Adam; see
+// mlp.go). It exits 1 if two policies computed different checksums.
 package main
 
 import (
@@ -30,11 +37,15 @@ type config struct {
 	iters    int
 	warmup   int
 	repeat   int
+	mlp      mlpSizes
 	seed     uint64
 	backend  rocsync.Backend
+	emuDelay time.Duration
 	programs []string
 	policies []rocsync.Policy
 	json     bool
+	jsonFile string
+	plot     string
 	progress io.Writer
 }
 
@@ -43,8 +54,11 @@ type result struct {
 	Program          string  `json:"program"`
 	Policy           string  `json:"policy"`
 	Backend          string  `json:"backend"`
+	Shape            string  `json:"shape"`
 	N                int     `json:"n"`
 	Iterations       int     `json:"iterations"`
+	Warmup           int     `json:"warmup"`
+	EmuMaxDelayUS    float64 `json:"emulator_max_delay_us"`
 	DispatchMedianUS float64 `json:"dispatch_median_us"`
 	DispatchP90US    float64 `json:"dispatch_p90_us"`
 	TotalMedianUS    float64 `json:"total_median_us"`
@@ -53,33 +67,79 @@ type result struct {
 	BoundaryPerIter  float64 `json:"boundary_waits_per_iter"`
 	DeviceWaitsIter  float64 `json:"device_waits_per_iter"`
 	Crossings        int     `json:"crossings_per_iter"`
+	CrossDomainOps   int     `json:"cross_domain_ops_per_iter"`
 	Checksum         float64 `json:"checksum"`
 	DispatchRatio    float64 `json:"dispatch_ratio_to_wait_always"`
 	TotalRatio       float64 `json:"total_ratio_to_wait_always"`
 }
 
 func main() {
-	cfg, err := parseFlags(os.Args[1:], os.Stderr)
-	if err != nil {
+	err := run(os.Args[1:], os.Stdout, os.Stderr)
+	if err == nil {
+		return
+	}
+	if !errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintln(os.Stderr, "bench:", err)
+	}
+	var ue usageError
+	if errors.As(err, &ue) {
 		os.Exit(2)
+	}
+	os.Exit(1)
+}
+
+// usageError is a bad command line (exit status 2).
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+
+// run is the whole command: parse, run every program under every policy,
+// print, plot, and fail if the checksums differ.
+func run(args []string, stdout, stderr io.Writer) error {
+	cfg, err := parseFlags(args, stderr)
+	if err != nil {
+		return usageError{err}
 	}
 	results, err := runAll(cfg)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
+		return err
 	}
 	if cfg.json {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(results)
+		if err := writeJSON(stdout, results); err != nil {
+			return err
+		}
 	} else {
-		printTable(os.Stdout, cfg, results)
+		printTable(stdout, cfg, results)
 	}
-	if err := checkChecksums(results); err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
+	if cfg.jsonFile != "" {
+		if err := saveJSON(cfg.jsonFile, results); err != nil {
+			return err
+		}
 	}
+	if cfg.plot != "" {
+		if err := writePlot(cfg.plot, cfg, results); err != nil {
+			return fmt.Errorf("plot: %w", err)
+		}
+	}
+	return checkChecksums(results)
+}
+
+func writeJSON(w io.Writer, rs []result) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(rs)
+}
+
+func saveJSON(path string, rs []result) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := writeJSON(f, rs); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -87,17 +147,29 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.SetOutput(stderr)
 	var cfg config
 	var progs, pols, backend string
-	fs.IntVar(&cfg.n, "n", 128, "matrix size (n×n float32)")
+	fs.IntVar(&cfg.n, "n", 128, "matmul, elementwise, mixed: matrix size (n×n float32)")
 	fs.IntVar(&cfg.iters, "iters", 200, "measured iterations per program and policy")
 	fs.IntVar(&cfg.warmup, "warmup", 20, "warm-up iterations, not measured")
 	fs.IntVar(&cfg.repeat, "repeat", 3, "repetitions of (x∘x)·x per mixed iteration")
-	fs.Uint64Var(&cfg.seed, "seed", 1, "input seed")
-	fs.StringVar(&progs, "programs", "matmul,elementwise,mixed", "comma-separated programs")
+	fs.IntVar(&cfg.mlp.batch, "batch", 128, "mlp: batch size")
+	fs.IntVar(&cfg.mlp.in, "in", 128, "mlp: input features")
+	fs.IntVar(&cfg.mlp.hidden, "hidden", 128, "mlp: hidden units")
+	fs.IntVar(&cfg.mlp.out, "out", 16, "mlp: outputs")
+	fs.Uint64Var(&cfg.seed, "seed", 1, "input seed (also seeds the emulator's delays)")
+	fs.StringVar(&progs, "programs", "matmul,elementwise,mixed,mlp", "comma-separated programs: matmul, elementwise, mixed, mlp")
 	fs.StringVar(&pols, "policies", "WaitAlways,SkipSameQueue,DeviceSide,Unified,DeviceBridge", "comma-separated policies")
-	fs.StringVar(&backend, "backend", "auto", "auto, emulator or rocm")
+	fs.StringVar(&backend, "backend", "auto", "auto, emulator, rocm or cuda")
+	fs.DurationVar(&cfg.emuDelay, "emu-delay", 0,
+		"emulator only: each op starts after a seeded random delay of up to this much (EmulatorOptions.MaxDelay), "+
+			"holding the device behind the host; Go's timers make any non-zero value ~0.1-1 ms in practice (docs/benchmarks.md)")
 	fs.BoolVar(&cfg.json, "json", false, "print JSON instead of a table")
+	fs.StringVar(&cfg.jsonFile, "json-file", "", "also write the JSON results to this file (with the table on stdout)")
+	fs.StringVar(&cfg.plot, "plot", "", "also write a bar chart of the results to this PNG file")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	switch backend {
 	case "auto":
@@ -106,11 +178,22 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		cfg.backend = rocsync.Emulator
 	case "rocm":
 		cfg.backend = rocsync.ROCm
+	case "cuda":
+		cfg.backend = rocsync.CUDA
 	default:
-		return cfg, fmt.Errorf("unknown backend %q", backend)
+		return cfg, fmt.Errorf("unknown backend %q (want auto, emulator, rocm or cuda)", backend)
 	}
 	if cfg.n <= 0 || cfg.iters <= 0 || cfg.warmup < 0 || cfg.repeat <= 0 {
 		return cfg, errors.New("-n, -iters and -repeat must be positive, -warmup not negative")
+	}
+	if cfg.mlp.batch <= 0 || cfg.mlp.in <= 0 || cfg.mlp.hidden <= 0 || cfg.mlp.out <= 0 {
+		return cfg, errors.New("-batch, -in, -hidden and -out must be positive")
+	}
+	if cfg.emuDelay < 0 {
+		return cfg, errors.New("-emu-delay must not be negative")
+	}
+	if cfg.plot != "" && !strings.HasSuffix(strings.ToLower(cfg.plot), ".png") {
+		return cfg, fmt.Errorf("-plot %q: the chart is a PNG, name it *.png", cfg.plot)
 	}
 	for _, p := range strings.Split(progs, ",") {
 		if _, err := programByName(p); err != nil {
@@ -152,7 +235,8 @@ func runAll(cfg config) ([]result, error) {
 
 func runOne(cfg config, prog program, pol rocsync.Policy) (result, error) {
 	nop := zerolog.Nop()
-	d, err := rocsync.Open(rocsync.Options{Backend: cfg.backend, Policy: pol, Logger: &nop})
+	d, err := rocsync.Open(rocsync.Options{Backend: cfg.backend, Policy: pol, Logger: &nop,
+		Emulator: rocsync.EmulatorOptions{MaxDelay: cfg.emuDelay, Seed: cfg.seed}})
 	if err != nil {
 		return result{}, err
 	}
@@ -163,8 +247,12 @@ func runOne(cfg config, prog program, pol rocsync.Policy) (result, error) {
 		return result{}, err
 	}
 	defer st.free()
-	r := result{Program: prog.name, Policy: pol.String(), Backend: d.Backend(), N: cfg.n, Iterations: cfg.iters,
-		Crossings: prog.crossings(cfg)}
+	cc := prog.crossings(cfg)
+	r := result{Program: prog.name, Policy: pol.String(), Backend: d.Backend(), Shape: prog.shape(cfg), N: cfg.n,
+		Iterations: cfg.iters, Warmup: cfg.warmup, Crossings: cc.Crossings, CrossDomainOps: cc.CrossDomainOps}
+	if d.Emulated() {
+		r.EmuMaxDelayUS = micros(cfg.emuDelay)
+	}
 	dispatch := make([]float64, 0, cfg.iters)
 	totals := make([]float64, 0, cfg.iters)
 	var waits, boundary, device uint64
@@ -260,13 +348,22 @@ func checkChecksums(rs []result) error {
 
 func printTable(w io.Writer, cfg config, rs []result) {
 	if len(rs) > 0 {
-		fmt.Fprintf(w, "backend %s, %dx%d float32, %d iterations (%d warm-up excluded)\n\n", rs[0].Backend, cfg.n, cfg.n, cfg.iters, cfg.warmup)
+		dev := rs[0].Backend
+		if rs[0].Backend == "emulator" {
+			dev = "emulator (no added device delay)"
+			if cfg.emuDelay > 0 {
+				dev = fmt.Sprintf("emulator (each op starts after a random delay of up to %v)", cfg.emuDelay)
+			}
+		}
+		fmt.Fprintf(w, "backend %s; matmul, elementwise, mixed: %dx%d float32; mlp: %s, float32\n", dev, cfg.n, cfg.n, cfg.mlp)
+		fmt.Fprintf(w, "%d measured iterations per program and policy (%d warm-up iterations excluded); times are medians and p90s of those\n\n",
+			cfg.iters, cfg.warmup)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "program\tpolicy\tdispatch med µs\tp90\ttotal med µs\tp90\thost waits/it\tboundary/it\tdevice waits/it\tdispatch ×WA\ttotal ×WA\tchecksum\t")
+	fmt.Fprintln(tw, "program\tpolicy\tdispatch med µs\tp90\ttotal med µs\tp90\thost waits/it\tcrossings/it\tboundary/it\tdevice waits/it\tdispatch ×WA\ttotal ×WA\tchecksum\t")
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.6g\t\n", r.Program, r.Policy,
-			r.DispatchMedianUS, r.DispatchP90US, r.TotalMedianUS, r.TotalP90US, r.HostWaitsPerIter, r.BoundaryPerIter,
+		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.2f\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.6g\t\n", r.Program, r.Policy,
+			r.DispatchMedianUS, r.DispatchP90US, r.TotalMedianUS, r.TotalP90US, r.HostWaitsPerIter, r.Crossings, r.BoundaryPerIter,
 			r.DeviceWaitsIter, r.DispatchRatio, r.TotalRatio, r.Checksum)
 	}
 	tw.Flush()

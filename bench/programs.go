@@ -13,8 +13,10 @@ type program struct {
 	name string
 	// crossings is how many HSA↔HIP crossings one iteration makes, which
 	// is the number of host waits DeviceSide must make.
-	crossings func(cfg config) int
-	setup     func(d *rocsync.Device, t *rocsync.Task, cfg config) (state, error)
+	crossings func(cfg config) crossingCount
+	// shape describes the sizes the program runs at.
+	shape func(cfg config) string
+	setup func(d *rocsync.Device, t *rocsync.Task, cfg config) (state, error)
 }
 
 // state is a program's inputs, kept across iterations.
@@ -33,14 +35,27 @@ func programByName(name string) (program, error) {
 }
 
 var programs = []program{
-	{name: "matmul", crossings: func(config) int { return 0 }, setup: setupSeed(func(t *rocsync.Task, x, a *rocsync.Array) (*rocsync.Array, error) {
+	{name: "matmul", crossings: noCrossings, shape: square, setup: setupSeed(func(t *rocsync.Task, x, a *rocsync.Array) (*rocsync.Array, error) {
 		return t.MatMul(x, a, false, false)
 	}, 3)},
-	{name: "elementwise", crossings: func(config) int { return 0 }, setup: setupSeed(func(t *rocsync.Task, x, a *rocsync.Array) (*rocsync.Array, error) {
+	{name: "elementwise", crossings: noCrossings, shape: square, setup: setupSeed(func(t *rocsync.Task, x, a *rocsync.Array) (*rocsync.Array, error) {
 		return t.Mul(x, a)
 	}, 3)},
-	{name: "mixed", crossings: func(cfg config) int { return cfg.repeat }, setup: setupMixed},
+	{name: "mixed", crossings: mixedCrossings, shape: func(cfg config) string {
+		return fmt.Sprintf("%dx%d, repeat %d", cfg.n, cfg.n, cfg.repeat)
+	}, setup: setupMixed},
+	{name: "mlp", crossings: mlpCrossings, shape: func(cfg config) string { return cfg.mlp.String() }, setup: setupMLP},
 }
+
+func noCrossings(config) crossingCount { return crossingCount{} }
+
+// mixedCrossings: each repetition of (x∘x)·x crosses once, HSA→HIP; its
+// arrays are fresh, so nothing crosses back.
+func mixedCrossings(cfg config) crossingCount {
+	return crossingCount{Crossings: cfg.repeat, CrossDomainOps: cfg.repeat}
+}
+
+func square(cfg config) string { return fmt.Sprintf("%dx%d", cfg.n, cfg.n) }
 
 // seedState runs the seed's chain t1 = f(x, x), t2 = f(x, t1), t3 = f(x, t2).
 type seedState struct {

@@ -251,9 +251,11 @@ func gemmCol[T float32 | float64](ta, tb bool, m, n, k int, alpha T, A []T, lda 
 			continue
 		}
 		for l := 0; l < k; l++ {
-			bv := B[l+j*ldb]
+			var bv T
 			if tb {
 				bv = B[j+l*ldb]
+			} else {
+				bv = B[l+j*ldb]
 			}
 			bv *= alpha
 			if !ta {

@@ -234,3 +234,40 @@ func TestUseAfterFreeIsReported(t *testing.T) {
 	require.Equal(t, HazardUseAfterFree, hz[0].Kind)
 	require.True(t, errors.Is(hz[0], ErrHazard))
 }
+
+// Transposed operands are read only inside their own extent: B stored
+// n×k (transposed) is smaller than k×n would need when n < k.
+func TestGemmTransposedShapes(t *testing.T) {
+	m := New(Options{})
+	hp, b := m.HIP(), m.BLAS()
+	s, _ := hp.StreamCreate(0, 0)
+	h, _ := b.CreateHandle(0)
+	require.NoError(t, b.SetStream(h, s))
+	const M, N, K = 3, 2, 5
+	A := make([]float64, K*M) // op(A) = Aᵀ: A stored K×M, lda = K
+	B := make([]float64, N*K) // op(B) = Bᵀ: B stored N×K, ldb = N
+	for i := range A {
+		A[i] = float64(i + 1)
+	}
+	for i := range B {
+		B[i] = float64(2*i - 3)
+	}
+	pa, _ := hp.Malloc(0, uint64(8*len(A)))
+	pb, _ := hp.Malloc(0, uint64(8*len(B)))
+	pc, _ := hp.Malloc(0, 8*M*N)
+	require.NoError(t, hp.MemcpyHtoD(0, pa, unsafe.Pointer(&A[0]), uint64(8*len(A))))
+	require.NoError(t, hp.MemcpyHtoD(0, pb, unsafe.Pointer(&B[0]), uint64(8*len(B))))
+	require.NoError(t, b.Dgemm(h, rocblas.OperationTranspose, rocblas.OperationTranspose, M, N, K, 1, pa, K, pb, N, 0, pc, M))
+	require.NoError(t, hp.StreamSynchronize(s))
+	C := make([]float64, M*N)
+	require.NoError(t, hp.MemcpyDtoH(0, unsafe.Pointer(&C[0]), pc, 8*M*N))
+	for i := 0; i < M; i++ {
+		for j := 0; j < N; j++ {
+			var want float64
+			for l := 0; l < K; l++ {
+				want += A[l+i*K] * B[j+l*N]
+			}
+			require.Equal(t, want, C[i+j*M], "C[%d,%d]", i, j)
+		}
+	}
+}

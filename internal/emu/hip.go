@@ -235,12 +235,7 @@ func (s *hstream) exec(c cmd) {
 	case cmdWork, cmdGemm:
 		s.m.waitGate()
 		s.delay.sleep()
-		var err error
-		if c.kind == cmdGemm {
-			err = s.m.runGemm(&c.g, a)
-		} else {
-			err = c.fn(a)
-		}
+		err := s.work(&c, a)
 		if err != nil {
 			s.mu.Lock()
 			s.err = hipErr(c.what, hip.ErrorLaunchFailure, err.Error())
@@ -273,6 +268,20 @@ func (s *hstream) exec(c cmd) {
 		s.vc.join(a.vc)
 		s.mu.Unlock()
 	}
+}
+
+// work runs a kernel, copy or gemm. A panic in it (an emulator bug) fails
+// the command like a device fault instead of taking the process down.
+func (s *hstream) work(c *cmd, a *actor) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("emulator fault: %v", r)
+		}
+	}()
+	if c.kind == cmdGemm {
+		return s.m.runGemm(&c.g, a)
+	}
+	return c.fn(a)
 }
 
 func waitValueMet(v, value uint64, flags uint32, mask uint64) bool {
