@@ -4,8 +4,8 @@
 #
 # With an AMD GPU (/dev/kfd usable and at least one GPU agent):
 #   ROCSYNC_GPU=1 go test ./...          -> $ARTIFACTS/test.log
-#   go run ./bench -backend rocm -json   -> $ARTIFACTS/bench.json
-#   go run ./bench -backend rocm -plot   -> $ARTIFACTS/bench.png
+#   go run ./bench -backend rocm -json-file … -plot …
+#                                   -> $ARTIFACTS/bench.{txt,json,png}
 #   (plus rocminfo.txt and env.txt describing the machine)
 # Without one: go test ./... on the emulator, and a clear message that the
 # hardware suite was skipped. Nothing is written to $ARTIFACTS then.
@@ -17,7 +17,7 @@
 # Environment:
 #   ARTIFACTS             where results go (default /artifacts)
 #   ROCSYNC_CI_TEST_PKGS  space-separated packages to test (default ./...)
-#   ROCSYNC_BENCH_FLAGS   extra flags for both bench runs (e.g. "-iters 50")
+#   ROCSYNC_BENCH_FLAGS   extra flags for the bench run (e.g. "-iters 50")
 #
 # Exits non-zero on any failure.
 set -euo pipefail
@@ -105,24 +105,14 @@ with_gpu() {
   log "ROCSYNC_GPU=1 go test ${pkgs[*]}"
   ROCSYNC_GPU=1 go test -count=1 "${pkgs[@]}" 2>&1 | tee "$artifacts/test.log"
 
-  local bench usage
+  log "go run ./bench -backend rocm -json-file $artifacts/bench.json -plot $artifacts/bench.png"
   tmp=$(mktemp -d) # global: the EXIT trap runs after this function returns
   trap 'rm -rf "$tmp"' EXIT
-  bench=$tmp/bench
-  go build -o "$bench" ./bench # built once: the same as `go run ./bench` twice
-
-  log "bench -backend rocm -json > $artifacts/bench.json"
-  "$bench" -backend rocm "${bench_flags[@]}" -json >"$tmp/bench.json"
-  mv "$tmp/bench.json" "$artifacts/bench.json" # no half-written file on failure
-
-  # -h exits 2 by convention; only its text matters here.
-  usage=$("$bench" -h 2>&1 || true)
-  if grep -Eq '^[[:space:]]*-plot([[:space:]]|$)' <<<"$usage"; then
-    log "bench -backend rocm -plot $artifacts/bench.png"
-    "$bench" -backend rocm "${bench_flags[@]}" -plot "$artifacts/bench.png"
-  else
-    log "bench has no -plot flag yet (go run ./bench -h): bench.png skipped"
-  fi
+  # One run gives the table (stdout, kept in bench.txt), the JSON and the
+  # chart; files go through $tmp so a failure leaves no half-written one.
+  go run ./bench -backend rocm "${bench_flags[@]}" -json-file "$tmp/bench.json" -plot "$tmp/bench.png" |
+    tee "$artifacts/bench.txt"
+  mv "$tmp/bench.json" "$tmp/bench.png" "$artifacts/"
 
   log "done; artifacts:"
   ls -l "$artifacts"
