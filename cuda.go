@@ -1,7 +1,13 @@
 package rocsync
 
-import "errors"
+import "github.com/rocsync/rocsync/internal/cudadev"
 
+// openCUDA opens every NVIDIA GPU through the CUDA driver API and cuBLAS.
 func openCUDA(o Options) (family, error) {
-	return family{}, errors.New("the CUDA backend is not wired in yet")
+	c := &configs{o: o}
+	devs, err := cudadev.OpenFunc(c.configFor)
+	if err != nil {
+		return family{}, err
+	}
+	return family{name: "cuda", devs: devs, stats: c.stats}, nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rocsync/rocsync/cuda"
 	"github.com/rocsync/rocsync/hsa"
 	"github.com/rocsync/rocsync/internal/dl"
 	"github.com/rocsync/rocsync/internal/rocmdev"
@@ -126,4 +127,19 @@ func TestClosedDeviceRejectsOps(t *testing.T) {
 func hasKFD() bool {
 	_, err := os.Stat("/dev/kfd")
 	return err == nil
+}
+
+func TestExplicitCUDAFailsClearlyWithoutDriver(t *testing.T) {
+	if gpuRun() && gpuBackend() == CUDA {
+		t.Skip("running on the CUDA hardware suite")
+	}
+	t.Setenv("ROCSYNC_LIBCUDA", "")
+	nop := zerolog.Nop()
+	_, err := Open(Options{Backend: CUDA, Logger: &nop})
+	if err == nil {
+		t.Skip("this machine has a working CUDA driver")
+	}
+	require.ErrorIs(t, err, ErrUnavailable)
+	require.ErrorIs(t, err, cuda.ErrNoDriver)
+	require.ErrorContains(t, err, "libcuda")
 }

@@ -1,0 +1,220 @@
+package cublas
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+
+	"github.com/ebitengine/purego"
+
+	"github.com/rocsync/rocsync/cuda"
+	"github.com/rocsync/rocsync/internal/dl"
+)
+
+// Indexes into Lib.sym; BoundSymbols lists the names in the same order.
+const (
+	symCreate = iota
+	symDestroy
+	symSetStream
+	symSgemm
+	symDgemm
+	numSyms
+)
+
+// BoundSymbols are the functions Open requires. The _v2 entry points are
+// the ones cublas_v2.h maps the names to; the unversioned ones belong to the
+// legacy API, which has no handle.
+var BoundSymbols = []string{
+	symCreate:    "cublasCreate_v2",
+	symDestroy:   "cublasDestroy_v2",
+	symSetStream: "cublasSetStream_v2",
+	symSgemm:     "cublasSgemm_v2",
+	symDgemm:     "cublasDgemm_v2",
+}
+
+// Optional symbols, used when present.
+const (
+	symStatusString = "cublasGetStatusString"
+	symGetProperty  = "cublasGetProperty"
+)
+
+// EnvLibCUBLAS names the environment variable that, when set, is the only
+// path Open tries.
+const EnvLibCUBLAS = "ROCSYNC_LIBCUBLAS"
+
+// Sonames are tried newest first.
+var Sonames = []string{"libcublas.so.13", "libcublas.so.12"}
+
+// SearchDirs returns the directories Open looks in before the loader's own
+// search: PyTorch's CUDA 13 wheels, then the CUDA toolkits under
+// /usr/local (newest first).
+func SearchDirs() []string {
+	dirs := []string{
+		"/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cu13/lib",
+		"/usr/local/cuda/targets/x86_64-linux/lib",
+		"/usr/local/cuda/lib64",
+	}
+	found, _ := filepath.Glob("/usr/local/cuda-*/targets/x86_64-linux/lib")
+	slices.Sort(found)
+	slices.Reverse(found)
+	return append(dirs, found...)
+}
+
+// Lib is the purego binding to libcublas. It is safe for use by many
+// goroutines; cuBLAS itself wants one handle per thread of work.
+type Lib struct {
+	path         string
+	handle       uintptr
+	sym          [numSyms]uintptr
+	statusString uintptr
+	getProperty  uintptr
+
+	errMu sync.RWMutex
+	errs  map[uint64]*Error
+}
+
+// Open loads libcuBLAS ($ROCSYNC_LIBCUBLAS when set, else SearchDirs, else
+// the loader's search). It does not create a handle and needs no GPU.
+func Open() (*Lib, error) {
+	var lib *dl.Library
+	var err error
+	override := os.Getenv(EnvLibCUBLAS)
+	if override != "" {
+		lib, err = dl.Open("libcublas", []string{override}, nil)
+	} else {
+		lib, err = dl.Open("libcublas", Sonames, SearchDirs())
+	}
+	if err != nil {
+		if nf, ok := err.(*dl.NotFoundError); ok {
+			return nil, &notFoundError{nf: nf, override: override}
+		}
+		return nil, err
+	}
+	addrs, err := lib.Symbols(BoundSymbols)
+	if err != nil {
+		return nil, fmt.Errorf("cublas: %s is not a usable cuBLAS: %w", lib.Path, err)
+	}
+	if _, _, err := libc(); err != nil {
+		return nil, err
+	}
+	l := &Lib{path: lib.Path, handle: lib.Handle, errs: make(map[uint64]*Error)}
+	copy(l.sym[:], addrs)
+	l.statusString, _ = purego.Dlsym(lib.Handle, symStatusString)
+	l.getProperty, _ = purego.Dlsym(lib.Handle, symGetProperty)
+	return l, nil
+}
+
+// Path is the path or soname that opened.
+func (l *Lib) Path() string { return l.path }
+
+// Version is cublasGetProperty's major, minor and patch (13, 1, x for the
+// CUDA 13.0 toolkit's cuBLAS), or an error when the library lacks it.
+func (l *Lib) Version() (major, minor, patch int, err error) {
+	if l.getProperty == 0 {
+		return 0, 0, 0, fmt.Errorf("cublas: %s has no %s", l.path, symGetProperty)
+	}
+	var v [3]int
+	b := getBlock()
+	defer putBlock(b)
+	for i := range v {
+		*b.u64(0) = 0
+		if s := Status(uint32(b.call(l.getProperty, uintptr(i), b.word(0)))); s != StatusSuccess {
+			return 0, 0, 0, &Error{Func: symGetProperty, Status: s}
+		}
+		v[i] = int(int32(*b.u64(0)))
+	}
+	return v[0], v[1], v[2], nil
+}
+
+// StatusString is cublasGetStatusString, or the status's name when the
+// library lacks it.
+func (l *Lib) StatusString(s Status) string {
+	if l.statusString == 0 {
+		return s.String()
+	}
+	b := getBlock()
+	defer putBlock(b)
+	return goString(b.call(l.statusString, uintptr(s)))
+}
+
+// check turns a cublasStatus_t into nil or a cached *Error.
+func (l *Lib) check(fn int, r uintptr) error {
+	s := Status(uint32(r))
+	if s == StatusSuccess {
+		return nil
+	}
+	key := uint64(fn)<<32 | uint64(s)
+	l.errMu.RLock()
+	e := l.errs[key]
+	l.errMu.RUnlock()
+	if e != nil {
+		return e
+	}
+	e = &Error{Func: BoundSymbols[fn], Status: s, Text: l.StatusString(s)}
+	l.errMu.Lock()
+	if old := l.errs[key]; old != nil {
+		e = old
+	} else {
+		l.errs[key] = e
+	}
+	l.errMu.Unlock()
+	return e
+}
+
+// Create is cublasCreate_v2, in the context current on the calling thread.
+func (l *Lib) Create() (Handle, error) {
+	b := getBlock()
+	defer putBlock(b)
+	*b.u64(0) = 0
+	if err := l.check(symCreate, b.call(l.sym[symCreate], b.word(0))); err != nil {
+		return 0, err
+	}
+	return Handle(*b.u64(0)), nil
+}
+
+// Destroy is cublasDestroy_v2.
+func (l *Lib) Destroy(h Handle) error {
+	b := getBlock()
+	defer putBlock(b)
+	return l.check(symDestroy, b.call(l.sym[symDestroy], uintptr(h)))
+}
+
+// SetStream is cublasSetStream_v2: later calls with h run on s.
+func (l *Lib) SetStream(h Handle, s cuda.Stream) error {
+	b := getBlock()
+	defer putBlock(b)
+	return l.check(symSetStream, b.call(l.sym[symSetStream], uintptr(h), uintptr(s)))
+}
+
+// Sgemm is cublasSgemm_v2: C = alpha·op(A)·op(B) + beta·C, column-major,
+// with alpha and beta passed by host pointer (the default pointer mode).
+// It enqueues the work on the handle's stream and allocates nothing.
+func (l *Lib) Sgemm(h Handle, transA, transB Operation, m, n, k int, alpha float32,
+	a cuda.DevicePtr, lda int, bm cuda.DevicePtr, ldb int, beta float32, c cuda.DevicePtr, ldc int) error {
+	b := getBlock()
+	*(*uint32)(cptr(b.word(0))) = math.Float32bits(alpha)
+	*(*uint32)(cptr(b.word(1))) = math.Float32bits(beta)
+	r := b.call(l.sym[symSgemm], uintptr(h), uintptr(uint32(transA)), uintptr(uint32(transB)),
+		uintptr(uint32(int32(m))), uintptr(uint32(int32(n))), uintptr(uint32(int32(k))),
+		b.word(0), uintptr(a), uintptr(uint32(int32(lda))), uintptr(bm), uintptr(uint32(int32(ldb))),
+		b.word(1), uintptr(c), uintptr(uint32(int32(ldc))))
+	putBlock(b)
+	return l.check(symSgemm, r)
+}
+
+// Dgemm is cublasDgemm_v2 (see Sgemm).
+func (l *Lib) Dgemm(h Handle, transA, transB Operation, m, n, k int, alpha float64,
+	a cuda.DevicePtr, lda int, bm cuda.DevicePtr, ldb int, beta float64, c cuda.DevicePtr, ldc int) error {
+	b := getBlock()
+	*b.u64(0) = math.Float64bits(alpha)
+	*b.u64(1) = math.Float64bits(beta)
+	r := b.call(l.sym[symDgemm], uintptr(h), uintptr(uint32(transA)), uintptr(uint32(transB)),
+		uintptr(uint32(int32(m))), uintptr(uint32(int32(n))), uintptr(uint32(int32(k))),
+		b.word(0), uintptr(a), uintptr(uint32(int32(lda))), uintptr(bm), uintptr(uint32(int32(ldb))),
+		b.word(1), uintptr(c), uintptr(uint32(int32(ldc))))
+	putBlock(b)
+	return l.check(symDgemm, r)
+}

@@ -1,0 +1,288 @@
+package cudadev
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/rocsync/rocsync/cublas"
+	"github.com/rocsync/rocsync/cuda"
+	"github.com/rocsync/rocsync/driver"
+	"github.com/rocsync/rocsync/kernels"
+)
+
+// backend is every CUDA and cuBLAS call the driver makes, for one device.
+// The real one (cudaBackend) goes through the cuda and cublas bindings; the
+// tests substitute an emulated one to check the timeline logic, the
+// policies and the results without a GPU. Handles are plain integers
+// (CUstream, CUevent, CUfunction, cublasHandle_t).
+type backend interface {
+	streamCreate() (uintptr, error)
+	streamDestroy(s uintptr) error
+	// streamQuery reports whether all work on s is done.
+	streamQuery(s uintptr) (bool, error)
+	// streamSynchronize waits on the host for all work on s.
+	streamSynchronize(s uintptr) error
+	eventCreate() (uintptr, error)
+	eventDestroy(e uintptr) error
+	eventRecord(e, s uintptr) error
+	// eventQuery reports whether the work before e's newest record is done.
+	eventQuery(e uintptr) (bool, error)
+	eventSynchronize(e uintptr) error
+	streamWaitEvent(s, e uintptr) error
+
+	malloc(size uint64) (driver.DevicePtr, error)
+	free(p driver.DevicePtr) error
+	copyHtoD(dst driver.DevicePtr, src unsafe.Pointer, size uint64) error
+	copyDtoH(dst unsafe.Pointer, src driver.DevicePtr, size uint64) error
+
+	// loadModule loads the PTX (NUL-terminated) once; function looks up
+	// an entry in it.
+	loadModule(ptx []byte) error
+	function(name string) (uintptr, error)
+	// launch runs fn over grid blocks of block threads on s, with the
+	// kernel arguments in pb.
+	launch(fn uintptr, grid, block uint32, s uintptr, pb *cuda.ParamBlock) error
+
+	// blasError is nil when cuBLAS is available, else why not.
+	blasError() error
+	// blasCreate makes a cuBLAS handle bound to stream s.
+	blasCreate(s uintptr) (uintptr, error)
+	blasDestroy(h uintptr) error
+	gemm(h uintptr, dt kernels.DType, transA, transB bool, m, n, k int, alpha float64,
+		a driver.DevicePtr, lda int, b driver.DevicePtr, ldb int, beta float64, c driver.DevicePtr, ldc int) error
+
+	close() error
+}
+
+// cudaBackend is a backend on the real driver: one device's primary
+// context, retained on first use (so that opening every GPU of a machine to
+// use one costs no context on the others), plus cuBLAS.
+type cudaBackend struct {
+	lib     *cuda.Lib
+	dev     cuda.Device
+	blas    *cublas.Lib // nil when cuBLAS could not be loaded
+	blasErr error
+
+	ctxMu sync.Mutex
+	ctx   atomic.Pointer[cuda.Ctx]
+
+	module cuda.Module
+}
+
+var _ backend = (*cudaBackend)(nil)
+
+// context returns the device's primary context, retaining it on first use.
+func (b *cudaBackend) context() (*cuda.Ctx, error) {
+	if c := b.ctx.Load(); c != nil {
+		return c, nil
+	}
+	b.ctxMu.Lock()
+	defer b.ctxMu.Unlock()
+	if c := b.ctx.Load(); c != nil {
+		return c, nil
+	}
+	c, err := b.lib.PrimaryCtxRetain(b.dev)
+	if err != nil {
+		return nil, fmt.Errorf("cudadev: retaining the primary context of CUDA device %d: %w", b.dev, err)
+	}
+	b.ctx.Store(c)
+	return c, nil
+}
+
+func (b *cudaBackend) streamCreate() (uintptr, error) {
+	c, err := b.context()
+	if err != nil {
+		return 0, err
+	}
+	s, err := c.StreamCreate(cuda.StreamNonBlocking)
+	return uintptr(s), err
+}
+
+// The calls on handles run only after streamCreate or eventCreate has
+// retained the context, so they load it without the error path.
+
+func (b *cudaBackend) streamDestroy(s uintptr) error {
+	return b.ctx.Load().StreamDestroy(cuda.Stream(s))
+}
+
+func (b *cudaBackend) streamQuery(s uintptr) (bool, error) {
+	return done(b.ctx.Load().StreamQuery(cuda.Stream(s)))
+}
+
+func (b *cudaBackend) streamSynchronize(s uintptr) error {
+	return b.ctx.Load().StreamSynchronize(cuda.Stream(s))
+}
+
+// done turns a query result into (complete, error).
+func done(err error) (bool, error) {
+	if err == nil {
+		return true, nil
+	}
+	if e, ok := err.(*cuda.Error); ok && e.Code == cuda.ErrorNotReady {
+		return false, nil
+	}
+	return false, err
+}
+
+func (b *cudaBackend) eventCreate() (uintptr, error) {
+	c, err := b.context()
+	if err != nil {
+		return 0, err
+	}
+	e, err := c.EventCreate(cuda.EventDisableTiming)
+	return uintptr(e), err
+}
+
+func (b *cudaBackend) eventDestroy(e uintptr) error { return b.ctx.Load().EventDestroy(cuda.Event(e)) }
+
+func (b *cudaBackend) eventRecord(e, s uintptr) error {
+	return b.ctx.Load().EventRecord(cuda.Event(e), cuda.Stream(s))
+}
+
+func (b *cudaBackend) eventQuery(e uintptr) (bool, error) {
+	return done(b.ctx.Load().EventQuery(cuda.Event(e)))
+}
+
+func (b *cudaBackend) eventSynchronize(e uintptr) error {
+	return b.ctx.Load().EventSynchronize(cuda.Event(e))
+}
+
+func (b *cudaBackend) streamWaitEvent(s, e uintptr) error {
+	return b.ctx.Load().StreamWaitEvent(cuda.Stream(s), cuda.Event(e))
+}
+
+func (b *cudaBackend) malloc(size uint64) (driver.DevicePtr, error) {
+	c, err := b.context()
+	if err != nil {
+		return 0, err
+	}
+	p, err := c.MemAlloc(size)
+	return driver.DevicePtr(p), err
+}
+
+func (b *cudaBackend) free(p driver.DevicePtr) error {
+	c, err := b.context()
+	if err != nil {
+		return err
+	}
+	return c.MemFree(cuda.DevicePtr(p))
+}
+
+func (b *cudaBackend) copyHtoD(dst driver.DevicePtr, src unsafe.Pointer, size uint64) error {
+	c, err := b.context()
+	if err != nil {
+		return err
+	}
+	return c.MemcpyHtoD(cuda.DevicePtr(dst), src, size)
+}
+
+func (b *cudaBackend) copyDtoH(dst unsafe.Pointer, src driver.DevicePtr, size uint64) error {
+	c, err := b.context()
+	if err != nil {
+		return err
+	}
+	return c.MemcpyDtoH(dst, cuda.DevicePtr(src), size)
+}
+
+func (b *cudaBackend) loadModule(ptx []byte) error {
+	c, err := b.context()
+	if err != nil {
+		return err
+	}
+	m, err := c.ModuleLoadData(ptx)
+	if err != nil {
+		return err
+	}
+	b.module = m
+	return nil
+}
+
+func (b *cudaBackend) function(name string) (uintptr, error) {
+	f, err := b.ctx.Load().ModuleGetFunction(b.module, name)
+	return uintptr(f), err
+}
+
+func (b *cudaBackend) launch(fn uintptr, grid, block uint32, s uintptr, pb *cuda.ParamBlock) error {
+	return b.ctx.Load().LaunchKernel(cuda.Function(fn), cuda.Dim3{X: grid, Y: 1, Z: 1}, cuda.Dim3{X: block, Y: 1, Z: 1},
+		0, cuda.Stream(s), pb.Params())
+}
+
+func (b *cudaBackend) blasError() error { return b.blasErr }
+
+// blasCreate creates the handle with the context current on this thread,
+// as cuBLAS requires, and binds it to s.
+func (b *cudaBackend) blasCreate(s uintptr) (uintptr, error) {
+	if b.blas == nil {
+		return 0, b.blasErr
+	}
+	c, err := b.context()
+	if err != nil {
+		return 0, err
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := c.MakeCurrent(); err != nil {
+		return 0, err
+	}
+	h, err := b.blas.Create()
+	if err != nil {
+		return 0, err
+	}
+	if err := b.blas.SetStream(h, cuda.Stream(s)); err != nil {
+		_ = b.blas.Destroy(h)
+		return 0, err
+	}
+	return uintptr(h), nil
+}
+
+func (b *cudaBackend) blasDestroy(h uintptr) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := b.ctx.Load().MakeCurrent(); err != nil {
+		return err
+	}
+	return b.blas.Destroy(cublas.Handle(h))
+}
+
+// gemm locks the OS thread and makes the context current around the cuBLAS
+// call: cuBLAS runs in the calling thread's context.
+func (b *cudaBackend) gemm(h uintptr, dt kernels.DType, transA, transB bool, m, n, k int, alpha float64,
+	a driver.DevicePtr, lda int, bm driver.DevicePtr, ldb int, beta float64, c driver.DevicePtr, ldc int) error {
+	opA, opB := cublas.OpN, cublas.OpN
+	if transA {
+		opA = cublas.OpT
+	}
+	if transB {
+		opB = cublas.OpT
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := b.ctx.Load().MakeCurrent(); err != nil {
+		return err
+	}
+	if dt == kernels.F32 {
+		return b.blas.Sgemm(cublas.Handle(h), opA, opB, m, n, k, float32(alpha),
+			cuda.DevicePtr(a), lda, cuda.DevicePtr(bm), ldb, float32(beta), cuda.DevicePtr(c), ldc)
+	}
+	return b.blas.Dgemm(cublas.Handle(h), opA, opB, m, n, k, alpha,
+		cuda.DevicePtr(a), lda, cuda.DevicePtr(bm), ldb, beta, cuda.DevicePtr(c), ldc)
+}
+
+func (b *cudaBackend) close() error {
+	c := b.ctx.Load()
+	if c == nil {
+		return nil
+	}
+	var errs []error
+	if b.module != 0 {
+		errs = append(errs, c.ModuleUnload(b.module))
+		b.module = 0
+	}
+	errs = append(errs, c.Release())
+	b.ctx.Store(nil)
+	return errors.Join(errs...)
+}

@@ -1,0 +1,5 @@
+//go:build race
+
+package cudadev
+
+const raceEnabled = true
