@@ -11,10 +11,9 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/rocsync/rocsync/driver"
 	"github.com/rocsync/rocsync/internal/emu"
-	"github.com/rocsync/rocsync/internal/rocmdev"
 	"github.com/rocsync/rocsync/kernels"
-	"github.com/rocsync/rocsync/queue"
 	"github.com/rocsync/rocsync/syncstate"
 	"github.com/stretchr/testify/require"
 )
@@ -452,9 +451,31 @@ func TestFreeWithPendingWork(t *testing.T) {
 	require.Zero(t, d.Stats().Sub(before).HostWaitsTotal(), "Free must not wait")
 	require.True(t, d.machine.Live(uint64(y.ptr)), "memory released while its kernel is pending")
 	require.True(t, d.machine.Live(uint64(x.ptr)), "memory released while its kernel is pending")
+	z, err := d.Empty(64, 64, Float32)
+	require.NoError(t, err)
+	require.NotEqual(t, y.ptr, z.ptr, "memory reused while its kernel is pending")
+	require.NotEqual(t, x.ptr, z.ptr, "memory reused while its kernel is pending")
 	release()
 	require.NoError(t, d.Synchronize())
+	// Done: the blocks are cached for reuse, then really freed by a trim.
+	w, err := d.Empty(64, 64, Float32)
+	require.NoError(t, err)
+	require.Contains(t, []driver.DevicePtr{x.ptr, y.ptr}, w.ptr, "a completed block is reused")
+	require.NoError(t, w.Free())
+	require.NoError(t, z.Free())
+	require.NoError(t, d.TrimCache())
 	require.False(t, d.machine.Live(uint64(y.ptr)))
+	require.False(t, d.machine.Live(uint64(x.ptr)))
+}
+
+// With the cache off, memory goes straight back to the driver once its
+// work is done.
+func TestFreeWithoutCache(t *testing.T) {
+	d := openStrict(t, DeviceSide, func(o *Options) { o.MemoryCache = -1 })
+	emulatorOnly(t, d, "it inspects the emulator's allocation table")
+	x, err := d.FromFloat32(8, 8, make([]float32, 64))
+	require.NoError(t, err)
+	require.NoError(t, x.Free())
 	require.False(t, d.machine.Live(uint64(x.ptr)))
 }
 
@@ -498,18 +519,15 @@ func TestBadInput(t *testing.T) {
 		{"double free", ErrFreed, func() error { return freed.Free() }},
 		{"nil array", ErrNilArray, func() error { _, err := tk.Mul(nil, a); return err }},
 		{"nil free", ErrNilArray, func() error { var z *Array; return z.Free() }},
-		{"mixed devices", ErrDeviceMismatch, func() error {
-			if other == d {
-				t.Skip("one GPU: no second device to mix")
-			}
-			_, err := tk.Add(a, onOther)
-			return err
-		}},
+		{"mixed devices", ErrDeviceMismatch, func() error { _, err := tk.Add(a, onOther); return err }},
 		{"bad slice", ErrShape, func() error { _, err := d.FromFloat32(2, 3, []float32{1}); return err }},
 		{"wrong read dtype", ErrDType, func() error { return a.CopyToFloat64(make([]float64, 4)) }},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			if c.kind == ErrDeviceMismatch && other == d {
+				t.Skip("one GPU: no second device to mix")
+			}
 			err := c.call()
 			require.Error(t, err)
 			require.ErrorIs(t, err, c.kind)
@@ -530,7 +548,7 @@ func TestUnifiedHasNoBoundary(t *testing.T) {
 		t.Run(prog.name, func(t *testing.T) {
 			d := openStrict(t, Unified)
 			tk := d.DefaultTask()
-			require.Nil(t, hsaQueue(tk))
+			require.Equal(t, tk.drv.KernelTimeline(), tk.drv.LibraryTimeline(), "one stream for kernels and gemms")
 			host := randMatrix(1, n128)
 			x, err := d.FromFloat32(n128, n128, host)
 			require.NoError(t, err)
@@ -545,9 +563,6 @@ func TestUnifiedHasNoBoundary(t *testing.T) {
 		})
 	}
 }
-
-// hsaQueue returns a task's HSA queue on the ROCm family (nil under Unified).
-func hsaQueue(t *Task) *queue.Queue { return t.drv.(*rocmdev.Task).HSAQueue() }
 
 // Every elementwise op, both dtypes, through the API against the CPU
 // reference: on hardware this checks the kernels themselves.

@@ -65,10 +65,17 @@ func (d *Device) alloc(op string, rows, cols int, dt DType) (*Array, error) {
 		return nil, newErr(op, ErrDType, "unsupported dtype %v", dt)
 	}
 	a := &Array{dev: d, rows: rows, cols: cols, dtype: dt, st: syncstate.NewState()}
+	if p, ok := d.cache.take(a.bytes()); ok {
+		a.ptr = p
+		return a, nil
+	}
 	p, err := d.drv.Malloc(a.bytes())
 	if err != nil {
-		// Memory may be waiting in freed arrays whose work is pending.
+		// Memory may be held by the cache, or by freed arrays whose work
+		// is still pending.
+		_ = d.cache.trim(d.drv)
 		if d.frees.poll(d, true) == nil {
+			_ = d.cache.trim(d.drv)
 			p, err = d.drv.Malloc(a.bytes())
 		}
 		if err != nil {
@@ -191,13 +198,18 @@ func (a *Array) Free() error {
 	pending := a.st.PendingLocked(nil)
 	a.st.Unlock()
 	if len(pending) == 0 {
-		return d.release(a.ptr)
+		return d.release(a.ptr, a.bytes())
 	}
-	d.frees.add(a.ptr, pending)
+	d.frees.add(a.ptr, a.bytes(), pending)
 	return nil
 }
 
-func (d *Device) release(p driver.DevicePtr) error {
+// release gives a block whose work is done back: to the cache, or to the
+// driver when the cache is full.
+func (d *Device) release(p driver.DevicePtr, size uint64) error {
+	if d.cache.put(p, size) {
+		return nil
+	}
 	if err := d.drv.Free(p); err != nil {
 		return &Error{Op: "Free", Kind: ErrUnavailable, Err: err}
 	}
@@ -213,12 +225,13 @@ type pendingFrees struct {
 
 type pendingFree struct {
 	ptr    driver.DevicePtr
+	size   uint64
 	fences []syncstate.Fence
 }
 
-func (p *pendingFrees) add(ptr driver.DevicePtr, fences []syncstate.Fence) {
+func (p *pendingFrees) add(ptr driver.DevicePtr, size uint64, fences []syncstate.Fence) {
 	p.mu.Lock()
-	p.entries = append(p.entries, pendingFree{ptr, fences})
+	p.entries = append(p.entries, pendingFree{ptr, size, fences})
 	p.n.Store(int32(len(p.entries)))
 	p.mu.Unlock()
 }
@@ -262,7 +275,7 @@ func (p *pendingFrees) poll(d *Device, wait bool) error {
 			}
 		}
 		if ready {
-			errs = append(errs, d.release(e.ptr))
+			errs = append(errs, d.release(e.ptr, e.size))
 			continue
 		}
 		kept = append(kept, e)

@@ -34,6 +34,7 @@ type Device struct {
 	tasks       []*Task
 	defaultTask *Task
 	frees       pendingFrees
+	cache       *memCache
 	closed      atomic.Bool
 	closeMu     sync.RWMutex // held for reading by every op, for writing by Close
 }
@@ -117,7 +118,8 @@ func open(o Options, all bool) ([]*Device, error) {
 			continue
 		}
 		out = append(out, &Device{drv: dd, backend: fam.name, machine: fam.machine, index: i, log: log,
-			engine: syncstate.Engine{Policy: o.Policy, DisableWaits: o.disableWaits}, stats: fam.stats[i]})
+			engine: syncstate.Engine{Policy: o.Policy, DisableWaits: o.disableWaits}, stats: fam.stats[i],
+			cache: newMemCache(o.MemoryCache)})
 	}
 	return out, nil
 }
@@ -344,7 +346,7 @@ func (d *Device) Close() error {
 	for _, t := range tasks {
 		errs = append(errs, t.drv.Close())
 	}
-	errs = append(errs, d.drv.Close())
+	errs = append(errs, d.cache.trim(d.drv), d.drv.Close())
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("rocsync: closing gpu%d: %w", d.index, err)
 	}

@@ -82,6 +82,9 @@ type Options struct {
 	QueueSize uint32
 	// MaxQueues bounds the HSA queues per device (default 8).
 	MaxQueues int
+	// MemoryCache is how many bytes of freed device memory each device
+	// keeps for reuse (0: DefaultMemoryCache; negative: none).
+	MemoryCache int64
 	// Emulator configures the emulated device.
 	Emulator EmulatorOptions
 	// Logger receives rocsync's logs; nil logs info and above to stderr.

@@ -62,19 +62,19 @@ func (d DType) Suffix() string {
 type Op uint8
 
 const (
-	Mul   Op = iota // out = a * b
-	Add             // out = a + b
-	Sub             // out = a - b
-	Div             // out = a / b (correctly rounded)
-	Scale           // out = alpha * a
-	AXPY            // out = alpha*a + b, rounded after the multiply and after the add (no fma)
-	Fill            // out = alpha
-	Copy            // out = a
-	Neg             // out = -a (flips the sign bit, NaN included)
-	Exp             // out = e^a
-	Sqrt            // out = sqrt(a) (correctly rounded)
-	ReLU            // out = a if a > 0, else +0; so relu(NaN) = 0 and relu(-0) = +0
-	ReLUGrad        // out = b if a > 0, else +0: the gradient b passed back through relu(a)
+	Mul      Op = iota // out = a * b
+	Add                // out = a + b
+	Sub                // out = a - b
+	Div                // out = a / b (correctly rounded)
+	Scale              // out = alpha * a
+	AXPY               // out = alpha*a + b, rounded after the multiply and after the add (no fma)
+	Fill               // out = alpha
+	Copy               // out = a
+	Neg                // out = -a (flips the sign bit, NaN included)
+	Exp                // out = e^a
+	Sqrt               // out = sqrt(a) (correctly rounded)
+	ReLU               // out = a if a > 0, else +0; so relu(NaN) = 0 and relu(-0) = +0
+	ReLUGrad           // out = b if a > 0, else +0: the gradient b passed back through relu(a)
 
 	numOps
 )
