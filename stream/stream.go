@@ -1,7 +1,9 @@
-// Package stream makes a HIP stream a syncstate.Timeline. Every op on the
-// stream gets the next ticket; events are recorded only when a consumer on
-// another stream, or the host, needs to know when a ticket is done, and
-// come from a pool, so a run of ops on one stream records none.
+// Package stream makes an in-order GPU stream, a HIP stream or a CUDA
+// stream, a syncstate.Timeline. Every op on the stream gets the next
+// ticket; events are recorded only when a consumer on another stream, or
+// the host, needs to know when a ticket is done, and come from a pool, so a
+// run of ops on one stream records none. The runtime calls go through API,
+// which the HIP and CUDA families each provide.
 package stream
 
 import (
@@ -9,29 +11,42 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/rocsync/rocsync/hip"
 	"github.com/rocsync/rocsync/syncstate"
 )
 
-// EventPool recycles events created with hipEventDisableTiming.
+// API is the stream and event calls a Stream needs, for one device.
+// Handles are the runtime's own (hipStream_t/CUstream, hipEvent_t/CUevent).
+type API interface {
+	EventCreate() (uintptr, error) // with timing disabled
+	EventDestroy(ev uintptr) error
+	EventRecord(ev, s uintptr) error
+	// EventQuery reports whether the work before the event's newest
+	// record is done.
+	EventQuery(ev uintptr) (bool, error)
+	EventSynchronize(ev uintptr) error
+	StreamWaitEvent(s, ev uintptr) error
+	// StreamQuery reports whether all work on s is done.
+	StreamQuery(s uintptr) (bool, error)
+	StreamSynchronize(s uintptr) error
+	StreamDestroy(s uintptr) error
+}
+
+// EventPool recycles events.
 type EventPool struct {
-	rt      hip.Runtime
-	device  int
+	api     API
 	mu      sync.Mutex
-	free    []hip.Event
-	all     []hip.Event
+	free    []uintptr
+	all     []uintptr
 	created atomic.Uint64
 }
 
 // NewEventPool makes a pool for one device.
-func NewEventPool(rt hip.Runtime, device int) *EventPool {
-	return &EventPool{rt: rt, device: device}
-}
+func NewEventPool(api API) *EventPool { return &EventPool{api: api} }
 
 // Created is how many events the pool has ever created.
 func (p *EventPool) Created() uint64 { return p.created.Load() }
 
-func (p *EventPool) get() (hip.Event, error) {
+func (p *EventPool) get() (uintptr, error) {
 	p.mu.Lock()
 	if n := len(p.free); n > 0 {
 		e := p.free[n-1]
@@ -40,7 +55,7 @@ func (p *EventPool) get() (hip.Event, error) {
 		return e, nil
 	}
 	p.mu.Unlock()
-	e, err := p.rt.EventCreate(p.device, hip.EventDisableTiming)
+	e, err := p.api.EventCreate()
 	if err != nil {
 		return 0, err
 	}
@@ -51,7 +66,7 @@ func (p *EventPool) get() (hip.Event, error) {
 	return e, nil
 }
 
-func (p *EventPool) put(e hip.Event) {
+func (p *EventPool) put(e uintptr) {
 	p.mu.Lock()
 	p.free = append(p.free, e)
 	p.mu.Unlock()
@@ -63,7 +78,7 @@ func (p *EventPool) Destroy() error {
 	defer p.mu.Unlock()
 	var first error
 	for _, e := range p.all {
-		if err := p.rt.EventDestroy(e); err != nil && first == nil {
+		if err := p.api.EventDestroy(e); err != nil && first == nil {
 			first = err
 		}
 	}
@@ -71,32 +86,15 @@ func (p *EventPool) Destroy() error {
 	return first
 }
 
-// recorded is an event recorded after the op with ticket.
-type recorded struct {
+// maxMarks is how many recorded events a stream keeps before eventFor
+// polls them.
+const maxMarks = 16
+
+// mark is an event recorded after the op with ticket.
+type mark struct {
 	ticket uint64
-	ev     hip.Event
-	refs   int // waiters using it; it is recycled only at 0 and when done
-}
-
-// Stream is one HIP stream with its ticket timeline.
-type Stream struct {
-	rt     hip.Runtime
-	s      hip.Stream
-	device int
-	name   string
-	events *EventPool
-	sinks  syncstate.Sinks
-	domain syncstate.Domain
-
-	mu         sync.Mutex
-	lastTicket atomic.Uint64
-	completed  atomic.Uint64
-	marks      []recorded // events in ticket order, oldest first
-	after      []deferred // work to run once a ticket completes
-
-	// bridge, when set, makes this stream wait on the device for a fence
-	// of another domain (the DeviceBridge policy).
-	bridge func(s *Stream, f syncstate.Fence) error
+	ev     uintptr
+	refs   int // users of the event; it is recycled only at 0 and when done
 }
 
 type deferred struct {
@@ -104,54 +102,51 @@ type deferred struct {
 	fn     func()
 }
 
-// SetBridge lets the stream wait on the device for fences of other domains.
-func (s *Stream) SetBridge(bridge func(s *Stream, f syncstate.Fence) error) { s.bridge = bridge }
+// Stream is one stream with its ticket timeline.
+type Stream struct {
+	api    API
+	s      uintptr
+	name   string
+	domain syncstate.Domain
+	events *EventPool
+	sinks  syncstate.Sinks
+	// crossDomain lets the stream wait with events for streams of the
+	// other domain too (DeviceBridge on CUDA, where both are streams).
+	crossDomain bool
 
-// AfterComplete runs fn once ticket t is known complete (at a later poll,
-// wait or Close), for resources the device may still read until then.
-func (s *Stream) AfterComplete(t uint64, fn func()) {
-	s.mu.Lock()
-	s.after = append(s.after, deferred{t, fn})
-	s.mu.Unlock()
+	mu         sync.Mutex
+	lastTicket atomic.Uint64
+	completed  atomic.Uint64
+	marks      []mark     // events in ticket order, oldest first
+	after      []deferred // work to run once a ticket completes
+
+	// bridge, when set, makes this stream wait on the device for a fence
+	// of a timeline that is not a Stream (HSA→HIP under DeviceBridge).
+	bridge func(s *Stream, f syncstate.Fence) error
 }
 
-// runAfterLocked runs the deferred work whose ticket is complete.
-func (s *Stream) runAfterLocked() {
-	c := s.completed.Load()
-	kept := s.after[:0]
-	for _, d := range s.after {
-		if d.ticket <= c {
-			d.fn()
-			continue
-		}
-		kept = append(kept, d)
-	}
-	clear(s.after[len(kept):])
-	s.after = kept
-}
+var _ syncstate.Timeline = (*Stream)(nil)
 
 // Config describes a Stream.
 type Config struct {
 	Name   string
-	Device int
 	Events *EventPool
 	Sinks  syncstate.Sinks
-	// Domain is DomainLibrary for the stream vendor libraries run on; the
-	// Unified policy also runs kernels on it.
+	// Domain is DomainLibrary for the stream vendor libraries run on
+	// (the Unified policy runs kernels on it too); DomainKernel for a
+	// stream that runs rocsync's kernels (CUDA).
 	Domain syncstate.Domain
+	// CrossDomain: waits for streams of the other domain use events too.
+	CrossDomain bool
 }
 
-// New creates a non-blocking HIP stream.
-func New(rt hip.Runtime, c Config) (*Stream, error) {
-	s, err := rt.StreamCreate(c.Device, hip.StreamNonBlocking)
-	if err != nil {
-		return nil, err
-	}
-	return &Stream{rt: rt, s: s, device: c.Device, name: c.Name, events: c.Events, sinks: c.Sinks, domain: c.Domain}, nil
+// New makes a Stream of the runtime stream s, which it then owns.
+func New(api API, s uintptr, c Config) *Stream {
+	return &Stream{api: api, s: s, name: c.Name, domain: c.Domain, events: c.Events, sinks: c.Sinks, crossDomain: c.CrossDomain}
 }
 
-// HIPStream returns the underlying stream.
-func (s *Stream) HIPStream() hip.Stream { return s.s }
+// Handle returns the runtime stream.
+func (s *Stream) Handle() uintptr { return s.s }
 
 // Domain implements syncstate.Timeline.
 func (s *Stream) Domain() syncstate.Domain { return s.domain }
@@ -162,9 +157,13 @@ func (s *Stream) Name() string { return s.name }
 // LastTicket is the ticket of the newest op.
 func (s *Stream) LastTicket() uint64 { return s.lastTicket.Load() }
 
+// SetBridge lets the stream wait on the device for fences of timelines
+// that are not streams.
+func (s *Stream) SetBridge(bridge func(s *Stream, f syncstate.Fence) error) { s.bridge = bridge }
+
 // Submit runs enqueue (which must put exactly one op on the stream) under
 // the stream's lock, and returns the op's ticket.
-func (s *Stream) Submit(enqueue func(hip.Stream) error) (uint64, error) {
+func (s *Stream) Submit(enqueue func(stream uintptr) error) (uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := enqueue(s.s); err != nil {
@@ -175,24 +174,52 @@ func (s *Stream) Submit(enqueue func(hip.Stream) error) (uint64, error) {
 	return t, nil
 }
 
-// Completed implements syncstate.Timeline by querying the oldest recorded
-// events; it never blocks.
+// AfterComplete runs fn once ticket t is known complete (at a later poll,
+// wait or Close), for resources the device may still read until then.
+func (s *Stream) AfterComplete(t uint64, fn func()) {
+	s.mu.Lock()
+	s.after = append(s.after, deferred{t, fn})
+	s.mu.Unlock()
+}
+
+// Completed implements syncstate.Timeline. It never blocks (on contention
+// it returns what it knows) and asks the runtime at most one question:
+// when an event is recorded after the newest op, whether that event is
+// reached, which proves the whole stream complete. Otherwise it asks
+// nothing: syncstate asks about the fences it is about to order after,
+// usually the producer's newest ops, and a query that cannot prove those
+// complete would cost as much as the device wait it might save.
 func (s *Stream) Completed() uint64 {
 	c := s.completed.Load()
-	if c == s.lastTicket.Load() || !s.mu.TryLock() {
+	last := s.lastTicket.Load()
+	if c == last || !s.mu.TryLock() {
 		return c
 	}
-	s.pollLocked()
+	if n := len(s.marks); n > 0 {
+		if m := s.marks[n-1]; m.ticket == last && m.ticket > s.completed.Load() {
+			if ok, err := s.api.EventQuery(m.ev); err == nil && ok {
+				s.completed.Store(m.ticket)
+				s.recycleLocked(false)
+			}
+		}
+	}
 	s.mu.Unlock()
 	return s.completed.Load()
 }
 
-func (s *Stream) pollLocked() {
+// recycleLocked learns which marks are complete, oldest first (asking the
+// runtime only when query is set), returns the events nobody holds to the
+// pool, and runs the deferred work that is now due.
+func (s *Stream) recycleLocked(query bool) {
 	k := 0
 	for ; k < len(s.marks); k++ {
 		m := &s.marks[k]
 		if m.ticket > s.completed.Load() {
-			if s.rt.EventQuery(m.ev) != nil {
+			if !query {
+				break
+			}
+			ok, err := s.api.EventQuery(m.ev)
+			if err != nil || !ok {
 				break
 			}
 			s.completed.Store(m.ticket)
@@ -208,28 +235,40 @@ func (s *Stream) pollLocked() {
 		s.marks = s.marks[:n]
 	}
 	if len(s.after) > 0 {
-		s.runAfterLocked()
+		c := s.completed.Load()
+		kept := s.after[:0]
+		for _, d := range s.after {
+			if d.ticket <= c {
+				d.fn()
+				continue
+			}
+			kept = append(kept, d)
+		}
+		clear(s.after[len(kept):])
+		s.after = kept
 	}
 }
 
 // Poll asks the stream itself whether all its work is done. It costs a
-// runtime call, so the hot path does not use it; freeing does.
+// runtime call, so the ordering hot path does not use it; freeing does.
 func (s *Stream) Poll() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	last := s.lastTicket.Load()
-	if s.completed.Load() < last && s.rt.StreamQuery(s.s) == nil {
-		s.completed.Store(last)
+	if s.completed.Load() < last {
+		if ok, err := s.api.StreamQuery(s.s); err == nil && ok {
+			s.completed.Store(last)
+		}
 	}
-	s.pollLocked()
+	s.recycleLocked(true)
 	return s.completed.Load()
 }
 
-// eventFor returns an event that completes no earlier than ticket t, with a
-// reference taken, or ok=false when t is already complete. It reuses a
-// recorded event at or after t, and otherwise records one now. Recording
-// now covers every op submitted so far, which includes t.
-func (s *Stream) eventFor(t uint64) (ev hip.Event, ok bool, err error) {
+// eventFor returns an event that completes no earlier than ticket t, with
+// a reference taken, or ok=false when t is already complete. It reuses a
+// recorded event at or after t, and otherwise records one now, which
+// covers every op submitted so far, t included.
+func (s *Stream) eventFor(t uint64) (ev uintptr, ok bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if t <= s.completed.Load() {
@@ -241,20 +280,41 @@ func (s *Stream) eventFor(t uint64) (ev hip.Event, ok bool, err error) {
 			return s.marks[i].ev, true, nil
 		}
 	}
+	if n := len(s.marks); n > 0 && s.marks[n-1].refs == 0 {
+		// Nobody holds the newest event, so record it again, after t:
+		// the waits already enqueued on it captured its earlier record,
+		// and no query is needed to recycle it. What it said about its
+		// old ticket is given up.
+		m := &s.marks[n-1]
+		if err := s.api.EventRecord(m.ev, s.s); err != nil {
+			return 0, false, err
+		}
+		s.sinks.EventRecorded()
+		m.ticket, m.refs = s.lastTicket.Load(), 1
+		return m.ev, true, nil
+	}
+	if len(s.marks) >= maxMarks {
+		// Many waits in flight at once: learn what is done so the marks
+		// (and the pool) stay small.
+		s.recycleLocked(true)
+	}
 	ev, err = s.events.get()
 	if err != nil {
 		return 0, false, err
 	}
-	if err := s.rt.EventRecord(ev, s.s); err != nil {
+	if err := s.api.EventRecord(ev, s.s); err != nil {
 		s.events.put(ev)
 		return 0, false, err
 	}
 	s.sinks.EventRecorded()
-	s.marks = append(s.marks, recorded{ticket: s.lastTicket.Load(), ev: ev, refs: 1})
+	s.marks = append(s.marks, mark{ticket: s.lastTicket.Load(), ev: ev, refs: 1})
 	return ev, true, nil
 }
 
-func (s *Stream) releaseEvent(ev hip.Event) {
+// releaseEvent drops a reference taken by eventFor. It asks the runtime
+// nothing: marks already known complete are recycled now, the others at
+// the next Completed, Poll or host wait.
+func (s *Stream) releaseEvent(ev uintptr) {
 	s.mu.Lock()
 	for i := range s.marks {
 		if s.marks[i].ev == ev {
@@ -262,17 +322,35 @@ func (s *Stream) releaseEvent(ev hip.Event) {
 			break
 		}
 	}
-	s.pollLocked()
+	s.recycleLocked(false)
 	s.mu.Unlock()
 }
 
-// WaitHost implements syncstate.Timeline with hipEventSynchronize.
+// WaitHost implements syncstate.Timeline. Waiting for the newest op when
+// no recorded event covers it (a read-back, a boundary crossing,
+// WaitAlways, Drain) is one stream synchronize; otherwise it synchronizes
+// an event recorded (or reused) for ticket t, which does not also wait for
+// the ops submitted after t.
 func (s *Stream) WaitHost(t uint64) error {
+	if last, ok := s.wholeStream(t); ok {
+		// Ops another goroutine submits meanwhile may be waited for too,
+		// which is harmless; only tickets up to last are claimed done.
+		if err := s.api.StreamSynchronize(s.s); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		if last > s.completed.Load() {
+			s.completed.Store(last)
+		}
+		s.recycleLocked(false)
+		s.mu.Unlock()
+		return nil
+	}
 	ev, ok, err := s.eventFor(t)
 	if err != nil || !ok {
 		return err
 	}
-	err = s.rt.EventSynchronize(ev)
+	err = s.api.EventSynchronize(ev)
 	if err == nil {
 		s.mu.Lock()
 		for _, m := range s.marks {
@@ -286,26 +364,47 @@ func (s *Stream) WaitHost(t uint64) error {
 	return err
 }
 
-// CanWaitDevice implements syncstate.Timeline: hipStreamWaitEvent orders
-// this stream after any other HIP stream.
-func (s *Stream) CanWaitDevice(d syncstate.Domain) bool {
-	return d == s.domain || s.bridge != nil
+// wholeStream reports whether waiting for t means waiting for the whole
+// stream: t is not known complete, it is the newest ticket, and no
+// recorded event covers it (one would be recorded only to be waited for).
+func (s *Stream) wholeStream(t uint64) (last uint64, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	last = s.lastTicket.Load()
+	if t <= s.completed.Load() || t != last {
+		return 0, false
+	}
+	for _, m := range s.marks {
+		if m.ticket >= t {
+			return 0, false
+		}
+	}
+	return last, true
 }
 
-// WaitDevice implements syncstate.Timeline with hipStreamWaitEvent. The
-// wait captures the event's state when it is enqueued, so the event may be
-// recycled as soon as the call returns and the producer has passed it.
+// CanWaitDevice implements syncstate.Timeline: a stream waits for another
+// stream of its domain with an event; for the other domain only with
+// CrossDomain or a bridge, so the policies keep the boundary host wait
+// they are defined by.
+func (s *Stream) CanWaitDevice(d syncstate.Domain) bool {
+	return d == s.domain || s.crossDomain || s.bridge != nil
+}
+
+// WaitDevice implements syncstate.Timeline with the runtime's stream wait
+// event, which captures the event's newest record when it is enqueued: the
+// event may be recycled as soon as the call returns and the producer has
+// passed it.
 func (s *Stream) WaitDevice(fences []syncstate.Fence) error {
 	for _, f := range fences {
 		p, ok := f.TL.(*Stream)
-		if !ok {
-			if s.bridge != nil {
-				if err := s.bridge(s, f); err != nil {
-					return err
-				}
-				continue
+		if !ok || (p.domain != s.domain && !s.crossDomain) {
+			if s.bridge == nil {
+				return fmt.Errorf("stream: %s (%s) cannot wait on the device for %s (%s)", s.name, s.domain, f.TL.Name(), f.TL.Domain())
 			}
-			return fmt.Errorf("stream: %s cannot wait on the device for %s (%s)", s.name, f.TL.Name(), f.TL.Domain())
+			if err := s.bridge(s, f); err != nil {
+				return err
+			}
+			continue
 		}
 		ev, ok, err := p.eventFor(f.Ticket)
 		if err != nil {
@@ -315,7 +414,7 @@ func (s *Stream) WaitDevice(fences []syncstate.Fence) error {
 			continue
 		}
 		s.mu.Lock()
-		err = s.rt.StreamWaitEvent(s.s, ev)
+		err = s.api.StreamWaitEvent(s.s, ev)
 		s.mu.Unlock()
 		p.releaseEvent(ev)
 		if err != nil {
@@ -328,7 +427,7 @@ func (s *Stream) WaitDevice(fences []syncstate.Fence) error {
 // Drain waits on the host for everything submitted so far.
 func (s *Stream) Drain() error { return s.WaitHost(s.lastTicket.Load()) }
 
-// Close drains and destroys the stream.
+// Close drains the stream and destroys it; its events go back to the pool.
 func (s *Stream) Close() error {
 	err := s.Drain()
 	s.mu.Lock()
@@ -336,13 +435,13 @@ func (s *Stream) Close() error {
 	if err == nil {
 		s.completed.Store(s.lastTicket.Load())
 	}
-	s.runAfterLocked()
+	s.recycleLocked(false)
 	for _, m := range s.marks {
 		s.events.put(m.ev)
 	}
 	s.marks = nil
 	if s.s != 0 {
-		if e := s.rt.StreamDestroy(s.s); e != nil && err == nil {
+		if e := s.api.StreamDestroy(s.s); e != nil && err == nil {
 			err = e
 		}
 		s.s = 0

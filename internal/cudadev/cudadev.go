@@ -36,6 +36,7 @@ import (
 	"github.com/rocsync/rocsync/cuda"
 	"github.com/rocsync/rocsync/driver"
 	"github.com/rocsync/rocsync/kernels"
+	"github.com/rocsync/rocsync/stream"
 	"github.com/rocsync/rocsync/syncstate"
 )
 
@@ -136,7 +137,8 @@ type Device struct {
 	major   int
 	minor   int
 	ptxArch string
-	events  *eventPool
+	api     stream.API
+	events  *stream.EventPool
 	tasks   atomic.Int64
 
 	kmu     sync.Mutex
@@ -155,7 +157,8 @@ func newDevice(b backend, cfg driver.DeviceConfig, index int, name string, major
 		return nil, fmt.Errorf("cudadev: %s (CUDA device %d): %w", name, index, err)
 	}
 	d := &Device{b: b, cfg: cfg, index: index, name: name, major: major, minor: minor, ptxArch: arch,
-		events: &eventPool{b: b}}
+		api: streamAPI{b}}
+	d.events = stream.NewEventPool(d.api)
 	for _, s := range kernels.Layout {
 		d.offsets = append(d.offsets, int(s.Offset))
 	}
@@ -186,7 +189,7 @@ func (d *Device) JITTime() time.Duration {
 func (d *Device) SignalsCreated() uint64 { return 0 }
 
 // EventsCreated implements driver.Device: the events the pool ever created.
-func (d *Device) EventsCreated() uint64 { return d.events.created.Load() }
+func (d *Device) EventsCreated() uint64 { return d.events.Created() }
 
 // Malloc implements driver.Device with cuMemAlloc_v2.
 func (d *Device) Malloc(size uint64) (driver.DevicePtr, error) { return d.b.malloc(size) }
@@ -208,7 +211,7 @@ func (d *Device) CopyDtoH(dst unsafe.Pointer, src driver.DevicePtr, size uint64)
 // Close releases the events, the module and the primary context; the tasks
 // must be closed first.
 func (d *Device) Close() error {
-	return errors.Join(d.events.destroy(), d.b.close())
+	return errors.Join(d.events.Destroy(), d.b.close())
 }
 
 // function returns the kernel for op and dt, loading the module on first
@@ -259,11 +262,13 @@ func (d *Device) loadKernels() error {
 }
 
 // Task is one task's kernel stream and library stream (one stream under
-// Unified) with its cuBLAS handle.
+// Unified) with its cuBLAS handle and kernel parameter block.
 type Task struct {
 	d       *Device
-	kernel  *Timeline
-	library *Timeline
+	kernel  *stream.Stream
+	library *stream.Stream
+	params  *cuda.ParamBlock // kernel arguments, reused by every launch under the kernel stream's lock
+	blas    uintptr          // the cuBLAS handle bound to the library stream, or 0
 }
 
 var _ driver.Task = (*Task)(nil)
@@ -273,17 +278,21 @@ func (d *Device) NewTask(sinks syncstate.Sinks) (driver.Task, error) {
 	n := d.tasks.Add(1)
 	t := &Task{d: d}
 	var err error
-	if t.library, err = d.newTimeline(fmt.Sprintf("gpu%d/cu-blas%d", d.index, n), syncstate.DomainLibrary, sinks); err != nil {
+	if t.params, err = cuda.NewParamBlock(kernels.KernargSize, d.offsets); err != nil {
+		return nil, err
+	}
+	if t.library, err = d.newStream(fmt.Sprintf("gpu%d/cu-blas%d", d.index, n), syncstate.DomainLibrary, sinks); err != nil {
+		_ = t.Close()
 		return nil, err
 	}
 	if d.cfg.Policy == syncstate.Unified {
 		t.kernel = t.library
-	} else if t.kernel, err = d.newTimeline(fmt.Sprintf("gpu%d/cu-kern%d", d.index, n), syncstate.DomainKernel, sinks); err != nil {
+	} else if t.kernel, err = d.newStream(fmt.Sprintf("gpu%d/cu-kern%d", d.index, n), syncstate.DomainKernel, sinks); err != nil {
 		_ = t.Close()
 		return nil, err
 	}
 	if d.b.blasError() == nil {
-		if t.library.blas, err = d.b.blasCreate(t.library.s); err != nil {
+		if t.blas, err = d.b.blasCreate(t.library.Handle()); err != nil {
 			_ = t.Close()
 			return nil, fmt.Errorf("cudadev: creating a cuBLAS handle: %w", err)
 		}
@@ -291,18 +300,15 @@ func (d *Device) NewTask(sinks syncstate.Sinks) (driver.Task, error) {
 	return t, nil
 }
 
-func (d *Device) newTimeline(name string, dom syncstate.Domain, sinks syncstate.Sinks) (*Timeline, error) {
+// newStream makes a CUDA stream. Under DeviceBridge the kernel and library
+// streams wait for each other with events too: on CUDA both are streams.
+func (d *Device) newStream(name string, dom syncstate.Domain, sinks syncstate.Sinks) (*stream.Stream, error) {
 	s, err := d.b.streamCreate()
 	if err != nil {
 		return nil, fmt.Errorf("cudadev: creating a CUDA stream: %w", err)
 	}
-	pb, err := cuda.NewParamBlock(kernels.KernargSize, d.offsets)
-	if err != nil {
-		_ = d.b.streamDestroy(s)
-		return nil, err
-	}
-	return &Timeline{b: d.b, s: s, name: name, domain: dom, bridge: d.cfg.Policy == syncstate.DeviceBridge,
-		events: d.events, sinks: sinks, params: pb}, nil
+	return stream.New(d.api, s, stream.Config{Name: name, Domain: dom, Events: d.events, Sinks: sinks,
+		CrossDomain: d.cfg.Policy == syncstate.DeviceBridge}), nil
 }
 
 // KernelTimeline implements driver.Task.
@@ -311,9 +317,9 @@ func (t *Task) KernelTimeline() syncstate.Timeline { return t.kernel }
 // LibraryTimeline implements driver.Task.
 func (t *Task) LibraryTimeline() syncstate.Timeline { return t.library }
 
-// Kernel and Library return the task's timelines as *Timeline.
-func (t *Task) Kernel() *Timeline  { return t.kernel }
-func (t *Task) Library() *Timeline { return t.library }
+// Kernel and Library return the task's streams.
+func (t *Task) Kernel() *stream.Stream  { return t.kernel }
+func (t *Task) Library() *stream.Stream { return t.library }
 
 // Launch implements driver.Task: cuLaunchKernel on the kernel stream with
 // ceil(n/256) blocks (at least 1, at most 2^16) of 256 threads. The
@@ -326,22 +332,17 @@ func (t *Task) Launch(op kernels.Op, dt kernels.DType, args kernels.Args) (uint6
 		return 0, err
 	}
 	blocks := min(max((args.N+BlockSize-1)/BlockSize, 1), maxBlocks)
-	tl := t.kernel
-	tl.mu.Lock()
-	defer tl.mu.Unlock()
-	args.Encode(tl.params.Bytes(), dt)
-	if err := tl.b.launch(fn, uint32(blocks), BlockSize, tl.s, tl.params); err != nil {
-		return 0, err
-	}
-	return tl.commitLocked(), nil
+	return t.kernel.Submit(func(s uintptr) error {
+		args.Encode(t.params.Bytes(), dt)
+		return t.d.b.launch(fn, uint32(blocks), BlockSize, s, t.params)
+	})
 }
 
 // Gemm implements driver.Task: cublasSgemm_v2 or cublasDgemm_v2 on the
 // library stream, column-major, alpha and beta by host pointer.
 func (t *Task) Gemm(dt kernels.DType, transA, transB bool, m, n, k int, alpha float64,
 	a driver.DevicePtr, lda int, b driver.DevicePtr, ldb int, beta float64, c driver.DevicePtr, ldc int) (uint64, error) {
-	tl := t.library
-	if tl.blas == 0 {
+	if t.blas == 0 {
 		if err := t.d.b.blasError(); err != nil {
 			return 0, err
 		}
@@ -350,30 +351,31 @@ func (t *Task) Gemm(dt kernels.DType, transA, transB bool, m, n, k int, alpha fl
 	if dt.Size() == 0 {
 		return 0, fmt.Errorf("cudadev: gemm of dtype %v", dt)
 	}
-	tl.mu.Lock()
-	defer tl.mu.Unlock()
-	if err := tl.b.gemm(tl.blas, dt, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc); err != nil {
-		return 0, err
-	}
-	return tl.commitLocked(), nil
+	return t.library.Submit(func(uintptr) error {
+		return t.d.b.gemm(t.blas, dt, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	})
 }
 
 // Close implements driver.Task: it drains both streams and releases them
 // and the cuBLAS handle.
 func (t *Task) Close() error {
 	var errs []error
-	if t.library != nil && t.library.blas != 0 {
+	if t.library != nil && t.blas != 0 {
 		// Drain first: destroying the handle does not wait for its work.
-		errs = append(errs, t.library.Drain(), t.d.b.blasDestroy(t.library.blas))
-		t.library.blas = 0
+		errs = append(errs, t.library.Drain(), t.d.b.blasDestroy(t.blas))
+		t.blas = 0
 	}
 	if t.kernel != nil && t.kernel != t.library {
-		errs = append(errs, t.kernel.close())
+		errs = append(errs, t.kernel.Close())
 	}
 	t.kernel = nil
 	if t.library != nil {
-		errs = append(errs, t.library.close())
+		errs = append(errs, t.library.Close())
 		t.library = nil
+	}
+	if t.params != nil {
+		t.params.Free()
+		t.params = nil
 	}
 	return errors.Join(errs...)
 }

@@ -335,13 +335,13 @@ func TestGPUContextPerThread(t *testing.T) {
 		if !errors.Is(err, &cuda.Error{Code: cuda.ErrorInvalidContext}) {
 			t.Errorf("cuMemAlloc with no current context: %v (want CUDA_ERROR_INVALID_CONTEXT)", err)
 		}
-		s := cuda.Stream(tk.Kernel().s)
+		s := cuda.Stream(tk.Kernel().Handle())
 		probe := map[string]error{
 			"cuEventRecord":       lib.EventRecord(cuda.Event(ev), s),
 			"cuStreamWaitEvent":   lib.StreamWaitEvent(s, cuda.Event(ev)),
 			"cuEventQuery":        lib.EventQuery(cuda.Event(ev)),
 			"cuStreamQuery":       lib.StreamQuery(s),
-			"cuLaunchKernel":      lib.LaunchKernel(cuda.Function(f), cuda.Dim3{X: 1, Y: 1, Z: 1}, cuda.Dim3{X: 1, Y: 1, Z: 1}, 0, s, tk.Kernel().params.Params()),
+			"cuLaunchKernel":      lib.LaunchKernel(cuda.Function(f), cuda.Dim3{X: 1, Y: 1, Z: 1}, cuda.Dim3{X: 1, Y: 1, Z: 1}, 0, s, tk.params.Params()),
 			"cuStreamSynchronize": lib.StreamSynchronize(s),
 		}
 		for name, err := range probe {

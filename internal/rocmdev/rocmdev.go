@@ -128,15 +128,16 @@ func agentISA(rt hsa.Runtime, a hsa.Agent) (string, error) {
 
 // Device is one GPU of the ROCm family.
 type Device struct {
-	rt      Runtimes
-	cfg     driver.DeviceConfig
-	index   int
-	agent   hsa.Agent
-	isa     string
-	signals *queue.SignalPool
-	events  *stream.EventPool
-	queues  tls.QueuePool
-	tasks   atomic.Int64
+	rt        Runtimes
+	cfg       driver.DeviceConfig
+	index     int
+	agent     hsa.Agent
+	isa       string
+	signals   *queue.SignalPool
+	streamAPI stream.API
+	events    *stream.EventPool
+	queues    tls.QueuePool
+	tasks     atomic.Int64
 
 	kernelsOnce sync.Once
 	kernelsErr  error
@@ -168,7 +169,8 @@ func newDevice(rt Runtimes, cfg driver.DeviceConfig, index int, agent hsa.Agent,
 		attrs = hsa.SignalAttrIPC
 	}
 	d.signals = queue.NewSignalPool(rt.HSA, attrs)
-	d.events = stream.NewEventPool(rt.HIP, index)
+	d.streamAPI = stream.HIP(rt.HIP, index)
+	d.events = stream.NewEventPool(d.streamAPI)
 	d.queues = tls.QueuePool{Max: cfg.MaxQueues, Create: func(i int) (*queue.Queue, error) {
 		q, err := queue.New(rt.HSA, queue.Config{Name: fmt.Sprintf("gpu%d/hsa-q%d", index, i), Agent: agent,
 			Size: cfg.QueueSize, KernargPool: kernarg, Signals: d.signals, Sinks: syncstate.Sinks{cfg.Stats}})
@@ -299,11 +301,12 @@ func (d *Device) NewTask(sinks syncstate.Sinks) (driver.Task, error) {
 	n := d.tasks.Add(1)
 	t := &Task{d: d, sinks: sinks}
 	var err error
-	t.st.Stream, err = stream.New(d.rt.HIP, stream.Config{Name: fmt.Sprintf("gpu%d/hip-s%d", d.index, n),
-		Device: d.index, Events: d.events, Sinks: sinks, Domain: syncstate.DomainLibrary})
+	hs, err := d.rt.HIP.StreamCreate(d.index, hip.StreamNonBlocking)
 	if err != nil {
 		return nil, fmt.Errorf("creating a HIP stream: %w", err)
 	}
+	t.st.Stream = stream.New(d.streamAPI, uintptr(hs), stream.Config{Name: fmt.Sprintf("gpu%d/hip-s%d", d.index, n),
+		Events: d.events, Sinks: sinks, Domain: syncstate.DomainLibrary})
 	if d.cfg.Policy == syncstate.DeviceBridge {
 		t.st.Stream.SetBridge(d.hsaToHIP)
 	}
@@ -317,7 +320,7 @@ func (d *Device) NewTask(sinks syncstate.Sinks) (driver.Task, error) {
 		h, err := d.rt.BLAS.CreateHandle(d.index)
 		if err == nil {
 			t.st.BLAS = h
-			err = d.rt.BLAS.SetStream(h, t.st.Stream.HIPStream())
+			err = d.rt.BLAS.SetStream(h, hip.Stream(t.st.Stream.Handle()))
 		}
 		if err != nil {
 			_ = t.Close()
@@ -371,9 +374,9 @@ func (t *Task) launchHIP(k *kernelObject, dt kernels.DType, args kernels.Args, g
 	kernarg := buf[:k.kernargSize]
 	wg := uint64(k.workgroup)
 	hp := t.d.rt.HIP
-	return t.st.Stream.Submit(func(s hip.Stream) error {
+	return t.st.Stream.Submit(func(s uintptr) error {
 		return hp.ModuleLaunchKernel(k.function, [3]uint32{uint32(grid / wg), 1, 1}, [3]uint32{uint32(wg), 1, 1},
-			k.groupSize, s, kernarg)
+			k.groupSize, hip.Stream(s), kernarg)
 	})
 }
 
@@ -392,7 +395,7 @@ func (t *Task) Gemm(dt kernels.DType, transA, transB bool, m, n, k int, alpha fl
 		opB = rocblas.OperationTranspose
 	}
 	h := t.st.BLAS
-	return t.st.Stream.Submit(func(hip.Stream) error {
+	return t.st.Stream.Submit(func(uintptr) error {
 		if dt == kernels.F32 {
 			return blas.Sgemm(h, opA, opB, int32(m), int32(n), int32(k), float32(alpha),
 				hip.DevicePtr(a), int32(lda), hip.DevicePtr(b), int32(ldb), float32(beta), hip.DevicePtr(c), int32(ldc))
@@ -451,7 +454,7 @@ func (d *Device) hipToHSA(f syncstate.Fence) (*queue.Signal, error) {
 		return nil, err
 	}
 	hp := d.rt.HIP
-	if _, err := p.Submit(func(s hip.Stream) error { return hp.StreamWriteValue64(s, ptr, 0, 0) }); err != nil {
+	if _, err := p.Submit(func(s uintptr) error { return hp.StreamWriteValue64(hip.Stream(s), ptr, 0, 0) }); err != nil {
 		sig.Release()
 		return nil, err
 	}
@@ -477,8 +480,8 @@ func (d *Device) hsaToHIP(s *stream.Stream, f syncstate.Fence) error {
 		return err
 	}
 	hp := d.rt.HIP
-	t, err := s.Submit(func(hs hip.Stream) error {
-		return hp.StreamWaitValue64(hs, ptr, 0, hip.StreamWaitValueEq, ^uint64(0))
+	t, err := s.Submit(func(hs uintptr) error {
+		return hp.StreamWaitValue64(hip.Stream(hs), ptr, 0, hip.StreamWaitValueEq, ^uint64(0))
 	})
 	if err != nil {
 		sig.Release()
