@@ -2,6 +2,7 @@ package cublas
 
 import (
 	"fmt"
+	"github.com/rocsync/rocsync/internal/cmem"
 	"math"
 	"os"
 	"path/filepath"
@@ -97,7 +98,7 @@ func Open() (*Lib, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cublas: %s is not a usable cuBLAS: %w", lib.Path, err)
 	}
-	if _, _, err := libc(); err != nil {
+	if err := cmem.Libc(); err != nil {
 		return nil, err
 	}
 	l := &Lib{path: lib.Path, handle: lib.Handle, errs: make(map[uint64]*Error)}
@@ -117,14 +118,14 @@ func (l *Lib) Version() (major, minor, patch int, err error) {
 		return 0, 0, 0, fmt.Errorf("cublas: %s has no %s", l.path, symGetProperty)
 	}
 	var v [3]int
-	b := getBlock()
-	defer putBlock(b)
+	b := blocks.Get()
+	defer blocks.Put(b)
 	for i := range v {
-		*b.u64(0) = 0
-		if s := Status(uint32(b.call(l.getProperty, uintptr(i), b.word(0)))); s != StatusSuccess {
+		*b.U64(0) = 0
+		if s := Status(uint32(b.Call(l.getProperty, uintptr(i), b.Word(0)))); s != StatusSuccess {
 			return 0, 0, 0, &Error{Func: symGetProperty, Status: s}
 		}
-		v[i] = int(int32(*b.u64(0)))
+		v[i] = int(int32(*b.U64(0)))
 	}
 	return v[0], v[1], v[2], nil
 }
@@ -135,9 +136,9 @@ func (l *Lib) StatusString(s Status) string {
 	if l.statusString == 0 {
 		return s.String()
 	}
-	b := getBlock()
-	defer putBlock(b)
-	return goString(b.call(l.statusString, uintptr(s)))
+	b := blocks.Get()
+	defer blocks.Put(b)
+	return cmem.GoString(b.Call(l.statusString, uintptr(s)))
 }
 
 // check turns a cublasStatus_t into nil or a cached *Error.
@@ -166,27 +167,27 @@ func (l *Lib) check(fn int, r uintptr) error {
 
 // Create is cublasCreate_v2, in the context current on the calling thread.
 func (l *Lib) Create() (Handle, error) {
-	b := getBlock()
-	defer putBlock(b)
-	*b.u64(0) = 0
-	if err := l.check(symCreate, b.call(l.sym[symCreate], b.word(0))); err != nil {
+	b := blocks.Get()
+	defer blocks.Put(b)
+	*b.U64(0) = 0
+	if err := l.check(symCreate, b.Call(l.sym[symCreate], b.Word(0))); err != nil {
 		return 0, err
 	}
-	return Handle(*b.u64(0)), nil
+	return Handle(*b.U64(0)), nil
 }
 
 // Destroy is cublasDestroy_v2.
 func (l *Lib) Destroy(h Handle) error {
-	b := getBlock()
-	defer putBlock(b)
-	return l.check(symDestroy, b.call(l.sym[symDestroy], uintptr(h)))
+	b := blocks.Get()
+	defer blocks.Put(b)
+	return l.check(symDestroy, b.Call(l.sym[symDestroy], uintptr(h)))
 }
 
 // SetStream is cublasSetStream_v2: later calls with h run on s.
 func (l *Lib) SetStream(h Handle, s cuda.Stream) error {
-	b := getBlock()
-	defer putBlock(b)
-	return l.check(symSetStream, b.call(l.sym[symSetStream], uintptr(h), uintptr(s)))
+	b := blocks.Get()
+	defer blocks.Put(b)
+	return l.check(symSetStream, b.Call(l.sym[symSetStream], uintptr(h), uintptr(s)))
 }
 
 // Sgemm is cublasSgemm_v2: C = alpha·op(A)·op(B) + beta·C, column-major,
@@ -194,27 +195,27 @@ func (l *Lib) SetStream(h Handle, s cuda.Stream) error {
 // It enqueues the work on the handle's stream and allocates nothing.
 func (l *Lib) Sgemm(h Handle, transA, transB Operation, m, n, k int, alpha float32,
 	a cuda.DevicePtr, lda int, bm cuda.DevicePtr, ldb int, beta float32, c cuda.DevicePtr, ldc int) error {
-	b := getBlock()
-	*(*uint32)(cptr(b.word(0))) = math.Float32bits(alpha)
-	*(*uint32)(cptr(b.word(1))) = math.Float32bits(beta)
-	r := b.call(l.sym[symSgemm], uintptr(h), uintptr(uint32(transA)), uintptr(uint32(transB)),
+	b := blocks.Get()
+	*(*uint32)(cmem.Ptr(b.Word(0))) = math.Float32bits(alpha)
+	*(*uint32)(cmem.Ptr(b.Word(1))) = math.Float32bits(beta)
+	r := b.Call(l.sym[symSgemm], uintptr(h), uintptr(uint32(transA)), uintptr(uint32(transB)),
 		uintptr(uint32(int32(m))), uintptr(uint32(int32(n))), uintptr(uint32(int32(k))),
-		b.word(0), uintptr(a), uintptr(uint32(int32(lda))), uintptr(bm), uintptr(uint32(int32(ldb))),
-		b.word(1), uintptr(c), uintptr(uint32(int32(ldc))))
-	putBlock(b)
+		b.Word(0), uintptr(a), uintptr(uint32(int32(lda))), uintptr(bm), uintptr(uint32(int32(ldb))),
+		b.Word(1), uintptr(c), uintptr(uint32(int32(ldc))))
+	blocks.Put(b)
 	return l.check(symSgemm, r)
 }
 
 // Dgemm is cublasDgemm_v2 (see Sgemm).
 func (l *Lib) Dgemm(h Handle, transA, transB Operation, m, n, k int, alpha float64,
 	a cuda.DevicePtr, lda int, bm cuda.DevicePtr, ldb int, beta float64, c cuda.DevicePtr, ldc int) error {
-	b := getBlock()
-	*b.u64(0) = math.Float64bits(alpha)
-	*b.u64(1) = math.Float64bits(beta)
-	r := b.call(l.sym[symDgemm], uintptr(h), uintptr(uint32(transA)), uintptr(uint32(transB)),
+	b := blocks.Get()
+	*b.U64(0) = math.Float64bits(alpha)
+	*b.U64(1) = math.Float64bits(beta)
+	r := b.Call(l.sym[symDgemm], uintptr(h), uintptr(uint32(transA)), uintptr(uint32(transB)),
 		uintptr(uint32(int32(m))), uintptr(uint32(int32(n))), uintptr(uint32(int32(k))),
-		b.word(0), uintptr(a), uintptr(uint32(int32(lda))), uintptr(bm), uintptr(uint32(int32(ldb))),
-		b.word(1), uintptr(c), uintptr(uint32(int32(ldc))))
-	putBlock(b)
+		b.Word(0), uintptr(a), uintptr(uint32(int32(lda))), uintptr(bm), uintptr(uint32(int32(ldb))),
+		b.Word(1), uintptr(c), uintptr(uint32(int32(ldc))))
+	blocks.Put(b)
 	return l.check(symDgemm, r)
 }

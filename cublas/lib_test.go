@@ -2,6 +2,7 @@ package cublas
 
 import (
 	"errors"
+	"github.com/rocsync/rocsync/internal/cmem"
 	"math"
 	"os"
 	"runtime"
@@ -180,7 +181,7 @@ func TestFakeGemm(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := *(*uintptr)(cptr(addr)); got != uintptr(s) {
+	if got := *(*uintptr)(cmem.Ptr(addr)); got != uintptr(s) {
 		t.Fatalf("gemm ran on stream %#x, want %#x", got, s)
 	}
 	// Bad leading dimension: a typed, cached error.

@@ -96,9 +96,9 @@ func benchSyscallNPooled(b *testing.B, gpu bool) {
 	fn, ev, s := e.l.sym[symEventRecord], uintptr(e.obj.e), uintptr(e.obj.s)
 	b.ReportAllocs()
 	for b.Loop() {
-		blk := getBlock()
-		blk.call(fn, ev, s)
-		putBlock(blk)
+		blk := blocks.Get()
+		blk.Call(fn, ev, s)
+		blocks.Put(blk)
 	}
 }
 

@@ -2,151 +2,22 @@ package cuda
 
 import (
 	"fmt"
-	"runtime"
-	"sync"
 	"unsafe"
 
-	"github.com/ebitengine/purego"
+	"github.com/rocsync/rocsync/internal/cmem"
 )
 
-// C memory.
-//
-// The cgo pointer-passing rules, which purego follows, say that C may not
-// keep a Go pointer after the call returns and that memory passed to C must
-// not contain Go pointers. Everything the driver reads through a pointer
-// array (cuLaunchKernel's kernelParams), everything it may read after the
-// call (the PTX image, copied once), and the out-parameters of the calls
-// (CUstream*, CUevent*, ...) therefore live in C memory from libc's calloc.
-// For the out-parameters this is also what keeps the calls free of Go
-// allocations: purego.SyscallN is //go:uintptrescapes, so passing &local
-// would move the local to the heap on every call.
+// C memory (see package cmem for the rules): everything the driver reads
+// through a pointer array (cuLaunchKernel's kernelParams), everything it may
+// read after a call (the PTX image, copied once), and the out-parameters of
+// the calls (CUstream*, CUevent*, ...) live in C memory, which also keeps
+// the calls free of Go allocations.
 
-var libcState struct {
-	once         sync.Once
-	calloc, free uintptr
-	err          error
-}
-
-func libc() (calloc, free uintptr, err error) {
-	s := &libcState
-	s.once.Do(func() {
-		var h uintptr
-		for _, name := range []string{"libc.so.6", "libc.so"} {
-			if h, s.err = purego.Dlopen(name, purego.RTLD_NOW|purego.RTLD_GLOBAL); s.err == nil {
-				break
-			}
-		}
-		if s.err != nil {
-			s.err = fmt.Errorf("cuda: cannot open libc for C memory: %w", s.err)
-			return
-		}
-		if s.calloc, s.err = purego.Dlsym(h, "calloc"); s.err != nil {
-			return
-		}
-		s.free, s.err = purego.Dlsym(h, "free")
-	})
-	return s.calloc, s.free, s.err
-}
-
-// cAlloc returns n zeroed bytes of C memory, or nil when libc fails.
-func cAlloc(n uintptr) unsafe.Pointer {
-	calloc, _, err := libc()
-	if err != nil || n == 0 {
-		return nil
-	}
-	r, _, _ := purego.SyscallN(calloc, 1, n)
-	return cptr(r)
-}
-
-func cFree(p unsafe.Pointer) {
-	if p == nil {
-		return
-	}
-	_, free, err := libc()
-	if err != nil {
-		return
-	}
-	purego.SyscallN(free, uintptr(p))
-}
-
-// cptr turns an address that C returned into an unsafe.Pointer. The address
-// is not Go memory, so the garbage collector ignores it; the indirection
-// keeps go vet's unsafeptr check quiet without changing the meaning.
-func cptr(u uintptr) unsafe.Pointer {
-	return *(*unsafe.Pointer)(unsafe.Pointer(&u))
-}
-
-// goString copies the NUL-terminated C string at p.
-func goString(p uintptr) string {
-	if p == 0 {
-		return ""
-	}
-	b := cptr(p)
-	n := 0
-	for *(*byte)(unsafe.Add(b, n)) != 0 {
-		n++
-	}
-	return string(unsafe.Slice((*byte)(b), n))
-}
-
-// maxCallArgs is the most arguments a bound function takes (cuLaunchKernel
-// has 11; cublasSgemm_v2 has 14 and has its own blocks).
-const maxCallArgs = 12
-
-// blockBytes is the C memory of one block: out-parameters and short
+// blockBytes is the C memory of one call's block: out-parameters and short
 // strings (kernel names).
 const blockBytes = 256
 
-type cmem struct{ p unsafe.Pointer }
-
-// block is reusable memory for one call at a time: C memory for the
-// out-parameters and a Go-heap argument array for purego.SyscallN.
-type block struct {
-	mem  *cmem
-	args [maxCallArgs]uintptr
-}
-
-var blocks sync.Pool // of *block; per-P, so threads do not contend
-
-func getBlock() *block {
-	if b, _ := blocks.Get().(*block); b != nil {
-		return b
-	}
-	m := &cmem{p: cAlloc(blockBytes)}
-	if m.p == nil {
-		// calloc of a few bytes failed, or libc did not load (Open
-		// checks that it does).
-		panic(fmt.Sprintf("cuda: cannot allocate %d bytes of C memory", blockBytes))
-	}
-	b := &block{mem: m}
-	// A block the pool drops at a GC frees its C memory.
-	runtime.AddCleanup(b, func(m *cmem) { cFree(m.p) }, m)
-	return b
-}
-
-func putBlock(b *block) { blocks.Put(b) }
-
-// u64 returns the i-th 8-byte word of the block's C memory.
-func (b *block) u64(i int) *uint64 { return (*uint64)(unsafe.Add(b.mem.p, 8*i)) }
-
-// word returns the address of the i-th 8-byte word, to pass to C.
-func (b *block) word(i int) uintptr { return uintptr(b.mem.p) + uintptr(8*i) }
-
-// call runs fn through the block's own argument array. Passing a slice that
-// is already on the heap with "..." means SyscallN's variadic slice is not
-// allocated: a plain SyscallN(fn, a, b) call allocates one on every call,
-// because SyscallN is //go:uintptrescapes and so its arguments escape
-// (BenchmarkFake* in bench_test.go measure both).
-//
-// Only integers and C addresses may go through call. A Go pointer must be
-// converted with uintptr(unsafe.Pointer(p)) inside the SyscallN call
-// expression itself: that is what makes //go:uintptrescapes keep the object
-// alive and in place until the call returns.
-func (b *block) call(fn uintptr, args ...uintptr) uintptr {
-	n := copy(b.args[:], args)
-	r, _, _ := purego.SyscallN(fn, b.args[:n]...)
-	return r
-}
+var blocks = &cmem.Pool{Size: blockBytes}
 
 // ParamBlock is C memory holding one kernel's argument values and the
 // array of pointers to them that cuLaunchKernel takes as kernelParams. The
@@ -170,7 +41,7 @@ func NewParamBlock(size int, offsets []int) (*ParamBlock, error) {
 		}
 	}
 	hdr := 8 * len(offsets)
-	p := cAlloc(uintptr(hdr + size + 8))
+	p := cmem.Alloc(uintptr(hdr + size + 8))
 	if p == nil {
 		return nil, fmt.Errorf("cuda: cannot allocate %d bytes of C memory for kernel parameters", hdr+size)
 	}
@@ -200,7 +71,7 @@ func (pb *ParamBlock) Pointers() []uintptr {
 // Free releases the C memory; the block must not be used afterwards.
 func (pb *ParamBlock) Free() {
 	if pb != nil && pb.p != nil {
-		cFree(pb.p)
+		cmem.Free(pb.p)
 		pb.p = nil
 	}
 }

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"github.com/rocsync/rocsync/internal/cmem"
 	"os"
 	"runtime"
 	"sync"
@@ -143,7 +144,7 @@ func Open() (*Lib, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cuda: %s is not a usable CUDA driver: %w", lib.Path, err)
 	}
-	if _, _, err := libc(); err != nil {
+	if err := cmem.Libc(); err != nil {
 		return nil, err
 	}
 	l := &Lib{path: lib.Path, handle: lib.Handle, errs: make(map[uint64]*Error), modules: make(map[Module]unsafe.Pointer)}
@@ -189,58 +190,58 @@ func (l *Lib) errorFor(fn int, code Result) *Error {
 
 // ErrorName is cuGetErrorName ("" for an unknown code).
 func (l *Lib) ErrorName(code Result) string {
-	b := getBlock()
-	defer putBlock(b)
-	*b.u64(0) = 0
-	if uint32(b.call(l.sym[symGetErrorName], uintptr(code), b.word(0))) != 0 {
+	b := blocks.Get()
+	defer blocks.Put(b)
+	*b.U64(0) = 0
+	if uint32(b.Call(l.sym[symGetErrorName], uintptr(code), b.Word(0))) != 0 {
 		return ""
 	}
-	return goString(uintptr(*b.u64(0)))
+	return cmem.GoString(uintptr(*b.U64(0)))
 }
 
 // ErrorString is cuGetErrorString ("" for an unknown code).
 func (l *Lib) ErrorString(code Result) string {
-	b := getBlock()
-	defer putBlock(b)
-	*b.u64(0) = 0
-	if uint32(b.call(l.sym[symGetErrorString], uintptr(code), b.word(0))) != 0 {
+	b := blocks.Get()
+	defer blocks.Put(b)
+	*b.U64(0) = 0
+	if uint32(b.Call(l.sym[symGetErrorString], uintptr(code), b.Word(0))) != 0 {
 		return ""
 	}
-	return goString(uintptr(*b.u64(0)))
+	return cmem.GoString(uintptr(*b.U64(0)))
 }
 
 // invoke calls fn (integer and C-address arguments only). With c non-nil it
 // first locks the goroutine to its OS thread and makes c current there, and
 // unlocks after the call.
 func (l *Lib) invoke(c *Ctx, fn int, args ...uintptr) error {
-	b := getBlock()
+	b := blocks.Get()
 	r, failed := l.callOn(b, c, fn, args)
-	putBlock(b)
+	blocks.Put(b)
 	return l.check(failed, r)
 }
 
 // callOn makes the call with b's argument array, on c when non-nil. It
 // returns the result and the symbol it belongs to (cuCtxSetCurrent when
 // that failed).
-func (l *Lib) callOn(b *block, c *Ctx, fn int, args []uintptr) (uintptr, int) {
+func (l *Lib) callOn(b *cmem.Block, c *Ctx, fn int, args []uintptr) (uintptr, int) {
 	if c == nil {
-		return b.call(l.sym[fn], args...), fn
+		return b.Call(l.sym[fn], args...), fn
 	}
 	runtime.LockOSThread()
 	var r uintptr
 	if checkCurrent {
 		// cuCtxGetCurrent into the block's last word, which no call's
 		// out-parameter uses.
-		*b.u64(lastWord) = 0
-		b.call(l.sym[symCtxGetCurrent], b.word(lastWord))
-		if Context(*b.u64(lastWord)) != c.h {
-			r = b.call(l.sym[symCtxSetCurrent], uintptr(c.h))
+		*b.U64(lastWord) = 0
+		b.Call(l.sym[symCtxGetCurrent], b.Word(lastWord))
+		if Context(*b.U64(lastWord)) != c.h {
+			r = b.Call(l.sym[symCtxSetCurrent], uintptr(c.h))
 		}
 	} else {
-		r = b.call(l.sym[symCtxSetCurrent], uintptr(c.h))
+		r = b.Call(l.sym[symCtxSetCurrent], uintptr(c.h))
 	}
 	if uint32(r) == 0 {
-		r = b.call(l.sym[fn], args...)
+		r = b.Call(l.sym[fn], args...)
 	} else {
 		fn = symCtxSetCurrent
 	}
@@ -263,17 +264,17 @@ const lastWord = blockBytes/8 - 1
 // outInvoke is invoke with the address of a zeroed C word prepended to the
 // arguments; it returns the word.
 func (l *Lib) outInvoke(c *Ctx, fn int, args ...uintptr) (uint64, error) {
-	b := getBlock()
-	defer putBlock(b)
-	*b.u64(0) = 0
-	var all [maxCallArgs]uintptr
-	all[0] = b.word(0)
+	b := blocks.Get()
+	defer blocks.Put(b)
+	*b.U64(0) = 0
+	var all [cmem.MaxArgs]uintptr
+	all[0] = b.Word(0)
 	n := 1 + copy(all[1:], args)
 	r, failed := l.callOn(b, c, fn, all[:n])
 	if err := l.check(failed, r); err != nil {
 		return 0, err
 	}
-	return *b.u64(0), nil
+	return *b.U64(0), nil
 }
 
 // Init is cuInit(0). With no GPU the error matches ErrNoDevice as well as
@@ -316,14 +317,14 @@ func (l *Lib) DeviceGet(ordinal int) (Device, error) {
 
 // DeviceName is cuDeviceGetName.
 func (l *Lib) DeviceName(d Device) (string, error) {
-	b := getBlock()
-	defer putBlock(b)
-	clear(unsafe.Slice((*byte)(b.mem.p), blockBytes))
-	r := b.call(l.sym[symDeviceGetName], uintptr(b.mem.p), blockBytes-1, uintptr(d))
+	b := blocks.Get()
+	defer blocks.Put(b)
+	clear(unsafe.Slice((*byte)(b.Ptr()), blockBytes))
+	r := b.Call(l.sym[symDeviceGetName], uintptr(b.Ptr()), blockBytes-1, uintptr(d))
 	if err := l.check(symDeviceGetName, r); err != nil {
 		return "", err
 	}
-	return goString(uintptr(b.mem.p)), nil
+	return cmem.GoString(uintptr(b.Ptr())), nil
 }
 
 // DeviceAttribute is cuDeviceGetAttribute (the Attr* constants).
@@ -437,14 +438,14 @@ func (l *Lib) MemcpyDtoH(dst unsafe.Pointer, src DevicePtr, size uint64) error {
 func (l *Lib) ModuleLoadData(image []byte) (Module, error) { return l.moduleLoad(nil, image) }
 
 func (l *Lib) moduleLoad(c *Ctx, image []byte) (Module, error) {
-	img := cAlloc(uintptr(len(image) + 1))
+	img := cmem.Alloc(uintptr(len(image) + 1))
 	if img == nil {
 		return 0, fmt.Errorf("cuda: cuModuleLoadData: cannot allocate %d bytes of C memory", len(image)+1)
 	}
 	copy(unsafe.Slice((*byte)(img), len(image)), image)
 	v, err := l.outInvoke(c, symModuleLoadData, uintptr(img))
 	if err != nil {
-		cFree(img)
+		cmem.Free(img)
 		return 0, err
 	}
 	m := Module(v)
@@ -465,7 +466,7 @@ func (l *Lib) moduleUnload(c *Ctx, m Module) error {
 	img := l.modules[m]
 	delete(l.modules, m)
 	l.modMu.Unlock()
-	cFree(img)
+	cmem.Free(img)
 	return nil
 }
 
@@ -475,11 +476,11 @@ func (l *Lib) ModuleGetFunction(m Module, name string) (Function, error) {
 }
 
 func (l *Lib) moduleGetFunction(c *Ctx, m Module, name string) (Function, error) {
-	cname := cAlloc(uintptr(len(name) + 1))
+	cname := cmem.Alloc(uintptr(len(name) + 1))
 	if cname == nil {
 		return 0, fmt.Errorf("cuda: cuModuleGetFunction: cannot allocate C memory")
 	}
-	defer cFree(cname)
+	defer cmem.Free(cname)
 	copy(unsafe.Slice((*byte)(cname), len(name)), name)
 	v, err := l.outInvoke(c, symModuleGetFunction, uintptr(m), uintptr(cname))
 	return Function(v), err
