@@ -29,8 +29,8 @@ type Array struct {
 	rows  int
 	cols  int
 	dtype DType
-	st    *syncstate.State
-	freed bool // guarded by st's lock
+	st    syncstate.State // embedded: one allocation per array
+	freed bool            // guarded by st's lock
 }
 
 // Rows, Cols and DType describe the array.
@@ -64,7 +64,8 @@ func (d *Device) alloc(op string, rows, cols int, dt DType) (*Array, error) {
 	if dt != Float32 && dt != Float64 {
 		return nil, newErr(op, ErrDType, "unsupported dtype %v", dt)
 	}
-	a := &Array{dev: d, rows: rows, cols: cols, dtype: dt, st: syncstate.NewState()}
+	a := &Array{dev: d, rows: rows, cols: cols, dtype: dt}
+	a.st.Init()
 	if p, ok := d.cache.take(a.bytes()); ok {
 		a.ptr = p
 		return a, nil

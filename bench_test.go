@@ -116,3 +116,39 @@ func BenchmarkReadBack(b *testing.B) {
 		must(b, x.CopyToFloat32(dst))
 	}
 }
+
+// One iteration of the seed's elementwise program, with its three new
+// arrays, frees and the final Synchronize, allocates only the three Array
+// values: the sync state is embedded in them, and device memory comes back
+// from the cache.
+func TestSeedIterationAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector's instrumentation allocates")
+	}
+	nop := zerolog.Nop()
+	d, err := Open(Options{Backend: Emulator, Logger: &nop})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	tk := d.DefaultTask()
+	x, err := d.FromFloat32(128, 128, make([]float32, 128*128))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func() {
+		t1, _ := tk.Mul(x, x)
+		t2, _ := tk.Mul(x, t1)
+		t3, _ := tk.Mul(x, t2)
+		_ = tk.Synchronize()
+		_ = t1.Free()
+		_ = t2.Free()
+		_ = t3.Free()
+	}
+	for i := 0; i < 100; i++ {
+		run()
+	}
+	if n := testing.AllocsPerRun(200, run); n > 3 {
+		t.Fatalf("%v allocations per iteration, want at most 3 (the Array values)", n)
+	}
+}

@@ -42,19 +42,21 @@ func (t *Task) Synchronize() error {
 // drain host-waits for the task's timelines (one wait each, counted as a
 // sync wait, only where work is pending).
 func (t *Task) drain() error {
-	var errs []error
 	k, l := t.drv.KernelTimeline(), t.drv.LibraryTimeline()
-	for i, tl := range []syncstate.Timeline{k, l} {
-		if i == 1 && l == k {
-			break
-		}
-		last := lastTicket(tl)
-		if tl.Completed() < last {
-			t.sinks.HostWait(ReasonSync)
-			errs = append(errs, tl.WaitHost(last))
-		}
+	err := t.drainOne(k)
+	if l != k {
+		err = errors.Join(err, t.drainOne(l))
 	}
-	return errors.Join(errs...)
+	return err
+}
+
+func (t *Task) drainOne(tl syncstate.Timeline) error {
+	last := lastTicket(tl)
+	if tl.Completed() >= last {
+		return nil
+	}
+	t.sinks.HostWait(ReasonSync)
+	return tl.WaitHost(last)
 }
 
 // lastTicket asks a timeline for its newest ticket; every driver's
@@ -131,9 +133,9 @@ func (t *Task) submit(name string, tl syncstate.Timeline, reads []*Array, write 
 	defer d.leave()
 	var sop syncstate.Op
 	for _, x := range reads {
-		sop.Read(x.st)
+		sop.Read(&x.st)
 	}
-	sop.Write(write.st)
+	sop.Write(&write.st)
 	if err := sop.Begin(&d.engine, tl, t.sinks); err != nil {
 		return &Error{Op: name, Kind: ErrUnavailable, Detail: "ordering", Err: err}
 	}

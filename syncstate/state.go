@@ -26,10 +26,25 @@ type State struct {
 	id      uint64 // lock order across the operands of one op
 	writer  Fence
 	readers []Fence
+	// inline holds the first readers, so that a State embedded in its
+	// array needs no allocation of its own in the common case (one or
+	// two timelines reading).
+	inline [2]Fence
 }
 
 // NewState returns an empty State.
-func NewState() *State { return &State{id: stateIDs.Add(1)} }
+func NewState() *State {
+	s := new(State)
+	s.Init()
+	return s
+}
+
+// Init prepares a State embedded in another value; call it once, before
+// any other method.
+func (s *State) Init() {
+	s.id = stateIDs.Add(1)
+	s.readers = s.inline[:0]
+}
 
 // Writer returns the current writer fence.
 func (s *State) Writer() Fence {

@@ -1,0 +1,5 @@
+//go:build race
+
+package rocsync
+
+const raceEnabled = true
