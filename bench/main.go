@@ -8,10 +8,16 @@
 //	go run ./bench -programs mlp -batch 256 -hidden 512
 //	go run ./bench -json > results.json
 //	go run ./bench -plot bench.png       # the table, and a bar chart
+//	go run ./bench -backend cuda -paired-raw -iters 2000
 //
 // Programs: matmul and elementwise (the seed's three chained ops), mixed
 // ((x∘x)·x, -repeat times) and mlp (one MLP training step with Adam; see
 // mlp.go). It exits 1 if two policies computed different checksums.
+//
+// With -paired-raw (CUDA only; paired.go) it times rocsync against the
+// same op sequences written directly on the driver API and cuBLAS
+// (bench/rawcuda/raw), alternating one raw and one rocsync iteration in one
+// process, and reports the ratios.
 package main
 
 import (
@@ -22,6 +28,8 @@ import (
 	"io"
 	"math"
 	"os"
+	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -47,6 +55,16 @@ type config struct {
 	jsonFile string
 	plot     string
 	progress io.Writer
+
+	// -paired-raw
+	paired     bool
+	rawPerCall bool
+	pairs      []pair
+
+	interleave bool
+
+	cpuProfile   string
+	cpuProfileHz int
 }
 
 // result is one program under one policy.
@@ -71,6 +89,9 @@ type result struct {
 	Checksum         float64 `json:"checksum"`
 	DispatchRatio    float64 `json:"dispatch_ratio_to_wait_always"`
 	TotalRatio       float64 `json:"total_ratio_to_wait_always"`
+	// Interleaved: the policies ran at once, one iteration each in turn
+	// (-interleave), rather than one after another.
+	Interleaved bool `json:"interleaved,omitempty"`
 }
 
 func main() {
@@ -99,6 +120,28 @@ func run(args []string, stdout, stderr io.Writer) error {
 	cfg, err := parseFlags(args, stderr)
 	if err != nil {
 		return usageError{err}
+	}
+	if cfg.cpuProfile != "" {
+		f, err := os.Create(cfg.cpuProfile)
+		if err != nil {
+			return err
+		}
+		if cfg.cpuProfileHz != 100 {
+			// StartCPUProfile keeps a rate set before it (and prints a
+			// warning that it could not set its own 100 Hz).
+			runtime.SetCPUProfileRate(cfg.cpuProfileHz)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return err
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		}()
+	}
+	if cfg.paired {
+		return runPaired(cfg, stdout)
 	}
 	results, err := runAll(cfg)
 	if err != nil {
@@ -165,11 +208,43 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&cfg.json, "json", false, "print JSON instead of a table")
 	fs.StringVar(&cfg.jsonFile, "json-file", "", "also write the JSON results to this file (with the table on stdout)")
 	fs.StringVar(&cfg.plot, "plot", "", "also write a bar chart of the results to this PNG file")
+	fs.BoolVar(&cfg.paired, "paired-raw", false,
+		"CUDA only: time rocsync against the same op sequences on the raw driver API and cuBLAS (bench/rawcuda), "+
+			"one raw and one rocsync iteration in turn in this process; without -policies, DeviceSide on matmul, elementwise "+
+			"and mixed, and DeviceBridge and Unified on mixed")
+	fs.BoolVar(&cfg.rawPerCall, "raw-percall", false, "-paired-raw: the raw side sets the context on every call, as rocsync does (rawcuda -percall)")
+	fs.BoolVar(&cfg.interleave, "interleave", false,
+		"open every policy's device at once and run one iteration of each in turn, so that the policies' ratios "+
+			"are not skewed by the machine's speed drifting between one policy's run and the next")
+	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
+	fs.IntVar(&cfg.cpuProfileHz, "cpuprofile-hz", 100, "-cpuprofile: samples per second (the runtime's default is 100)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if cfg.paired {
+		if backend != "cuda" {
+			return cfg, fmt.Errorf("-paired-raw times rocsync against the CUDA driver API and cuBLAS called directly (bench/rawcuda): "+
+				"it needs -backend cuda, not %q", backend)
+		}
+		if cfg.plot != "" {
+			return cfg, errors.New("-plot draws the policy table; it does not combine with -paired-raw")
+		}
+		if !set["programs"] {
+			progs = strings.Join(pairedPrograms, ",")
+		}
+		if cfg.interleave {
+			return cfg, errors.New("-interleave is for the policy table; -paired-raw already alternates raw and rocsync")
+		}
+	} else if cfg.rawPerCall {
+		return cfg, errors.New("-raw-percall only applies with -paired-raw")
+	}
+	if cfg.cpuProfileHz <= 0 || cfg.cpuProfileHz > 10000 {
+		return cfg, errors.New("-cpuprofile-hz must be in 1..10000")
 	}
 	switch backend {
 	case "auto":
@@ -208,6 +283,13 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		}
 		cfg.policies = append(cfg.policies, pol)
 	}
+	if cfg.paired {
+		pairs, err := pairsFor(cfg.programs, cfg.policies, set["policies"])
+		if err != nil {
+			return cfg, err
+		}
+		cfg.pairs = pairs
+	}
 	cfg.progress = stderr
 	return cfg, nil
 }
@@ -218,6 +300,17 @@ func runAll(cfg config) ([]result, error) {
 	total := len(cfg.programs) * len(cfg.policies)
 	for i, name := range cfg.programs {
 		prog, _ := programByName(name)
+		if cfg.interleave {
+			rs, err := runInterleaved(cfg, prog)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, rs...)
+			if time.Since(start) > 3*time.Second && cfg.progress != nil {
+				fmt.Fprintf(cfg.progress, "bench: %d/%d done (%s, every policy)\n", (i+1)*len(cfg.policies), total, name)
+			}
+			continue
+		}
 		for j, pol := range cfg.policies {
 			r, err := runOne(cfg, prog, pol)
 			if err != nil {
@@ -233,68 +326,141 @@ func runAll(cfg config) ([]result, error) {
 	return out, nil
 }
 
+// runOne runs prog under pol on its own device: warm-up, then the
+// measured iterations.
 func runOne(cfg config, prog program, pol rocsync.Policy) (result, error) {
+	pr, err := newPolicyRun(cfg, prog, pol)
+	if err != nil {
+		return result{}, err
+	}
+	for i := 0; i < cfg.warmup+cfg.iters; i++ {
+		if err := pr.step(i); err != nil {
+			return pr.r, errors.Join(err, pr.close())
+		}
+	}
+	return pr.finish(), pr.close()
+}
+
+// runInterleaved (-interleave) opens a device for every policy at once and
+// runs one iteration of each in turn, round after round, so that all the
+// policies see the same drift of the machine's speed.
+func runInterleaved(cfg config, prog program) (rs []result, err error) {
+	var prs []*policyRun
+	defer func() {
+		for _, pr := range prs {
+			err = errors.Join(err, pr.close())
+		}
+	}()
+	for _, pol := range cfg.policies {
+		pr, err := newPolicyRun(cfg, prog, pol)
+		if err != nil {
+			return nil, fmt.Errorf("%s under %s: %w", prog.name, pol, err)
+		}
+		prs = append(prs, pr)
+	}
+	for i := 0; i < cfg.warmup+cfg.iters; i++ {
+		for _, pr := range prs {
+			if err := pr.step(i); err != nil {
+				return nil, fmt.Errorf("%s under %s: %w", prog.name, pr.pol, err)
+			}
+		}
+	}
+	for _, pr := range prs {
+		rs = append(rs, pr.finish())
+	}
+	return rs, nil
+}
+
+// policyRun is one program under one policy on its own device.
+type policyRun struct {
+	cfg                     config
+	pol                     rocsync.Policy
+	d                       *rocsync.Device
+	t                       *rocsync.Task
+	st                      state
+	r                       result
+	dispatch, totals        []float64
+	waits, boundary, device uint64
+}
+
+func newPolicyRun(cfg config, prog program, pol rocsync.Policy) (*policyRun, error) {
 	nop := zerolog.Nop()
 	d, err := rocsync.Open(rocsync.Options{Backend: cfg.backend, Policy: pol, Logger: &nop,
 		Emulator: rocsync.EmulatorOptions{MaxDelay: cfg.emuDelay, Seed: cfg.seed}})
 	if err != nil {
-		return result{}, err
+		return nil, err
 	}
-	defer d.Close()
 	t := d.DefaultTask()
 	st, err := prog.setup(d, t, cfg)
 	if err != nil {
-		return result{}, err
+		return nil, errors.Join(err, d.Close())
 	}
-	defer st.free()
 	cc := prog.crossings(cfg)
 	r := result{Program: prog.name, Policy: pol.String(), Backend: d.Backend(), Shape: prog.shape(cfg), N: cfg.n,
-		Iterations: cfg.iters, Warmup: cfg.warmup, Crossings: cc.Crossings, CrossDomainOps: cc.CrossDomainOps}
+		Iterations: cfg.iters, Warmup: cfg.warmup, Crossings: cc.Crossings, CrossDomainOps: cc.CrossDomainOps,
+		Interleaved: cfg.interleave}
 	if d.Emulated() {
 		r.EmuMaxDelayUS = micros(cfg.emuDelay)
 	}
-	dispatch := make([]float64, 0, cfg.iters)
-	totals := make([]float64, 0, cfg.iters)
-	var waits, boundary, device uint64
-	for i := 0; i < cfg.warmup+cfg.iters; i++ {
-		before := d.Stats()
-		t0 := time.Now()
-		res, temps, err := st.run(t)
-		if err != nil {
-			return r, err
-		}
-		t1 := time.Now()
-		mid := d.Stats().Sub(before)
-		if err := t.Synchronize(); err != nil {
-			return r, err
-		}
-		t2 := time.Now()
-		if i == cfg.warmup+cfg.iters-1 {
-			vals, err := res.Float32s()
-			if err != nil {
-				return r, err
-			}
-			r.Checksum = checksum(vals)
-		}
-		for _, a := range temps {
-			if err := a.Free(); err != nil {
-				return r, err
-			}
-		}
-		if i < cfg.warmup {
-			continue
-		}
-		dispatch = append(dispatch, micros(t1.Sub(t0)))
-		totals = append(totals, micros(t2.Sub(t0)))
-		waits += mid.HostWaitsTotal()
-		boundary += mid.HostWaitsFor(rocsync.ReasonBoundary)
-		device += mid.DeviceWaits
+	return &policyRun{cfg: cfg, pol: pol, d: d, t: t, st: st, r: r,
+		dispatch: make([]float64, 0, cfg.iters), totals: make([]float64, 0, cfg.iters)}, nil
+}
+
+// step runs iteration i (a warm-up one while i < cfg.warmup).
+func (p *policyRun) step(i int) error {
+	d, t, cfg := p.d, p.t, p.cfg
+	before := d.Stats()
+	t0 := time.Now()
+	res, temps, err := p.st.run(t)
+	if err != nil {
+		return err
 	}
-	r.DispatchMedianUS, r.DispatchP90US = quantile(dispatch, 0.5), quantile(dispatch, 0.9)
-	r.TotalMedianUS, r.TotalP90US = quantile(totals, 0.5), quantile(totals, 0.9)
-	it := float64(cfg.iters)
-	r.HostWaitsPerIter, r.BoundaryPerIter, r.DeviceWaitsIter = float64(waits)/it, float64(boundary)/it, float64(device)/it
-	return r, nil
+	t1 := time.Now()
+	mid := d.Stats().Sub(before)
+	if err := t.Synchronize(); err != nil {
+		return err
+	}
+	t2 := time.Now()
+	if i == cfg.warmup+cfg.iters-1 {
+		vals, err := res.Float32s()
+		if err != nil {
+			return err
+		}
+		p.r.Checksum = checksum(vals)
+	}
+	for _, a := range temps {
+		if err := a.Free(); err != nil {
+			return err
+		}
+	}
+	if i < cfg.warmup {
+		return nil
+	}
+	p.dispatch = append(p.dispatch, micros(t1.Sub(t0)))
+	p.totals = append(p.totals, micros(t2.Sub(t0)))
+	p.waits += mid.HostWaitsTotal()
+	p.boundary += mid.HostWaitsFor(rocsync.ReasonBoundary)
+	p.device += mid.DeviceWaits
+	return nil
+}
+
+func (p *policyRun) finish() result {
+	r := p.r
+	r.DispatchMedianUS, r.DispatchP90US = quantile(p.dispatch, 0.5), quantile(p.dispatch, 0.9)
+	r.TotalMedianUS, r.TotalP90US = quantile(p.totals, 0.5), quantile(p.totals, 0.9)
+	it := float64(p.cfg.iters)
+	r.HostWaitsPerIter, r.BoundaryPerIter, r.DeviceWaitsIter = float64(p.waits)/it, float64(p.boundary)/it, float64(p.device)/it
+	return r
+}
+
+func (p *policyRun) close() error {
+	if p.d == nil {
+		return nil
+	}
+	p.st.free()
+	err := p.d.Close()
+	p.d = nil
+	return err
 }
 
 func micros(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
@@ -356,8 +522,12 @@ func printTable(w io.Writer, cfg config, rs []result) {
 			}
 		}
 		fmt.Fprintf(w, "backend %s; matmul, elementwise, mixed: %dx%d float32; mlp: %s, float32\n", dev, cfg.n, cfg.n, cfg.mlp)
-		fmt.Fprintf(w, "%d measured iterations per program and policy (%d warm-up iterations excluded); times are medians and p90s of those\n\n",
-			cfg.iters, cfg.warmup)
+		order := ""
+		if cfg.interleave {
+			order = "; the policies ran interleaved, one iteration of each in turn (-interleave)"
+		}
+		fmt.Fprintf(w, "%d measured iterations per program and policy (%d warm-up iterations excluded); times are medians and p90s of those%s\n\n",
+			cfg.iters, cfg.warmup, order)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "program\tpolicy\tdispatch med µs\tp90\ttotal med µs\tp90\thost waits/it\tcrossings/it\tboundary/it\tdevice waits/it\tdispatch ×WA\ttotal ×WA\tchecksum\t")

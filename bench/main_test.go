@@ -82,6 +82,38 @@ func TestEveryProgramUnderEveryPolicy(t *testing.T) {
 	}
 }
 
+// -interleave runs every policy at once, one iteration each in turn: the
+// same results, checksums and counts as one policy after another.
+func TestInterleave(t *testing.T) {
+	rs := runJSON(t, "-interleave", "-programs", "elementwise,mixed")
+	if len(rs) != 10 {
+		t.Fatalf("%d results, want 10", len(rs))
+	}
+	sums := map[string]float64{}
+	for i, r := range rs {
+		if want := []string{"WaitAlways", "SkipSameQueue", "DeviceSide", "Unified", "DeviceBridge"}[i%5]; r.Policy != want || !r.Interleaved {
+			t.Errorf("result %d: %s, interleaved %v; want %s, interleaved", i, r.Policy, r.Interleaved, want)
+		}
+		if s, ok := sums[r.Program]; ok && s != r.Checksum {
+			t.Errorf("%s: checksum %v under %s, %v before", r.Program, r.Checksum, r.Policy, s)
+		}
+		sums[r.Program] = r.Checksum
+		if r.TotalMedianUS <= 0 || (r.Policy == "WaitAlways" && r.TotalRatio != 1) {
+			t.Errorf("%+v", r)
+		}
+		if r.Program == "mixed" && r.Policy == "Unified" && r.HostWaitsPerIter != 0 {
+			t.Errorf("mixed/Unified: %v host waits per iteration", r.HostWaitsPerIter)
+		}
+	}
+	var out bytes.Buffer
+	if err := run(args("-interleave", "-programs", "matmul", "-policies", "DeviceSide,Unified"), &out, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "interleaved") {
+		t.Errorf("the table does not say the policies were interleaved:\n%s", out.String())
+	}
+}
+
 func TestTable(t *testing.T) {
 	var out bytes.Buffer
 	if err := run(args("-programs", "mixed,mlp", "-policies", "DeviceSide,Unified"), &out, &bytes.Buffer{}); err != nil {
@@ -151,6 +183,7 @@ func TestBadFlags(t *testing.T) {
 		{"-emu-delay", "-1ms"},
 		{"-emu-delay", "soon"},
 		{"-plot", "chart.jpg"},
+		{"-cpuprofile-hz", "0"},
 		{"-no-such-flag"},
 		{"stray"},
 	} {
