@@ -5,7 +5,8 @@
 //
 // It knows only abstract timelines (in-order queues or streams whose ops
 // carry increasing tickets) and fences (a point on a timeline). It never
-// imports hsa or hip: the HSA and HIP timelines live in queue/ and stream/.
+// imports hsa, hip or cuda: the HSA queue timeline lives in queue/, the HIP
+// and CUDA stream timeline in stream/.
 //
 // Each array carries a State: one writer fence and at most one reader fence
 // per timeline, in the spirit of MXNet's SyncObject and XLA's definition and

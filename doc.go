@@ -1,0 +1,26 @@
+// Package rocsync runs Go programs' GPU work through two runtimes at once
+// and keeps it correctly ordered with as few host waits as possible.
+//
+// On AMD GPUs, rocsync's own elementwise kernels are dispatched as AQL
+// packets on HSA queues and library calls (rocBLAS gemm) run on HIP
+// streams; on NVIDIA GPUs the same roles are a kernel stream and a cuBLAS
+// stream. Every Array carries a sync state (the fence of its last writer and
+// of its newest reader per queue), and before each op the sync core decides
+// what the op must wait for: nothing on its own queue or for work already
+// done, a device-side wait across queues of one runtime, and a host wait
+// only where the device cannot wait (the HSA↔HIP boundary) and when the host
+// reads data back. The Policy chooses how crossings are handled, so the
+// designs can be compared on the same work.
+//
+// Without an AMD GPU, Open's Auto backend uses the embedded emulated AMD
+// device, which runs the same code above the hsa, hip and rocblas
+// interfaces and can check every access for unordered conflicts.
+//
+//	dev, _ := rocsync.Open(rocsync.Options{})
+//	defer dev.Close()
+//	t := dev.DefaultTask()
+//	x, _ := dev.FromFloat32(2, 2, []float32{1, 2, 3, 4})
+//	y, _ := t.Mul(x, x)                  // a kernel on the task's HSA queue
+//	z, _ := t.MatMul(y, x, false, false) // rocBLAS on its HIP stream
+//	vals, _ := z.Float32s()              // waits for z's writer only
+package rocsync
