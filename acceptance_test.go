@@ -74,7 +74,7 @@ func busy(t *testing.T, d *Device, tk *Task) {
 	}
 	if d.Emulated() {
 		release := d.machine.Hold()
-		go func() { time.Sleep(20 * time.Millisecond); release() }()
+		go func() { time.Sleep(50 * time.Millisecond); release() }()
 		return
 	}
 	scratch, err := d.Empty(4096, 4096, Float32)
