@@ -2,6 +2,7 @@ package rocsync
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -522,6 +523,23 @@ func TestBadInput(t *testing.T) {
 		{"mixed devices", ErrDeviceMismatch, func() error { _, err := tk.Add(a, onOther); return err }},
 		{"bad slice", ErrShape, func() error { _, err := d.FromFloat32(2, 3, []float32{1}); return err }},
 		{"wrong read dtype", ErrDType, func() error { return a.CopyToFloat64(make([]float64, 4)) }},
+		{"negative shape", ErrShape, func() error { _, err := d.Empty(-1, 4, Float32); return err }},
+		{"overflowing shape", ErrShape, func() error { _, err := d.Empty(1<<40, 1<<40, Float32); return err }},
+		{"nil second operand", ErrNilArray, func() error { return tk.AXPYInto(a, 2, a, nil) }},
+		{"closed task", ErrClosed, func() error {
+			t2, err := d.NewTask()
+			if err != nil {
+				return err
+			}
+			if err := t2.Close(); err != nil {
+				return err
+			}
+			if err := t2.Close(); !errors.Is(err, ErrClosed) {
+				return fmt.Errorf("second Close: %v", err)
+			}
+			_, err = t2.Neg(a)
+			return err
+		}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -48,6 +48,9 @@ func (a *Array) String() string {
 	return fmt.Sprintf("Array(%dx%d %s on gpu%d)", a.rows, a.cols, a.dtype, a.dev.index)
 }
 
+// maxElements bounds an array's length so that byte sizes cannot overflow.
+const maxElements = 1 << 48
+
 // Empty allocates an uninitialised array.
 func (d *Device) Empty(rows, cols int, dt DType) (*Array, error) {
 	if err := d.enter("Empty"); err != nil {
@@ -60,6 +63,9 @@ func (d *Device) Empty(rows, cols int, dt DType) (*Array, error) {
 func (d *Device) alloc(op string, rows, cols int, dt DType) (*Array, error) {
 	if rows <= 0 || cols <= 0 {
 		return nil, newErr(op, ErrShape, "%dx%d: dimensions must be positive", rows, cols)
+	}
+	if rows > maxElements/cols {
+		return nil, newErr(op, ErrShape, "%dx%d: more than %d elements", rows, cols, maxElements)
 	}
 	if dt != Float32 && dt != Float64 {
 		return nil, newErr(op, ErrDType, "unsupported dtype %v", dt)

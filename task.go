@@ -2,6 +2,8 @@ package rocsync
 
 import (
 	"errors"
+	"math"
+	"sync/atomic"
 
 	"github.com/rocsync/rocsync/driver"
 	"github.com/rocsync/rocsync/kernels"
@@ -13,11 +15,12 @@ import (
 // stream. Ops submitted through a task run in order; a Task must not be
 // used by two goroutines at once (give each goroutine its own).
 type Task struct {
-	dev   *Device
-	drv   driver.Task
-	stats syncstate.Stats
-	sinks syncstate.Sinks
-	err   error // set when the default task could not be made
+	dev    *Device
+	drv    driver.Task
+	stats  syncstate.Stats
+	sinks  syncstate.Sinks
+	err    error // set when the default task could not be made
+	closed atomic.Bool
 }
 
 // Stats returns the task's counters.
@@ -82,6 +85,9 @@ func (t *Task) Close() error {
 	if t == d.defaultTask {
 		return nil
 	}
+	if t.closed.Swap(true) {
+		return newErr("Close", ErrClosed, "task already closed")
+	}
 	err := t.drain()
 	d.mu.Lock()
 	for i, x := range d.tasks {
@@ -101,6 +107,9 @@ func (t *Task) check(op string, arrays ...*Array) error {
 	}
 	if t.err != nil {
 		return &Error{Op: op, Kind: ErrUnavailable, Detail: "default task", Err: t.err}
+	}
+	if t.closed.Load() {
+		return newErr(op, ErrClosed, "task is closed")
 	}
 	for _, a := range arrays {
 		if a == nil {
@@ -241,6 +250,9 @@ func (t *Task) Gemm(transA, transB bool, alpha float64, a, b *Array, beta float6
 	}
 	if k != kb || c.rows != m || c.cols != n {
 		return newErr(name, ErrShape, "op(a) is %dx%d, op(b) is %dx%d, c is %dx%d", m, k, kb, n, c.rows, c.cols)
+	}
+	if max(m, n, k) > math.MaxInt32 {
+		return newErr(name, ErrShape, "dimensions %dx%dx%d exceed BLAS's 32-bit sizes", m, n, k)
 	}
 	buf := [3]*Array{a, b, c}
 	reads := buf[:2]
