@@ -523,6 +523,7 @@ func TestBadInput(t *testing.T) {
 		{"mixed devices", ErrDeviceMismatch, func() error { _, err := tk.Add(a, onOther); return err }},
 		{"bad slice", ErrShape, func() error { _, err := d.FromFloat32(2, 3, []float32{1}); return err }},
 		{"wrong read dtype", ErrDType, func() error { return a.CopyToFloat64(make([]float64, 4)) }},
+		{"gemm output aliases an input", ErrInvalid, func() error { return tk.MatMulInto(a, a, a, false, false) }},
 		{"negative shape", ErrShape, func() error { _, err := d.Empty(-1, 4, Float32); return err }},
 		{"overflowing shape", ErrShape, func() error { _, err := d.Empty(1<<40, 1<<40, Float32); return err }},
 		{"nil second operand", ErrNilArray, func() error { return tk.AXPYInto(a, 2, a, nil) }},

@@ -248,6 +248,10 @@ func (t *Task) Gemm(transA, transB bool, alpha float64, a, b *Array, beta float6
 	if a.dtype != b.dtype || a.dtype != c.dtype {
 		return newErr(name, ErrDType, "%v, %v, %v", a, b, c)
 	}
+	if c == a || c == b {
+		// BLAS overwrites C while it still reads A and B.
+		return newErr(name, ErrInvalid, "the output must not be one of the inputs")
+	}
 	if k != kb || c.rows != m || c.cols != n {
 		return newErr(name, ErrShape, "op(a) is %dx%d, op(b) is %dx%d, c is %dx%d", m, k, kb, n, c.rows, c.cols)
 	}
