@@ -701,3 +701,59 @@ func requireULP(t *testing.T, want, got, ulps float64, i int) {
 		t.Fatalf("element %d: want %v, got %v", i, want, got)
 	}
 }
+
+// MatMul's row-major to column-major mapping, for every transpose pair and
+// non-square shapes, in both dtypes.
+func TestMatMulTransposes(t *testing.T) {
+	d := openStrict(t, DeviceSide)
+	tk := d.DefaultTask()
+	const m, k, n = 3, 5, 4
+	r := rand.New(rand.NewPCG(11, 11))
+	A := make([]float64, m*k) // op(A) is m×k
+	B := make([]float64, k*n) // op(B) is k×n
+	for i := range A {
+		A[i] = float64(r.IntN(7) - 3)
+	}
+	for i := range B {
+		B[i] = float64(r.IntN(7) - 3)
+	}
+	want := make([]float64, m*n)
+	for i := 0; i < m; i++ {
+		for j := 0; j < n; j++ {
+			for l := 0; l < k; l++ {
+				want[i*n+j] += A[i*k+l] * B[l*n+j]
+			}
+		}
+	}
+	transpose := func(x []float64, rows, cols int) []float64 {
+		out := make([]float64, len(x))
+		for i := 0; i < rows; i++ {
+			for j := 0; j < cols; j++ {
+				out[j*rows+i] = x[i*cols+j]
+			}
+		}
+		return out
+	}
+	for _, ta := range []bool{false, true} {
+		for _, tb := range []bool{false, true} {
+			a, ar, ac := A, m, k
+			if ta {
+				a, ar, ac = transpose(A, m, k), k, m
+			}
+			b, br, bc := B, k, n
+			if tb {
+				b, br, bc = transpose(B, k, n), n, k
+			}
+			x, err := d.FromFloat64(ar, ac, a)
+			require.NoError(t, err)
+			y, err := d.FromFloat64(br, bc, b)
+			require.NoError(t, err)
+			c, err := tk.MatMul(x, y, ta, tb)
+			require.NoError(t, err)
+			require.Equal(t, [2]int{m, n}, [2]int{c.Rows(), c.Cols()})
+			got, err := c.Float64s()
+			require.NoError(t, err)
+			require.Equal(t, want, got, "transA=%v transB=%v", ta, tb)
+		}
+	}
+}
