@@ -757,3 +757,27 @@ func TestMatMulTransposes(t *testing.T) {
 		}
 	}
 }
+
+// Reading back waits for the array's writer only: a pending reader of x
+// does not hold up x's read-back, while y's read-back waits for y's writer.
+func TestReadBackWaitsForWriterOnly(t *testing.T) {
+	d := openStrict(t, DeviceSide)
+	emulatorOnly(t, d, "it holds the emulated device")
+	tk := d.DefaultTask()
+	host := []float32{1, 2, 3, 4}
+	x, err := d.FromFloat32(2, 2, host)
+	require.NoError(t, err)
+	release := d.machine.Hold()
+	y, err := tk.Mul(x, x) // a pending reader of x, the pending writer of y
+	require.NoError(t, err)
+	before := d.Stats()
+	got, err := x.Float32s() // would block until release if it waited for the reader
+	require.NoError(t, err)
+	require.Equal(t, host, got)
+	require.Zero(t, d.Stats().Sub(before).HostWaitsTotal())
+	go func() { time.Sleep(10 * time.Millisecond); release() }()
+	gy, err := y.Float32s()
+	require.NoError(t, err)
+	require.Equal(t, []float32{1, 4, 9, 16}, gy)
+	require.EqualValues(t, 1, d.Stats().Sub(before).HostWaitsFor(ReasonReadBack))
+}
