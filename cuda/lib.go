@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 	"github.com/rocsync/rocsync/internal/cmem"
+	"github.com/rocsync/rocsync/internal/errcache"
 	"os"
 	"runtime"
 	"sync"
@@ -113,8 +114,7 @@ type Lib struct {
 	handle uintptr
 	sym    [numSyms]uintptr
 
-	errMu sync.RWMutex
-	errs  map[uint64]*Error // one immutable *Error per (function, code)
+	errs errcache.Cache[Error] // one immutable *Error per (function, code)
 
 	modMu   sync.Mutex
 	modules map[Module]unsafe.Pointer // the C copy of each module's image
@@ -147,7 +147,7 @@ func Open() (*Lib, error) {
 	if err := cmem.Libc(); err != nil {
 		return nil, err
 	}
-	l := &Lib{path: lib.Path, handle: lib.Handle, errs: make(map[uint64]*Error), modules: make(map[Module]unsafe.Pointer)}
+	l := &Lib{path: lib.Path, handle: lib.Handle, modules: make(map[Module]unsafe.Pointer)}
 	copy(l.sym[:], addrs)
 	return l, nil
 }
@@ -170,22 +170,9 @@ func (l *Lib) check(fn int, r uintptr) error {
 // CUDA_ERROR_NOT_READY) do not allocate; callers must treat them as
 // read-only.
 func (l *Lib) errorFor(fn int, code Result) *Error {
-	key := uint64(fn)<<32 | uint64(code)
-	l.errMu.RLock()
-	e := l.errs[key]
-	l.errMu.RUnlock()
-	if e != nil {
-		return e
-	}
-	e = &Error{Func: BoundSymbols[fn], Code: code, Name: l.ErrorName(code), Text: l.ErrorString(code)}
-	l.errMu.Lock()
-	if old := l.errs[key]; old != nil {
-		e = old
-	} else {
-		l.errs[key] = e
-	}
-	l.errMu.Unlock()
-	return e
+	return l.errs.Get(fn, uint32(code), func() *Error {
+		return &Error{Func: BoundSymbols[fn], Code: code, Name: l.ErrorName(code), Text: l.ErrorString(code)}
+	})
 }
 
 // ErrorName is cuGetErrorName ("" for an unknown code).

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"github.com/rocsync/rocsync/internal/cmem"
+	"github.com/rocsync/rocsync/internal/errcache"
 	"maps"
 	"path/filepath"
 	"runtime"
@@ -133,9 +134,9 @@ type Lib struct {
 	scratch *cmem.Pool
 	launch  *cmem.Pool
 
-	errMu    sync.RWMutex
-	errs     map[uint64]*Error // one immutable *Error per (function, code)
-	noDevErr error
+	errs      errcache.Cache[Error] // one immutable *Error per (function, code)
+	noDevOnce sync.Once
+	noDevErr  error // DeviceCount's no-device error, made once
 
 	mu      sync.Mutex // serialises changes to modules and idx
 	modules map[Module]*module
@@ -186,7 +187,6 @@ func Open() (*Lib, error) {
 		path:    lib.Path,
 		major:   major,
 		handle:  lib.Handle,
-		errs:    make(map[uint64]*Error),
 		modules: make(map[Module]*module),
 	}
 	l.idx.Store(&devIndex{streams: map[Stream]int{}, funcs: map[Function]int{}})
@@ -237,22 +237,9 @@ func (l *Lib) check(fn int, r uintptr) error {
 // the polling paths (StreamQuery, EventQuery returning hipErrorNotReady) do
 // not allocate; callers must treat them as read-only.
 func (l *Lib) errorFor(fn int, code ErrorCode) *Error {
-	key := uint64(fn)<<32 | uint64(code)
-	l.errMu.RLock()
-	e := l.errs[key]
-	l.errMu.RUnlock()
-	if e != nil {
-		return e
-	}
-	e = &Error{Func: BoundSymbols[fn], Code: code, Name: l.ErrorName(code), Text: l.ErrorString(code)}
-	l.errMu.Lock()
-	if old := l.errs[key]; old != nil {
-		e = old
-	} else {
-		l.errs[key] = e
-	}
-	l.errMu.Unlock()
-	return e
+	return l.errs.Get(fn, uint32(code), func() *Error {
+		return &Error{Func: BoundSymbols[fn], Code: code, Name: l.ErrorName(code), Text: l.ErrorString(code)}
+	})
 }
 
 // simple calls fn, whose arguments are integers or C addresses, and checks
@@ -344,12 +331,8 @@ func (l *Lib) DeviceCount() (int, error) {
 	v, err := l.outCall(noDeviceArg, symGetDeviceCount)
 	if err != nil {
 		if e, ok := err.(*Error); ok && e.Code == ErrorNoDevice {
-			l.errMu.Lock()
-			if l.noDevErr == nil {
-				l.noDevErr = noDevice(e)
-			}
+			l.noDevOnce.Do(func() { l.noDevErr = noDevice(e) })
 			err = l.noDevErr
-			l.errMu.Unlock()
 		}
 		return 0, err
 	}
