@@ -25,12 +25,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/rocsync/rocsync/bench/internal/measure"
 	"io"
-	"math"
 	"os"
 	"runtime"
 	"runtime/pprof"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -400,7 +399,7 @@ func newPolicyRun(cfg config, prog program, pol rocsync.Policy) (*policyRun, err
 		Iterations: cfg.iters, Warmup: cfg.warmup, Crossings: cc.Crossings, CrossDomainOps: cc.CrossDomainOps,
 		Interleaved: cfg.interleave}
 	if d.Emulated() {
-		r.EmuMaxDelayUS = micros(cfg.emuDelay)
+		r.EmuMaxDelayUS = measure.Micros(cfg.emuDelay)
 	}
 	return &policyRun{cfg: cfg, pol: pol, d: d, t: t, st: st, r: r,
 		dispatch: make([]float64, 0, cfg.iters), totals: make([]float64, 0, cfg.iters)}, nil
@@ -426,7 +425,7 @@ func (p *policyRun) step(i int) error {
 		if err != nil {
 			return err
 		}
-		p.r.Checksum = checksum(vals)
+		p.r.Checksum = measure.Checksum(vals)
 	}
 	for _, a := range temps {
 		if err := a.Free(); err != nil {
@@ -436,8 +435,8 @@ func (p *policyRun) step(i int) error {
 	if i < cfg.warmup {
 		return nil
 	}
-	p.dispatch = append(p.dispatch, micros(t1.Sub(t0)))
-	p.totals = append(p.totals, micros(t2.Sub(t0)))
+	p.dispatch = append(p.dispatch, measure.Micros(t1.Sub(t0)))
+	p.totals = append(p.totals, measure.Micros(t2.Sub(t0)))
 	p.waits += mid.HostWaitsTotal()
 	p.boundary += mid.HostWaitsFor(rocsync.ReasonBoundary)
 	p.device += mid.DeviceWaits
@@ -446,8 +445,8 @@ func (p *policyRun) step(i int) error {
 
 func (p *policyRun) finish() result {
 	r := p.r
-	r.DispatchMedianUS, r.DispatchP90US = quantile(p.dispatch, 0.5), quantile(p.dispatch, 0.9)
-	r.TotalMedianUS, r.TotalP90US = quantile(p.totals, 0.5), quantile(p.totals, 0.9)
+	r.DispatchMedianUS, r.DispatchP90US = measure.Quantile(p.dispatch, 0.5), measure.Quantile(p.dispatch, 0.9)
+	r.TotalMedianUS, r.TotalP90US = measure.Quantile(p.totals, 0.5), measure.Quantile(p.totals, 0.9)
 	it := float64(p.cfg.iters)
 	r.HostWaitsPerIter, r.BoundaryPerIter, r.DeviceWaitsIter = float64(p.waits)/it, float64(p.boundary)/it, float64(p.device)/it
 	return r
@@ -461,24 +460,6 @@ func (p *policyRun) close() error {
 	err := p.d.Close()
 	p.d = nil
 	return err
-}
-
-func micros(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
-
-func quantile(xs []float64, q float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[int(math.Round(q*float64(len(s)-1)))]
-}
-
-// checksum sums the values in a fixed order, so equal results give equal
-// checksums bit for bit.
-func checksum(v []float32) float64 {
-	var s float64
-	for i, x := range v {
-		s += float64(x) * float64(i%7+1)
-	}
-	return s
 }
 
 func fillRatios(rs []result) {

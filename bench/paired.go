@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/rocsync/rocsync/bench/internal/measure"
 	"io"
 	"os"
 	"runtime"
@@ -214,7 +215,7 @@ func (r *rocSide) iterate(readBack bool) (dispatch, total time.Duration, sum flo
 		if err != nil {
 			return 0, 0, 0, errors.Join(err, freeAll(temps))
 		}
-		sum = checksum(vals)
+		sum = measure.Checksum(vals)
 	}
 	return t1.Sub(t0), t2.Sub(t0), sum, freeAll(temps)
 }
@@ -355,8 +356,8 @@ func runPair(cfg config, g *raw.GPU, p pair) (r pairResult, err error) {
 		if err != nil {
 			return r, err
 		}
-		rawD, rawT = append(rawD, micros(rd)), append(rawT, micros(rt))
-		rocD, rocT = append(rocD, micros(od)), append(rocT, micros(ot))
+		rawD, rawT = append(rawD, measure.Micros(rd)), append(rawT, measure.Micros(rt))
+		rocD, rocT = append(rocD, measure.Micros(od)), append(rocT, measure.Micros(ot))
 	}
 	runtime.ReadMemStats(&m1)
 	st1 := d.Stats().Sub(s0)
@@ -402,11 +403,11 @@ func runPair(cfg config, g *raw.GPU, p pair) (r pairResult, err error) {
 // fillPairStats computes the quantiles and ratios from the per-iteration
 // times (µs); rawT[i] and rocT[i] ran one after the other.
 func fillPairStats(r *pairResult, rawD, rawT, rocD, rocT []float64) {
-	r.RawDispatchMedianUS, r.RawDispatchP90US = quantile(rawD, 0.5), quantile(rawD, 0.9)
-	r.RawTotalMedianUS, r.RawTotalP90US, r.RawTotalP99US = quantile(rawT, 0.5), quantile(rawT, 0.9), quantile(rawT, 0.99)
+	r.RawDispatchMedianUS, r.RawDispatchP90US = measure.Quantile(rawD, 0.5), measure.Quantile(rawD, 0.9)
+	r.RawTotalMedianUS, r.RawTotalP90US, r.RawTotalP99US = measure.Quantile(rawT, 0.5), measure.Quantile(rawT, 0.9), measure.Quantile(rawT, 0.99)
 	r.RawTotalMinUS = slices.Min(rawT)
-	r.RocDispatchMedianUS, r.RocDispatchP90US = quantile(rocD, 0.5), quantile(rocD, 0.9)
-	r.RocTotalMedianUS, r.RocTotalP90US, r.RocTotalP99US = quantile(rocT, 0.5), quantile(rocT, 0.9), quantile(rocT, 0.99)
+	r.RocDispatchMedianUS, r.RocDispatchP90US = measure.Quantile(rocD, 0.5), measure.Quantile(rocD, 0.9)
+	r.RocTotalMedianUS, r.RocTotalP90US, r.RocTotalP99US = measure.Quantile(rocT, 0.5), measure.Quantile(rocT, 0.9), measure.Quantile(rocT, 0.99)
 	r.RocTotalMinUS = slices.Min(rocT)
 	r.TotalRatio = r.RocTotalMedianUS / r.RawTotalMedianUS
 	r.DispatchRatio = r.RocDispatchMedianUS / r.RawDispatchMedianUS
@@ -416,7 +417,7 @@ func fillPairStats(r *pairResult, rawD, rawT, rocD, rocT []float64) {
 		ratios[i] = rocT[i] / rawT[i]
 		diffs[i] = rocT[i] - rawT[i]
 	}
-	r.PairRatioMedian, r.DiffMedianUS = quantile(ratios, 0.5), quantile(diffs, 0.5)
+	r.PairRatioMedian, r.DiffMedianUS = measure.Quantile(ratios, 0.5), measure.Quantile(diffs, 0.5)
 	r.RawP90OverMedian = r.RawTotalP90US / r.RawTotalMedianUS
 	r.RocP90OverMedian = r.RocTotalP90US / r.RocTotalMedianUS
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"github.com/rocsync/rocsync/bench/internal/measure"
 	"os"
 	"path/filepath"
 	"slices"
@@ -209,11 +210,11 @@ func TestPairedOnFakeCUDA(t *testing.T) {
 // raw's inputs and checksum are bench's, so their checksums compare.
 func TestRawInputsAreBenchs(t *testing.T) {
 	for _, n := range []int{1, 8, 33} {
-		a, b := inputMatrix(n, 5), raw.InputMatrix(n, 5)
+		a, b := measure.InputMatrix(n, 5), measure.InputMatrix(n, 5)
 		if !slices.Equal(a, b) {
 			t.Fatalf("n=%d: inputs differ", n)
 		}
-		if checksum(a) != raw.Checksum(b) {
+		if measure.Checksum(a) != measure.Checksum(b) {
 			t.Fatalf("n=%d: checksums differ", n)
 		}
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/rocsync/rocsync/bench/internal/measure"
 
 	"github.com/rocsync/rocsync"
 )
@@ -66,7 +67,7 @@ type seedState struct {
 
 func setupSeed(f func(t *rocsync.Task, x, a *rocsync.Array) (*rocsync.Array, error), reps int) func(*rocsync.Device, *rocsync.Task, config) (state, error) {
 	return func(d *rocsync.Device, _ *rocsync.Task, cfg config) (state, error) {
-		x, err := d.FromFloat32(cfg.n, cfg.n, inputMatrix(cfg.n, cfg.seed))
+		x, err := d.FromFloat32(cfg.n, cfg.n, measure.InputMatrix(cfg.n, cfg.seed))
 		if err != nil {
 			return nil, err
 		}
@@ -98,7 +99,7 @@ type mixedState struct {
 }
 
 func setupMixed(d *rocsync.Device, _ *rocsync.Task, cfg config) (state, error) {
-	x, err := d.FromFloat32(cfg.n, cfg.n, inputMatrix(cfg.n, cfg.seed))
+	x, err := d.FromFloat32(cfg.n, cfg.n, measure.InputMatrix(cfg.n, cfg.seed))
 	if err != nil {
 		return nil, err
 	}
@@ -123,15 +124,3 @@ func (s *mixedState) run(t *rocsync.Task) (*rocsync.Array, []*rocsync.Array, err
 }
 
 func (s *mixedState) free() { _ = s.x.Free() }
-
-// inputMatrix is deterministic and scaled so that three chained products
-// stay well inside float32's range.
-func inputMatrix(n int, seed uint64) []float32 {
-	out := make([]float32, n*n)
-	x := seed*2862933555777941757 + 3037000493
-	for i := range out {
-		x = x*2862933555777941757 + 3037000493
-		out[i] = (float32(x>>40)/float32(1<<24) - 0.5) / float32(n)
-	}
-	return out
-}

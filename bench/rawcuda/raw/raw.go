@@ -26,6 +26,7 @@ package raw
 import (
 	"errors"
 	"fmt"
+	"github.com/rocsync/rocsync/bench/internal/measure"
 	"io"
 	"math"
 	"runtime"
@@ -388,7 +389,7 @@ func (g *GPU) Prepare(name string, n, repeat int, seed uint64) (p *Program, err 
 	if p.ev, err = lib.EventCreate(cuda.EventDisableTiming); err != nil {
 		return p, err
 	}
-	host := InputMatrix(n, seed)
+	host := measure.InputMatrix(n, seed)
 	p.bufs = make([]cuda.DevicePtr, 0, 1+2*max(repeat, 3))
 	for range cap(p.bufs) {
 		b, err := lib.MemAlloc(uint64(4 * nn))
@@ -513,7 +514,7 @@ func (p *Program) Verify() (checksum, maxRelErr float64, err error) {
 	if err := p.g.lib.MemcpyDtoH(unsafe.Pointer(&got[0]), p.result, uint64(4*nn)); err != nil {
 		return 0, 0, err
 	}
-	checksum = Checksum(got)
+	checksum = measure.Checksum(got)
 	want := p.ref()
 	scale := 0.0
 	for _, v := range want {
@@ -568,52 +569,21 @@ func (g *GPU) runProgram(cfg Config, name string) (Result, error) {
 			return r, errors.Join(err, p.Close())
 		}
 		if i >= cfg.Warmup {
-			dispatch = append(dispatch, Micros(d))
-			totals = append(totals, Micros(t))
+			dispatch = append(dispatch, measure.Micros(d))
+			totals = append(totals, measure.Micros(t))
 		}
 	}
 	runtime.ReadMemStats(&after)
 	r.MallocsPerIter = float64(after.Mallocs-before.Mallocs) / float64(cfg.Iters)
 	r.GCs = after.NumGC - before.NumGC
-	r.DispatchMedianUS, r.DispatchP90US = Quantile(dispatch, 0.5), Quantile(dispatch, 0.9)
-	r.TotalMedianUS, r.TotalP90US = Quantile(totals, 0.5), Quantile(totals, 0.9)
+	r.DispatchMedianUS, r.DispatchP90US = measure.Quantile(dispatch, 0.5), measure.Quantile(dispatch, 0.9)
+	r.TotalMedianUS, r.TotalP90US = measure.Quantile(totals, 0.5), measure.Quantile(totals, 0.9)
 	r.TotalMinUS = slices.Min(totals)
 	for _, v := range totals {
 		r.TotalMeanUS += v / float64(len(totals))
 	}
 	r.Checksum, r.MaxRelErr, err = p.Verify()
 	return r, errors.Join(err, p.Close())
-}
-
-// Micros is d in microseconds.
-func Micros(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
-
-// Quantile is the q-quantile of xs (nearest rank, xs not modified).
-func Quantile(xs []float64, q float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[int(math.Round(q*float64(len(s)-1)))]
-}
-
-// Checksum is bench's: the values summed with fixed weights, in a fixed
-// order, so equal results give equal checksums bit for bit.
-func Checksum(v []float32) float64 {
-	var s float64
-	for i, x := range v {
-		s += float64(x) * float64(i%7+1)
-	}
-	return s
-}
-
-// InputMatrix is bench's input, so the checksums compare.
-func InputMatrix(n int, seed uint64) []float32 {
-	out := make([]float32, n*n)
-	x := seed*2862933555777941757 + 3037000493
-	for i := range out {
-		x = x*2862933555777941757 + 3037000493
-		out[i] = (float32(x>>40)/float32(1<<24) - 0.5) / float32(n)
-	}
-	return out
 }
 
 func widen(x []float32) []float64 {
