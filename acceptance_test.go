@@ -3,6 +3,7 @@ package rocsync
 import (
 	"errors"
 	"fmt"
+	"github.com/rocsync/rocsync/internal/reference"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -95,35 +96,6 @@ func randMatrix(seed uint64, n int) []float32 {
 	return out
 }
 
-func refMatMul(a, b []float64, n int) []float64 {
-	c := make([]float64, n*n)
-	for i := 0; i < n; i++ {
-		for k := 0; k < n; k++ {
-			av := a[i*n+k]
-			for j := 0; j < n; j++ {
-				c[i*n+j] += av * b[k*n+j]
-			}
-		}
-	}
-	return c
-}
-
-func refMul(a, b []float64) []float64 {
-	c := make([]float64, len(a))
-	for i := range a {
-		c[i] = a[i] * b[i]
-	}
-	return c
-}
-
-func widen(x []float32) []float64 {
-	out := make([]float64, len(x))
-	for i, v := range x {
-		out[i] = float64(v)
-	}
-	return out
-}
-
 func requireClose(t *testing.T, want []float64, got []float32, rel float64) {
 	t.Helper()
 	require.Equal(t, len(want), len(got))
@@ -165,7 +137,7 @@ var seedPrograms = []seedProgram{
 			return t3
 		},
 		ref: func(x []float64) []float64 {
-			return refMatMul(x, refMatMul(x, refMatMul(x, x, n128), n128), n128)
+			return reference.MatMul(x, reference.MatMul(x, reference.MatMul(x, x, n128), n128), n128)
 		},
 		waits:    map[Policy]uint64{WaitAlways: 3, SkipSameQueue: 0, DeviceSide: 0, Unified: 0, DeviceBridge: 0},
 		boundary: 0,
@@ -183,7 +155,7 @@ var seedPrograms = []seedProgram{
 			require.NoError(t, t2.Free())
 			return t3
 		},
-		ref:      func(x []float64) []float64 { return refMul(x, refMul(x, refMul(x, x))) },
+		ref:      func(x []float64) []float64 { return reference.Mul(x, reference.Mul(x, reference.Mul(x, x))) },
 		waits:    map[Policy]uint64{WaitAlways: 3, SkipSameQueue: 0, DeviceSide: 0, Unified: 0, DeviceBridge: 0},
 		boundary: 0,
 	},
@@ -197,7 +169,7 @@ var seedPrograms = []seedProgram{
 			require.NoError(t, t1.Free())
 			return t2
 		},
-		ref:      func(x []float64) []float64 { return refMatMul(refMul(x, x), x, n128) },
+		ref:      func(x []float64) []float64 { return reference.MatMul(reference.Mul(x, x), x, n128) },
 		waits:    map[Policy]uint64{WaitAlways: 2, SkipSameQueue: 1, DeviceSide: 1, Unified: 0, DeviceBridge: 0},
 		boundary: 1,
 	},
@@ -229,7 +201,7 @@ func TestSeedPrograms(t *testing.T) {
 				require.NoError(t, tk.Synchronize())
 				got, err := out.Float32s()
 				require.NoError(t, err)
-				requireClose(t, prog.ref(widen(host)), got, 1e-4)
+				requireClose(t, prog.ref(reference.Widen(host)), got, 1e-4)
 				require.NoError(t, out.Free())
 				require.NoError(t, x.Free())
 			})
@@ -265,7 +237,7 @@ func TestWriteAfterRead(t *testing.T) {
 			}
 			got, err := y.Float32s()
 			require.NoError(t, err)
-			requireClose(t, refMul(widen(host), widen(host)), got, 1e-6)
+			requireClose(t, reference.Mul(reference.Widen(host), reference.Widen(host)), got, 1e-6)
 			xs, err := x.Float32s()
 			require.NoError(t, err)
 			for _, v := range xs {
@@ -349,7 +321,7 @@ func TestTwoTasksSharingArrays(t *testing.T) {
 			case WaitAlways:
 				require.EqualValues(t, rounds, st.HostWaitsFor(ReasonWaitAlways), "%v", st)
 			}
-			want := widen(host)
+			want := reference.Widen(host)
 			for i := range want {
 				want[i] = want[i]*want[i] + want[i]
 			}
@@ -429,8 +401,8 @@ func TestDeviceBridgeBothWays(t *testing.T) {
 	}
 	got, err := w.Float32s()
 	require.NoError(t, err)
-	hx := widen(host)
-	requireClose(t, refMatMul(refMul(refMatMul(hx, hx, n128), hx), hx, n128), got, 1e-4)
+	hx := reference.Widen(host)
+	requireClose(t, reference.MatMul(reference.Mul(reference.MatMul(hx, hx, n128), hx), hx, n128), got, 1e-4)
 }
 
 // Free with work pending returns at once, and the memory is released only
@@ -578,7 +550,7 @@ func TestUnifiedHasNoBoundary(t *testing.T) {
 			require.NoError(t, tk.Synchronize())
 			got, err := out.Float32s()
 			require.NoError(t, err)
-			requireClose(t, prog.ref(widen(host)), got, 1e-4)
+			requireClose(t, prog.ref(reference.Widen(host)), got, 1e-4)
 		})
 	}
 }

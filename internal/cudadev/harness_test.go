@@ -259,35 +259,6 @@ func randVals(seed uint64, n int) []float32 {
 	return out
 }
 
-func widen(x []float32) []float64 {
-	out := make([]float64, len(x))
-	for i, v := range x {
-		out[i] = float64(v)
-	}
-	return out
-}
-
-func refMatMul(a, b []float64, n int) []float64 {
-	c := make([]float64, n*n)
-	for i := 0; i < n; i++ {
-		for k := 0; k < n; k++ {
-			av := a[i*n+k]
-			for j := 0; j < n; j++ {
-				c[i*n+j] += av * b[k*n+j]
-			}
-		}
-	}
-	return c
-}
-
-func refMul(a, b []float64) []float64 {
-	c := make([]float64, len(a))
-	for i := range a {
-		c[i] = a[i] * b[i]
-	}
-	return c
-}
-
 // closeTo reports the first element of got off want by more than rel of
 // want's largest magnitude, or -1.
 func closeTo(want []float64, got []float32, rel float64) int {

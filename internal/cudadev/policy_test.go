@@ -2,6 +2,7 @@ package cudadev
 
 import (
 	"fmt"
+	"github.com/rocsync/rocsync/internal/reference"
 	"testing"
 
 	"github.com/rocsync/rocsync/kernels"
@@ -37,7 +38,9 @@ var programs = []program{
 			tk.matmul(t3, x, t2)
 			return t3
 		},
-		ref:   func(x []float64) []float64 { return refMatMul(x, refMatMul(x, refMatMul(x, x, side), side), side) },
+		ref: func(x []float64) []float64 {
+			return reference.MatMul(x, reference.MatMul(x, reference.MatMul(x, x, side), side), side)
+		},
 		waits: [5]uint64{3, 0, 0, 0, 0},
 	},
 	{
@@ -50,7 +53,7 @@ var programs = []program{
 			tk.mul(t3, x, t2)
 			return t3
 		},
-		ref:   func(x []float64) []float64 { return refMul(x, refMul(x, refMul(x, x))) },
+		ref:   func(x []float64) []float64 { return reference.Mul(x, reference.Mul(x, reference.Mul(x, x))) },
 		waits: [5]uint64{3, 0, 0, 0, 0},
 	},
 	{
@@ -62,7 +65,7 @@ var programs = []program{
 			tk.matmul(t2, t1, x) // cuBLAS stream: the boundary
 			return t2
 		},
-		ref:    func(x []float64) []float64 { return refMatMul(refMul(x, x), x, side) },
+		ref:    func(x []float64) []float64 { return reference.MatMul(reference.Mul(x, x), x, side) },
 		waits:  [5]uint64{2, 1, 1, 0, 0},
 		reason: syncstate.ReasonBoundary,
 	},
@@ -76,7 +79,7 @@ var programs = []program{
 			b.mul(z, y, x)
 			return z
 		},
-		ref:    func(x []float64) []float64 { return refMul(refMul(x, x), x) },
+		ref:    func(x []float64) []float64 { return reference.Mul(reference.Mul(x, x), x) },
 		waits:  [5]uint64{2, 1, 0, 0, 0},
 		reason: syncstate.ReasonCrossQueue,
 	},
@@ -90,7 +93,7 @@ var programs = []program{
 			b.matmul(z, y, x)
 			return z
 		},
-		ref:    func(x []float64) []float64 { return refMatMul(refMatMul(x, x, side), x, side) },
+		ref:    func(x []float64) []float64 { return reference.MatMul(reference.MatMul(x, x, side), x, side) },
 		waits:  [5]uint64{2, 1, 0, 0, 0},
 		reason: syncstate.ReasonCrossQueue,
 	},
@@ -110,9 +113,9 @@ var programs = []program{
 			return w
 		},
 		ref: func(x []float64) []float64 {
-			x2 := refMatMul(x, x, side)
-			sum := refMul(x, x)
-			xx := refMatMul(x2, x2, side)
+			x2 := reference.MatMul(x, x, side)
+			sum := reference.Mul(x, x)
+			xx := reference.MatMul(x2, x2, side)
 			for i := range sum {
 				sum[i] += xx[i]
 			}
@@ -138,8 +141,8 @@ var programs = []program{
 			return out
 		},
 		ref: func(x []float64) []float64 {
-			x4 := refMul(refMul(x, x), refMul(x, x))
-			return refMatMul(x4, x4, side)
+			x4 := reference.Mul(reference.Mul(x, x), reference.Mul(x, x))
+			return reference.MatMul(x4, x4, side)
 		},
 		waits:  [5]uint64{3, 1, 1, 0, 0},
 		reason: syncstate.ReasonBoundary,
@@ -192,8 +195,8 @@ func TestPrograms(t *testing.T) {
 						}
 					}
 					got := h.read(out)
-					if i := closeTo(prog.ref(widen(host)), got, 1e-4); i >= 0 {
-						t.Fatalf("element %d: got %g, want %g", i, got[i], prog.ref(widen(host))[i])
+					if i := closeTo(prog.ref(reference.Widen(host)), got, 1e-4); i >= 0 {
+						t.Fatalf("element %d: got %g, want %g", i, got[i], prog.ref(reference.Widen(host))[i])
 					}
 					t.Logf("%v; events created %d", mid, h.d.EventsCreated())
 				})
@@ -218,7 +221,7 @@ func TestMissingWaitsAreCaught(t *testing.T) {
 			x := h.upload(host)
 			out := prog.run(h, x)
 			got := h.read(out)
-			if closeTo(prog.ref(widen(host)), got, 1e-4) < 0 {
+			if closeTo(prog.ref(reference.Widen(host)), got, 1e-4) < 0 {
 				t.Fatal("the result is right without the waits: the emulated device does not catch missing waits")
 			}
 		})

@@ -2,6 +2,7 @@ package cudadev
 
 import (
 	"errors"
+	"github.com/rocsync/rocsync/internal/reference"
 	"strings"
 	"sync"
 	"testing"
@@ -166,7 +167,7 @@ func TestCrossingsReuseOneEvent(t *testing.T) {
 	if h.d.EventsCreated() != 2 || h.emu.records != 99 || h.emu.queries > 1 {
 		t.Fatalf("99 crossings: %d events created, %d records, %d queries", h.d.EventsCreated(), h.emu.records, h.emu.queries)
 	}
-	if got, want := h.read(tmp[1]), refMatMul(refMul(widen(randVals(1, 64)), widen(randVals(1, 64))), widen(randVals(1, 64)), 8); closeTo(want, got, 1e-5) >= 0 {
+	if got, want := h.read(tmp[1]), reference.MatMul(reference.Mul(reference.Widen(randVals(1, 64)), reference.Widen(randVals(1, 64))), reference.Widen(randVals(1, 64)), 8); closeTo(want, got, 1e-5) >= 0 {
 		t.Fatal("wrong result")
 	}
 	// The kernel stream's event was re-recorded after its newest op, so
@@ -367,7 +368,7 @@ func TestConcurrentTasks(t *testing.T) {
 				const workers, rounds, n = 8, 10, 32
 				host := randVals(3, n*n)
 				x := h.upload(host)
-				want := refMatMul(refMul(widen(host), widen(host)), widen(host), n)
+				want := reference.MatMul(reference.Mul(reference.Widen(host), reference.Widen(host)), reference.Widen(host), n)
 				tasks := make([]*htask, workers)
 				outs := make([][2]*harr, workers)
 				for i := range tasks {

@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/rocsync/rocsync/bench/internal/measure"
+	"github.com/rocsync/rocsync/internal/reference"
 	"io"
 	"math"
 	"runtime"
@@ -409,7 +410,7 @@ func (g *GPU) Prepare(name string, n, repeat int, seed uint64) (p *Program, err 
 		return p, err
 	}
 
-	hx := widen(host)
+	hx := reference.Widen(host)
 	k, l := p.k, p.l
 	switch name {
 	case "matmul":
@@ -423,7 +424,7 @@ func (g *GPU) Prepare(name string, n, repeat int, seed uint64) (p *Program, err 
 			}
 			return g.matmul(bufs[3], x, bufs[2], n)
 		}
-		p.ref = func() []float64 { return refMatMul(hx, refMatMul(hx, refMatMul(hx, hx, n), n), n) }
+		p.ref = func() []float64 { return reference.MatMul(hx, reference.MatMul(hx, reference.MatMul(hx, hx, n), n), n) }
 	case "elementwise":
 		p.final, p.result = k, bufs[3]
 		p.body = func() error {
@@ -435,7 +436,7 @@ func (g *GPU) Prepare(name string, n, repeat int, seed uint64) (p *Program, err 
 			}
 			return g.launchMul(k, bufs[3], x, bufs[2], nn)
 		}
-		p.ref = func() []float64 { return refMul(hx, refMul(hx, refMul(hx, hx))) }
+		p.ref = func() []float64 { return reference.Mul(hx, reference.Mul(hx, reference.Mul(hx, hx))) }
 	default: // the mixed shapes
 		p.shape = fmt.Sprintf("%dx%d, repeat %d", n, n, repeat)
 		ks := k
@@ -475,7 +476,7 @@ func (g *GPU) Prepare(name string, n, repeat int, seed uint64) (p *Program, err 
 			}
 			return nil
 		}
-		p.ref = func() []float64 { return refMatMul(refMul(hx, hx), hx, n) }
+		p.ref = func() []float64 { return reference.MatMul(reference.Mul(hx, hx), hx, n) }
 	}
 	return p, nil
 }
@@ -584,33 +585,4 @@ func (g *GPU) runProgram(cfg Config, name string) (Result, error) {
 	}
 	r.Checksum, r.MaxRelErr, err = p.Verify()
 	return r, errors.Join(err, p.Close())
-}
-
-func widen(x []float32) []float64 {
-	out := make([]float64, len(x))
-	for i, v := range x {
-		out[i] = float64(v)
-	}
-	return out
-}
-
-func refMul(a, b []float64) []float64 {
-	c := make([]float64, len(a))
-	for i := range a {
-		c[i] = a[i] * b[i]
-	}
-	return c
-}
-
-func refMatMul(a, b []float64, n int) []float64 {
-	c := make([]float64, n*n)
-	for i := 0; i < n; i++ {
-		for k := 0; k < n; k++ {
-			av := a[i*n+k]
-			for j := 0; j < n; j++ {
-				c[i*n+j] += av * b[k*n+j]
-			}
-		}
-	}
-	return c
 }
