@@ -568,7 +568,7 @@ func TestEveryKernelMatchesReference(t *testing.T) {
 		a64[i] = r.Float64()*4 - 2
 		b64[i] = r.Float64()*4 + 0.5
 	}
-	a64[0], a64[1] = 0, -0.0
+	a64[0], a64[1] = 0, math.Copysign(0, -1) // +0 and -0: relu and relu_grad treat both as not positive
 	const alpha = 1.75
 	for _, dt := range kernels.AllDTypes() {
 		for _, op := range kernels.AllOps() {

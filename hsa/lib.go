@@ -15,9 +15,9 @@ package hsa
 //     ABI passes in a single integer register, so every argument fits a
 //     uintptr. This is why the binding is limited to 64-bit targets.
 //   - C writes to Go memory only through out-parameters whose address is
-//     converted inline in the SyscallN argument list; SyscallN is marked
-//     go:uintptrescapes, which keeps those objects alive and in place for
-//     the duration of the call.
+//     converted inline in the SyscallN argument list; SyscallN carries the
+//     uintptrescapes directive, which keeps those objects alive and in
+//     place for the duration of the call.
 
 import (
 	"bytes"

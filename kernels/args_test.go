@@ -30,7 +30,7 @@ func TestArgsRoundTrip(t *testing.T) {
 	cases := []Args{
 		{},
 		{Out: 0x7fff_0000_1000, A: 0x7fff_0000_2000, B: 0x7fff_0000_3000, Alpha: 2.5, N: 1 << 20},
-		{Out: math.MaxUint64, A: 1, B: 0, Alpha: -0.0, N: math.MaxUint64},
+		{Out: math.MaxUint64, A: 1, B: 0, Alpha: math.Copysign(0, -1), N: math.MaxUint64},
 		{Out: 8, Alpha: math.Inf(-1), N: 3},
 		{Alpha: 1e-300}, // f32: flushes to 0 through float32, exact in f64
 	}

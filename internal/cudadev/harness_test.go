@@ -92,12 +92,11 @@ type htask struct {
 }
 
 type harr struct {
-	ptr   driver.DevicePtr
-	st    *syncstate.State
-	n     int // elements (rows = cols = side for matrices)
-	side  int
-	dt    kernels.DType
-	freed bool
+	ptr  driver.DevicePtr
+	st   *syncstate.State
+	n    int // elements (rows = cols = side for matrices)
+	side int
+	dt   kernels.DType
 }
 
 func newHarness(t testing.TB, kind backendKind, p syncstate.Policy) *harness {
@@ -115,9 +114,7 @@ func (h *harness) close() {
 		errs = append(errs, tk.tk.Close())
 	}
 	for _, a := range h.arrays {
-		if !a.freed {
-			errs = append(errs, h.d.Free(a.ptr))
-		}
+		errs = append(errs, h.d.Free(a.ptr))
 	}
 	errs = append(errs, h.d.Close())
 	if err := errors.Join(errs...); err != nil {
@@ -233,21 +230,6 @@ func (h *harness) read(a *harr) []float32 {
 		h.t.Fatal(err)
 	}
 	return out
-}
-
-// free waits for everything pending on a, then frees it.
-func (h *harness) free(a *harr) {
-	var buf [32]syncstate.Fence
-	for _, f := range a.st.PendingFences(buf[:0]) {
-		syncstate.Sinks{h.stats}.HostWait(syncstate.ReasonFree)
-		if err := f.TL.WaitHost(f.Ticket); err != nil {
-			h.t.Fatal(err)
-		}
-	}
-	if err := h.d.Free(a.ptr); err != nil {
-		h.t.Fatal(err)
-	}
-	a.freed = true
 }
 
 func randVals(seed uint64, n int) []float32 {

@@ -26,7 +26,6 @@ func TestGPUPairedOverhead(t *testing.T) {
 		t.Skip("set ROCSYNC_GPU=1 to run on an NVIDIA GPU")
 	}
 	const iters = 3000
-	type shape struct{ prog, raw string }
 	var report strings.Builder
 	fmt.Fprintf(&report, "\n%-12s %-13s %-17s %9s %9s %7s %9s %9s\n", "program", "policy", "raw shape", "raw med", "layer med", "ratio", "raw p90", "layer p90")
 	for _, prog := range []string{"matmul", "elementwise", "mixed"} {

@@ -284,12 +284,6 @@ func (h *HSA) QueueCreate(a hsa.Agent, size uint32, typ hsa.QueueType, onError h
 	return q.hq, nil
 }
 
-func (h *HSA) queue(hq *hsa.Queue) *queue {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.queues[hq]
-}
-
 func (h *HSA) QueueDestroy(hq *hsa.Queue) error {
 	h.mu.Lock()
 	q := h.queues[hq]
