@@ -3,7 +3,6 @@ package rocsync
 import (
 	"errors"
 	"fmt"
-	"github.com/rocsync/rocsync/internal/reference"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -12,12 +11,13 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/driver"
 	"github.com/rocsync/rocsync/internal/emu"
+	"github.com/rocsync/rocsync/internal/reference"
 	"github.com/rocsync/rocsync/kernels"
 	"github.com/rocsync/rocsync/syncstate"
-	"github.com/stretchr/testify/require"
 )
 
 const n128 = 128

@@ -25,7 +25,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/rocsync/rocsync/bench/internal/measure"
 	"io"
 	"os"
 	"runtime"
@@ -37,6 +36,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/rocsync/rocsync"
+	"github.com/rocsync/rocsync/bench/internal/measure"
 )
 
 type config struct {

@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/rocsync/rocsync/bench/internal/measure"
 	"io"
 	"os"
 	"runtime"
@@ -24,6 +23,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/rocsync/rocsync"
+	"github.com/rocsync/rocsync/bench/internal/measure"
 	"github.com/rocsync/rocsync/bench/rawcuda/raw"
 )
 

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"github.com/rocsync/rocsync/bench/internal/measure"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/rocsync/rocsync"
+	"github.com/rocsync/rocsync/bench/internal/measure"
 	"github.com/rocsync/rocsync/bench/rawcuda/raw"
 	"github.com/rocsync/rocsync/cublas"
 	"github.com/rocsync/rocsync/cuda"

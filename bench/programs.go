@@ -2,9 +2,9 @@ package main
 
 import (
 	"fmt"
-	"github.com/rocsync/rocsync/bench/internal/measure"
 
 	"github.com/rocsync/rocsync"
+	"github.com/rocsync/rocsync/bench/internal/measure"
 )
 
 // program is one benchmark program: it submits work on a task and returns

@@ -2,7 +2,6 @@ package cublas
 
 import (
 	"fmt"
-	"github.com/rocsync/rocsync/internal/cmem"
 	"math"
 	"os"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 	"github.com/ebitengine/purego"
 
 	"github.com/rocsync/rocsync/cuda"
+	"github.com/rocsync/rocsync/internal/cmem"
 	"github.com/rocsync/rocsync/internal/dl"
 )
 

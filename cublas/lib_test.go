@@ -2,7 +2,6 @@ package cublas
 
 import (
 	"errors"
-	"github.com/rocsync/rocsync/internal/cmem"
 	"math"
 	"os"
 	"runtime"
@@ -14,6 +13,7 @@ import (
 	"github.com/ebitengine/purego"
 
 	"github.com/rocsync/rocsync/cuda"
+	"github.com/rocsync/rocsync/internal/cmem"
 	"github.com/rocsync/rocsync/internal/cudadev/fakelib"
 	"github.com/rocsync/rocsync/internal/dl"
 )

@@ -2,8 +2,6 @@ package cuda
 
 import (
 	"fmt"
-	"github.com/rocsync/rocsync/internal/cmem"
-	"github.com/rocsync/rocsync/internal/errcache"
 	"os"
 	"runtime"
 	"sync"
@@ -11,7 +9,9 @@ import (
 
 	"github.com/ebitengine/purego"
 
+	"github.com/rocsync/rocsync/internal/cmem"
 	"github.com/rocsync/rocsync/internal/dl"
+	"github.com/rocsync/rocsync/internal/errcache"
 )
 
 // Indexes into Lib.sym; BoundSymbols lists the names in the same order.

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/rocsync/rocsync/internal/cmem"
 	"path/filepath"
 	"runtime"
 	"sync"
@@ -12,6 +11,8 @@ import (
 	"unsafe"
 
 	"github.com/ebitengine/purego"
+
+	"github.com/rocsync/rocsync/internal/cmem"
 )
 
 // These tests run the binding against testdata/fakehip.c, which checks what

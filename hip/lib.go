@@ -3,8 +3,6 @@ package hip
 import (
 	"bytes"
 	"fmt"
-	"github.com/rocsync/rocsync/internal/cmem"
-	"github.com/rocsync/rocsync/internal/errcache"
 	"maps"
 	"path/filepath"
 	"runtime"
@@ -16,7 +14,9 @@ import (
 
 	"github.com/ebitengine/purego"
 
+	"github.com/rocsync/rocsync/internal/cmem"
 	"github.com/rocsync/rocsync/internal/dl"
+	"github.com/rocsync/rocsync/internal/errcache"
 )
 
 // Indexes into Lib.sym; BoundSymbols lists the names in the same order.

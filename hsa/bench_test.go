@@ -3,11 +3,12 @@
 package hsa
 
 import (
-	"github.com/rocsync/rocsync/internal/cmem"
 	"testing"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
+
+	"github.com/rocsync/rocsync/internal/cmem"
 )
 
 // BenchmarkCallOverhead compares the ways of calling into libhsa-runtime64

@@ -23,7 +23,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/rocsync/rocsync/internal/cmem"
 	"io/fs"
 	"sync"
 	"syscall"
@@ -31,6 +30,7 @@ import (
 
 	"github.com/ebitengine/purego"
 
+	"github.com/rocsync/rocsync/internal/cmem"
 	"github.com/rocsync/rocsync/internal/dl"
 )
 

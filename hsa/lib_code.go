@@ -3,12 +3,13 @@
 package hsa
 
 import (
-	"github.com/rocsync/rocsync/internal/cmem"
 	"runtime"
 	"sync"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
+
+	"github.com/rocsync/rocsync/internal/cmem"
 )
 
 // Code objects and executables.

@@ -3,10 +3,11 @@
 package hsa
 
 import (
-	"github.com/rocsync/rocsync/internal/cmem"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
+
+	"github.com/rocsync/rocsync/internal/cmem"
 )
 
 // Memory pools and copies (the hsa_amd_* memory API).

@@ -3,10 +3,11 @@
 package hsa
 
 import (
-	"github.com/rocsync/rocsync/internal/cmem"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
+
+	"github.com/rocsync/rocsync/internal/cmem"
 )
 
 // Queues and signals. The index, store and load calls here are the

@@ -3,7 +3,6 @@ package rocblas
 import (
 	"errors"
 	"fmt"
-	"github.com/rocsync/rocsync/internal/cmem"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -14,6 +13,7 @@ import (
 	"github.com/ebitengine/purego"
 
 	"github.com/rocsync/rocsync/hip"
+	"github.com/rocsync/rocsync/internal/cmem"
 	"github.com/rocsync/rocsync/internal/dl"
 )
 

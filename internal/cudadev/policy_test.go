@@ -2,9 +2,9 @@ package cudadev
 
 import (
 	"fmt"
-	"github.com/rocsync/rocsync/internal/reference"
 	"testing"
 
+	"github.com/rocsync/rocsync/internal/reference"
 	"github.com/rocsync/rocsync/kernels"
 	"github.com/rocsync/rocsync/syncstate"
 )

@@ -2,7 +2,6 @@ package cudadev
 
 import (
 	"errors"
-	"github.com/rocsync/rocsync/internal/reference"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +11,7 @@ import (
 	"github.com/rocsync/rocsync/driver"
 	"github.com/rocsync/rocsync/internal/cudadev/fakelib"
 	"github.com/rocsync/rocsync/internal/dl"
+	"github.com/rocsync/rocsync/internal/reference"
 	"github.com/rocsync/rocsync/kernels"
 	"github.com/rocsync/rocsync/syncstate"
 )

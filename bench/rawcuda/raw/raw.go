@@ -26,8 +26,6 @@ package raw
 import (
 	"errors"
 	"fmt"
-	"github.com/rocsync/rocsync/bench/internal/measure"
-	"github.com/rocsync/rocsync/internal/reference"
 	"io"
 	"math"
 	"runtime"
@@ -36,8 +34,10 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/rocsync/rocsync/bench/internal/measure"
 	"github.com/rocsync/rocsync/cublas"
 	"github.com/rocsync/rocsync/cuda"
+	"github.com/rocsync/rocsync/internal/reference"
 	"github.com/rocsync/rocsync/kernels"
 )
 
