@@ -87,8 +87,10 @@ func (e *Error) Error() string {
 // Is matches another *Error by status, and by function when the target
 // names one.
 func (e *Error) Is(target error) bool {
-	var t *Error
-	if !errors.As(target, &t) {
+	// errors.Is hands over the target as the caller wrote it; a type
+	// assertion (not errors.As) keeps the comparison allocation-free.
+	t, ok := target.(*Error)
+	if !ok {
 		return false
 	}
 	return t.Status == e.Status && (t.Func == "" || t.Func == e.Func)

@@ -119,8 +119,10 @@ func (e *Error) Error() string {
 // Is matches another *Error by code, and by function when the target names
 // one: errors.Is(err, &cuda.Error{Code: cuda.ErrorNotReady}).
 func (e *Error) Is(target error) bool {
-	var t *Error
-	if !errors.As(target, &t) {
+	// errors.Is hands over the target as the caller wrote it; a type
+	// assertion (not errors.As) keeps the comparison allocation-free.
+	t, ok := target.(*Error)
+	if !ok {
 		return false
 	}
 	return t.Code == e.Code && (t.Func == "" || t.Func == e.Func)

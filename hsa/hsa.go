@@ -9,7 +9,6 @@
 package hsa
 
 import (
-	"errors"
 	"fmt"
 	"unsafe"
 )
@@ -73,8 +72,10 @@ func (e *Error) Error() string {
 
 // Is lets errors.Is(err, &hsa.Error{Status: s}) match by status alone.
 func (e *Error) Is(target error) bool {
-	var t *Error
-	if !errors.As(target, &t) {
+	// errors.Is hands over the target as the caller wrote it; a type
+	// assertion (not errors.As) keeps the comparison allocation-free.
+	t, ok := target.(*Error)
+	if !ok {
 		return false
 	}
 	return t.Status == e.Status && (t.Func == "" || t.Func == e.Func)
