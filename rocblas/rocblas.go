@@ -6,7 +6,6 @@
 package rocblas
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/rocsync/rocsync/hip"
