@@ -42,9 +42,8 @@ type Dispatch struct {
 }
 
 type entry struct {
-	ticket uint64
-	sig    *Signal
-	deps   [hsa.BarrierAndMaxDependencies]*Signal
+	sig  *Signal
+	deps [hsa.BarrierAndMaxDependencies]*Signal
 }
 
 // Queue is one HSA queue with its completion tracking.
@@ -61,9 +60,11 @@ type Queue struct {
 	mu         sync.Mutex
 	lastTicket atomic.Uint64
 	completed  atomic.Uint64
-	inflight   []entry // ring of len hq.Size, oldest at head
-	head, n    int
-	brokenErr  atomic.Pointer[error]
+	// inflight holds the packets not yet retired: ticket t (packet index
+	// t-1) sits in slot (t-1)&mask, and the tickets from completed+1 to
+	// lastTicket are the ones in flight.
+	inflight  []entry
+	brokenErr atomic.Pointer[error]
 
 	// bridge, when set, turns a fence of another domain into a signal
 	// that reaches 0 once the fence completes (the DeviceBridge policy).
@@ -148,14 +149,17 @@ func (q *Queue) Completed() uint64 {
 	return q.completed.Load()
 }
 
+// slot returns the in-flight entry of ticket t.
+func (q *Queue) slot(t uint64) *entry { return &q.inflight[(t-1)&q.mask] }
+
 // retireLocked pops every packet that has completed, in order.
 func (q *Queue) retireLocked() {
-	for q.n > 0 {
-		e := &q.inflight[q.head]
+	for c := q.completed.Load(); c < q.lastTicket.Load(); c++ {
+		e := q.slot(c + 1)
 		if q.rt.SignalLoadScacquire(e.sig.H) >= 1 {
 			return
 		}
-		q.completed.Store(e.ticket)
+		q.completed.Store(c + 1)
 		e.sig.Release()
 		for i, d := range e.deps {
 			if d != nil {
@@ -164,8 +168,6 @@ func (q *Queue) retireLocked() {
 			}
 		}
 		e.sig = nil
-		q.head = (q.head + 1) & int(q.mask)
-		q.n--
 	}
 }
 
@@ -180,8 +182,7 @@ func (q *Queue) signalFor(t uint64) *Signal {
 	if t > q.lastTicket.Load() {
 		panic(fmt.Sprintf("queue: %s: ticket %d not submitted (last %d)", q.name, t, q.lastTicket.Load()))
 	}
-	oldest := q.inflight[q.head].ticket
-	e := &q.inflight[(q.head+int(t-oldest))&int(q.mask)]
+	e := q.slot(t)
 	e.sig.Retain()
 	return e.sig
 }
@@ -297,7 +298,7 @@ func (q *Queue) BarrierAnd(deps [hsa.BarrierAndMaxDependencies]*Signal) (uint64,
 	}
 	slot := hsa.Slot(q.hq, idx)
 	p.EncodeBody(slot)
-	e := &q.inflight[idx&q.mask]
+	e := q.slot(idx + 1)
 	e.deps = deps
 	return q.publishLocked(idx, sig, slot, p.FirstWord()), nil
 }
@@ -339,9 +340,9 @@ func (q *Queue) reserveLocked() (uint64, *Signal, error) {
 		return 0, nil, err
 	}
 	q.retireLocked()
-	for q.n >= len(q.inflight)-1 {
+	for q.lastTicket.Load()-q.completed.Load() >= uint64(len(q.inflight)-1) {
 		q.sinks.HostWait(syncstate.ReasonThrottle)
-		oldest := q.inflight[q.head].sig
+		oldest := q.slot(q.completed.Load() + 1).sig
 		oldest.Retain()
 		err := q.waitSignal(oldest)
 		oldest.Release()
@@ -368,9 +369,7 @@ func (q *Queue) reserveLocked() (uint64, *Signal, error) {
 
 func (q *Queue) publishLocked(idx uint64, sig *Signal, slot *[hsa.PacketSize]byte, first uint32) uint64 {
 	t := idx + 1
-	e := &q.inflight[idx&q.mask]
-	e.ticket, e.sig = t, sig
-	q.n++
+	q.slot(t).sig = sig
 	q.lastTicket.Store(t)
 	hsa.PublishHeader(slot, first)
 	q.rt.SignalStoreScrelease(q.hq.Doorbell, int64(idx))
