@@ -64,6 +64,7 @@ type Queue struct {
 	// t-1) sits in slot (t-1)&mask, and the tickets from completed+1 to
 	// lastTicket are the ones in flight.
 	inflight  []entry
+	readIndex uint64 // the packet processor's read index as last loaded, under mu
 	brokenErr atomic.Pointer[error]
 
 	// bridge, when set, turns a fence of another domain into a signal
@@ -356,9 +357,16 @@ func (q *Queue) reserveLocked() (uint64, *Signal, error) {
 		return 0, nil, err
 	}
 	idx := q.rt.QueueAddWriteIndexScacqScrel(q.hq, 1)
-	// The slot is free once the packet processor has read past it; our
-	// in-flight bound makes that true already, but the protocol checks.
-	for idx-q.rt.QueueLoadReadIndexScacquire(q.hq) >= uint64(q.hq.Size) {
+	// The slot is free only once the packet processor has read past the
+	// packet that used it before: a retired packet has completed, but the
+	// processor may not yet have marked its slot INVALID, and would then
+	// overwrite the new header. The read index last seen usually proves it
+	// already, which saves a runtime call per dispatch.
+	for idx-q.readIndex >= uint64(q.hq.Size) {
+		q.readIndex = q.rt.QueueLoadReadIndexScacquire(q.hq)
+		if idx-q.readIndex < uint64(q.hq.Size) {
+			break
+		}
 		if err := q.Err(); err != nil {
 			sig.Release()
 			return 0, nil, err
