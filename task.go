@@ -54,21 +54,12 @@ func (t *Task) drain() error {
 }
 
 func (t *Task) drainOne(tl syncstate.Timeline) error {
-	last := lastTicket(tl)
+	last := tl.LastTicket()
 	if tl.Completed() >= last {
 		return nil
 	}
 	t.sinks.HostWait(ReasonSync)
 	return tl.WaitHost(last)
-}
-
-// lastTicket asks a timeline for its newest ticket; every driver's
-// timelines provide it.
-func lastTicket(tl syncstate.Timeline) uint64 {
-	if l, ok := tl.(interface{ LastTicket() uint64 }); ok {
-		return l.LastTicket()
-	}
-	return 0
 }
 
 // Close waits for the task's work and releases its resources. The default

@@ -46,6 +46,8 @@ type Timeline interface {
 	Domain() Domain
 	// Name identifies the timeline in logs and errors.
 	Name() string
+	// LastTicket is the ticket of the newest op submitted.
+	LastTicket() uint64
 	// Completed returns a ticket c such that every ticket ≤ c is known to be
 	// complete. It may poll the device, so it must be cheap.
 	Completed() uint64

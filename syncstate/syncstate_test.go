@@ -18,6 +18,7 @@ type fakeTL struct {
 func (f *fakeTL) Domain() Domain              { return f.domain }
 func (f *fakeTL) Name() string                { return f.name }
 func (f *fakeTL) Completed() uint64           { return f.completed }
+func (f *fakeTL) LastTicket() uint64          { return f.completed }
 func (f *fakeTL) CanWaitDevice(d Domain) bool { return d == f.domain }
 func (f *fakeTL) WaitHost(t uint64) error {
 	f.hostWaits = append(f.hostWaits, t)
