@@ -6,13 +6,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sync"
 
 	"github.com/ebitengine/purego"
 
 	"github.com/rocsync/rocsync/cuda"
 	"github.com/rocsync/rocsync/internal/cmem"
 	"github.com/rocsync/rocsync/internal/dl"
+	"github.com/rocsync/rocsync/internal/errcache"
 )
 
 // Indexes into Lib.sym; BoundSymbols lists the names in the same order.
@@ -73,8 +73,7 @@ type Lib struct {
 	statusString uintptr
 	getProperty  uintptr
 
-	errMu sync.RWMutex
-	errs  map[uint64]*Error
+	errs errcache.Cache[Error] // one immutable *Error per (function, status)
 }
 
 // Open loads libcuBLAS ($ROCSYNC_LIBCUBLAS when set, else SearchDirs, else
@@ -101,7 +100,7 @@ func Open() (*Lib, error) {
 	if err := cmem.Libc(); err != nil {
 		return nil, err
 	}
-	l := &Lib{path: lib.Path, handle: lib.Handle, errs: make(map[uint64]*Error)}
+	l := &Lib{path: lib.Path, handle: lib.Handle}
 	copy(l.sym[:], addrs)
 	l.statusString, _ = purego.Dlsym(lib.Handle, symStatusString)
 	l.getProperty, _ = purego.Dlsym(lib.Handle, symGetProperty)
@@ -147,22 +146,9 @@ func (l *Lib) check(fn int, r uintptr) error {
 	if s == StatusSuccess {
 		return nil
 	}
-	key := uint64(fn)<<32 | uint64(s)
-	l.errMu.RLock()
-	e := l.errs[key]
-	l.errMu.RUnlock()
-	if e != nil {
-		return e
-	}
-	e = &Error{Func: BoundSymbols[fn], Status: s, Text: l.StatusString(s)}
-	l.errMu.Lock()
-	if old := l.errs[key]; old != nil {
-		e = old
-	} else {
-		l.errs[key] = e
-	}
-	l.errMu.Unlock()
-	return e
+	return l.errs.Get(fn, uint32(s), func() *Error {
+		return &Error{Func: BoundSymbols[fn], Status: s, Text: l.StatusString(s)}
+	})
 }
 
 // Create is cublasCreate_v2, in the context current on the calling thread.

@@ -15,6 +15,8 @@ import (
 	"unsafe"
 
 	"github.com/ebitengine/purego"
+
+	"github.com/rocsync/rocsync/internal/cmem"
 )
 
 // Without an AMD GPU the real runtime stops at hsa_init, so everything past
@@ -98,7 +100,7 @@ func runFakeRuntime(t *testing.T) {
 	fakeLog, fakeLogReset, fakeQueueError := sym("fake_log"), sym("fake_log_reset"), sym("fake_queue_error")
 	takeLog := func() string {
 		r, _, _ := purego.SyscallN(fakeLog)
-		s := goString(r)
+		s := cmem.GoString(r)
 		purego.SyscallN(fakeLogReset)
 		return s
 	}

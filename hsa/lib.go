@@ -192,7 +192,7 @@ func (l *Lib) statusText(s Status) string {
 	if status(r) != StatusSuccess || p == 0 {
 		return ""
 	}
-	t := goString(p)
+	t := cmem.GoString(p)
 	l.statusTexts.Store(s, t)
 	return t
 }
@@ -320,25 +320,4 @@ func (l *Lib) ISAName(isa ISA) (string, error) {
 		buf = buf[:i]
 	}
 	return string(buf), nil
-}
-
-// goString copies the NUL-terminated C string at p.
-func goString(p uintptr) string {
-	if p == 0 {
-		return ""
-	}
-	base := cPointer(p)
-	n := 0
-	for *(*byte)(unsafe.Add(base, n)) != 0 {
-		n++
-	}
-	return string(unsafe.Slice((*byte)(base), n))
-}
-
-// cPointer turns the address of C memory (as purego returns it) into an
-// unsafe.Pointer. Going through memory rather than unsafe.Pointer(addr)
-// keeps go vet's unsafeptr check quiet; it is sound because the address is
-// not Go memory, so the garbage collector neither moves nor frees it.
-func cPointer(addr uintptr) unsafe.Pointer {
-	return *(*unsafe.Pointer)(unsafe.Pointer(&addr))
 }

@@ -65,7 +65,7 @@ func (l *Lib) MemoryPoolAllocate(p MemoryPool, size uint64) (unsafe.Pointer, err
 	if err := l.check("hsa_amd_memory_pool_allocate", r); err != nil {
 		return nil, err
 	}
-	return cPointer(ptr), nil
+	return cmem.Ptr(ptr), nil
 }
 
 // MemoryPoolFree is hsa_amd_memory_pool_free.

@@ -44,7 +44,7 @@ func (l *Lib) QueueCreate(a Agent, size uint32, typ QueueType, onError QueueErro
 // queueFromC copies the fields the submitter reads out of a C hsa_queue_t.
 // None of them change after creation.
 func queueFromC(qp uintptr) *Queue {
-	q := cPointer(qp)
+	q := cmem.Ptr(qp)
 	return &Queue{
 		Handle:   q,
 		Base:     *(*unsafe.Pointer)(unsafe.Add(q, queueOffBaseAddress)),
@@ -166,5 +166,5 @@ func (l *Lib) SignalValuePointer(s Signal) (unsafe.Pointer, error) {
 	if err := l.check("hsa_amd_signal_value_pointer", r); err != nil {
 		return nil, err
 	}
-	return cPointer(p), nil
+	return cmem.Ptr(p), nil
 }
