@@ -166,18 +166,21 @@ func run(args []string, stdout, stderr io.Writer) error {
 	return checkChecksums(results)
 }
 
-func writeJSON(w io.Writer, rs []result) error {
+// writeJSON writes v as indented JSON; bench's results and the paired
+// mode's output both go through it.
+func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	return enc.Encode(rs)
+	return enc.Encode(v)
 }
 
-func saveJSON(path string, rs []result) error {
+// saveJSON writes v as indented JSON to a new file at path.
+func saveJSON(path string, v any) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	if err := writeJSON(f, rs); err != nil {
+	if err := writeJSON(f, v); err != nil {
 		f.Close()
 		return err
 	}

@@ -9,7 +9,6 @@ package main
 // per-pair ratios) resolves it.
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -239,32 +238,16 @@ func runPaired(cfg config, stdout io.Writer) error {
 		return err
 	}
 	if cfg.json {
-		if err := encodeJSON(stdout, out); err != nil {
+		if err := writeJSON(stdout, out); err != nil {
 			return err
 		}
 	} else {
 		printPaired(stdout, out)
 	}
 	if cfg.jsonFile != "" {
-		f, err := os.Create(cfg.jsonFile)
-		if err != nil {
-			return err
-		}
-		if err := encodeJSON(f, out); err != nil {
-			f.Close()
-			return err
-		}
-		if err := f.Close(); err != nil {
-			return err
-		}
+		return saveJSON(cfg.jsonFile, out)
 	}
 	return nil
-}
-
-func encodeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }
 
 func pairedAll(cfg config) (*pairedOutput, error) {
