@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the rocsync elementwise kernels from src/elementwise.cl:
-#   <out>/co/<gfx>.hsaco   AMDGPU code objects, one per target below
-#   <out>/ptx/<sm>.ptx     NVPTX assembly for the CUDA driver
+#   <out>/co/v5/<gfx>.hsaco   AMDGPU code objects v5, one per target below
+#   <out>/co/v4/<gfx>.hsaco   code objects v4, for the targets in V4_TARGETS
+#   <out>/ptx/<sm>.ptx        NVPTX assembly for the CUDA driver
 #
 # Usage: build.sh [OUTDIR]
 #   OUTDIR defaults to this script's directory (kernels/), so `go generate`
@@ -28,12 +29,22 @@ READELF="${READELF:-llvm-readelf-22}"
 # (ELF flags XNACK_ANY | SRAMECC_ANY) and loads in either mode of its gfx.
 AMD_TARGETS=(gfx908 gfx90a gfx942 gfx950 gfx1030 gfx1100 gfx1101 gfx1200 gfx1201)
 
+# Targets that also get a code object v4: those that a ROCm 5.0-5.2 runtime
+# knows (its ROCr ISA table has gfx908, gfx90a and gfx1030 of ours, no
+# gfx94x/gfx11xx/gfx12xx). HIP 5.0-5.2 cannot load v5 (its comgr cannot name
+# the ISA of an ELF with ABI version 3) and ROCr 5.0-5.1 refuses v5, so these
+# runtimes need v4. Every later release loads v5 (docs/codeobjects.md).
+# clang-22 would build v4 for every target here (only the generic targets
+# need v6), so the list is a choice, not a limit.
+V4_TARGETS=(gfx908 gfx90a gfx1030)
+
 # NVIDIA targets. clang-22 refuses sm_80/sm_90 at its default PTX ISA 4.2, so
 # PTX 7.8 is requested explicitly (see the shared cuda-h100 notes).
 PTX_TARGETS=(sm_80 sm_90)
 
-# Code object v5: clang-22 defaults to v6, which ROCr before 6.2 rejects;
-# v5 loads on ROCr 5.2 and later and is what ROCm 6 itself emits.
+# Code object versions are given per build (build_amd): clang-22 defaults
+# to v6, which ROCr before 6.2 rejects; v5 loads on ROCr 5.2 and HIP 5.3 and
+# later and is what ROCm 6 itself emits; v4 loads on every ROCm 5.x-7.x.
 # -cl-fp32-correctly-rounded-divide-sqrt makes f32 / and sqrt correctly
 # rounded (OpenCL otherwise allows 2.5 and 3 ulp), so results match the CPU
 # references bit for bit.
@@ -41,14 +52,14 @@ PTX_TARGETS=(sm_80 sm_90)
 # can check the names in Layout as well as the offsets.
 COMMON_FLAGS=(-x cl -cl-std=CL2.0 -O3 -Wall -Werror
     -cl-fp32-correctly-rounded-divide-sqrt -cl-kernel-arg-info)
-AMD_FLAGS=(--target=amdgcn-amd-amdhsa -nogpulib -mcode-object-version=5)
+AMD_FLAGS=(--target=amdgcn-amd-amdhsa -nogpulib)
 PTX_FLAGS=(--target=nvptx64-nvidia-cuda -nogpulib -Xclang -target-feature -Xclang +ptx78)
 
 SRC=src/elementwise.cl
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 out="${1:-$here}"
-mkdir -p "$out/co" "$out/ptx"
+mkdir -p "$out/co/v4" "$out/co/v5" "$out/ptx"
 out="$(cd "$out" && pwd)"
 cd "$here"
 
@@ -60,20 +71,40 @@ fail() {
     exit 1
 }
 
-for gfx in "${AMD_TARGETS[@]}"; do
-    obj="$work/$gfx.o"
-    hsaco="$out/co/$gfx.hsaco"
-    "$CLANG" "${COMMON_FLAGS[@]}" "${AMD_FLAGS[@]}" -mcpu="$gfx" -c "$SRC" -o "$obj"
+# build_amd VERSION GFX compiles and links one code object and checks it.
+build_amd() {
+    local version="$1" gfx="$2"
+    local obj="$work/v$version-$gfx.o"
+    local hsaco="$out/co/v$version/$gfx.hsaco"
+    "$CLANG" "${COMMON_FLAGS[@]}" "${AMD_FLAGS[@]}" -mcode-object-version="$version" \
+        -mcpu="$gfx" -c "$SRC" -o "$obj"
     "$LLD" -shared --build-id=none "$obj" -o "$hsaco"
     chmod 0644 "$hsaco" # data, not an executable for this host
 
     # Nothing may be left for a library to provide: -nogpulib links none, and
     # the ROCr loader would refuse an undefined symbol at load time.
+    local undefined
     undefined="$("$READELF" --wide --dyn-syms --syms "$hsaco" |
         awk '$7 == "UND" && $8 != "" { print $8 }' | sort -u)"
     if [[ -n "$undefined" ]]; then
-        fail "$gfx: undefined symbols: $undefined"
+        fail "v$version $gfx: undefined symbols: $undefined"
     fi
+
+    # No hidden arguments: the kernels read the grid from the dispatch
+    # packet, so at -O3 the AMDGPU attributor marks them
+    # amdgpu-no-implicitarg-ptr and the compiler emits no hidden_* entries
+    # (an -O0 v4 build has seven, 56 bytes). A dispatcher fills exactly the
+    # 40 bytes of kernels.Layout; fail here if that ever changes.
+    if "$READELF" --notes "$hsaco" | grep -q 'value_kind: *hidden_'; then
+        fail "v$version $gfx: the kernels have hidden arguments"
+    fi
+}
+
+for gfx in "${AMD_TARGETS[@]}"; do
+    build_amd 5 "$gfx"
+done
+for gfx in "${V4_TARGETS[@]}"; do
+    build_amd 4 "$gfx"
 done
 
 for sm in "${PTX_TARGETS[@]}"; do

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fails if the committed kernels/co/*.hsaco or kernels/ptx/*.ptx differ from
+# Fails if the committed kernels/co/v*/*.hsaco or kernels/ptx/*.ptx differ from
 # what build.sh makes from src/elementwise.cl now: CI runs this so that a
 # source edit cannot ship without its rebuilt code objects.
 #
@@ -23,9 +23,11 @@ trap 'rm -rf "$fresh"' EXIT
 bash "$here/build.sh" "$fresh"
 
 stale=()
-for dir in co ptx; do
+# co itself must hold no files, only the per-version directories.
+for dir in co co/v4 co/v5 ptx; do
     # Files built now, compared with the committed ones.
     for built in "$fresh/$dir"/*; do
+        [[ -f "$built" ]] || continue
         name="$dir/$(basename "$built")"
         if [[ ! -f "$here/$name" ]]; then
             stale+=("$name (built, but not committed)")
@@ -35,7 +37,7 @@ for dir in co ptx; do
     done
     # Committed files that the build no longer makes.
     for committed in "$here/$dir"/*; do
-        [[ -e "$committed" ]] || continue
+        [[ -f "$committed" ]] || continue
         name="$dir/$(basename "$committed")"
         if [[ ! -f "$fresh/$name" ]]; then
             stale+=("$name (committed, but no longer built)")
@@ -50,12 +52,12 @@ if ((${#stale[@]} > 0)); then
         echo "Rebuild with 'go generate ./kernels/' (or 'bash kernels/build.sh') and commit the result."
         # A different compiler release changes the bytes even when the source
         # did not change; the .comment section says which one built each.
-        committed_cc="$(toolchain_of "$here/co" || true)"
-        fresh_cc="$(toolchain_of "$fresh/co" || true)"
+        committed_cc="$(toolchain_of "$here/co/v5" || true)"
+        fresh_cc="$(toolchain_of "$fresh/co/v5" || true)"
         if [[ "$committed_cc" != "$fresh_cc" ]]; then
             echo "Note: the compilers differ: committed files by '$committed_cc', this build by '$fresh_cc'."
         fi
     } >&2
     exit 1
 fi
-echo "check_fresh.sh: kernels/co and kernels/ptx are up to date."
+echo "check_fresh.sh: kernels/co/v4, kernels/co/v5 and kernels/ptx are up to date."

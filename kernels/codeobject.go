@@ -11,11 +11,12 @@ import (
 // The committed build outputs; build.sh writes them and check_fresh.sh
 // checks that they still match src/elementwise.cl.
 //
-//go:embed co/*.hsaco ptx/*.ptx
+//go:embed co/v4/*.hsaco co/v5/*.hsaco ptx/*.ptx
 var builtFiles embed.FS
 
 var (
-	amdTargets = listTargets("co", ".hsaco")
+	amdTargets = listTargets(codeObjectDir(DefaultCodeObjectVersion), ".hsaco")
+	v4Targets  = listTargets(codeObjectDir(CodeObjectV4), ".hsaco")
 	ptxTargets = listTargets("ptx", ".ptx")
 )
 
@@ -78,18 +79,15 @@ func normalizeISA(isa string) string {
 // code objects, sorted.
 func Targets() []string { return slices.Clone(amdTargets) }
 
-// CodeObject returns the code object (an ELF shared object for
-// hsa_code_object_reader_create_from_memory) holding all 24 kernels for
-// the given AMD GPU. isa may be a bare processor name ("gfx90a"), carry
-// feature settings ("gfx90a:sramecc+:xnack-"), or be a full HSA ISA name
-// ("amdgcn-amd-amdhsa--gfx90a:sramecc+:xnack-"). The result is a fresh copy
-// the caller may keep. An unknown target gives an *UnsupportedTargetError.
+// CodeObject returns the default-version (v5) code object (an ELF shared
+// object for hsa_code_object_reader_create_from_memory) holding all 26
+// kernels for the given AMD GPU. isa may be a bare processor name
+// ("gfx90a"), carry feature settings ("gfx90a:sramecc+:xnack-"), or be a
+// full HSA ISA name ("amdgcn-amd-amdhsa--gfx90a:sramecc+:xnack-"). The
+// result is a fresh copy the caller may keep. An unknown target gives an
+// *UnsupportedTargetError. CodeObjectFor picks another version.
 func CodeObject(isa string) ([]byte, error) {
-	gfx := normalizeISA(isa)
-	if _, found := slices.BinarySearch(amdTargets, gfx); !found {
-		return nil, &UnsupportedTargetError{ISA: isa, Supported: Targets()}
-	}
-	return builtFiles.ReadFile(path.Join("co", gfx+".hsaco"))
+	return CodeObjectFor(isa, DefaultCodeObjectVersion)
 }
 
 // PTXTargets returns the NVIDIA architectures (e.g. "sm_90") that have

@@ -13,6 +13,9 @@ import (
 // wantTargets is the list in build.sh; a missing or extra file in co/ fails here.
 var wantTargets = []string{"gfx1030", "gfx1100", "gfx1101", "gfx1200", "gfx1201", "gfx908", "gfx90a", "gfx942", "gfx950"}
 
+// wantV4Targets is V4_TARGETS in build.sh: the targets ROCm 5.0-5.2 know.
+var wantV4Targets = []string{"gfx1030", "gfx908", "gfx90a"}
+
 func TestTargets(t *testing.T) {
 	if got := Targets(); !slices.Equal(got, wantTargets) {
 		t.Errorf("Targets() = %v, want %v", got, wantTargets)
@@ -27,7 +30,7 @@ func TestTargets(t *testing.T) {
 }
 
 func TestCodeObjectNames(t *testing.T) {
-	want, err := os.ReadFile("co/gfx90a.hsaco")
+	want, err := os.ReadFile("co/v5/gfx90a.hsaco")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +48,7 @@ func TestCodeObjectNames(t *testing.T) {
 			continue
 		}
 		if !bytes.Equal(got, want) {
-			t.Errorf("CodeObject(%q) is not co/gfx90a.hsaco", isa)
+			t.Errorf("CodeObject(%q) is not co/v5/gfx90a.hsaco", isa)
 		}
 	}
 	a, _ := CodeObject("gfx90a")
@@ -96,27 +99,45 @@ func TestCodeObjectsHaveNoFeatureSettings(t *testing.T) {
 		xnackAny       = 0x100
 		sramEccMask    = 0xc00 // EF_AMDGPU_FEATURE_SRAMECC_V4
 		sramEccAny     = 0x400
-		abiVersionCOv5 = 3  // EI_ABIVERSION for code object v5
 		osABIAMDGPUHSA = 64 // ELFOSABI_AMDGPU_HSA; debug/elf has no name for it
 	)
+	// EI_ABIVERSION per code-object version (AMDGPUUsage, "ELF Header").
+	abiVersion := map[CodeObjectVersion]uint8{CodeObjectV4: 2, CodeObjectV5: 3}
 	for _, gfx := range Targets() {
-		co, _ := CodeObject(gfx)
-		f, err := elf.NewFile(bytes.NewReader(co))
-		if err != nil {
-			t.Fatalf("%s: %v", gfx, err)
+		for _, v := range mustVersions(t, gfx) {
+			co, err := CodeObjectFor(gfx, v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, err := elf.NewFile(bytes.NewReader(co))
+			if err != nil {
+				t.Fatalf("%s %s: %v", gfx, v, err)
+			}
+			if h := f.FileHeader; h.OSABI != osABIAMDGPUHSA || h.ABIVersion != abiVersion[v] {
+				t.Errorf("%s %s: OS ABI %v version %d, want AMDGPU_HSA ABI version %d", gfx, v, h.OSABI, h.ABIVersion, abiVersion[v])
+			}
+			if got, err := ReadCodeObjectVersion(co); err != nil || got != v {
+				t.Errorf("%s %s: ReadCodeObjectVersion = %v, %v", gfx, v, got, err)
+			}
+			flags := elfFlags(t, co)
+			if x := flags & xnackMask; x != 0 && x != xnackAny {
+				t.Errorf("%s %s: xnack setting %#x, want any or unsupported", gfx, v, x)
+			}
+			if s := flags & sramEccMask; s != 0 && s != sramEccAny {
+				t.Errorf("%s %s: sramecc setting %#x, want any or unsupported", gfx, v, s)
+			}
+			f.Close()
 		}
-		if h := f.FileHeader; h.OSABI != osABIAMDGPUHSA || h.ABIVersion != abiVersionCOv5 {
-			t.Errorf("%s: OS ABI %v version %d, want AMDGPU_HSA code object v5 (%d)", gfx, h.OSABI, h.ABIVersion, abiVersionCOv5)
-		}
-		flags := elfFlags(t, co)
-		if x := flags & xnackMask; x != 0 && x != xnackAny {
-			t.Errorf("%s: xnack setting %#x, want any or unsupported", gfx, x)
-		}
-		if s := flags & sramEccMask; s != 0 && s != sramEccAny {
-			t.Errorf("%s: sramecc setting %#x, want any or unsupported", gfx, s)
-		}
-		f.Close()
 	}
+}
+
+func mustVersions(t testing.TB, gfx string) []CodeObjectVersion {
+	t.Helper()
+	vs, err := CodeObjectVersions(gfx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vs
 }
 
 // elfFlags reads e_flags, which debug/elf does not expose, from the ELF64 header.

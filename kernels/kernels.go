@@ -3,9 +3,12 @@
 // kernarg layout shared by the real dispatcher and the emulator, and CPU
 // reference implementations.
 //
-// The source is src/elementwise.cl; build.sh compiles it into co/<gfx>.hsaco
-// (and ptx/<sm>.ptx), which are committed and embedded. check_fresh.sh tells
-// whether the committed files still match the source.
+// The source is src/elementwise.cl; build.sh compiles it into
+// co/v5/<gfx>.hsaco for every target, co/v4/<gfx>.hsaco for the targets that
+// ROCm 5.0-5.2 runtimes (which cannot load v5) know, and ptx/<sm>.ptx; they
+// are committed and embedded. check_fresh.sh tells whether the committed
+// files still match the source. CodeObjectFor and PickCodeObjectVersion
+// choose the code-object version a runtime release loads.
 package kernels
 
 import (

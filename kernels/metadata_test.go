@@ -11,46 +11,59 @@ import (
 	"testing"
 )
 
-// TestEmbeddedKernelMetadata checks, for every embedded code object and every
-// kernel, that the compiler laid out the arguments exactly as Layout (and so
-// Args.Encode) assumes, and that a dispatcher needs nothing beyond the 40
-// kernarg bytes: no hidden arguments, no LDS, no scratch.
+// TestEmbeddedKernelMetadata checks, for every embedded code object (every
+// target, every code-object version) and every kernel, that the compiler
+// laid out the arguments exactly as Layout (and so Args.Encode) assumes,
+// and that a dispatcher needs nothing beyond the 40 kernarg bytes: no
+// hidden arguments (v4 would put hidden_global_offset_x... after them, v5
+// hidden_block_count_x...), no LDS, no scratch.
 func TestEmbeddedKernelMetadata(t *testing.T) {
+	// amdhsa.version per code-object version (AMDGPUUsage, "Code Object
+	// Metadata"): v4 is 1.1, v5 is 1.2.
+	metaVersion := map[CodeObjectVersion][]int{CodeObjectV4: {1, 1}, CodeObjectV5: {1, 2}}
+	seen := 0
 	for _, gfx := range Targets() {
-		t.Run(gfx, func(t *testing.T) {
-			co, err := CodeObject(gfx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			meta, err := ReadMetadata(co)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if want := "amdgcn-amd-amdhsa--" + gfx; meta.Target != want {
-				t.Errorf("amdhsa.target = %q, want %q (no feature settings)", meta.Target, want)
-			}
-			if !slices.Equal(meta.Version, []int{1, 2}) {
-				t.Errorf("amdhsa.version = %v, want [1 2] (code object v5)", meta.Version)
-			}
-			if len(meta.Kernels) != len(AllOps())*len(AllDTypes()) {
-				t.Errorf("%d kernels, want %d", len(meta.Kernels), len(AllOps())*len(AllDTypes()))
-			}
-			for _, k := range meta.Kernels {
-				if _, _, ok := ParseSymbol(k.Symbol); !ok {
-					t.Errorf("unexpected kernel %q", k.Symbol)
+		for _, v := range mustVersions(t, gfx) {
+			seen++
+			t.Run(gfx+"/"+v.String(), func(t *testing.T) {
+				co, err := CodeObjectFor(gfx, v)
+				if err != nil {
+					t.Fatal(err)
 				}
-			}
-			for _, op := range AllOps() {
-				for _, dt := range AllDTypes() {
-					k, ok := meta.Kernel(op.Symbol(dt))
-					if !ok {
-						t.Errorf("no kernel %s", op.Symbol(dt))
-						continue
+				meta, err := ReadMetadata(co)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := "amdgcn-amd-amdhsa--" + gfx; meta.Target != want {
+					t.Errorf("amdhsa.target = %q, want %q (no feature settings)", meta.Target, want)
+				}
+				if !slices.Equal(meta.Version, metaVersion[v]) {
+					t.Errorf("amdhsa.version = %v, want %v (code object %s)", meta.Version, metaVersion[v], v)
+				}
+				if len(meta.Kernels) != len(AllOps())*len(AllDTypes()) {
+					t.Errorf("%d kernels, want %d", len(meta.Kernels), len(AllOps())*len(AllDTypes()))
+				}
+				for _, k := range meta.Kernels {
+					if _, _, ok := ParseSymbol(k.Symbol); !ok {
+						t.Errorf("unexpected kernel %q", k.Symbol)
 					}
-					checkKernelMeta(t, gfx, op, dt, k)
 				}
-			}
-		})
+				for _, op := range AllOps() {
+					for _, dt := range AllDTypes() {
+						k, ok := meta.Kernel(op.Symbol(dt))
+						if !ok {
+							t.Errorf("no kernel %s", op.Symbol(dt))
+							continue
+						}
+						checkKernelMeta(t, gfx, op, dt, k)
+					}
+				}
+			})
+		}
+	}
+	// 9 targets in v5, gfx908/gfx90a/gfx1030 also in v4.
+	if want := len(wantTargets) + len(wantV4Targets); seen != want {
+		t.Errorf("checked %d code objects, want %d", seen, want)
 	}
 }
 
@@ -317,6 +330,11 @@ func FuzzReadMetadata(f *testing.F) {
 	}
 	f.Add(co)
 	f.Add(co[:1024])
+	v4, err := CodeObjectFor("gfx1030", CodeObjectV4)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(v4)
 	f.Add([]byte("\x7fELF"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		meta, err := ReadMetadata(data)
