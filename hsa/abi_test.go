@@ -156,6 +156,7 @@ func abiTable() []abiEntry {
 		c("SystemInfoVersionMinor", "HSA_SYSTEM_INFO_VERSION_MINOR", uint64(SystemInfoVersionMinor)),
 		c("SystemInfoTimestamp", "HSA_SYSTEM_INFO_TIMESTAMP", uint64(SystemInfoTimestamp)),
 		c("SystemInfoTimestampFrequency", "HSA_SYSTEM_INFO_TIMESTAMP_FREQUENCY", uint64(SystemInfoTimestampFrequency)),
+		c("SystemInfoBuildVersion", "HSA_AMD_SYSTEM_INFO_BUILD_VERSION", uint64(SystemInfoBuildVersion)),
 
 		// Queues and signals
 		c("QueueTypeMulti", "HSA_QUEUE_TYPE_MULTI", uint64(QueueTypeMulti)),

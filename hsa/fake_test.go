@@ -168,6 +168,9 @@ func runFakeRuntime(t *testing.T) {
 	if v, err := l.SystemInfoUint64(SystemInfoTimestampFrequency); err != nil || v != 1e9 {
 		t.Errorf("SystemInfoUint64(frequency) = %d, %v", v, err)
 	}
+	if v, err := l.BuildVersion(); err != nil || v != "1.5.0-fake-0" {
+		t.Errorf("BuildVersion = %q, %v", v, err)
+	}
 
 	// Memory pools.
 	pools, err := l.MemoryPools(gpu)
