@@ -30,6 +30,8 @@ var goConsts = map[string]uint64{
 	"hipErrorNotSupported":          uint64(ErrorNotSupported),
 	"hipErrorUnknown":               uint64(ErrorUnknown),
 
+	"hipErrorSharedObjectInitFailed": uint64(ErrorSharedObjectInitFailed),
+
 	"hipStreamDefault":      uint64(StreamDefault),
 	"hipStreamNonBlocking":  uint64(StreamNonBlocking),
 	"hipEventDefault":       uint64(EventDefault),

@@ -44,6 +44,11 @@ const (
 	ErrorInvalidResource ErrorCode = ErrorInvalidHandle
 )
 
+// ErrorSharedObjectInitFailed (hipErrorSharedObjectInitFailed) is what
+// hipModuleLoadData returns for a code object the runtime cannot take,
+// e.g. code object v5 on HIP 5.2.
+const ErrorSharedObjectInitFailed ErrorCode = 303
+
 // Error is a failed HIP call, with hipGetErrorName and hipGetErrorString.
 type Error struct {
 	Func string

@@ -16,6 +16,7 @@ int main(void) {
   P(hipErrorNoDevice);
   P(hipErrorInvalidDevice);
   P(hipErrorInvalidImage);
+  P(hipErrorSharedObjectInitFailed);
   P(hipErrorInvalidHandle);
   P(hipErrorInvalidResourceHandle);
   P(hipErrorNotFound);
