@@ -31,7 +31,7 @@ var hipNames = map[hip.ErrorCode]string{
 	hip.ErrorNotInitialized: "hipErrorNotInitialized", hip.ErrorNoDevice: "hipErrorNoDevice", hip.ErrorInvalidDevice: "hipErrorInvalidDevice",
 	hip.ErrorInvalidImage: "hipErrorInvalidImage", hip.ErrorInvalidHandle: "hipErrorInvalidHandle", hip.ErrorNotFound: "hipErrorNotFound",
 	hip.ErrorNotReady: "hipErrorNotReady", hip.ErrorIllegalAddress: "hipErrorIllegalAddress", hip.ErrorLaunchFailure: "hipErrorLaunchFailure",
-	hip.ErrorNotSupported: "hipErrorNotSupported",
+	hip.ErrorNotSupported: "hipErrorNotSupported", hip.ErrorSharedObjectInitFailed: "hipErrorSharedObjectInitFailed",
 }
 
 func hipErr(fn string, c hip.ErrorCode, detail string) error {
@@ -583,6 +583,9 @@ func (h *HIP) MemsetAsync(dst hip.DevicePtr, value byte, size uint64, sid hip.St
 // ModuleLoadData reads the same code objects the HSA path loads.
 func (h *HIP) ModuleLoadData(d int, image []byte) (hip.Module, error) {
 	if err := h.dev("hipModuleLoadData", d); err != nil {
+		return 0, err
+	}
+	if err := h.m.checkHIPCodeObject(image); err != nil {
 		return 0, err
 	}
 	meta, err := kernels.ReadMetadata(image)

@@ -494,6 +494,16 @@ func (h *HSA) ExecutableLoadAgentCodeObject(e hsa.Executable, a hsa.Agent, r hsa
 	if x.frozen {
 		return h.err(fn, hsa.StatusErrorFrozenExecutable)
 	}
+	// ROCr reads the version from EI_ABIVERSION and refuses one its
+	// loader does not know before it looks at anything else.
+	version, err := kernels.ReadCodeObjectVersion(code)
+	if err == nil && !h.m.rocrAccepts(version) {
+		err = fmt.Errorf("LoaderError: unsupported code object version: %d (ROCm %d.%d)",
+			version, h.m.release()/100, h.m.release()%100)
+	}
+	if err != nil {
+		return &hsa.Error{Func: fn, Status: hsa.StatusErrorInvalidCodeObject, Text: err.Error()}
+	}
 	meta, err := kernels.ReadMetadata(code)
 	if err != nil {
 		return &hsa.Error{Func: fn, Status: hsa.StatusErrorInvalidCodeObject, Text: err.Error()}

@@ -42,6 +42,12 @@ type Options struct {
 	// OnHazard, if set, is called for every hazard as it is found (from an
 	// emulator goroutine). Hazards are also kept for Hazards().
 	OnHazard func(*HazardError)
+	// HIPVersion is the HIP release to model, in hipRuntimeGetVersion's
+	// encoding (major*10_000_000 + minor*100_000 + patch, e.g. 50_221_153
+	// for 5.2.3); 0 models a current 6.x release. HIP and ROCr are taken
+	// to be of the same ROCm release: it decides which code-object versions
+	// hipModuleLoadData and the HSA loader accept.
+	HIPVersion int
 }
 
 // Machine is one emulated system: a CPU agent and Options.Devices GPUs.
