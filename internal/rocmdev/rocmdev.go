@@ -142,6 +142,7 @@ type Device struct {
 	kernelsOnce sync.Once
 	kernelsErr  error
 	kernelObjs  [kernels.NumOps][2]kernelObject
+	codeObjects struct{ hsa, hip kernels.CodeObjectVersion } // what loaded; hip is 0 unless Unified
 }
 
 var _ driver.Device = (*Device)(nil)
@@ -225,31 +226,20 @@ func (d *Device) loadKernels() error {
 
 func (d *Device) doLoadKernels() error {
 	rt := d.rt.HSA
-	code, err := kernels.CodeObject(d.isa)
+	// Each runtime gets the code-object version its release loads
+	// (codeobject.go); the kernels and their 40-byte kernarg layout are the
+	// same in every version.
+	exe, hsaVersion, err := d.loadHSAExecutable()
 	if err != nil {
 		return err
 	}
-	reader, err := rt.CodeObjectReaderCreateFromMemory(code)
-	if err != nil {
-		return err
-	}
-	defer rt.CodeObjectReaderDestroy(reader)
-	exe, err := rt.ExecutableCreateAlt(hsa.ProfileFull, hsa.FloatRoundingDefault)
-	if err != nil {
-		return err
-	}
-	if err := rt.ExecutableLoadAgentCodeObject(exe, d.agent, reader); err != nil {
-		return err
-	}
-	if err := rt.ExecutableFreeze(exe); err != nil {
-		return err
-	}
+	d.codeObjects.hsa = hsaVersion
 	wg := kernels.DefaultWorkgroupSize(d.isa)
 	var module hip.Module
 	if d.cfg.Policy == syncstate.Unified {
-		// Unified launches the same code object through HIP, on the
-		// task's stream next to rocBLAS.
-		if module, err = d.rt.HIP.ModuleLoadData(d.index, code); err != nil {
+		// Unified launches the same kernels through HIP, on the task's
+		// stream next to rocBLAS.
+		if module, d.codeObjects.hip, err = d.loadHIPModule(); err != nil {
 			return err
 		}
 	}
