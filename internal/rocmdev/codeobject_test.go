@@ -144,7 +144,6 @@ func (h *hipNoVersion) ModuleLoadData(d int, image []byte) (hip.Module, error) {
 	return h.Runtime.ModuleLoadData(d, image)
 }
 
-
 func (h *hsaNoVersion) CodeObjectReaderCreateFromMemory(code []byte) (hsa.CodeObjectReader, error) {
 	v, _ := kernels.ReadCodeObjectVersion(code)
 	h.loads = append(h.loads, v)
