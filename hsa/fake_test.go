@@ -168,7 +168,7 @@ func runFakeRuntime(t *testing.T) {
 	if v, err := l.SystemInfoUint64(SystemInfoTimestampFrequency); err != nil || v != 1e9 {
 		t.Errorf("SystemInfoUint64(frequency) = %d, %v", v, err)
 	}
-	if v, err := l.BuildVersion(); err != nil || v != "1.5.0-fake-0" {
+	if v, err := l.BuildVersion(); err != nil || v != `"1.5.0-local-build-unknown"` {
 		t.Errorf("BuildVersion = %q, %v", v, err)
 	}
 

@@ -11,6 +11,7 @@ import (
 // SystemInfoBuildVersion is HSA_AMD_SYSTEM_INFO_BUILD_VERSION: a const char*
 // to ROCr's build identifier, "<major>.<minor>.<commits>-<job>-<hash>", whose
 // major.minor is the library version (1.5 in ROCm 5.0-5.2, 1.14 in 6.2).
+// Debian's ROCr 5.2.3 returns "\"1.5.0-local-build-unknown\"", quotes included.
 const SystemInfoBuildVersion SystemInfo = 0x200
 
 // BuildVersion is hsa_system_get_info(HSA_AMD_SYSTEM_INFO_BUILD_VERSION):

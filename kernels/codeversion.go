@@ -160,10 +160,12 @@ func (r ROCrVersion) String() string {
 }
 
 // ParseROCrBuildVersion reads the library version from ROCr's build
-// identifier, "<major>.<minor>.<commits>-<job>-<hash>" (e.g.
-// "1.5.0-debian-..."): only major and minor are used.
+// identifier, "<major>.<minor>.<commits>-<job>-<hash>": only major and minor
+// are used. ROCr stringifies a macro that already holds quotes, so the
+// string may come quoted: Debian's ROCr 5.2.3 says
+// "\"1.5.0-local-build-unknown\"".
 func ParseROCrBuildVersion(build string) (ROCrVersion, error) {
-	fields := strings.SplitN(build, ".", 3)
+	fields := strings.SplitN(strings.Trim(strings.TrimSpace(build), `"`), ".", 3)
 	if len(fields) < 2 {
 		return ROCrVersion{}, fmt.Errorf("kernels: ROCr build version %q is not <major>.<minor>...", build)
 	}

@@ -149,6 +149,7 @@ func TestRuntimeAcceptance(t *testing.T) {
 func TestParseROCrBuildVersion(t *testing.T) {
 	for in, want := range map[string]ROCrVersion{
 		"1.5.0-debian-0":                       {1, 5},
+		`"1.5.0-local-build-unknown"`:          {1, 5}, // Debian's ROCr 5.2.3, quotes included
 		"1.14.60204-rocm-rel-6.2-116-abcdef12": {1, 14},
 		"1.7":                                  {1, 7},
 		"2.0.0":                                {2, 0},

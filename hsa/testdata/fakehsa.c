@@ -88,7 +88,7 @@ hsa_status_t hsa_system_get_info(hsa_system_info_t attribute, void *value) {
   case HSA_SYSTEM_INFO_VERSION_MAJOR: *(uint16_t *)value = 1; break;
   case HSA_SYSTEM_INFO_VERSION_MINOR: *(uint16_t *)value = 1; break;
   case HSA_SYSTEM_INFO_TIMESTAMP_FREQUENCY: *(uint64_t *)value = 1000000000ULL; break;
-  case HSA_AMD_SYSTEM_INFO_BUILD_VERSION: *(const char **)value = "1.5.0-fake-0"; break;
+  case HSA_AMD_SYSTEM_INFO_BUILD_VERSION: *(const char **)value = "\"1.5.0-local-build-unknown\""; break; /* as Debian's, quotes included */
   default: return HSA_STATUS_ERROR_INVALID_ARGUMENT;
   }
   return HSA_STATUS_SUCCESS;
