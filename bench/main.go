@@ -21,6 +21,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -53,7 +54,9 @@ type config struct {
 	json     bool
 	jsonFile string
 	plot     string
-	progress io.Writer
+	progress io.Writer // nil: no progress reports
+	tty      bool      // progress is a terminal: rewrite one line
+	now      func() time.Time
 
 	// -paired-raw
 	paired     bool
@@ -98,18 +101,23 @@ func main() {
 	if err == nil {
 		return
 	}
-	if !errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-	}
+	fmt.Fprintln(os.Stderr, "bench:", err)
 	var ue usageError
 	if errors.As(err, &ue) {
+		if !ue.usagePrinted {
+			fmt.Fprintln(os.Stderr, "Run 'bench -h' for the programs, policies and flags.")
+		}
 		os.Exit(2)
 	}
 	os.Exit(1)
 }
 
-// usageError is a bad command line (exit status 2).
-type usageError struct{ error }
+// usageError is a bad command line (exit status 2). usagePrinted says the
+// flag package already printed the usage (an unknown or malformed flag).
+type usageError struct {
+	error
+	usagePrinted bool
+}
 
 func (e usageError) Unwrap() error { return e.error }
 
@@ -117,9 +125,16 @@ func (e usageError) Unwrap() error { return e.error }
 // print, plot, and fail if the checksums differ.
 func run(args []string, stdout, stderr io.Writer) error {
 	cfg, err := parseFlags(args, stderr)
-	if err != nil {
-		return usageError{err}
+	if errors.Is(err, flag.ErrHelp) {
+		// Asked for: the summary and the flags on stdout, exit status 0.
+		printUsage(stdout, newFlagSet(&config{}, new(flagStrings)))
+		return nil
 	}
+	if err != nil {
+		var pe parseError
+		return usageError{error: err, usagePrinted: errors.As(err, &pe)}
+	}
+	cfg.tty = isTerminal(stderr)
 	if cfg.cpuProfile != "" {
 		f, err := os.Create(cfg.cpuProfile)
 		if err != nil {
@@ -142,19 +157,22 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if cfg.paired {
 		return runPaired(cfg, stdout)
 	}
-	results, err := runAll(cfg)
+	meta := newRunMeta(cfg, cfg.now())
+	results, dev, err := runAll(cfg)
 	if err != nil {
 		return err
 	}
+	meta.Backend, meta.Device, meta.Driver, meta.Target = dev.backend, dev.name, dev.driver, dev.target
+	out := output{Meta: meta, Results: results}
 	if cfg.json {
-		if err := writeJSON(stdout, results); err != nil {
+		if err := writeJSON(stdout, out); err != nil {
 			return err
 		}
 	} else {
 		printTable(stdout, cfg, results)
 	}
 	if cfg.jsonFile != "" {
-		if err := saveJSON(cfg.jsonFile, results); err != nil {
+		if err := saveJSON(cfg.jsonFile, out); err != nil {
 			return err
 		}
 	}
@@ -187,11 +205,13 @@ func saveJSON(path string, v any) error {
 	return f.Close()
 }
 
-func parseFlags(args []string, stderr io.Writer) (config, error) {
+// flagStrings are the flags parsed further after flag.Parse.
+type flagStrings struct{ programs, policies, backend string }
+
+// newFlagSet defines bench's flags on cfg and fs; the usage it prints is
+// the summary and the flags.
+func newFlagSet(cfg *config, fl *flagStrings) *flag.FlagSet {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var cfg config
-	var progs, pols, backend string
 	fs.IntVar(&cfg.n, "n", 128, "matmul, elementwise, mixed: matrix size (n×n float32)")
 	fs.IntVar(&cfg.iters, "iters", 200, "measured iterations per program and policy")
 	fs.IntVar(&cfg.warmup, "warmup", 20, "warm-up iterations, not measured")
@@ -201,14 +221,14 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.mlp.hidden, "hidden", 128, "mlp: hidden units")
 	fs.IntVar(&cfg.mlp.out, "out", 16, "mlp: outputs")
 	fs.Uint64Var(&cfg.seed, "seed", 1, "input seed (also seeds the emulator's delays)")
-	fs.StringVar(&progs, "programs", "matmul,elementwise,mixed,mlp", "comma-separated programs: matmul, elementwise, mixed, mlp")
-	fs.StringVar(&pols, "policies", "WaitAlways,SkipSameQueue,DeviceSide,Unified,DeviceBridge", "comma-separated policies")
-	fs.StringVar(&backend, "backend", "auto", "auto, emulator, rocm or cuda")
+	fs.StringVar(&fl.programs, "programs", "matmul,elementwise,mixed,mlp", "comma-separated programs: matmul, elementwise, mixed, mlp")
+	fs.StringVar(&fl.policies, "policies", "WaitAlways,SkipSameQueue,DeviceSide,Unified,DeviceBridge", "comma-separated policies")
+	fs.StringVar(&fl.backend, "backend", "auto", "auto, emulator, rocm or cuda")
 	fs.DurationVar(&cfg.emuDelay, "emu-delay", 0,
 		"emulator only: each op starts after a seeded random delay of up to this much (EmulatorOptions.MaxDelay), "+
 			"holding the device behind the host; Go's timers make any non-zero value ~0.1-1 ms in practice (docs/benchmarks.md)")
-	fs.BoolVar(&cfg.json, "json", false, "print JSON instead of a table")
-	fs.StringVar(&cfg.jsonFile, "json-file", "", "also write the JSON results to this file (with the table on stdout)")
+	fs.BoolVar(&cfg.json, "json", false, "print JSON (the run's machine, build, device and settings, then the results) instead of the tables")
+	fs.StringVar(&cfg.jsonFile, "json-file", "", "also write the JSON to this file (with the tables on stdout)")
 	fs.StringVar(&cfg.plot, "plot", "", "also write a bar chart of the results to this PNG file")
 	fs.BoolVar(&cfg.paired, "paired-raw", false,
 		"CUDA only: time rocsync against the same op sequences on the raw driver API and cuBLAS (bench/rawcuda), "+
@@ -220,9 +240,73 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			"are not skewed by the machine's speed drifting between one policy's run and the next")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 	fs.IntVar(&cfg.cpuProfileHz, "cpuprofile-hz", 100, "-cpuprofile: samples per second (the runtime's default is 100)")
+	return fs
+}
+
+// usageSummary is what bench -h prints before the flags.
+const usageSummary = `Usage: bench [flags]
+
+bench runs small programs through rocsync under each synchronization policy
+on one device (the emulator when no AMD GPU is present) and reports, per
+program and policy: the host time to submit one iteration (dispatch), the
+time including the final Synchronize (total), the host and device waits made,
+the program's HSA<->HIP crossings, and a checksum. It exits 1 if two policies
+computed different checksums, 2 on a bad command line.
+
+Programs (-programs):
+  matmul       t1 = x·x, t2 = x·t1, t3 = x·t2 (rocBLAS sgemm), -n × -n float32
+  elementwise  the same chain with x∘y (rocsync's kernels)
+  mixed        (x∘x)·x, -repeat times: one HSA->HIP crossing each
+  mlp          one training step of a two-layer MLP with Adam (-batch, -in,
+               -hidden, -out)
+
+Policies (-policies):
+  WaitAlways     the host waits after every op (the baseline)
+  SkipSameQueue  no wait between ops of one queue or stream
+  DeviceSide     waits on the device within a runtime, on the host across
+  Unified        kernels go on the HIP stream too: one timeline
+  DeviceBridge   crossings wait on the device as well
+
+Progress goes to stderr; the tables or JSON to stdout.
+
+Examples:
+  bench                                   every program under every policy
+  bench -programs mixed -policies DeviceSide,Unified -iters 500
+  bench -backend emulator -json-file results.json -plot bench.png
+  bench -backend cuda -paired-raw -iters 2000
+
+Flags:
+`
+
+// printUsage writes the summary and the flags to w.
+func printUsage(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprint(w, usageSummary)
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+}
+
+// parseError is an error of the flag package, which has printed the usage
+// already.
+type parseError struct{ error }
+
+func (e parseError) Unwrap() error { return e.error }
+
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	var cfg config
+	var fl flagStrings
+	fs := newFlagSet(&cfg, &fl)
+	fs.SetOutput(stderr)
+	// -h is handled by run (stdout, exit 0); after a bad flag, whose
+	// error the flag package prints, the whole usage goes to stderr.
+	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
-		return cfg, err
+		if errors.Is(err, flag.ErrHelp) {
+			return cfg, err
+		}
+		printUsage(stderr, newFlagSet(&config{}, new(flagStrings)))
+		return cfg, parseError{err}
 	}
+	progs, pols, backend := fl.programs, fl.policies, fl.backend
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
@@ -293,52 +377,65 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		cfg.pairs = pairs
 	}
 	cfg.progress = stderr
+	cfg.now = time.Now
 	return cfg, nil
 }
 
-func runAll(cfg config) ([]result, error) {
+// deviceInfo is what the JSON records of the device the run used.
+type deviceInfo struct{ backend, name, driver, target string }
+
+func runAll(cfg config) ([]result, deviceInfo, error) {
 	var out []result
-	start := time.Now()
-	total := len(cfg.programs) * len(cfg.policies)
-	for i, name := range cfg.programs {
-		prog, _ := programByName(name)
+	var dev deviceInfo
+	runs := len(cfg.programs) * len(cfg.policies)
+	what := fmt.Sprintf("%d programs × %d policies, %d+%d iterations each", len(cfg.programs), len(cfg.policies), cfg.warmup, cfg.iters)
+	if cfg.interleave {
+		what += ", interleaved"
+	}
+	prog := newProgress(cfg.progress, cfg.tty, cfg.now, runs*(cfg.warmup+cfg.iters), what)
+	defer prog.finish()
+	record := func(pr *policyRun) {
+		if dev.backend == "" {
+			dev = deviceInfo{pr.d.Backend(), pr.d.Name(), pr.d.DriverVersion(), pr.d.Target()}
+		}
+	}
+	for _, name := range cfg.programs {
+		p, _ := programByName(name)
 		if cfg.interleave {
-			rs, err := runInterleaved(cfg, prog)
+			prog.running(name + ", every policy")
+			rs, err := runInterleaved(cfg, p, prog, record)
 			if err != nil {
-				return nil, err
+				return nil, dev, err
 			}
 			out = append(out, rs...)
-			if time.Since(start) > 3*time.Second && cfg.progress != nil {
-				fmt.Fprintf(cfg.progress, "bench: %d/%d done (%s, every policy)\n", (i+1)*len(cfg.policies), total, name)
-			}
 			continue
 		}
-		for j, pol := range cfg.policies {
-			r, err := runOne(cfg, prog, pol)
+		for _, pol := range cfg.policies {
+			prog.running(name + " " + pol.String())
+			r, err := runOne(cfg, p, pol, prog, record)
 			if err != nil {
-				return nil, fmt.Errorf("%s under %s: %w", name, pol, err)
+				return nil, dev, fmt.Errorf("%s under %s: %w", name, pol, err)
 			}
 			out = append(out, r)
-			if time.Since(start) > 3*time.Second && cfg.progress != nil {
-				fmt.Fprintf(cfg.progress, "bench: %d/%d done (%s %s)\n", i*len(cfg.policies)+j+1, total, name, pol)
-			}
 		}
 	}
 	fillRatios(out)
-	return out, nil
+	return out, dev, nil
 }
 
 // runOne runs prog under pol on its own device: warm-up, then the
 // measured iterations.
-func runOne(cfg config, prog program, pol rocsync.Policy) (result, error) {
+func runOne(cfg config, prog program, pol rocsync.Policy, progress *progress, record func(*policyRun)) (result, error) {
 	pr, err := newPolicyRun(cfg, prog, pol)
 	if err != nil {
 		return result{}, err
 	}
+	record(pr)
 	for i := 0; i < cfg.warmup+cfg.iters; i++ {
 		if err := pr.step(i); err != nil {
 			return pr.r, errors.Join(err, pr.close())
 		}
+		progress.step()
 	}
 	return pr.finish(), pr.close()
 }
@@ -346,7 +443,7 @@ func runOne(cfg config, prog program, pol rocsync.Policy) (result, error) {
 // runInterleaved (-interleave) opens a device for every policy at once and
 // runs one iteration of each in turn, round after round, so that all the
 // policies see the same drift of the machine's speed.
-func runInterleaved(cfg config, prog program) (rs []result, err error) {
+func runInterleaved(cfg config, prog program, progress *progress, record func(*policyRun)) (rs []result, err error) {
 	var prs []*policyRun
 	defer func() {
 		for _, pr := range prs {
@@ -359,12 +456,14 @@ func runInterleaved(cfg config, prog program) (rs []result, err error) {
 			return nil, fmt.Errorf("%s under %s: %w", prog.name, pol, err)
 		}
 		prs = append(prs, pr)
+		record(pr)
 	}
 	for i := 0; i < cfg.warmup+cfg.iters; i++ {
 		for _, pr := range prs {
 			if err := pr.step(i); err != nil {
 				return nil, fmt.Errorf("%s under %s: %w", prog.name, pr.pol, err)
 			}
+			progress.step()
 		}
 	}
 	for _, pr := range prs {
@@ -496,7 +595,12 @@ func checkChecksums(rs []result) error {
 	return nil
 }
 
-func printTable(w io.Writer, cfg config, rs []result) {
+// printTable prints the run's settings and two tables, each under 100
+// columns: times, and waits with checksums.
+func printTable(out io.Writer, cfg config, rs []result) {
+	// tabwriter pads the last cell of a line: trim it.
+	w := &trimWriter{w: out}
+	defer w.flush()
 	if len(rs) > 0 {
 		dev := rs[0].Backend
 		if rs[0].Backend == "emulator" {
@@ -505,20 +609,71 @@ func printTable(w io.Writer, cfg config, rs []result) {
 				dev = fmt.Sprintf("emulator (each op starts after a random delay of up to %v)", cfg.emuDelay)
 			}
 		}
-		fmt.Fprintf(w, "backend %s; matmul, elementwise, mixed: %dx%d float32; mlp: %s, float32\n", dev, cfg.n, cfg.n, cfg.mlp)
-		order := ""
+		fmt.Fprintf(w, "backend: %s\n", dev)
+		fmt.Fprintf(w, "sizes: matmul, elementwise, mixed %dx%d float32 (mixed repeats %d times)\n", cfg.n, cfg.n, cfg.repeat)
+		fmt.Fprintf(w, "       mlp %s, float32\n", cfg.mlp)
+		fmt.Fprintf(w, "%d measured iterations per program and policy (%d warm-up iterations excluded)\n", cfg.iters, cfg.warmup)
 		if cfg.interleave {
-			order = "; the policies ran interleaved, one iteration of each in turn (-interleave)"
+			fmt.Fprintln(w, "the policies ran interleaved, one iteration of each in turn (-interleave)")
 		}
-		fmt.Fprintf(w, "%d measured iterations per program and policy (%d warm-up iterations excluded); times are medians and p90s of those%s\n\n",
-			cfg.iters, cfg.warmup, order)
 	}
+
+	fmt.Fprintln(w, "\nTimes per iteration in µs: median and 90th percentile. Dispatch is the host's time to submit")
+	fmt.Fprintln(w, "the iteration, total adds the final Synchronize. Speed-up is WaitAlways's median over this one's.")
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "program\tpolicy\tdispatch med µs\tp90\ttotal med µs\tp90\thost waits/it\tcrossings/it\tboundary/it\tdevice waits/it\tdispatch ×WA\ttotal ×WA\tchecksum\t")
+	fmt.Fprintln(tw, "\t\tdispatch\t\ttotal\t\tspeed-up\t\t")
+	fmt.Fprintln(tw, "program\tpolicy\tmedian\tp90\tmedian\tp90\tdispatch\ttotal\t")
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.2f\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.6g\t\n", r.Program, r.Policy,
-			r.DispatchMedianUS, r.DispatchP90US, r.TotalMedianUS, r.TotalP90US, r.HostWaitsPerIter, r.Crossings, r.BoundaryPerIter,
-			r.DeviceWaitsIter, r.DispatchRatio, r.TotalRatio, r.Checksum)
+		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t%s\t\n", r.Program, r.Policy,
+			r.DispatchMedianUS, r.DispatchP90US, r.TotalMedianUS, r.TotalP90US, ratio(r.DispatchRatio), ratio(r.TotalRatio))
 	}
 	tw.Flush()
+
+	fmt.Fprintln(w, "\nWaits per iteration while submitting: host waits (all, and those at HSA<->HIP crossings) and")
+	fmt.Fprintln(w, "device waits; crossings is the program's count. Equal checksums mean equal results.")
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "\t\thost waits\tat crossings\tdevice waits\tcrossings\t\t")
+	fmt.Fprintln(tw, "program\tpolicy\tper iteration\tper iteration\tper iteration\tper iteration\tchecksum\t")
+	for _, r := range rs {
+		fmt.Fprintf(tw, "%s\t%s\t%.2f\t%.2f\t%.2f\t%d\t%.6g\t\n", r.Program, r.Policy,
+			r.HostWaitsPerIter, r.BoundaryPerIter, r.DeviceWaitsIter, r.Crossings, r.Checksum)
+	}
+	tw.Flush()
+}
+
+// trimWriter writes whole lines without their trailing spaces.
+type trimWriter struct {
+	w   io.Writer
+	buf []byte
+}
+
+func (t *trimWriter) Write(p []byte) (int, error) {
+	t.buf = append(t.buf, p...)
+	for {
+		i := bytes.IndexByte(t.buf, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		if _, err := fmt.Fprintf(t.w, "%s\n", bytes.TrimRight(t.buf[:i], " ")); err != nil {
+			return 0, err
+		}
+		t.buf = t.buf[i+1:]
+	}
+}
+
+func (t *trimWriter) flush() {
+	if len(t.buf) > 0 {
+		fmt.Fprint(t.w, string(bytes.TrimRight(t.buf, " ")))
+	}
+}
+
+// ratio prints a speed-up ("1.00x"); "-" when there is no WaitAlways run to
+// compare with.
+func ratio(x float64) string {
+	if x == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx", x)
 }

@@ -263,21 +263,24 @@ func pairedAll(cfg config) (*pairedOutput, error) {
 	out := &pairedOutput{Meta: pairedMeta{Raw: g.Meta(), Backend: "cuda", N: cfg.n, Repeat: cfg.repeat, Iterations: cfg.iters,
 		Warmup: cfg.warmup, AllocIters: allocIters(cfg), RawPerCall: cfg.rawPerCall, GoVersion: runtime.Version(),
 		GOMAXPROCS: runtime.GOMAXPROCS(0), GOGC: os.Getenv("GOGC")}}
-	start := time.Now()
-	for i, p := range cfg.pairs {
-		r, err := runPair(cfg, g, p)
+	// Progress counts the warm-up and measured pair iterations and each
+	// side's allocation-counting ones.
+	perPair := cfg.warmup + cfg.iters + 2*allocIters(cfg)
+	prog := newProgress(cfg.progress, cfg.tty, cfg.now, len(cfg.pairs)*perPair,
+		fmt.Sprintf("%d pairs of raw CUDA and rocsync, %d+%d iterations each", len(cfg.pairs), cfg.warmup, cfg.iters))
+	defer prog.finish()
+	for _, p := range cfg.pairs {
+		prog.running(fmt.Sprintf("%s %s against raw %s", p.program, p.policy, p.raw))
+		r, err := runPair(cfg, g, p, prog)
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("%s under %s against raw %s: %w", p.program, p.policy, p.raw, err), g.Close())
 		}
 		out.Pairs = append(out.Pairs, r)
-		if time.Since(start) > 3*time.Second && cfg.progress != nil {
-			fmt.Fprintf(cfg.progress, "bench: %d/%d pairs done (%s %s)\n", i+1, len(cfg.pairs), p.program, p.policy)
-		}
 	}
 	return out, g.Close()
 }
 
-func runPair(cfg config, g *raw.GPU, p pair) (r pairResult, err error) {
+func runPair(cfg config, g *raw.GPU, p pair, progress *progress) (r pairResult, err error) {
 	prog, err := programByName(p.program)
 	if err != nil {
 		return r, err
@@ -320,6 +323,7 @@ func runPair(cfg config, g *raw.GPU, p pair) (r pairResult, err error) {
 		if _, _, _, err := roc.iterate(false); err != nil {
 			return r, err
 		}
+		progress.step()
 	}
 
 	rawD := make([]float64, 0, cfg.iters)
@@ -341,6 +345,7 @@ func runPair(cfg config, g *raw.GPU, p pair) (r pairResult, err error) {
 		}
 		rawD, rawT = append(rawD, measure.Micros(rd)), append(rawT, measure.Micros(rt))
 		rocD, rocT = append(rocD, measure.Micros(od)), append(rocT, measure.Micros(ot))
+		progress.step()
 	}
 	runtime.ReadMemStats(&m1)
 	st1 := d.Stats().Sub(s0)
@@ -363,12 +368,14 @@ func runPair(cfg config, g *raw.GPU, p pair) (r pairResult, err error) {
 		if _, _, err := rp.Iterate(); err != nil {
 			return r, err
 		}
+		progress.step()
 	}
 	runtime.ReadMemStats(&a1)
 	for i := 0; i < n; i++ {
 		if _, _, _, err := roc.iterate(false); err != nil {
 			return r, err
 		}
+		progress.step()
 	}
 	runtime.ReadMemStats(&a2)
 	r.RawMallocsPerIter = float64(a1.Mallocs-a0.Mallocs) / float64(n)
