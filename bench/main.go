@@ -618,26 +618,32 @@ func printTable(out io.Writer, cfg config, rs []result) {
 		}
 	}
 
+	// Names left-aligned, numbers right-aligned.
+	pw, qw := len("program"), len("policy")
+	for _, r := range rs {
+		pw, qw = max(pw, len(r.Program)), max(qw, len(r.Policy))
+	}
+	names := func(prog, pol string) string { return fmt.Sprintf("%-*s  %-*s", pw, prog, qw, pol) }
+
 	fmt.Fprintln(w, "\nTimes per iteration in µs: median and 90th percentile. Dispatch is the host's time to submit")
 	fmt.Fprintln(w, "the iteration, total adds the final Synchronize. Speed-up is WaitAlways's median over this one's.")
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "\t\tdispatch\t\ttotal\t\tspeed-up\t\t")
-	fmt.Fprintln(tw, "program\tpolicy\tmedian\tp90\tmedian\tp90\tdispatch\ttotal\t")
+	fmt.Fprintf(tw, "%s\tdispatch\t\ttotal\t\tspeed-up\t\t\n", names("", ""))
+	fmt.Fprintf(tw, "%s\tmedian\tp90\tmedian\tp90\tdispatch\ttotal\t\n", names("program", "policy"))
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t%s\t\n", r.Program, r.Policy,
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t%s\t\n", names(r.Program, r.Policy),
 			r.DispatchMedianUS, r.DispatchP90US, r.TotalMedianUS, r.TotalP90US, ratio(r.DispatchRatio), ratio(r.TotalRatio))
 	}
 	tw.Flush()
 
-	fmt.Fprintln(w, "\nWaits per iteration while submitting: host waits (all, and those at HSA<->HIP crossings) and")
-	fmt.Fprintln(w, "device waits; crossings is the program's count. Equal checksums mean equal results.")
+	fmt.Fprintln(w, "\nWaits per iteration, counted while submitting: host waits (all, and those at HSA<->HIP")
+	fmt.Fprintln(w, "crossings) and device waits; the program's crossings. Equal checksums mean equal results.")
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "\t\thost waits\tat crossings\tdevice waits\tcrossings\t\t")
-	fmt.Fprintln(tw, "program\tpolicy\tper iteration\tper iteration\tper iteration\tper iteration\tchecksum\t")
+	fmt.Fprintf(tw, "%s\thost waits\tat crossings\tdevice waits\tcrossings\tchecksum\t\n", names("program", "policy"))
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%s\t%.2f\t%.2f\t%.2f\t%d\t%.6g\t\n", r.Program, r.Policy,
+		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t%d\t%.6g\t\n", names(r.Program, r.Policy),
 			r.HostWaitsPerIter, r.BoundaryPerIter, r.DeviceWaitsIter, r.Crossings, r.Checksum)
 	}
 	tw.Flush()

@@ -32,11 +32,11 @@ func runJSON(t *testing.T, extra ...string) []result {
 	if err := run(args(append(extra, "-json")...), &out, &errOut); err != nil {
 		t.Fatalf("run: %v\nstderr: %s", err, errOut.String())
 	}
-	var rs []result
-	if err := json.Unmarshal(out.Bytes(), &rs); err != nil {
+	var o output
+	if err := json.Unmarshal(out.Bytes(), &o); err != nil {
 		t.Fatalf("-json output does not parse: %v\n%s", err, out.String())
 	}
-	return rs
+	return o.Results
 }
 
 func TestEveryProgramUnderEveryPolicy(t *testing.T) {
@@ -109,7 +109,7 @@ func TestInterleave(t *testing.T) {
 	if err := run(args("-interleave", "-programs", "matmul", "-policies", "DeviceSide,Unified"), &out, &bytes.Buffer{}); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out.String(), "interleaved") {
+	if !strings.Contains(out.String(), "interleaved, one iteration of each in turn") {
 		t.Errorf("the table does not say the policies were interleaved:\n%s", out.String())
 	}
 }
@@ -120,13 +120,23 @@ func TestTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := out.String()
-	for _, want := range []string{"crossings/it", "host waits/it", "3 measured iterations", "1 warm-up", "mlp: batch 8, in 8, hidden 8, out 4"} {
+	for _, want := range []string{"host waits", "device waits", "crossings", "per iteration", "median", "p90", "speed-up",
+		"3 measured iterations", "1 warm-up", "mlp batch 8, in 8, hidden 8, out 4", "checksum"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("table lacks %q:\n%s", want, s)
 		}
 	}
-	if n := strings.Count(s, "\n"); n != 3+1+4 {
-		t.Errorf("%d lines, want 8:\n%s", n, s)
+	// Each table: two header lines and one row per program and policy.
+	for _, row := range []string{"mixed DeviceSide", "mixed Unified", "mlp DeviceSide", "mlp Unified"} {
+		n := 0
+		for _, l := range strings.Split(s, "\n") {
+			if f := strings.Fields(l); len(f) > 2 && strings.Join(f[:2], " ") == row {
+				n++
+			}
+		}
+		if n != 2 {
+			t.Errorf("row %q appears %d times, want once in each table:\n%s", row, n, s)
+		}
 	}
 }
 
@@ -137,12 +147,12 @@ func TestPlotWritesPNG(t *testing.T) {
 	if err := run(args("-programs", "elementwise,mixed", "-plot", path, "-json-file", saved), &out, &bytes.Buffer{}); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out.String(), "crossings/it") {
+	if !strings.Contains(out.String(), "host waits") {
 		t.Errorf("no table on stdout with -json-file:\n%s", out.String())
 	}
-	var rs []result
-	if b, err := os.ReadFile(saved); err != nil || json.Unmarshal(b, &rs) != nil || len(rs) != 10 {
-		t.Errorf("-json-file: %v, %d results", err, len(rs))
+	var o output
+	if b, err := os.ReadFile(saved); err != nil || json.Unmarshal(b, &o) != nil || len(o.Results) != 10 {
+		t.Errorf("-json-file: %v, %d results", err, len(o.Results))
 	}
 	f, err := os.Open(path)
 	if err != nil {
@@ -187,12 +197,24 @@ func TestBadFlags(t *testing.T) {
 		{"-no-such-flag"},
 		{"stray"},
 	} {
-		var errOut bytes.Buffer
-		err := run(bad, &bytes.Buffer{}, &errOut)
+		var out, errOut bytes.Buffer
+		err := run(bad, &out, &errOut)
 		var ue usageError
 		if !errors.As(err, &ue) {
 			t.Errorf("%q: got %v, want a usage error", bad, err)
 		}
+		if out.Len() != 0 {
+			t.Errorf("%q: wrote to stdout: %s", bad, out.String())
+		}
+		// The flag package's own errors come with the usage; bench's
+		// checks of the values name the flag (main adds a pointer to -h).
+		if ue.usagePrinted != strings.Contains(errOut.String(), "Usage: bench") {
+			t.Errorf("%q: usagePrinted %v, stderr:\n%s", bad, ue.usagePrinted, errOut.String())
+		}
+	}
+	var ue usageError
+	if err := run([]string{"-no-such-flag"}, &bytes.Buffer{}, &bytes.Buffer{}); !errors.As(err, &ue) || !ue.usagePrinted {
+		t.Errorf("an unknown flag: %v, want the usage printed", err)
 	}
 }
 
