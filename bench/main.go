@@ -163,6 +163,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	meta.Backend, meta.Device, meta.Driver, meta.Target = dev.backend, dev.name, dev.driver, dev.target
+	meta.Machine.LoadAfter = loadAverage()
 	out := output{Meta: meta, Results: results}
 	if cfg.json {
 		if err := writeJSON(stdout, out); err != nil {
@@ -615,6 +616,11 @@ func printTable(out io.Writer, cfg config, rs []result) {
 		fmt.Fprintf(w, "%d measured iterations per program and policy (%d warm-up iterations excluded)\n", cfg.iters, cfg.warmup)
 		if cfg.interleave {
 			fmt.Fprintln(w, "the policies ran interleaved, one iteration of each in turn (-interleave)")
+		}
+		if rs[0].Backend == "emulator" {
+			// docs/benchmarks.md, "-interleave and the millisecond dispatch medians".
+			fmt.Fprintf(w, "note: the emulated device computes on this machine's %d CPUs, as the host does: when\n", runtime.NumCPU())
+			fmt.Fprintln(w, "they are busy, a host wait can take as long as the device's queued gemms (docs/benchmarks.md)")
 		}
 	}
 

@@ -33,6 +33,10 @@ type machineInfo struct {
 	CPU        string `json:"cpu_model"`
 	CPUs       int    `json:"cpus"`
 	GOMAXPROCS int    `json:"gomaxprocs"`
+	// The 1-minute load averages before and after the run (Linux; "" elsewhere):
+	// other processes' load shows in the emulator's times (docs/benchmarks.md).
+	LoadBefore string `json:"load_average_before,omitempty"`
+	LoadAfter  string `json:"load_average_after,omitempty"`
 }
 
 // settings are the command line's choices.
@@ -60,7 +64,7 @@ func newRunMeta(cfg config, start time.Time) runMeta {
 	m := runMeta{
 		Time: start.UTC().Format(time.RFC3339),
 		Machine: machineInfo{OS: runtime.GOOS, Arch: runtime.GOARCH, CPU: cpuModel(), CPUs: runtime.NumCPU(),
-			GOMAXPROCS: runtime.GOMAXPROCS(0)},
+			GOMAXPROCS: runtime.GOMAXPROCS(0), LoadBefore: loadAverage()},
 		GoVersion: runtime.Version(),
 		Settings: settings{N: cfg.n, Iterations: cfg.iters, Warmup: cfg.warmup, Repeat: cfg.repeat, MLP: cfg.mlp.String(),
 			Seed: cfg.seed, EmuMaxDelayUS: float64(cfg.emuDelay.Nanoseconds()) / 1e3, Interleave: cfg.interleave,
@@ -71,6 +75,19 @@ func newRunMeta(cfg config, start time.Time) runMeta {
 	}
 	m.Commit, m.Modified, m.CommitFrom = commit()
 	return m
+}
+
+// loadAverage is the 1-minute load average of /proc/loadavg ("" elsewhere).
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return ""
+	}
+	return f[0]
 }
 
 // cpuModel is the first "model name" of /proc/cpuinfo (Linux; "" elsewhere).
