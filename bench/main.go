@@ -157,7 +157,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if cfg.paired {
 		return runPaired(cfg, stdout)
 	}
-	meta := newRunMeta(cfg, cfg.now())
+	meta := newRunMeta(cfg, time.Now())
 	results, dev, err := runAll(cfg)
 	if err != nil {
 		return err

@@ -266,10 +266,11 @@ func pairedAll(cfg config) (*pairedOutput, error) {
 	out := &pairedOutput{Meta: pairedMeta{Raw: g.Meta(), Backend: "cuda", N: cfg.n, Repeat: cfg.repeat, Iterations: cfg.iters,
 		Warmup: cfg.warmup, AllocIters: allocIters(cfg), RawPerCall: cfg.rawPerCall, GoVersion: runtime.Version(),
 		GOMAXPROCS: runtime.GOMAXPROCS(0), GOGC: os.Getenv("GOGC")}}
-	out.Run = newRunMeta(cfg, cfg.now())
+	out.Run = newRunMeta(cfg, time.Now())
 	out.Run.Backend, out.Run.Device, out.Run.Target = "cuda", out.Meta.Raw.Device, "sm_"+strings.ReplaceAll(out.Meta.Raw.ComputeCap, ".", "")
 	if v := out.Meta.Raw.DriverVersion; v > 0 {
-		out.Run.Driver = fmt.Sprintf("CUDA driver %d.%d", v/1000, v%1000/10)
+		out.Run.Driver = fmt.Sprintf("CUDA driver %d.%d", v/1000, v%1000/10) // as Device.DriverVersion
+
 	}
 	// Progress counts the warm-up and measured pair iterations and each
 	// side's allocation-counting ones.

@@ -24,8 +24,12 @@ type progress struct {
 	label string    // what runs now
 }
 
-// newProgress starts reporting total iterations to w (nil: no reports).
+// newProgress starts reporting total iterations to w (nil: no reports);
+// now is the clock (nil: time.Now).
 func newProgress(w io.Writer, tty bool, now func() time.Time, total int, what string) *progress {
+	if now == nil {
+		now = time.Now
+	}
 	p := &progress{w: w, now: now, tty: tty, total: total}
 	p.start = now()
 	p.last = p.start

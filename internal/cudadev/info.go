@@ -13,5 +13,8 @@ func (d *Device) DriverVersion() string {
 	if err != nil || v <= 0 {
 		return ""
 	}
-	return fmt.Sprintf("CUDA driver %d.%d", v/1000, v%1000/10)
+	return driverVersionString(v)
 }
+
+// driverVersionString formats cuDriverGetVersion's 1000*major + 10*minor.
+func driverVersionString(v int) string { return fmt.Sprintf("CUDA driver %d.%d", v/1000, v%1000/10) }

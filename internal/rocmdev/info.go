@@ -28,8 +28,14 @@ func (d *Device) DriverVersion() string {
 	}
 	if r, ok := d.rt.HIP.(hipVersionReporter); ok {
 		if v, err := r.RuntimeVersion(); err == nil && v > 0 {
-			parts = append(parts, fmt.Sprintf("HIP %d.%d.%d", v/10000000, v/100000%100, v%100000))
+			parts = append(parts, hipVersionString(v))
 		}
 	}
 	return strings.Join(parts, ", ")
+}
+
+// hipVersionString formats hipRuntimeGetVersion's major*10000000 +
+// minor*100000 + patch.
+func hipVersionString(v int) string {
+	return fmt.Sprintf("HIP %d.%d.%d", v/10000000, v/100000%100, v%100000)
 }
