@@ -105,8 +105,11 @@ func toolEnv() []string {
 // builtins, because the kernels are compiled without device libraries
 // (-nogpulib), which would otherwise provide them. On AMD the sizes come
 // from the dispatch packet (hsa_kernel_dispatch_packet_t: setup at byte 2,
-// workgroup_size_x/y/z at 4/6/8, grid_size_x/y/z at 12/16/20). Its text is
-// part of every OpenCL cache key.
+// workgroup_size_x/y/z at 4/6/8, grid_size_x/y/z at 12/16/20).
+// get_work_dim exists on AMD only (PTX does not record the launch's
+// dimensions; a call is a compile error there). get_local_size gives the
+// enqueued size, also for a partial last workgroup. Its text is part of
+// every OpenCL cache key.
 const workItemPrelude = `#pragma OPENCL EXTENSION cl_khr_fp64 : enable
 #define RS_WI __attribute__((overloadable, always_inline))
 #if defined(__AMDGCN__)
