@@ -111,7 +111,7 @@ func toolEnv() []string {
 // enqueued size, also for a partial last workgroup. Its text is part of
 // every OpenCL cache key.
 const workItemPrelude = `#pragma OPENCL EXTENSION cl_khr_fp64 : enable
-#define RS_WI __attribute__((overloadable, always_inline))
+#define RS_WI static inline __attribute__((overloadable, always_inline))
 #if defined(__AMDGCN__)
 static inline __constant ushort* rs_packet16(void) { return (__constant ushort*)__builtin_amdgcn_dispatch_ptr(); }
 static inline __constant uint* rs_packet32(void) { return (__constant uint*)__builtin_amdgcn_dispatch_ptr(); }
