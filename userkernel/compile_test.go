@@ -143,6 +143,8 @@ func TestSourceErrors(t *testing.T) {
 		{saxpySource, []string{"-include", "x.h"}},
 		{saxpySource, []string{"-o"}},
 		{saxpySource, []string{"-D"}},
+		{saxpySource, []string{"-Wp,-include,/etc/hostname"}},
+		{saxpySource, []string{"-Wl,--wrap=x"}},
 		{"#include \"x.h\"\n" + saxpySource, nil},
 		{"  #  include <x.h>\n", nil},
 		{"#\\\ninclude \"x.h\"\n", nil},

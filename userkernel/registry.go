@@ -50,10 +50,9 @@ type Registry struct {
 }
 
 type loadedModule struct {
-	once    sync.Once
+	mu      sync.Mutex // held while loading; a failed load is retried by the next call
 	img     *Image
 	module  uint64
-	err     error
 	kernels sync.Map // name -> *LoadedKernel
 }
 
@@ -63,7 +62,8 @@ func NewRegistry(b *Builder, l Loader) *Registry {
 }
 
 // Kernel returns the named kernel of src loaded on the Registry's device,
-// building and loading src's image the first time only.
+// building and loading src's image the first time only. A kernel found
+// before costs two map lookups and allocates nothing.
 func (r *Registry) Kernel(src *Source, name string) (*LoadedKernel, error) {
 	if src == nil {
 		return nil, fmt.Errorf("%w: nil Source", ErrSource)
@@ -75,9 +75,17 @@ func (r *Registry) Kernel(src *Source, name string) (*LoadedKernel, error) {
 		r.modules[src.id] = m
 	}
 	r.mu.Unlock()
-	m.once.Do(func() { m.img, m.module, m.err = r.load(src) })
-	if m.err != nil {
-		return nil, m.err
+	if lk, ok := m.kernels.Load(name); ok {
+		return lk.(*LoadedKernel), nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.img == nil {
+		img, module, err := r.load(src)
+		if err != nil {
+			return nil, err
+		}
+		m.img, m.module = img, module
 	}
 	if lk, ok := m.kernels.Load(name); ok {
 		return lk.(*LoadedKernel), nil
@@ -90,8 +98,9 @@ func (r *Registry) Kernel(src *Source, name string) (*LoadedKernel, error) {
 	if err != nil {
 		return nil, fmt.Errorf("userkernel: kernel %s: %w", name, err)
 	}
-	lk, _ := m.kernels.LoadOrStore(name, &LoadedKernel{Kernel: k, Handle: h})
-	return lk.(*LoadedKernel), nil
+	lk := &LoadedKernel{Kernel: k, Handle: h}
+	m.kernels.Store(name, lk)
+	return lk, nil
 }
 
 // load builds and loads src, trying older code-object versions while the

@@ -16,6 +16,7 @@ import (
 type fakeLoader struct {
 	dev     Device
 	refuse  map[kernels.CodeObjectVersion]bool
+	fail    int // the next fail loads fail with an ordinary error
 	mu      sync.Mutex
 	loads   []Target
 	lookups int
@@ -27,6 +28,10 @@ func (f *fakeLoader) LoadImage(img *Image) (uint64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.loads = append(f.loads, img.Target)
+	if f.fail > 0 {
+		f.fail--
+		return 0, errors.New("out of memory")
+	}
 	if f.refuse[img.Target.CodeObject] {
 		return 0, fmt.Errorf("hipModuleLoadData: hipErrorSharedObjectInitFailed: %w", ErrImageRefused)
 	}
@@ -157,5 +162,21 @@ func TestReferenceRunsFromArgumentBlock(t *testing.T) {
 	other.Name = "unregistered"
 	if err := refs.Run(&other, g, block, mem); !errors.Is(err, ErrNoReference) {
 		t.Errorf("unregistered kernel: %v", err)
+	}
+}
+
+// A failed load is not remembered: the next call loads again.
+func TestRegistryRetriesAFailedLoad(t *testing.T) {
+	b := newBuilder(t)
+	l := &fakeLoader{dev: Device{ISA: "gfx90a"}, fail: 1}
+	r := NewRegistry(b, l)
+	if _, err := r.Kernel(saxpy(t), "saxpy"); err == nil || errors.Is(err, ErrImageRefused) {
+		t.Fatalf("first load: %v, want the loader's error", err)
+	}
+	if len(l.loads) != 1 {
+		t.Errorf("an ordinary failure tried other versions: %v", l.loads)
+	}
+	if _, err := r.Kernel(saxpy(t), "saxpy"); err != nil || len(l.loads) != 2 {
+		t.Errorf("second load: %v, loads %v", err, l.loads)
 	}
 }

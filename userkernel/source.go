@@ -129,6 +129,13 @@ func OpenCL(source string, options ...string) (*Source, error) {
 				break
 			}
 		}
+		// -Wp, -Wa and -Wl hand options to the preprocessor, assembler
+		// and linker (-Wp,-include,file would read a file).
+		for _, pass := range []string{"-Wp,", "-Wa,", "-Wl,", "-Xclang", "-Xlinker", "-Xpreprocessor"} {
+			if strings.HasPrefix(opt, pass) {
+				ok = false
+			}
+		}
 		if !ok || strings.ContainsAny(opt, "\x00\n") {
 			return nil, fmt.Errorf("%w: compile option %q is not allowed (allowed: %s…, -w)",
 				ErrSource, opt, strings.Join(allowedOptionPrefixes, "…, "))
