@@ -205,7 +205,10 @@ func (b *Builder) loadOrCompile(key string, src *Source, t Target, sm int, clang
 			}
 			err = perr
 		}
-		if !errors.Is(err, errEntryMissing) {
+		switch {
+		case errors.Is(err, ErrCache):
+			b.cacheFailed(err)
+		case !errors.Is(err, errEntryMissing):
 			// Corrupt, truncated, foreign or unparsable: rebuild and
 			// overwrite, never load.
 			b.count(func(s *Stats) { s.DiskRepairs++ })
@@ -277,9 +280,13 @@ func (b *Builder) toolVersion(path string) (string, error) {
 	sum := sha256.Sum256([]byte("rocsync userkernel tool 1\x00" + id))
 	key := hex.EncodeToString(sum[:])
 	if b.cache != nil {
-		if text, err := b.cache.read(key, "tool-version", real); err == nil {
+		text, err := b.cache.read(key, "tool-version", real)
+		switch {
+		case err == nil:
 			v = string(text)
-		} else if !errors.Is(err, errEntryMissing) {
+		case errors.Is(err, ErrCache):
+			b.cacheFailed(err)
+		case !errors.Is(err, errEntryMissing):
 			b.count(func(s *Stats) { s.DiskRepairs++ })
 		}
 	}

@@ -96,6 +96,10 @@ var errEntryMissing = errors.New("no cache entry")
 
 // read returns the payload of a verified entry.
 func (c *diskCache) read(key, kind, target string) ([]byte, error) {
+	// Code is loaded only from directories no one else controls.
+	if err := c.ensureDirs(key); err != nil {
+		return nil, err
+	}
 	path := c.entryPath(key)
 	fi, err := os.Lstat(path)
 	if errors.Is(err, fs.ErrNotExist) {

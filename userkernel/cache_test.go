@@ -364,3 +364,28 @@ func TestConcurrentBuildsOfOneKey(t *testing.T) {
 		t.Errorf("after two concurrent processes: %+v", s)
 	}
 }
+
+// A cache directory owned by another user is not read: its entries could
+// be anyone's code. (Needs root, to give the directory away.)
+func TestForeignCacheDirectoryIsNotRead(t *testing.T) {
+	needClang(t)
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to chown the cache directory")
+	}
+	cache := t.TempDir()
+	if _, err := NewBuilder(Options{CacheDir: cache}).Build(saxpy(t), gfx90aV5); err != nil {
+		t.Fatal(err)
+	}
+	const nobody = 65534
+	if err := os.Chown(cache, nobody, nobody); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Chown(cache, 0, 0)
+	b := NewBuilder(Options{CacheDir: cache})
+	if _, err := b.Build(saxpy(t), gfx90aV5); err != nil {
+		t.Fatal(err)
+	}
+	if s := b.Stats(); s.DiskHits != 0 || s.Compiles != 1 || s.CacheErrors == 0 || !strings.Contains(s.LastCacheErr, "another user") {
+		t.Errorf("stats %+v: a foreign directory was trusted", s)
+	}
+}
