@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/rocsync/rocsync/kernels"
@@ -104,6 +105,9 @@ func TestArgErrors(t *testing.T) {
 			}
 			if !bytes.Equal(block, bytes.Repeat([]byte{0xEE}, 24)) {
 				t.Errorf("%s %s: a refused launch wrote the block", name, c.name)
+			}
+			if cerr := k.Check(Grid1D(256, 64), c.args); cerr == nil || cerr.Error() != err.Error() {
+				t.Errorf("%s %s: Check says %v, Pack %v", name, c.name, cerr, err)
 			}
 		}
 		var ae *ArgError
@@ -301,6 +305,27 @@ func TestPackAllocatesNothing(t *testing.T) {
 		})
 		if allocs != 0 {
 			t.Errorf("%s: %v allocations per launch, want 0", name, allocs)
+		}
+	}
+}
+
+// Unoptimised code keeps hidden arguments for runtime services (the queue
+// pointer in v5, the multigrid sync argument in v4) that -O3 removes when
+// unused; such a kernel is refused by name, before any launch.
+func TestUnoptimisedKernelNamesTheServiceItNeeds(t *testing.T) {
+	b := newBuilder(t)
+	src, err := OpenCL(saxpySource, "-O0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []kernels.CodeObjectVersion{kernels.CodeObjectV5, kernels.CodeObjectV4} {
+		img, err := b.Build(src, Device{ISA: "gfx90a", Accepts: acceptOnly(v)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = img.Kernel("saxpy")
+		if !errors.Is(err, ErrUnsupportedKernel) || !strings.Contains(err.Error(), "hidden_") {
+			t.Errorf("%s -O0: %v, want ErrUnsupportedKernel naming a hidden argument", v, err)
 		}
 	}
 }
