@@ -30,6 +30,10 @@ type KernelMeta struct {
 	PrivateSegmentFixedSize uint32 // scratch per work-item
 	WavefrontSize           uint32
 	MaxFlatWorkgroupSize    uint32 // largest workgroup the kernel accepts; 0 if not recorded
+	// ReqdWorkgroupSize is .reqd_workgroup_size (OpenCL's
+	// reqd_work_group_size attribute): the only workgroup shape the kernel
+	// runs with; all zero if not recorded.
+	ReqdWorkgroupSize [3]uint32
 }
 
 // ArgMeta describes one kernel argument (an entry of .args).
@@ -38,6 +42,13 @@ type ArgMeta struct {
 	Offset    uint32
 	Size      uint32
 	ValueKind string // e.g. "global_buffer", "by_value", "hidden_global_offset_x"
+
+	// The optional descriptive fields; empty or false when not recorded.
+	AddressSpace string // .address_space of a pointer: "global", "constant", ...
+	TypeName     string // .type_name, e.g. "float*" (with -cl-kernel-arg-info)
+	Access       string // .access: the declared read_only, write_only or read_write
+	ActualAccess string // .actual_access: what the compiler found the kernel does
+	IsConst      bool   // .is_const: a pointer to const
 }
 
 // Kernel finds a kernel by its descriptor symbol ("rocsync_mul_f32.kd") or
@@ -206,6 +217,20 @@ func kernelFrom(v any, k *KernelMeta) error {
 			return fmt.Errorf("%s: %w", k.Name, err)
 		}
 	}
+	if _, present := m[".reqd_workgroup_size"]; present {
+		dims, err := arrayField(m, ".reqd_workgroup_size")
+		if err != nil {
+			return fmt.Errorf("%s: %w", k.Name, err)
+		}
+		if len(dims) != 3 {
+			return fmt.Errorf("%s: .reqd_workgroup_size has %d entries, not 3", k.Name, len(dims))
+		}
+		for i, d := range dims {
+			if k.ReqdWorkgroupSize[i], err = toUint32(d); err != nil {
+				return fmt.Errorf("%s: .reqd_workgroup_size[%d]: %w", k.Name, i, err)
+			}
+		}
+	}
 	if _, present := m[".args"]; !present {
 		return nil // a kernel without arguments has no .args
 	}
@@ -241,6 +266,28 @@ func argFrom(v any, a *ArgMeta) error {
 	}
 	if a.ValueKind, err = stringField(m, ".value_kind"); err != nil {
 		return err
+	}
+	for _, f := range []struct {
+		key string
+		dst *string
+	}{
+		{".address_space", &a.AddressSpace},
+		{".type_name", &a.TypeName},
+		{".access", &a.Access},
+		{".actual_access", &a.ActualAccess},
+	} {
+		if _, present := m[f.key]; present {
+			if *f.dst, err = stringField(m, f.key); err != nil {
+				return err
+			}
+		}
+	}
+	if v, present := m[".is_const"]; present {
+		b, ok := v.(bool)
+		if !ok {
+			return fmt.Errorf(".is_const is %s, not a bool", describe(v))
+		}
+		a.IsConst = b
 	}
 	return nil
 }

@@ -86,8 +86,20 @@ func checkKernelMeta(t *testing.T, gfx string, op Op, dt DType, k *KernelMeta) {
 		}
 		spec := Layout[i]
 		want := ArgMeta{Name: spec.Name, Offset: spec.Offset, Size: spec.Size(dt), ValueKind: spec.Kind}
-		if arg != want {
+		core := ArgMeta{Name: arg.Name, Offset: arg.Offset, Size: arg.Size, ValueKind: arg.ValueKind}
+		if core != want {
 			t.Errorf("%s: arg %d = %+v, Layout says %+v", sym, i, arg, want)
+		}
+		// The descriptive fields: the inputs a and b are pointers to
+		// const, out is not, and every pointer is global.
+		if isPtr := spec.Kind == KindGlobalBuffer; isPtr != (arg.AddressSpace == "global") {
+			t.Errorf("%s: arg %d (%s) .address_space = %q", sym, i, spec.Name, arg.AddressSpace)
+		}
+		if wantConst := spec.Name == "a" || spec.Name == "b"; arg.IsConst != wantConst {
+			t.Errorf("%s: arg %d (%s) .is_const = %v, want %v", sym, i, spec.Name, arg.IsConst, wantConst)
+		}
+		if arg.TypeName == "" {
+			t.Errorf("%s: arg %d (%s) has no .type_name (built with -cl-kernel-arg-info)", sym, i, spec.Name)
 		}
 	}
 	if k.KernargSegmentSize != KernargSize {

@@ -1,0 +1,404 @@
+package userkernel
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+)
+
+// Access is how a kernel uses a buffer argument. The op path declares it
+// to the ordering layer: a Read waits for the buffer's writer, a Write also
+// for its readers.
+type Access uint8
+
+const (
+	Read      Access = 1
+	Write     Access = 2
+	ReadWrite Access = Read | Write
+)
+
+func (a Access) String() string {
+	switch a {
+	case Read:
+		return "read"
+	case Write:
+		return "write"
+	case ReadWrite:
+		return "read-write"
+	}
+	return "Access(" + strconv.Itoa(int(a)) + ")"
+}
+
+// Writes reports whether the access includes a write.
+func (a Access) Writes() bool { return a&Write != 0 }
+
+type argKind uint8
+
+const (
+	argInvalid argKind = iota // the zero Arg: never valid
+	argBuffer
+	argInt32
+	argUint32
+	argInt64
+	argUint64
+	argFloat32
+	argFloat64
+)
+
+var argKindNames = [...]string{
+	argInvalid: "no argument (zero Arg)", argBuffer: "buffer", argInt32: "int32", argUint32: "uint32",
+	argInt64: "int64", argUint64: "uint64", argFloat32: "float32", argFloat64: "float64",
+}
+
+func (k argKind) size() uint32 {
+	switch k {
+	case argInt32, argUint32, argFloat32:
+		return 4
+	case argBuffer, argInt64, argUint64, argFloat64:
+		return 8
+	}
+	return 0
+}
+
+func (k argKind) class() ScalarClass {
+	switch k {
+	case argFloat32, argFloat64:
+		return ClassFloat
+	case argInt32, argUint32, argInt64, argUint64:
+		return ClassInteger
+	}
+	return ClassOther
+}
+
+// Arg is one launch argument: a buffer (a device address and how the
+// kernel uses it) or a typed scalar. It is a small value; building one
+// allocates nothing.
+type Arg struct {
+	bits   uint64 // the device address or the scalar's bits
+	kind   argKind
+	access Access
+}
+
+// Buffer is a device buffer argument: its device address and the access
+// the kernel makes to it.
+func Buffer(ptr uint64, access Access) Arg { return Arg{bits: ptr, kind: argBuffer, access: access} }
+
+// Int32 and the functions below make scalar arguments.
+func Int32(v int32) Arg     { return Arg{bits: uint64(uint32(v)), kind: argInt32} }
+func Uint32(v uint32) Arg   { return Arg{bits: uint64(v), kind: argUint32} }
+func Int64(v int64) Arg     { return Arg{bits: uint64(v), kind: argInt64} }
+func Uint64(v uint64) Arg   { return Arg{bits: v, kind: argUint64} }
+func Float32(v float32) Arg { return Arg{bits: uint64(math.Float32bits(v)), kind: argFloat32} }
+func Float64(v float64) Arg { return Arg{bits: math.Float64bits(v), kind: argFloat64} }
+
+// IsBuffer reports whether a is a buffer argument.
+func (a Arg) IsBuffer() bool { return a.kind == argBuffer }
+
+// Ptr returns a buffer's device address (0 for a scalar).
+func (a Arg) Ptr() uint64 {
+	if a.kind == argBuffer {
+		return a.bits
+	}
+	return 0
+}
+
+// Access returns a buffer's access (0 for a scalar).
+func (a Arg) Access() Access { return a.access }
+
+// Int64 returns an integer scalar's value, sign-extended from 32 bits for
+// int32 (and for uint32 read back by Unpack, whose signedness the metadata
+// does not say; use Uint64 for unsigned values).
+func (a Arg) Int64() int64 {
+	if a.kind.size() == 4 {
+		return int64(int32(uint32(a.bits)))
+	}
+	return int64(a.bits)
+}
+
+// Uint64 returns an integer scalar's value, zero-extended.
+func (a Arg) Uint64() uint64 { return a.bits }
+
+// Float64 returns a floating-point scalar's value (a float32 widened).
+func (a Arg) Float64() float64 {
+	if a.kind == argFloat32 {
+		return float64(math.Float32frombits(uint32(a.bits)))
+	}
+	return math.Float64frombits(a.bits)
+}
+
+// String describes the argument, e.g. "buffer 0x1000 (read)" or "float32 2".
+func (a Arg) String() string {
+	switch a.kind {
+	case argBuffer:
+		return fmt.Sprintf("buffer %#x (%s)", a.bits, a.access)
+	case argFloat32, argFloat64:
+		return argKindNames[a.kind] + " " + strconv.FormatFloat(a.Float64(), 'g', -1, 64)
+	case argInt32, argInt64:
+		return argKindNames[a.kind] + " " + strconv.FormatInt(a.Int64(), 10)
+	case argUint32, argUint64:
+		return argKindNames[a.kind] + " " + strconv.FormatUint(a.bits, 10)
+	}
+	return argKindNames[argInvalid]
+}
+
+// ErrKernelArgs is matched (errors.Is) by every *ArgError.
+var ErrKernelArgs = errors.New("userkernel: kernel arguments do not match the kernel")
+
+// ArgProblem says what is wrong with a launch's arguments.
+type ArgProblem uint8
+
+const (
+	ArgCount       ArgProblem = iota + 1 // the number of arguments
+	ArgKind                              // a buffer for a scalar, a float for an integer, ...
+	ArgSize                              // a scalar of the wrong width
+	ArgAccess                            // an access the kernel contradicts, or none
+	ArgNullBuffer                        // a buffer at device address 0
+	ArgBlock                             // the argument block given to Pack is too small
+	ArgUnsupported                       // the parameter cannot be passed as a buffer or scalar
+)
+
+var argProblemNames = [...]string{
+	ArgCount: "count", ArgKind: "kind", ArgSize: "size", ArgAccess: "access",
+	ArgNullBuffer: "null buffer", ArgBlock: "argument block", ArgUnsupported: "unsupported parameter",
+}
+
+func (p ArgProblem) String() string {
+	if int(p) < len(argProblemNames) && argProblemNames[p] != "" {
+		return argProblemNames[p]
+	}
+	return "ArgProblem(" + strconv.Itoa(int(p)) + ")"
+}
+
+// ArgError is a launch argument that does not match the kernel's metadata.
+type ArgError struct {
+	Kernel  string
+	Problem ArgProblem
+	Index   int    // the argument's index; -1 for ArgCount and ArgBlock
+	Name    string // the parameter's name, when the metadata records it
+	Want    string // what the kernel takes
+	Got     string // what the launch gave
+}
+
+func (e *ArgError) Error() string {
+	where := ""
+	if e.Index >= 0 {
+		where = " argument " + strconv.Itoa(e.Index)
+		if e.Name != "" {
+			where += " (" + e.Name + ")"
+		}
+	}
+	return fmt.Sprintf("userkernel: kernel %s%s: %s mismatch: want %s, got %s", e.Kernel, where, e.Problem, e.Want, e.Got)
+}
+
+// Is makes errors.Is(err, ErrKernelArgs) true.
+func (e *ArgError) Is(target error) bool { return target == ErrKernelArgs }
+
+func (k *Kernel) argError(p *Param, problem ArgProblem, want, got string) error {
+	e := &ArgError{Kernel: k.Name, Problem: problem, Index: -1, Want: want, Got: got}
+	if p != nil {
+		e.Index, e.Name = p.Index, p.Name
+	}
+	return e
+}
+
+// check validates one argument against its parameter.
+func (k *Kernel) check(p *Param, a Arg) error {
+	if a.kind == argInvalid {
+		return k.argError(p, ArgKind, p.Kind.String(), a.String())
+	}
+	if p.Class == ClassOther {
+		return k.argError(p, ArgUnsupported, "a "+p.TypeName+" value (not passable as a buffer or scalar)", a.String())
+	}
+	switch p.Kind {
+	case ParamBuffer:
+		if a.kind != argBuffer {
+			return k.argError(p, ArgKind, "buffer", a.String())
+		}
+	case ParamScalar:
+		if a.kind == argBuffer {
+			return k.argError(p, ArgKind, k.wantScalar(p), a.String())
+		}
+	case ParamBufferOrScalar:
+		if a.kind != argBuffer && (a.kind.class() != ClassInteger || a.kind.size() != 8) {
+			return k.argError(p, ArgKind, "buffer or 64-bit integer", a.String())
+		}
+	}
+	if a.kind == argBuffer {
+		if a.access != Read && a.access != Write && a.access != ReadWrite {
+			return k.argError(p, ArgAccess, "read, write or read-write", a.access.String())
+		}
+		if p.ReadOnly && a.access.Writes() {
+			return k.argError(p, ArgAccess, "read (the kernel declares the buffer read-only)", a.access.String())
+		}
+		if p.WriteOnly && !a.access.Writes() {
+			return k.argError(p, ArgAccess, "write or read-write (the kernel writes the buffer)", a.access.String())
+		}
+		if a.bits == 0 {
+			return k.argError(p, ArgNullBuffer, "a device address", "0")
+		}
+		return nil
+	}
+	if p.Class != ClassAny && a.kind.class() != p.Class {
+		return k.argError(p, ArgKind, k.wantScalar(p), a.String())
+	}
+	if a.kind.size() != p.Size {
+		return k.argError(p, ArgSize, k.wantScalar(p), a.String())
+	}
+	return nil
+}
+
+func (k *Kernel) wantScalar(p *Param) string {
+	s := strconv.Itoa(int(p.Size)) + "-byte " + p.Class.String() + " scalar"
+	if p.Class == ClassAny {
+		s = strconv.Itoa(int(p.Size)) + "-byte scalar"
+	}
+	if p.TypeName != "" {
+		s += " (" + p.TypeName + ")"
+	}
+	return s
+}
+
+// Check validates a launch without packing it: the same errors as Pack.
+func (k *Kernel) Check(g Geometry, args []Arg) error {
+	if err := k.checkGeometry(&g); err != nil {
+		return err
+	}
+	return k.checkArgs(args)
+}
+
+func (k *Kernel) checkArgs(args []Arg) error {
+	if k.unsupported != "" {
+		return k.argError(nil, ArgUnsupported, "a kernel rocsync can launch", k.unsupported)
+	}
+	if len(args) != len(k.Params) {
+		return k.argError(nil, ArgCount, strconv.Itoa(len(k.Params))+" arguments", strconv.Itoa(len(args)))
+	}
+	for i := range k.Params {
+		if err := k.check(&k.Params[i], args[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Pack checks a launch against the kernel's metadata and writes its
+// argument block into block[:k.ArgsSize]: each argument little-endian at
+// the offset the metadata gives, the hidden AMD arguments it needs
+// (workgroup counts, sizes and remainders, grid dimensions; global offsets
+// 0), and zeros in every gap, so reused memory carries nothing stale.
+// Nothing is written when the launch is refused. Errors are *ArgError or
+// *GeometryError values. Pack allocates nothing on success.
+//
+// On AMD the block is the kernarg segment of the dispatch (allocate it
+// with ArgsAlign, at least 16 for AQL); on CUDA it is the parameter buffer
+// of cuLaunchKernel's CU_LAUNCH_PARAM_BUFFER_POINTER.
+func (k *Kernel) Pack(block []byte, g Geometry, args []Arg) error {
+	if uint64(len(block)) < uint64(k.ArgsSize) {
+		return k.argError(nil, ArgBlock, strconv.Itoa(int(k.ArgsSize))+" bytes", strconv.Itoa(len(block))+" bytes")
+	}
+	if err := k.checkGeometry(&g); err != nil {
+		return err
+	}
+	if err := k.checkArgs(args); err != nil {
+		return err
+	}
+	block = block[:k.ArgsSize]
+	clear(block)
+	le := binary.LittleEndian
+	for i := range k.Params {
+		p := &k.Params[i]
+		if p.Size == 4 {
+			le.PutUint32(block[p.Offset:], uint32(args[i].bits))
+		} else {
+			le.PutUint64(block[p.Offset:], args[i].bits)
+		}
+	}
+	for _, h := range k.hidden {
+		var v uint64
+		switch h.fill {
+		case hiddenBlockCount:
+			v = uint64(g.Grid[h.dim] / g.Workgroup[h.dim])
+		case hiddenGroupSize:
+			v = uint64(g.Workgroup[h.dim])
+		case hiddenRemainder:
+			v = uint64(g.Grid[h.dim] % g.Workgroup[h.dim])
+		case hiddenGridDims:
+			v = uint64(g.Dims)
+		}
+		switch h.size {
+		case 2:
+			le.PutUint16(block[h.offset:], uint16(v))
+		case 4:
+			le.PutUint32(block[h.offset:], uint32(v))
+		default:
+			le.PutUint64(block[h.offset:], v)
+		}
+	}
+	return nil
+}
+
+// BufferAccess is one buffer a launch uses: what the op path declares.
+type BufferAccess struct {
+	Index  int // the argument's index
+	Ptr    uint64
+	Access Access
+}
+
+// Accesses appends the launch's buffer arguments to dst and returns it;
+// with room in dst it allocates nothing. Call it after Pack has accepted
+// the arguments.
+func (k *Kernel) Accesses(dst []BufferAccess, args []Arg) []BufferAccess {
+	for i, a := range args {
+		if a.kind == argBuffer {
+			dst = append(dst, BufferAccess{Index: i, Ptr: a.bits, Access: a.access})
+		}
+	}
+	return dst
+}
+
+// Unpack reads an argument block (as Pack writes it) back into arguments,
+// appended to dst: buffers with the access the metadata implies (read for
+// read-only, write for write-only, else read-write), scalars as float32 or
+// float64 when the parameter is floating-point and as uint32 or uint64
+// otherwise. A Go reference implementation of a kernel (References) reads
+// its arguments this way. A block shorter than ArgsSize is an *ArgError.
+func (k *Kernel) Unpack(dst []Arg, block []byte) ([]Arg, error) {
+	if uint64(len(block)) < uint64(k.ArgsSize) {
+		return dst, k.argError(nil, ArgBlock, strconv.Itoa(int(k.ArgsSize))+" bytes", strconv.Itoa(len(block))+" bytes")
+	}
+	le := binary.LittleEndian
+	for i := range k.Params {
+		p := &k.Params[i]
+		var bits uint64
+		switch p.Size {
+		case 4:
+			bits = uint64(le.Uint32(block[p.Offset:]))
+		case 8:
+			bits = le.Uint64(block[p.Offset:])
+		default:
+			return dst, k.argError(p, ArgUnsupported, "a 4- or 8-byte parameter", strconv.Itoa(int(p.Size))+" bytes")
+		}
+		a := Arg{bits: bits}
+		switch {
+		case p.Kind == ParamBuffer || p.Kind == ParamBufferOrScalar:
+			a.kind, a.access = argBuffer, ReadWrite
+			if p.ReadOnly {
+				a.access = Read
+			} else if p.WriteOnly {
+				a.access = Write
+			}
+		case p.Class == ClassFloat && p.Size == 4:
+			a.kind = argFloat32
+		case p.Class == ClassFloat:
+			a.kind = argFloat64
+		case p.Size == 4:
+			a.kind = argUint32
+		default:
+			a.kind = argUint64
+		}
+		dst = append(dst, a)
+	}
+	return dst, nil
+}

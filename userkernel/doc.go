@@ -1,0 +1,34 @@
+// Package userkernel turns a user's own GPU kernel into something rocsync
+// can dispatch like its built-in ones: a built image for the device's
+// target, the kernel's signature read from the image's own metadata, and,
+// per launch, an argument block packed from checked arguments.
+//
+// A kernel comes from one of three kinds of Source:
+//
+//   - AMD code objects, one per gfx target (and code-object version), picked
+//     by the device's ISA and the versions its runtime loads, as rocsync's
+//     own kernels are (kernels.PickCodeObjectVersion);
+//   - PTX for the CUDA backend, the newest module not newer than the device;
+//   - OpenCL C source, compiled at run time with the machine's clang for the
+//     device's target: amdgcn-amd-amdhsa (linked by ld.lld into a code
+//     object of the version the runtime loads) or nvptx64 (PTX for sm_XX).
+//
+// A Builder compiles OpenCL sources and keeps the results in an on-disk
+// cache keyed by a content hash of everything that decides the output
+// (source, options, compiler and linker versions, target, code-object
+// version); entries are written atomically, verified when read, and a
+// corrupt or foreign one is rebuilt, never loaded. A Registry loads each
+// image once per device through a Loader the device's driver implements.
+//
+// Kernel.Pack checks a launch (geometry, buffers with their access,
+// typed scalars) against the kernel's metadata and writes the kernarg
+// block; every mistake is a *ArgError (errors.Is ErrKernelArgs) or a
+// *GeometryError (errors.Is ErrGeometry) before anything reaches the GPU.
+// Pack allocates nothing.
+//
+// The package refuses to know how work is ordered, how buffers are tracked
+// or which queue a launch goes to: it hands the op path a kernel handle, a
+// packed argument block and the list of buffer accesses, and the op path
+// declares those accesses and dispatches. It also refuses to know any
+// runtime's API: loading into HSA, HIP or CUDA is the Loader's job.
+package userkernel

@@ -1,0 +1,28 @@
+//go:build unix
+
+package userkernel
+
+import (
+	"io/fs"
+	"os"
+	"strconv"
+	"syscall"
+)
+
+// fileIdentity names a file's current contents cheaply: replacing or
+// rewriting the file (a compiler upgrade) changes its inode, size or
+// modification time.
+func fileIdentity(fi fs.FileInfo) string {
+	id := strconv.FormatInt(fi.Size(), 10) + ":" + strconv.FormatInt(fi.ModTime().UnixNano(), 10)
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		id += ":" + strconv.FormatUint(uint64(st.Dev), 10) + ":" + strconv.FormatUint(st.Ino, 10)
+	}
+	return id
+}
+
+// ownedByUs reports whether the current user owns the file: the cache
+// loads code only from files and directories no one else controls.
+func ownedByUs(fi fs.FileInfo) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && int(st.Uid) == os.Geteuid()
+}
