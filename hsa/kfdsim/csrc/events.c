@@ -41,6 +41,15 @@ static sim_event *events[MAX_EVENTS]; /* index = event id; 0 unused */
 static uint32_t next_id = 1;
 static uint64_t *events_page;         /* mailbox slot per event id */
 static int events_ready;
+static uint64_t blocked_waits;
+
+/* Test hook: how many event waits have gone to sleep (blocked in the
+ * kernel, on real KFD) since the library was loaded. Lets a test tell a
+ * wait that really blocked and was woken from one that polled. */
+__attribute__((visibility("default"))) uint64_t kfdsim_test_blocked_waits(void)
+{
+	return __atomic_load_n(&blocked_waits, __ATOMIC_ACQUIRE);
+}
 
 void kfdsim_events_init(void)
 {
@@ -281,6 +290,7 @@ HSAKMT_STATUS HSAKMTAPI hsaKmtWaitOnMultipleEvents(HsaEvent *list[], HSAuint32 n
 			return HSAKMT_STATUS_SUCCESS;
 		}
 		if (ms == 0) break;
+		__atomic_fetch_add(&blocked_waits, 1, __ATOMIC_RELEASE);
 		int rc = ms == HSA_EVENTTIMEOUT_INFINITE ? pthread_cond_wait(&ev_cond, &ev_lock)
 							  : pthread_cond_timedwait(&ev_cond, &ev_lock, &deadline);
 		if (rc == ETIMEDOUT) break;

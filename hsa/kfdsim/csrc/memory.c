@@ -1,8 +1,11 @@
 /*
  * Memory: every allocation (AllocMemory) and registered range
  * (RegisterMemory*) has a record with the GPU nodes it is mapped to.
- * MapMemoryToGPUNodes sets that set (mapping to the listed nodes and
- * unmapping from the others, as the real thunk's fmm_map_to_gpu_nodes does),
+ * MapMemoryToGPUNodes sets that set: it maps to the listed nodes and
+ * unmaps from the others, as the real thunk's fmm_map_to_gpu_nodes does (so
+ * a second hsa_amd_agents_allow_access replaces the first one's agents:
+ * ROCr 5.2 does not merge them); user pointers map to all their registered
+ * nodes.
  * MapMemoryToGPU maps to every GPU, UnmapMemoryToGPU clears it.
  * kfdsim_gpu_access checks the simulated GPU's accesses against those
  * records and raises a VM fault when one fails.
@@ -230,7 +233,7 @@ static HSAKMT_STATUS map_nodes(void *addr, HSAuint64 *alt, uint64_t mask, const 
 	if (r == NULL) {
 		pthread_rwlock_unlock(&mem_lock);
 		KFDSIM_DEBUG("%s %p: not allocated or registered", call, addr);
-		return HSAKMT_STATUS_INVALID_PARAMETER;
+		return HSAKMT_STATUS_ERROR;
 	}
 	HsaMemFlags rf;
 	rf.Value = r->a.flags;
@@ -239,6 +242,12 @@ static HSAKMT_STATUS map_nodes(void *addr, HSAuint64 *alt, uint64_t mask, const 
 		 * the process. */
 		pthread_rwlock_unlock(&mem_lock);
 		return HSAKMT_STATUS_INVALID_PARAMETER;
+	}
+	if (r->type == HSA_POINTER_REGISTERED_USER) {
+		/* Like the real thunk: user pointers map to every node they are
+		 * registered to, whatever nodes the call names. */
+		mask = 0;
+		for (uint32_t i = 0; i < r->n_registered; i++) mask |= 1ull << r->registered_nodes[i];
 	}
 	set_mapping(r, mask);
 	pthread_rwlock_unlock(&mem_lock);
