@@ -254,7 +254,7 @@ func (e *Executor) access(node uint32, addr, size uint64, write bool) bool {
 func (e *Executor) plan(node uint32, base, size uint64, name []byte) (*kernelPlan, int) {
 	note, ok := noteOf(bytesAt(base, size))
 	if !ok {
-		e.complain(name, "its code object has no readable metadata note")
+		e.complain(string(name), "its code object has no readable metadata note")
 		return nil, execUnknownKernel
 	}
 	e.mu.RLock()
@@ -280,7 +280,7 @@ func (e *Executor) plan(node uint32, base, size uint64, name []byte) (*kernelPla
 	if im == nil || !bytes.Equal(im.note, note) {
 		meta, err := kernels.ReadMetadata(elfFromImage(bytesAt(base, size)))
 		if err != nil {
-			e.complain(name, "metadata: "+err.Error())
+			e.complain(string(name), "metadata: "+err.Error())
 			return nil, execUnknownKernel
 		}
 		im = &imageMeta{note: bytes.Clone(note), meta: meta, checked: make(map[string]*kernelPlan)}
@@ -291,7 +291,7 @@ func (e *Executor) plan(node uint32, base, size uint64, name []byte) (*kernelPla
 		p = planFor(im.meta, string(name))
 		im.checked[string(name)] = p
 		if p.err != nil {
-			e.complain(name, p.err.Error())
+			e.complain(string(name), p.err.Error())
 		}
 	}
 	if p.err != nil {
@@ -300,7 +300,9 @@ func (e *Executor) plan(node uint32, base, size uint64, name []byte) (*kernelPla
 	return p, execOK
 }
 
-func (e *Executor) complain(name []byte, what string) {
+// complain takes the name as a string, converted on the slow paths only, so
+// the per-dispatch name buffer never escapes to the heap.
+func (e *Executor) complain(name, what string) {
 	if e.logUnknown {
 		fmt.Fprintf(os.Stderr, "kfdsim executor: kernel %s: %s\n", name, what)
 	}

@@ -650,3 +650,70 @@ func TestExecutorRunsSimblasGemm(t *testing.T) {
 		t.Errorf("stats %+v, want 1 run and 1 fault", st)
 	}
 }
+
+// The per-dispatch path (after the first dispatch of a kernel in an image)
+// makes no Go allocation.
+func TestExecutorHotPathAllocatesNothing(t *testing.T) {
+	if execRaceEnabled {
+		t.Skip("sync.Pool drops items under -race, so allocations reappear there")
+	}
+	w := newElementwise(t, kernels.Mul, kernels.F32, 64)
+	e := current.Load()
+	if e == nil {
+		t.Fatal("no executor registered")
+	}
+	co, _ := kernels.CodeObject("gfx90a")
+	base, extent, _ := w.hs.loadImage(co, nodeMask)
+	// kfdsim_kernel_call and kfdsim_dispatch in C memory, as exec.c passes them.
+	mem := cmem.Alloc(256)
+	defer cmem.Free(mem)
+	name := kernels.Mul.KernelName(kernels.F32)
+	copy(unsafe.Slice((*byte)(unsafe.Add(mem, 128)), len(name)+1), name+"\x00")
+	call, disp := uintptr(mem), uintptr(mem)+64
+	*(*uint64)(cmem.Ptr(call + callName)) = uint64(call + 128)
+	*(*uint64)(cmem.Ptr(call + callImageBase)) = base
+	*(*uint64)(cmem.Ptr(call + callImageSize)) = extent
+	*(*uint64)(cmem.Ptr(call + callDispatch)) = uint64(disp)
+	*(*uint32)(cmem.Ptr(disp + dispGPUNode)) = gpuNode
+	*(*uint64)(cmem.Ptr(disp + dispKernarg)) = w.karg
+	*(*uint32)(cmem.Ptr(disp + dispGrid)) = 64
+	*(*uint32)(cmem.Ptr(disp + dispGrid + 4)) = 1
+	*(*uint32)(cmem.Ptr(disp + dispGrid + 8)) = 1
+	if r := e.run(call); r != execOK {
+		t.Fatalf("first run = %d", r)
+	}
+	allocs := testing.AllocsPerRun(100, func() {
+		if r := e.run(call); r != execOK {
+			t.Fatalf("run = %d", r)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("%v allocations per dispatch, want 0", allocs)
+	}
+}
+
+// A kernel that has a rocsync name but another signature (here n is a
+// uint, not a ulong) is refused: the executor reads arguments only where the
+// loaded code object's metadata says they are.
+func TestExecutorRefusesLayoutOtherThanMetadata(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "wrong.cl")
+	if err := os.WriteFile(src, []byte("kernel void rocsync_mul_f32(global float* out, global const float* a, "+
+		"global const float* b, float alpha, uint n) {}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	co := buildCL(t, src)
+	hs := buildHarness(t)
+	e, err := RegisterExecutor(hs.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	base, _, kds := hs.loadImage(co, nodeMask)
+	karg, _ := hs.mem(64, nodeMask)
+	if r := hs.dispatch(base+kds["rocsync_mul_f32"], karg, [3]uint32{64, 1, 1}, [3]uint16{64, 1, 1}); r != execUnknownKernel {
+		t.Errorf("dispatch = %d, want KFDSIM_UNKNOWN_KERNEL", r)
+	}
+	if st := e.Stats(); st.Unknown != 1 || st.Runs != 0 {
+		t.Errorf("stats %+v, want one unknown", st)
+	}
+}

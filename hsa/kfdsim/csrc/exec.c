@@ -976,7 +976,7 @@ KFDSIM_EXPORT int kfdsim_exec_dispatch(const kfdsim_dispatch *d)
 			if (r != KFDSIM_UNKNOWN_KERNEL)
 				complain(d, "executor returned an undefined status", name);
 			else
-				complain(d, "the registered executor does not know this kernel", name);
+				complain(d, "the registered executor refused this kernel (unknown to it, or its metadata differs)", name);
 			return KFDSIM_UNKNOWN_KERNEL;
 		}
 		return r;
