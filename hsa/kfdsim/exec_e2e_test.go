@@ -198,6 +198,30 @@ func TestExecHIPOverSimulatedGPU(t *testing.T) {
 	if string(back) != string(src) {
 		t.Fatal("hipMemcpy round trip changed the data")
 	}
+	// hipMemsetAsync of an odd range inside the buffer, then back again.
+	s0, err := lib.StreamCreate(dev, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lib.StreamDestroy(s0)
+	if err := lib.MemsetAsync(d+4099, 0x5a, 70001, s0); err != nil {
+		t.Fatalf("hipMemsetAsync: %v", err)
+	}
+	if err := lib.StreamSynchronize(s0); err != nil {
+		t.Fatal(err)
+	}
+	if err := lib.MemcpyDtoH(dev, unsafe.Pointer(&back[0]), d, size); err != nil {
+		t.Fatalf("hipMemcpy D2H: %v", err)
+	}
+	for i := range back {
+		want := src[i]
+		if i >= 4099 && i < 4099+70001 {
+			want = 0x5a
+		}
+		if back[i] != want {
+			t.Fatalf("after hipMemsetAsync byte %d = %#x, want %#x", i, back[i], want)
+		}
+	}
 
 	// A v4 code object through hipModuleLoadData and hipModuleLaunchKernel.
 	co, err := os.ReadFile(filepath.Join(os.Getenv("ROCM_PATH"), "co", "gfx90a.hsaco"))

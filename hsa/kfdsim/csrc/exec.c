@@ -28,6 +28,7 @@
 #include <elf.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -946,6 +947,26 @@ static int run_hip_blit(const kfdsim_dispatch *d, const image *img, const char *
 
 /* ---- the entry point ----------------------------------------------------- */
 
+/* KFDSIM_EXEC_TRACE=1 prints the kernel of every dispatch to stderr. */
+static bool trace_enabled(void)
+{
+	static int state; /* 0 unknown, 1 off, 2 on */
+	int s = __atomic_load_n(&state, __ATOMIC_RELAXED);
+	if (s == 0) {
+		const char *v = getenv("KFDSIM_EXEC_TRACE");
+		s = v && *v && strcmp(v, "0") != 0 ? 2 : 1;
+		__atomic_store_n(&state, s, __ATOMIC_RELAXED);
+	}
+	return s == 2;
+}
+
+static void trace(const kfdsim_dispatch *d, const char *name)
+{
+	if (trace_enabled())
+		fprintf(stderr, "kfdsim exec: queue %llu: %s grid %u×%u×%u\n",
+			(unsigned long long)d->queue_id, name, d->grid[0], d->grid[1], d->grid[2]);
+}
+
 KFDSIM_EXPORT int kfdsim_exec_dispatch(const kfdsim_dispatch *d)
 {
 	/* The packet processor reads the kernel descriptor first. */
@@ -963,6 +984,7 @@ KFDSIM_EXPORT int kfdsim_exec_dispatch(const kfdsim_dispatch *d)
 			complain(d, "no .kd symbol in its code object names this descriptor", NULL);
 			return KFDSIM_UNKNOWN_KERNEL;
 		}
+		trace(d, name);
 		if (strncmp(name, "__amd_rocclr_", 13) == 0)
 			return run_hip_blit(d, &img, name);
 		kfdsim_executor_fn fn = atomic_load_explicit(&registered_executor, memory_order_acquire);
@@ -984,10 +1006,13 @@ KFDSIM_EXPORT int kfdsim_exec_dispatch(const kfdsim_dispatch *d)
 
 	switch (rocr_blit_kind((const uint8_t *)(uintptr_t)d->kernel_object)) {
 	case ROCR_COPY_ALIGNED:
+		trace(d, "ROCr CopyAligned");
 		return run_rocr_copy_aligned(d);
 	case ROCR_COPY_MISALIGNED:
+		trace(d, "ROCr CopyMisaligned");
 		return run_rocr_copy_misaligned(d);
 	case ROCR_FILL:
+		trace(d, "ROCr Fill");
 		return run_rocr_fill(d);
 	case ROCR_NONE:
 		break;
