@@ -144,7 +144,7 @@ func TestChildEnv(t *testing.T) {
 		}
 		seen[k] = true
 	}
-	env = childEnv([]string{"HSA_ENABLE_SDMA=1"}, "/cache/k", "gfx90a", "TestX", Options{SDMA: true})
+	env = childEnv([]string{"HSA_ENABLE_SDMA=0"}, "/cache/k", "gfx90a", "TestX", Options{SDMA: true})
 	if !slices.Contains(env, "HSA_ENABLE_SDMA=1") || !slices.Contains(env, "LD_LIBRARY_PATH=/cache/k") {
 		t.Errorf("with SDMA: %v", env)
 	}
