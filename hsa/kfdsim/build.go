@@ -205,7 +205,10 @@ func Build(cacheDir string) (string, error) {
 	sort.Strings(cfiles)
 	out := filepath.Join(tmp, LibraryName)
 	args := append([]string{}, gccFlags...)
-	args = append(args, "-Wl,--version-script="+filepath.Join(src, "libhsakmt.map"), "-o", out)
+	// The temporary source path must not reach the debug info: a rebuild
+	// of the same key gives the same bytes.
+	args = append(args, "-ffile-prefix-map="+src+"=kfdsim/csrc",
+		"-Wl,--version-script="+filepath.Join(src, "libhsakmt.map"), "-o", out)
 	args = append(args, cfiles...)
 	cmd := exec.Command(gcc, args...)
 	var msg bytes.Buffer

@@ -38,10 +38,11 @@ func InChild(t testing.TB) bool { return os.Getenv(EnvChild) == t.Name() }
 
 // Options change the child's environment.
 type Options struct {
-	// SDMA leaves ROCr's SDMA engines on. The simulated driver does not
-	// model SDMA queues (CreateQueue(SDMA) is NOT_SUPPORTED and ROCr falls
-	// back to blit kernels), so by default children run with
-	// HSA_ENABLE_SDMA=0, which makes that choice explicit.
+	// SDMA runs the child with HSA_ENABLE_SDMA=1, so ROCr copies between
+	// host and device with the simulated SDMA engine. By default children
+	// run with HSA_ENABLE_SDMA=0: ROCr then copies with its blit kernels,
+	// the path that exercises the shader executor (exec.c), and the same on
+	// every GPU target.
 	SDMA bool
 	// Env is added last (KEY=VALUE), overriding inherited values.
 	Env []string
@@ -67,7 +68,7 @@ func LibraryOrSkip(t testing.TB) string {
 // named testName (an exact top-level name, or "Parent/sub"). The child
 // inherits this process's environment (NCCL_*, HSA_*, ROCM_PATH, ...) with
 // LD_LIBRARY_PATH prefixed by the thunk's directory and KFDSIM_GPUS, EnvChild
-// and (unless opts.SDMA) HSA_ENABLE_SDMA=0 set.
+// and HSA_ENABLE_SDMA (0, or 1 with opts.SDMA) set.
 func Command(t testing.TB, spec, testName string, opts Options) *exec.Cmd {
 	t.Helper()
 	dir := LibraryOrSkip(t)
@@ -99,8 +100,9 @@ func childEnv(parent []string, dir, spec, testName string, opts Options) []strin
 		}
 	}
 	set["LD_LIBRARY_PATH"] = ld
-	if !opts.SDMA {
-		set["HSA_ENABLE_SDMA"] = "0"
+	set["HSA_ENABLE_SDMA"] = "0"
+	if opts.SDMA {
+		set["HSA_ENABLE_SDMA"] = "1"
 	}
 	env := make([]string, 0, len(parent)+len(set)+len(opts.Env))
 	for _, kv := range parent {

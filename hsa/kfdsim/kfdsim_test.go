@@ -1,6 +1,7 @@
 package kfdsim_test
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"os/exec"
@@ -403,68 +404,99 @@ func TestVMFaultWithoutHandlerAborts(t *testing.T) {
 	}
 }
 
-// HIP 5.2.3 initialises over the simulated driver: one device per GPU node,
-// PCI bus ids from the spec, and (with exec.c) hipMalloc/hipFree. HIP calls
-// that need exec.c's blit kernels: hipMalloc/hipFree (the device's first
-// allocation loads HIP's blit code object, which ROCr copies to VRAM with
-// its CopyAligned blit kernel), hipMemcpy beyond a few bytes, hipMemset,
-// and every kernel launch.
+// HIP 5.2.3 initialises over the simulated driver: one device per GPU node
+// with the PCI bus ids of the spec. With exec.c the child also runs
+// hipMalloc, hipMemcpy both ways and hipFree: HIP's first allocation on a
+// device loads its code object, which ROCr's loader copies to VRAM with its
+// CopyAligned blit kernel (with or without SDMA), so every HIP memory call
+// needs the shader executor.
 func TestHIPInitialises(t *testing.T) {
 	if kfdsim.InChild(t) {
-		openThunk(t)
-		lib, err := hip.Open()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := lib.Init(); err != nil {
-			t.Fatalf("hipInit: %v", err)
-		}
-		n, err := lib.DeviceCount()
-		if err != nil || n != 2 {
-			t.Fatalf("hipGetDeviceCount = %d, %v; want 2", n, err)
-		}
-		h, err := purego.Dlopen(lib.Path(), purego.RTLD_NOW|purego.RTLD_GLOBAL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		busID, err := purego.Dlsym(h, "hipDeviceGetPCIBusId")
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := map[string]bool{}
-		for d := 0; d < n; d++ {
-			var buf [64]byte
-			if r, _, _ := purego.SyscallN(busID, uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), uintptr(d)); r != 0 {
-				t.Fatalf("hipDeviceGetPCIBusId(%d) = %d", d, r)
-			}
-			id := strings.ToLower(string(buf[:strings.IndexByte(string(buf[:]), 0)]))
-			name, _ := lib.DeviceName(d)
-			t.Logf("HIP device %d: %s %s", d, id, name)
-			got[id] = true
-			if !kfdsim.HasExecutor() {
-				// HIP's first allocation on a device loads its blit code
-				// object, which ROCr copies to "VRAM" with its own blit
-				// kernels: that needs exec.c.
-				continue
-			}
-			p, err := lib.Malloc(d, 1<<20)
-			if err != nil {
-				t.Fatalf("hipMalloc on device %d: %v", d, err)
-			}
-			if err := lib.Free(d, p); err != nil {
-				t.Fatalf("hipFree on device %d: %v", d, err)
-			}
-		}
-		for _, want := range []string{"0000:83:00.0", "0000:03:00.0"} {
-			if !got[want] {
-				t.Errorf("no HIP device at %s (got %v)", want, got)
-			}
-		}
+		hipChild(t)
 		return
 	}
+	hipParent(t, kfdsim.Options{})
+}
+
+// The same with HSA_ENABLE_SDMA=1: host<->device copies go to the SDMA
+// engine.
+func TestHIPWithSDMA(t *testing.T) {
+	if kfdsim.InChild(t) {
+		hipChild(t)
+		return
+	}
+	hipParent(t, kfdsim.Options{SDMA: true})
+}
+
+func hipParent(t *testing.T, opts kfdsim.Options) {
 	runtimeOrSkip(t)
 	if _, err := hip.Open(); err != nil && os.Getenv(kfdsim.EnvRequired) != "1" {
 		t.Skipf("libamdhip64 is not installed: %v", err)
 	}
-	kfdsim.Run(t, twoGPUs, t.Name(), kfdsim.Options{})
+	kfdsim.Run(t, twoGPUs, t.Name(), opts)
+}
+
+func hipChild(t *testing.T) {
+	openThunk(t)
+	lib, err := hip.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lib.Init(); err != nil {
+		t.Fatalf("hipInit: %v", err)
+	}
+	n, err := lib.DeviceCount()
+	if err != nil || n != 2 {
+		t.Fatalf("hipGetDeviceCount = %d, %v; want 2", n, err)
+	}
+	h, err := purego.Dlopen(lib.Path(), purego.RTLD_NOW|purego.RTLD_GLOBAL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	busID, err := purego.Dlsym(h, "hipDeviceGetPCIBusId")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for d := 0; d < n; d++ {
+		var buf [64]byte
+		if r, _, _ := purego.SyscallN(busID, uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), uintptr(d)); r != 0 {
+			t.Fatalf("hipDeviceGetPCIBusId(%d) = %d", d, r)
+		}
+		id := strings.ToLower(string(buf[:strings.IndexByte(string(buf[:]), 0)]))
+		name, _ := lib.DeviceName(d)
+		t.Logf("HIP device %d: %s %s", d, id, name)
+		got[id] = true
+		if !kfdsim.HasExecutor() {
+			continue // see TestHIPInitialises
+		}
+
+		const size = 1<<20 + 12345
+		p, err := lib.Malloc(d, size)
+		if err != nil {
+			t.Fatalf("hipMalloc on device %d: %v", d, err)
+		}
+		src := make([]byte, size)
+		for i := range src {
+			src[i] = byte(i*31 + d)
+		}
+		dst := make([]byte, size)
+		if err := lib.MemcpyHtoD(d, p, unsafe.Pointer(&src[0]), size); err != nil {
+			t.Fatalf("hipMemcpy HtoD on device %d: %v", d, err)
+		}
+		if err := lib.MemcpyDtoH(d, unsafe.Pointer(&dst[0]), p, size); err != nil {
+			t.Fatalf("hipMemcpy DtoH on device %d: %v", d, err)
+		}
+		if !bytes.Equal(src, dst) {
+			t.Errorf("device %d: bytes differ after a round trip through VRAM", d)
+		}
+		if err := lib.Free(d, p); err != nil {
+			t.Fatalf("hipFree on device %d: %v", d, err)
+		}
+	}
+	for _, want := range []string{"0000:83:00.0", "0000:03:00.0"} {
+		if !got[want] {
+			t.Errorf("no HIP device at %s (got %v)", want, got)
+		}
+	}
 }

@@ -20,9 +20,7 @@
  * AqlQueue::DynamicScratchHandler turns it into the queue's error callback.
  * The queue processes nothing after that.
  *
- * SDMA queues are not modelled: CreateQueue(SDMA) returns NOT_SUPPORTED,
- * and ROCr falls back to its blit kernels (as it does with HSA_ENABLE_SDMA=0,
- * which the Go helper sets).
+ * SDMA queues get the same kind of thread running the SDMA engine (sdma.c).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -36,27 +34,9 @@
 
 #include "kfdsim_int.h"
 
-int kfdsim_is_mailbox(uint64_t addr, uint32_t *event_id);
 
 #define DOORBELL_SLOTS 512
 
-typedef struct kfdsim_queue {
-	uint64_t id;
-	uint32_t node;
-	HSA_QUEUE_TYPE type;
-	uint8_t *ring;
-	uint64_t ring_bytes;
-	volatile uint64_t *rptr;
-	volatile uint64_t *wptr;
-	volatile uint64_t *doorbell;
-	int doorbell_slot;
-	amd_queue_t *amd_queue; /* AQL only */
-	pthread_t thread;
-	int stop;
-	int faulted;
-	int suspended;
-	struct kfdsim_queue *next;
-} kfdsim_queue;
 
 __thread kfdsim_queue *kfdsim_current_queue;
 
@@ -72,16 +52,9 @@ static void sleep_ns(long ns)
 	nanosleep(&ts, NULL);
 }
 
-/* Polling backoff: stay responsive right after activity, then sleep longer
- * so an idle queue costs little CPU (this runs on shared 2-core machines). */
-typedef struct backoff {
-	uint64_t idle_since;
-	int idle;
-} backoff;
+void backoff_reset(backoff *b) { b->idle = 0; }
 
-static void backoff_reset(backoff *b) { b->idle = 0; }
-
-static void backoff_wait(backoff *b)
+void backoff_wait(backoff *b)
 {
 	uint64_t now = kfdsim_now_ns();
 	if (!b->idle) {
@@ -94,7 +67,7 @@ static void backoff_wait(backoff *b)
 	else sleep_ns(2000000);                     /* then 2 ms */
 }
 
-static int queue_stopping(kfdsim_queue *q)
+int kfdsim_queue_stopping(kfdsim_queue *q)
 {
 	return __atomic_load_n(&q->stop, __ATOMIC_ACQUIRE);
 }
@@ -133,14 +106,11 @@ static int complete_signal(kfdsim_queue *q, uint64_t handle, uint64_t start_ts)
 	__atomic_fetch_sub(&s->value, 1, __ATOMIC_SEQ_CST);
 	uint64_t mb = (uint64_t)(uintptr_t)__atomic_load_n(&s->event_mailbox_ptr, __ATOMIC_ACQUIRE);
 	if (mb) {
-		uint32_t slot_id;
-		if (!kfdsim_is_mailbox(mb, &slot_id)) {
-			/* The CP writes the mailbox through the GPU's page tables. */
-			if (!kfdsim_gpu_access(q->node, mb, 8, true)) return -1;
-			return 0;
-		}
+		/* The CP writes the mailbox through the GPU's page tables; only a
+		 * write into the events page raises the interrupt. */
+		if (!kfdsim_gpu_access(q->node, mb, 8, true)) return -1;
 		__atomic_store_n((uint64_t *)(uintptr_t)mb, (uint64_t)s->event_id, __ATOMIC_RELEASE);
-		kfdsim_event_fire(s->event_id);
+		if (kfdsim_is_mailbox(mb, NULL)) kfdsim_event_fire(s->event_id);
 	}
 	return 0;
 }
@@ -175,7 +145,7 @@ static int wait_barrier(kfdsim_queue *q, const uint64_t deps[5], int is_or)
 			else nonzero++;
 		}
 		if (is_or ? zero > 0 : nonzero == 0) return 0;
-		if (queue_stopping(q) || __atomic_load_n(&q->faulted, __ATOMIC_ACQUIRE)) return -2;
+		if (kfdsim_queue_stopping(q) || __atomic_load_n(&q->faulted, __ATOMIC_ACQUIRE)) return -2;
 		backoff_wait(&b);
 	}
 }
@@ -274,7 +244,7 @@ static int process_packet(kfdsim_queue *q, uint8_t *slot, uint16_t header)
 					: cond == HSA_SIGNAL_CONDITION_NE ? v != value
 					: cond == HSA_SIGNAL_CONDITION_LT ? v < value : v >= value;
 				if (met) break;
-				if (queue_stopping(q)) return -2;
+				if (kfdsim_queue_stopping(q)) return -2;
 				backoff_wait(&b);
 			}
 		} else {
@@ -294,7 +264,7 @@ static void aql_loop(kfdsim_queue *q)
 {
 	uint64_t slots = q->ring_bytes / 64;
 	backoff b = {0, 0};
-	while (!queue_stopping(q)) {
+	while (!kfdsim_queue_stopping(q)) {
 		if (__atomic_load_n(&q->faulted, __ATOMIC_ACQUIRE) || __atomic_load_n(&q->suspended, __ATOMIC_ACQUIRE)) {
 			backoff_wait(&b);
 			continue;
@@ -328,7 +298,8 @@ static void *queue_thread(void *arg)
 {
 	kfdsim_queue *q = arg;
 	kfdsim_current_queue = q;
-	aql_loop(q);
+	if (q->type == HSA_QUEUE_COMPUTE_AQL) aql_loop(q);
+	else kfdsim_sdma_loop(q);
 	kfdsim_current_queue = NULL;
 	return NULL;
 }
@@ -350,16 +321,17 @@ HSAKMT_STATUS HSAKMTAPI hsaKmtCreateQueue(HSAuint32 node, HSA_QUEUE_TYPE type, H
 	if (!kfdsim_is_gpu_node(node)) return HSAKMT_STATUS_INVALID_NODE_UNIT;
 	if (res == NULL || ring == NULL || ring_bytes < 256 || (ring_bytes & (ring_bytes - 1)) || percent > 100)
 		return HSAKMT_STATUS_INVALID_PARAMETER;
-	if (type != HSA_QUEUE_COMPUTE_AQL) {
+	int sdma = type == HSA_QUEUE_SDMA || type == HSA_QUEUE_SDMA_XGMI;
+	if (type != HSA_QUEUE_COMPUTE_AQL && !sdma) {
 		KFDSIM_DEBUG("CreateQueue type %d: NOT_SUPPORTED", type);
 		return HSAKMT_STATUS_NOT_SUPPORTED;
 	}
-	if ((res->Queue_read_ptr_aql == NULL || res->Queue_write_ptr_aql == NULL))
+	if (!sdma && (res->Queue_read_ptr_aql == NULL || res->Queue_write_ptr_aql == NULL))
 		return HSAKMT_STATUS_INVALID_PARAMETER;
 	kfdsim_queue *q = calloc(1, sizeof *q);
 	if (q == NULL) return HSAKMT_STATUS_NO_MEMORY;
 	q->node = node;
-	q->type = type;
+	q->type = sdma ? HSA_QUEUE_SDMA : type;
 	q->ring = ring;
 	q->ring_bytes = ring_bytes;
 	q->suspended = percent == 0;
@@ -380,11 +352,20 @@ HSAKMT_STATUS HSAKMTAPI hsaKmtCreateQueue(HSAuint32 node, HSA_QUEUE_TYPE type, H
 	q->doorbell = &doorbells[slot];
 	q->id = next_queue_id++;
 	pthread_mutex_unlock(&q_lock);
-	q->rptr = res->Queue_read_ptr_aql;
-	q->wptr = res->Queue_write_ptr_aql;
-	q->amd_queue = (amd_queue_t *)((uint8_t *)res->Queue_read_ptr_aql - offsetof(amd_queue_t, read_dispatch_id));
-	/* No packet rung yet: the CP processes index i once doorbell >= i. */
-	__atomic_store_n(q->doorbell, UINT64_MAX, __ATOMIC_RELEASE);
+	if (!sdma) {
+		q->rptr = res->Queue_read_ptr_aql;
+		q->wptr = res->Queue_write_ptr_aql;
+		q->amd_queue = (amd_queue_t *)((uint8_t *)res->Queue_read_ptr_aql - offsetof(amd_queue_t, read_dispatch_id));
+		/* No packet rung yet: the CP processes index i once doorbell >= i. */
+		__atomic_store_n(q->doorbell, UINT64_MAX, __ATOMIC_RELEASE);
+	} else {
+		/* SDMA: the engine owns the read and write pointers (bytes). */
+		q->rptr = &q->sdma_rptr;
+		q->wptr = &q->sdma_wptr;
+		__atomic_store_n(q->doorbell, 0, __ATOMIC_RELEASE);
+		res->Queue_read_ptr_aql = (HSAuint64 *)q->rptr;
+		res->Queue_write_ptr_aql = (HSAuint64 *)q->wptr;
+	}
 	res->QueueId = q->id;
 	res->Queue_DoorBell_aql = (HSAuint64 *)q->doorbell;
 	res->ErrorReason = NULL;

@@ -65,6 +65,9 @@ void kfdsim_events_init(void)
 		events_page = p == MAP_FAILED ? NULL : p;
 		events_ready = 1;
 	}
+	/* KFD maps the events page into every GPU's address space: the CP and
+	 * the SDMA engines write signal mailboxes there. */
+	if (events_page) kfdsim_memory_add_driver_range((uint64_t)(uintptr_t)events_page, MAX_EVENTS * sizeof(uint64_t));
 	pthread_mutex_unlock(&ev_lock);
 }
 

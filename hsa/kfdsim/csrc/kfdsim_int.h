@@ -65,13 +65,52 @@ void kfdsim_event_memory_fault(uint32_t node, uint64_t va, int write, int not_pr
 
 /* memory.c */
 void kfdsim_memory_fini(void);
+void kfdsim_memory_add_driver_range(uint64_t base, uint64_t size);
 
-/* cp.c: the thread-local queue being processed (NULL off the CP/SDMA
- * threads), so a failed kfdsim_gpu_access can stop the queue that faulted. */
-struct kfdsim_queue;
+/* cp.c: queues. */
+struct amd_queue_s;
+typedef struct kfdsim_queue {
+	uint64_t id;
+	uint32_t node;
+	HSA_QUEUE_TYPE type;
+	uint8_t *ring;
+	uint64_t ring_bytes;
+	volatile uint64_t *rptr;
+	volatile uint64_t *wptr;
+	volatile uint64_t *doorbell;
+	int doorbell_slot;
+	struct amd_queue_s *amd_queue; /* AQL only */
+	pthread_t thread;
+	int stop;
+	int faulted;
+	int suspended;
+	struct kfdsim_queue *next;
+	/* SDMA: the engine's own read and write pointers (bytes), which
+	 * CreateQueue hands to ROCr. */
+	uint64_t sdma_rptr, sdma_wptr;
+} kfdsim_queue;
+
+/* The thread-local queue being processed (NULL off the CP/SDMA threads), so
+ * a failed kfdsim_gpu_access can stop the queue that faulted. */
 void kfdsim_queue_fault(struct kfdsim_queue *q, int64_t error_code, const char *why);
 extern __thread struct kfdsim_queue *kfdsim_current_queue;
 void kfdsim_queues_fini(void);
+int kfdsim_queue_stopping(kfdsim_queue *q);
+
+/* Polling backoff: stay responsive right after activity, then sleep longer
+ * so an idle queue costs little CPU (this runs on shared 2-core machines). */
+typedef struct backoff {
+	uint64_t idle_since;
+	int idle;
+} backoff;
+void backoff_reset(backoff *b);
+void backoff_wait(backoff *b);
+
+/* events.c: whether addr is an events-page mailbox slot. */
+int kfdsim_is_mailbox(uint64_t addr, uint32_t *event_id);
+
+/* sdma.c: the SDMA engine's loop for one SDMA queue. */
+void kfdsim_sdma_loop(kfdsim_queue *q);
 
 /* The queue error codes the CP writes to amd_queue_t.queue_inactive_signal,
  * as ROCr 5.2's AqlQueue::DynamicScratchHandler decodes them. */

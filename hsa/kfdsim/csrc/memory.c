@@ -26,6 +26,7 @@ typedef struct mem_record {
 	uint32_t mapped_nodes[KFDSIM_MAX_NODES];
 	uint32_t registered_nodes[KFDSIM_MAX_NODES];
 	uint32_t n_registered;
+	int driver_owned;        /* the events page: mapped by KFD, never freed by the process */
 	struct mem_record *next;
 } mem_record;
 
@@ -132,7 +133,8 @@ HSAKMT_STATUS HSAKMTAPI hsaKmtFreeMemory(void *addr, HSAuint64 size)
 	if (addr == NULL) return HSAKMT_STATUS_INVALID_PARAMETER;
 	pthread_rwlock_wrlock(&mem_lock);
 	mem_record *r = find((uint64_t)(uintptr_t)addr);
-	if (r == NULL || r->a.base != (uint64_t)(uintptr_t)addr || r->type != HSA_POINTER_ALLOCATED) {
+	if (r == NULL || r->a.base != (uint64_t)(uintptr_t)addr || r->type != HSA_POINTER_ALLOCATED ||
+	    r->driver_owned) {
 		pthread_rwlock_unlock(&mem_lock);
 		KFDSIM_DEBUG("FreeMemory %p: not an allocation", addr);
 		return HSAKMT_STATUS_MEMORY_NOT_REGISTERED;
@@ -143,6 +145,22 @@ HSAKMT_STATUS HSAKMTAPI hsaKmtFreeMemory(void *addr, HSAuint64 size)
 	munmap(addr, r->map_len);
 	free(r);
 	return HSAKMT_STATUS_SUCCESS;
+}
+
+/* Records memory the driver itself maps into every GPU's address space (the
+ * events page), so the GPU's mailbox writes pass the access check. */
+void kfdsim_memory_add_driver_range(uint64_t base, uint64_t size)
+{
+	mem_record *r = calloc(1, sizeof *r);
+	if (r == NULL) return;
+	r->a.base = base;
+	r->a.size = size;
+	r->a.mapped_mask = all_gpus_mask();
+	r->type = HSA_POINTER_ALLOCATED;
+	r->driver_owned = 1;
+	pthread_rwlock_wrlock(&mem_lock);
+	add_record(r);
+	pthread_rwlock_unlock(&mem_lock);
 }
 
 static HSAKMT_STATUS register_range(void *addr, HSAuint64 size, HsaMemFlags flags, uint64_t nodes_mask)
