@@ -265,7 +265,8 @@ static void aql_loop(kfdsim_queue *q)
 	uint64_t slots = q->ring_bytes / 64;
 	backoff b = {0, 0};
 	while (!kfdsim_queue_stopping(q)) {
-		if (__atomic_load_n(&q->faulted, __ATOMIC_ACQUIRE) || __atomic_load_n(&q->suspended, __ATOMIC_ACQUIRE)) {
+		if (__atomic_load_n(&q->faulted, __ATOMIC_ACQUIRE) || __atomic_load_n(&q->suspended, __ATOMIC_ACQUIRE) ||
+		    kfdsim_held()) {
 			backoff_wait(&b);
 			continue;
 		}

@@ -109,6 +109,10 @@ void backoff_wait(backoff *b);
 /* events.c: whether addr is an events-page mailbox slot. */
 int kfdsim_is_mailbox(uint64_t addr, uint32_t *event_id);
 
+/* hold.c: whether kfdsim_hold is in force (command processors pause
+ * before their next packet). */
+int kfdsim_held(void);
+
 /* sdma.c: the SDMA engine's loop for one SDMA queue. */
 void kfdsim_sdma_loop(kfdsim_queue *q);
 

@@ -207,7 +207,8 @@ void kfdsim_sdma_loop(kfdsim_queue *q)
 {
 	backoff b = {0, 0};
 	while (!kfdsim_queue_stopping(q)) {
-		if (__atomic_load_n(&q->faulted, __ATOMIC_ACQUIRE) || __atomic_load_n(&q->suspended, __ATOMIC_ACQUIRE)) {
+		if (__atomic_load_n(&q->faulted, __ATOMIC_ACQUIRE) || __atomic_load_n(&q->suspended, __ATOMIC_ACQUIRE) ||
+		    kfdsim_held()) {
 			backoff_wait(&b);
 			continue;
 		}
