@@ -26,6 +26,10 @@ typedef struct mem_record {
 	uint32_t mapped_nodes[KFDSIM_MAX_NODES];
 	uint32_t registered_nodes[KFDSIM_MAX_NODES];
 	uint32_t n_registered;
+	/* Registrations of exactly this user range not yet deregistered: like
+	 * the real thunk (fmm_register_user_memory), registering the same
+	 * range again counts up instead of failing. */
+	uint32_t registration_count;
 	int driver_owned;        /* the events page: mapped by KFD, never freed by the process */
 	struct mem_record *next;
 } mem_record;
@@ -171,8 +175,13 @@ static HSAKMT_STATUS register_range(void *addr, HSAuint64 size, HsaMemFlags flag
 	pthread_rwlock_wrlock(&mem_lock);
 	mem_record *r = find_overlap(base, size);
 	if (r != NULL) {
-		/* Memory the thunk allocated is already known to KFD. */
+		/* Memory the thunk allocated is already known to KFD; the same
+		 * user range registered again is counted, as by the real thunk. */
 		int ok = r->type == HSA_POINTER_ALLOCATED && base >= r->a.base && base + size <= r->a.base + r->a.size;
+		if (r->type == HSA_POINTER_REGISTERED_USER && r->a.base == base && r->a.size == size) {
+			r->registration_count++;
+			ok = 1;
+		}
 		pthread_rwlock_unlock(&mem_lock);
 		return ok ? HSAKMT_STATUS_SUCCESS : HSAKMT_STATUS_MEMORY_ALREADY_REGISTERED;
 	}
@@ -186,6 +195,7 @@ static HSAKMT_STATUS register_range(void *addr, HSAuint64 size, HsaMemFlags flag
 	r->a.home_node = 0;
 	r->a.flags = flags.Value;
 	r->type = HSA_POINTER_REGISTERED_USER;
+	r->registration_count = 1;
 	for (uint32_t n = 1; n < KFDSIM_MAX_NODES; n++)
 		if (nodes_mask & (1ull << n)) r->registered_nodes[r->n_registered++] = n;
 	add_record(r);
@@ -227,6 +237,10 @@ HSAKMT_STATUS HSAKMTAPI hsaKmtDeregisterMemory(void *addr)
 	}
 	if (r->type != HSA_POINTER_REGISTERED_USER) {
 		/* Deregistering memory the thunk allocated changes nothing. */
+		pthread_rwlock_unlock(&mem_lock);
+		return HSAKMT_STATUS_SUCCESS;
+	}
+	if (--r->registration_count > 0) {
 		pthread_rwlock_unlock(&mem_lock);
 		return HSAKMT_STATUS_SUCCESS;
 	}
