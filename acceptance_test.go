@@ -24,11 +24,13 @@ const n128 = 128
 
 // The acceptance suite runs on the emulator by default, with the hazard
 // checker and random delays on. With ROCSYNC_GPU=1 it runs on real
-// hardware instead: ROCSYNC_BACKEND picks rocm (the default) or cuda.
-func gpuRun() bool { return os.Getenv("ROCSYNC_GPU") == "1" }
+// hardware instead: ROCSYNC_BACKEND picks rocm (the default) or cuda. In a
+// child of TestROCmSuiteOnSimulatedDriver it runs on the ROCm backend over
+// the real ROCm 5.2.3 libraries and the simulated driver (suiteOn).
+func gpuRun() bool { return suiteOn() != onEmulator }
 
 func gpuBackend() Backend {
-	if os.Getenv("ROCSYNC_BACKEND") == "cuda" {
+	if suiteOn() == onHardware && os.Getenv("ROCSYNC_BACKEND") == "cuda" {
 		return CUDA
 	}
 	return ROCm
@@ -68,14 +70,21 @@ func emulatorOnly(t *testing.T, d *Device, why string) {
 // busy keeps tk's kernel timeline busy for a while, so that work
 // submitted behind it is still pending when the host reaches the next
 // crossing, as on a GPU behind a fast host. On the emulator it holds
-// every queue for a moment; on hardware it queues long kernels ahead.
+// every queue for a moment, on the simulated driver every command
+// processor; on hardware it queues long kernels ahead.
 func busy(t *testing.T, d *Device, tk *Task) {
 	t.Helper()
 	if d.Policy() == WaitAlways {
 		return // every op is waited for: nothing can be pending
 	}
-	if d.Emulated() {
-		release := d.machine.Hold()
+	var release func()
+	switch {
+	case d.Emulated():
+		release = d.machine.Hold()
+	case suiteOn() == onSimulatedDriver:
+		release = holdSimulatedGPU(t)
+	}
+	if release != nil {
 		go func() { time.Sleep(50 * time.Millisecond); release() }()
 		return
 	}
