@@ -64,6 +64,14 @@ func (h *HSA) Init() error {
 	return nil
 }
 
+// InitCount is hsa_init's reference count: hsa_init calls not yet matched
+// by hsa_shut_down.
+func (h *HSA) InitCount() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.inits
+}
+
 func (h *HSA) ShutDown() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -39,15 +39,21 @@ var ErrNoBLAS = errors.New("rocBLAS is not loaded")
 
 // Open makes a driver.Device for every GPU agent, configured by configFor
 // its index.
+//
+// Open takes over the caller's hsa_init reference of rt.HSA: the devices
+// share it, and the last one to close calls hsa_shut_down (so does Open
+// when it fails), which releases ROCr's queues, signals and threads.
 func Open(rt Runtimes, configFor func(index int) driver.DeviceConfig) ([]driver.Device, error) {
 	agents, err := gpuAgents(rt.HSA)
 	if err != nil {
-		return nil, err
+		return nil, errors.Join(err, rt.HSA.ShutDown())
 	}
 	kernarg, err := kernargPool(rt.HSA)
 	if err != nil {
-		return nil, err
+		return nil, errors.Join(err, rt.HSA.ShutDown())
 	}
+	ref := &runtimeRef{rt: rt.HSA}
+	ref.users.Add(int64(len(agents)))
 	var devs []driver.Device
 	for i, a := range agents {
 		cfg := configFor(i)
@@ -62,11 +68,29 @@ func Open(rt Runtimes, configFor func(index int) driver.DeviceConfig) ([]driver.
 			for _, x := range devs {
 				_ = x.Close()
 			}
+			// The devices never made hold no reference; the last
+			// reference dropped shuts the runtime down.
+			ref.release(int64(len(agents) - len(devs)))
 			return nil, err
 		}
+		d.ref = ref
 		devs = append(devs, d)
 	}
 	return devs, nil
+}
+
+// runtimeRef counts the devices that share one hsa_init reference.
+type runtimeRef struct {
+	rt    hsa.Runtime
+	users atomic.Int64
+}
+
+// release drops n users; the last one calls hsa_shut_down.
+func (r *runtimeRef) release(n int64) error {
+	if r.users.Add(-n) == 0 {
+		return r.rt.ShutDown()
+	}
+	return nil
 }
 
 func gpuAgents(rt hsa.Runtime) ([]hsa.Agent, error) {
@@ -138,6 +162,8 @@ type Device struct {
 	events    *stream.EventPool
 	queues    tls.QueuePool
 	tasks     atomic.Int64
+	ref       *runtimeRef // the shared hsa_init reference
+	closed    atomic.Bool
 
 	kernelsOnce sync.Once
 	kernelsErr  error
@@ -211,9 +237,17 @@ func (d *Device) CopyDtoH(dst unsafe.Pointer, src driver.DevicePtr, size uint64)
 	return d.rt.HIP.MemcpyDtoH(d.index, dst, hip.DevicePtr(src), size)
 }
 
-// Close releases the queues and pools; tasks must be closed first.
+// Close releases the queues and pools, and the device's share of the HSA
+// runtime; tasks must be closed first. A second Close does nothing.
 func (d *Device) Close() error {
-	return errors.Join(d.queues.Close(), d.signals.Destroy(), d.events.Destroy())
+	if d.closed.Swap(true) {
+		return nil
+	}
+	err := errors.Join(d.queues.Close(), d.signals.Destroy(), d.events.Destroy())
+	if d.ref != nil {
+		err = errors.Join(err, d.ref.release(1))
+	}
+	return err
 }
 
 // loadKernels loads the code object for the GPU's ISA once and looks up
