@@ -50,3 +50,21 @@ func TestHSAShutDownWhenLastDeviceCloses(t *testing.T) {
 	require.NoError(t, d.Close())
 	require.Equal(t, 0, d.machine.HSA().InitCount())
 }
+
+// Unified launches pass no dynamic LDS: HIP adds the kernel's static LDS
+// (its group segment size) itself. With kernels that use 40 KiB of static
+// LDS, passing it again as sharedMemBytes makes 80 KiB, over the 64 KiB
+// limit, and the launch fails.
+func TestUnifiedPassesNoDynamicLDS(t *testing.T) {
+	d := openEmu(t, Unified, EmulatorOptions{KernelGroupSegmentSize: 40 << 10})[0]
+	defer func() { require.NoError(t, d.Close()) }()
+	x, err := d.FromFloat32(1, 3, []float32{1, 2, 3})
+	require.NoError(t, err)
+	y, err := d.DefaultTask().Mul(x, x)
+	require.NoError(t, err)
+	got, err := y.Float32s()
+	require.NoError(t, err)
+	require.Equal(t, []float32{1, 4, 9}, got)
+	require.Zero(t, d.machine.HIP().MaxDynamicSharedMem())
+	require.Empty(t, d.Hazards())
+}

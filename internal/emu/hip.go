@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -22,7 +23,13 @@ type HIP struct {
 	modules map[hip.Module]map[string]*kernelImpl
 	funcs   map[hip.Function]*kernelImpl
 	next    uintptr
+
+	maxDynamicLDS atomic.Uint32 // the largest sharedMemBytes launched
 }
+
+// MaxDynamicSharedMem is the largest dynamic LDS size (sharedMemBytes) any
+// hipModuleLaunchKernel has asked for.
+func (h *HIP) MaxDynamicSharedMem() uint32 { return h.maxDynamicLDS.Load() }
 
 var _ hip.Runtime = (*HIP)(nil)
 
@@ -594,9 +601,7 @@ func (h *HIP) ModuleLoadData(d int, image []byte) (hip.Module, error) {
 	}
 	fns := map[string]*kernelImpl{}
 	for _, k := range meta.Kernels {
-		impl := &kernelImpl{symbol: k.Symbol, kernargSize: k.KernargSegmentSize}
-		impl.op, impl.dt, impl.implemented = kernels.ParseSymbol(k.Symbol)
-		fns[k.Name] = impl
+		fns[k.Name] = h.m.newKernelImpl(k)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -649,13 +654,30 @@ func (h *HIP) ModuleLaunchKernel(f hip.Function, grid, block [3]uint32, sharedMe
 	if uint32(len(args)) < k.kernargSize {
 		return hipErr("hipModuleLaunchKernel", hip.ErrorInvalidValue, fmt.Sprintf("%d argument bytes, kernel takes %d", len(args), k.kernargSize))
 	}
+	// sharedMemBytes is the dynamic LDS only; the kernel's static LDS comes
+	// on top. HIP refuses a dynamic size over the limit at the call, and
+	// the launch fails at submission when the sum exceeds it (clr:
+	// "No local memory available").
+	if sharedMem > LDSPerWorkgroup {
+		return hipErr("hipModuleLaunchKernel", hip.ErrorInvalidValue, fmt.Sprintf("sharedMemBytes %d over the %d-byte LDS", sharedMem, LDSPerWorkgroup))
+	}
+	for {
+		old := h.maxDynamicLDS.Load()
+		if sharedMem <= old || h.maxDynamicLDS.CompareAndSwap(old, sharedMem) {
+			break
+		}
+	}
 	s, err := h.stream("hipModuleLaunchKernel", sid)
 	if err != nil {
 		return err
 	}
 	kernarg := append([]byte(nil), args...)
 	items := uint64(grid[0]) * uint64(block[0])
+	lds := uint64(k.groupSize) + uint64(sharedMem)
 	return s.enqueue(cmd{kind: cmdWork, what: k.symbol, fn: func(a *actor) error {
+		if lds > LDSPerWorkgroup {
+			return fmt.Errorf("no local memory available: %d static + %d dynamic LDS bytes over %d", k.groupSize, sharedMem, LDSPerWorkgroup)
+		}
 		return h.m.runKernel(k, kernarg, items, a)
 	}})
 }

@@ -439,7 +439,20 @@ type kernelImpl struct {
 	op          kernels.Op
 	dt          kernels.DType
 	kernargSize uint32
+	groupSize   uint32 // static LDS per workgroup
+	privateSize uint32
 	implemented bool
+}
+
+// newKernelImpl reads one kernel's metadata.
+func (m *Machine) newKernelImpl(k kernels.KernelMeta) *kernelImpl {
+	impl := &kernelImpl{symbol: k.Symbol, kernargSize: k.KernargSegmentSize,
+		groupSize: k.GroupSegmentFixedSize, privateSize: k.PrivateSegmentFixedSize}
+	if m.opts.KernelGroupSegmentSize != 0 {
+		impl.groupSize = m.opts.KernelGroupSegmentSize
+	}
+	impl.op, impl.dt, impl.implemented = kernels.ParseSymbol(k.Symbol)
+	return impl
 }
 
 func (h *HSA) CodeObjectReaderCreateFromMemory(code []byte) (hsa.CodeObjectReader, error) {
@@ -518,8 +531,7 @@ func (h *HSA) ExecutableLoadAgentCodeObject(e hsa.Executable, a hsa.Agent, r hsa
 			Text: fmt.Sprintf("%s (code object for %s, agent is %s)", h.StatusString(hsa.StatusErrorInvalidISA), target, h.m.opts.ISA)}
 	}
 	for _, k := range meta.Kernels {
-		impl := &kernelImpl{symbol: k.Symbol, kernargSize: k.KernargSegmentSize}
-		impl.op, impl.dt, impl.implemented = kernels.ParseSymbol(k.Symbol)
+		impl := h.m.newKernelImpl(k)
 		h.m.execMu.Lock()
 		h.m.kernels = append(h.m.kernels, impl)
 		handle := uint64(len(h.m.kernels))
@@ -583,8 +595,10 @@ func (h *HSA) SymbolInfoUint32(s hsa.ExecutableSymbol, attr uint32) (uint32, err
 		return k.kernargSize, nil
 	case hsa.SymbolInfoKernargSegmentAlign:
 		return 16, nil
-	case hsa.SymbolInfoGroupSegmentSize, hsa.SymbolInfoPrivateSegmentSize:
-		return 0, nil
+	case hsa.SymbolInfoGroupSegmentSize:
+		return k.groupSize, nil
+	case hsa.SymbolInfoPrivateSegmentSize:
+		return k.privateSize, nil
 	}
 	return 0, h.err("hsa_executable_symbol_get_info", hsa.StatusErrorInvalidArgument)
 }

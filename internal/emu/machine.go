@@ -39,6 +39,19 @@ type Options struct {
 	MaxDelay time.Duration
 	// Seed seeds the random delays.
 	Seed uint64
+	// HIPVersion is the HIP release modelled, in hipRuntimeGetVersion's
+	// encoding (major*10_000_000 + minor*100_000 + patch; HIP 5.2.3 is
+	// 50_221_153). 0 means DefaultHIPVersion.
+	HIPVersion int
+	// HIPVisibleDevices lists, in HIP's order, the GPUs HIP presents (as
+	// HIP_VISIBLE_DEVICES does): HIP device i is GPU HIPVisibleDevices[i].
+	// nil presents every GPU in HSA's order.
+	HIPVisibleDevices []int
+	// KernelGroupSegmentSize, when non-zero, replaces every kernel's static
+	// LDS size (group_segment_fixed_size) as both runtimes read it from the
+	// code object, modelling kernels that use __local memory (rocsync's own
+	// use none).
+	KernelGroupSegmentSize uint32
 	// OnHazard, if set, is called for every hazard as it is found (from an
 	// emulator goroutine). Hazards are also kept for Hazards().
 	OnHazard func(*HazardError)
@@ -106,6 +119,19 @@ type device struct {
 	mu    sync.Mutex
 }
 
+// DefaultHIPVersion is the HIP release the emulator models by default: a
+// current ROCm 6.x.
+const DefaultHIPVersion = 60_400_000
+
+// HIPVersionStreamMemoryLookup is the first HIP (ROCm 5.6.0, clr commit
+// b40823ccc "Enable ROCr interop") whose stream memory operations accept
+// memory HIP did not allocate, found by asking ROCr.
+const HIPVersionStreamMemoryLookup = 50_600_000
+
+// LDSPerWorkgroup is the LDS a workgroup may use on the emulated GPUs
+// (64 KiB, as on every gfx9 to gfx12 GPU): static plus dynamic.
+const LDSPerWorkgroup = 64 << 10
+
 // deviceBase spaces the devices' address ranges so that a pointer names its
 // device, as on hardware.
 const deviceBase = 0x7f00_0000_0000
@@ -118,6 +144,9 @@ func New(o Options) *Machine {
 	}
 	if o.ISA == "" {
 		o.ISA = "gfx90a"
+	}
+	if o.HIPVersion == 0 {
+		o.HIPVersion = DefaultHIPVersion
 	}
 	if o.MemoryPerDevice == 0 {
 		o.MemoryPerDevice = 4 << 30

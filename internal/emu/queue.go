@@ -244,6 +244,12 @@ func (q *queue) dispatch(p *hsa.DispatchPacket, a *actor) {
 	if a != nil {
 		a.what = fmt.Sprintf("%s (%s)", k.symbol, a.what)
 	}
+	// The packet's group segment size is the whole LDS allocation: the
+	// kernel's static LDS plus any dynamic part.
+	if p.GroupSegmentSize < k.groupSize || p.GroupSegmentSize > LDSPerWorkgroup {
+		q.fail(hsa.StatusErrorInvalidAllocation, fmt.Sprintf("group segment %d bytes (kernel needs %d, limit %d)", p.GroupSegmentSize, k.groupSize, LDSPerWorkgroup))
+		return
+	}
 	args, err := q.m.span(p.KernargAddress, uint64(k.kernargSize), false, nil)
 	if err != nil {
 		q.fail(hsa.StatusErrorMemoryFault, err.Error())

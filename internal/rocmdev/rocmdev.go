@@ -402,6 +402,8 @@ func (t *Task) Launch(op kernels.Op, dt kernels.DType, args kernels.Args) (uint6
 
 // launchHIP is Launch under Unified. HIP counts the grid in blocks, AQL in
 // work-items; the runtime copies the argument block at enqueue.
+// sharedMemBytes is 0: HIP adds the kernel's static LDS (its group segment
+// size) itself, so passing it again would count it twice.
 func (t *Task) launchHIP(k *kernelObject, dt kernels.DType, args kernels.Args, grid uint64) (uint64, error) {
 	var buf [queue.KernargSlot]byte
 	args.Encode(buf[:], dt)
@@ -410,7 +412,7 @@ func (t *Task) launchHIP(k *kernelObject, dt kernels.DType, args kernels.Args, g
 	hp := t.d.rt.HIP
 	return t.st.Stream.Submit(func(s uintptr) error {
 		return hp.ModuleLaunchKernel(k.function, [3]uint32{uint32(grid / wg), 1, 1}, [3]uint32{uint32(wg), 1, 1},
-			k.groupSize, hip.Stream(s), kernarg)
+			0, hip.Stream(s), kernarg)
 	})
 }
 
