@@ -2,9 +2,14 @@ package rocsync
 
 import (
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
+
+	"github.com/rocsync/rocsync/hsa"
+	"github.com/rocsync/rocsync/internal/testhooks"
+	"github.com/rocsync/rocsync/queue"
 )
 
 // openEmu opens every emulated GPU with the checker and delays on.
@@ -67,4 +72,64 @@ func TestUnifiedPassesNoDynamicLDS(t *testing.T) {
 	require.Equal(t, []float32{1, 4, 9}, got)
 	require.Zero(t, d.machine.HIP().MaxDynamicSharedMem())
 	require.Empty(t, d.Hazards())
+}
+
+// kernargFault runs one dispatch on a device whose kernarg ring the GPU was
+// never allowed to access. The next wait must return the queue's fault as a
+// typed error, promptly. open picks the backend (the emulator here; the
+// simulated driver runs the same check).
+func kernargFault(t *testing.T, open func(t *testing.T) *Device) {
+	// Queues are made with the task, so the switch stays on until then.
+	testhooks.SkipKernargAllowAccess.Store(true)
+	t.Cleanup(func() { testhooks.SkipKernargAllowAccess.Store(false) })
+	d := open(t)
+	tk := d.DefaultTask()
+	testhooks.SkipKernargAllowAccess.Store(false)
+	x, err := d.FromFloat32(1, 4, []float32{1, 2, 3, 4})
+	require.NoError(t, err)
+	y, err := tk.Mul(x, x)
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() {
+		_, err := y.Float32s()
+		done <- err
+	}()
+	select {
+	case err = <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the wait hung on a faulted queue")
+	}
+	require.Error(t, err)
+	var re *Error
+	require.ErrorAs(t, err, &re)
+	require.ErrorIs(t, err, queue.ErrQueueBroken)
+	require.ErrorIs(t, err, &hsa.Error{Status: hsa.StatusErrorMemoryApertureViolation})
+	_ = d.Close() // must return; what it reports is issue 10's business
+}
+
+func TestKernargWithoutAllowAccessFaults(t *testing.T) {
+	kernargFault(t, func(t *testing.T) *Device {
+		nop := zerolog.Nop()
+		d, err := Open(Options{Backend: Emulator, Logger: &nop, Emulator: EmulatorOptions{HazardChecker: true}})
+		require.NoError(t, err)
+		return d
+	})
+}
+
+// With allow_access (the default) the same dispatch runs: the kernarg ring
+// is mapped to the queue's GPU only.
+func TestKernargAllowedToQueueGPU(t *testing.T) {
+	devs := openEmu(t, DeviceSide, EmulatorOptions{Devices: 2})
+	for _, d := range devs {
+		x, err := d.FromFloat32(1, 2, []float32{3, 4})
+		require.NoError(t, err)
+		y, err := d.DefaultTask().Mul(x, x)
+		require.NoError(t, err)
+		got, err := y.Float32s()
+		require.NoError(t, err)
+		require.Equal(t, []float32{9, 16}, got)
+	}
+	for _, d := range devs {
+		require.NoError(t, d.Close())
+	}
 }

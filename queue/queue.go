@@ -17,6 +17,7 @@ import (
 	"unsafe"
 
 	"github.com/rocsync/rocsync/hsa"
+	"github.com/rocsync/rocsync/internal/testhooks"
 	"github.com/rocsync/rocsync/syncstate"
 )
 
@@ -108,6 +109,16 @@ func New(rt hsa.Runtime, c Config) (*Queue, error) {
 	if err != nil {
 		_ = rt.QueueDestroy(hq)
 		return nil, err
+	}
+	// ROCr maps CPU-pool memory to no GPU until it is allowed access: the
+	// packet processor reads the kernargs from it, so without this the
+	// first dispatch faults on a discrete GPU.
+	if !testhooks.SkipKernargAllowAccess.Load() {
+		if err := rt.AgentsAllowAccess([]hsa.Agent{c.Agent}, q.kernarg); err != nil {
+			_ = rt.MemoryPoolFree(q.kernarg)
+			_ = rt.QueueDestroy(hq)
+			return nil, err
+		}
 	}
 	return q, nil
 }

@@ -48,6 +48,7 @@ func newRig(t *testing.T, o Options) *rig {
 	}
 	r.karg, err = h.MemoryPoolAllocate(kernargPool, 64*64)
 	require.NoError(t, err)
+	require.NoError(t, h.AgentsAllowAccess([]hsa.Agent{gpuAgent(0)}, r.karg))
 	t.Cleanup(func() { _ = h.QueueDestroy(q) })
 	return r
 }
@@ -270,4 +271,51 @@ func TestGemmTransposedShapes(t *testing.T) {
 			require.Equal(t, want, C[i+j*M], "C[%d,%d]", i, j)
 		}
 	}
+}
+
+// Kernarg memory from the CPU pool is mapped to no GPU until
+// hsa_amd_agents_allow_access: a dispatch reading it breaks the queue with
+// the status ROCr's callback reports for a VM fault.
+func TestKernargNeedsAllowAccess(t *testing.T) {
+	r := newRig(t, Options{})
+	karg, err := r.h.MemoryPoolAllocate(kernargPool, 64*64)
+	require.NoError(t, err)
+	r.karg = karg // not allowed to gpu0
+	buf, err := r.m.HIP().Malloc(0, 4)
+	require.NoError(t, err)
+	r.submit(t, kernels.Fill.String(), true, kernels.Args{Out: uint64(buf), N: 1, Alpha: 1})
+	select {
+	case s := <-r.qerr:
+		require.Equal(t, hsa.StatusErrorMemoryApertureViolation, s)
+	case <-time.After(5 * time.Second):
+		t.Fatal("no queue error")
+	}
+	require.ErrorIs(t, r.h.AgentsAllowAccess([]hsa.Agent{99}, karg), &hsa.Error{Status: hsa.StatusErrorInvalidAgent})
+	require.ErrorIs(t, r.h.AgentsAllowAccess([]hsa.Agent{gpuAgent(0)}, unsafe.Pointer(&buf)), &hsa.Error{Status: hsa.StatusErrorInvalidArgument})
+}
+
+// hipMalloc memory belongs to its GPU: another GPU's kernel faults on it,
+// and so does a gemm on another GPU's stream.
+func TestDeviceMemoryIsPrivateToItsGPU(t *testing.T) {
+	r := newRig(t, Options{Devices: 2})
+	other, err := r.m.HIP().Malloc(1, 4)
+	require.NoError(t, err)
+	r.submit(t, kernels.Fill.String(), true, kernels.Args{Out: uint64(other), N: 1, Alpha: 1})
+	select {
+	case s := <-r.qerr:
+		require.Equal(t, hsa.StatusErrorMemoryApertureViolation, s)
+	case <-time.After(5 * time.Second):
+		t.Fatal("no queue error")
+	}
+
+	hp, b := r.m.HIP(), r.m.BLAS()
+	s, err := hp.StreamCreate(0, 0)
+	require.NoError(t, err)
+	h, err := b.CreateHandle(0)
+	require.NoError(t, err)
+	require.NoError(t, b.SetStream(h, s))
+	mine, err := hp.Malloc(0, 4)
+	require.NoError(t, err)
+	require.NoError(t, b.Sgemm(h, rocblas.OperationNone, rocblas.OperationNone, 1, 1, 1, 1, mine, 1, other, 1, 0, mine, 1))
+	require.ErrorIs(t, hp.StreamSynchronize(s), &hip.Error{Code: hip.ErrorIllegalAddress})
 }

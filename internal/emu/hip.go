@@ -1,6 +1,7 @@
 package emu
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -244,8 +245,12 @@ func (s *hstream) exec(c cmd) {
 		s.delay.sleep()
 		err := s.work(&c, a)
 		if err != nil {
+			code := hip.ErrorLaunchFailure
+			if errors.Is(err, ErrNoAccess) {
+				code = hip.ErrorIllegalAddress
+			}
 			s.mu.Lock()
-			s.err = hipErr(c.what, hip.ErrorLaunchFailure, err.Error())
+			s.err = hipErr(c.what, code, err.Error())
 			s.mu.Unlock()
 			return
 		}
@@ -286,7 +291,7 @@ func (s *hstream) work(c *cmd, a *actor) (err error) {
 		}
 	}()
 	if c.kind == cmdGemm {
-		return s.m.runGemm(&c.g, a)
+		return s.m.runGemm(s.dev, &c.g, a)
 	}
 	return c.fn(a)
 }
@@ -488,7 +493,7 @@ func (h *HIP) Malloc(d int, size uint64) (hip.DevicePtr, error) {
 	dv.next += rounded
 	dv.used += rounded
 	dv.mu.Unlock()
-	h.m.addAlloc(&alloc{base: base, size: size, data: make([]byte, size), device: d})
+	h.m.addAlloc(&alloc{base: base, size: size, data: make([]byte, size), device: d, access: 1 << uint(d)})
 	return hip.DevicePtr(base), nil
 }
 
@@ -557,11 +562,11 @@ func (h *HIP) MemcpyDtoDAsync(dst, src hip.DevicePtr, size uint64, sid hip.Strea
 		return err
 	}
 	return s.enqueue(cmd{kind: cmdWork, what: "hipMemcpyAsync(DtoD)", fn: func(a *actor) error {
-		in, err := h.m.span(uint64(src), size, false, a)
+		in, err := h.m.gpuSpan(s.dev, uint64(src), size, false, a)
 		if err != nil {
 			return err
 		}
-		out, err := h.m.span(uint64(dst), size, true, a)
+		out, err := h.m.gpuSpan(s.dev, uint64(dst), size, true, a)
 		if err != nil {
 			return err
 		}
@@ -576,7 +581,7 @@ func (h *HIP) MemsetAsync(dst hip.DevicePtr, value byte, size uint64, sid hip.St
 		return err
 	}
 	return s.enqueue(cmd{kind: cmdWork, what: "hipMemsetAsync", fn: func(a *actor) error {
-		out, err := h.m.span(uint64(dst), size, true, a)
+		out, err := h.m.gpuSpan(s.dev, uint64(dst), size, true, a)
 		if err != nil {
 			return err
 		}
@@ -678,7 +683,7 @@ func (h *HIP) ModuleLaunchKernel(f hip.Function, grid, block [3]uint32, sharedMe
 		if lds > LDSPerWorkgroup {
 			return fmt.Errorf("no local memory available: %d static + %d dynamic LDS bytes over %d", k.groupSize, sharedMem, LDSPerWorkgroup)
 		}
-		return h.m.runKernel(k, kernarg, items, a)
+		return h.m.runKernel(s.dev, k, kernarg, items, a)
 	}})
 }
 

@@ -83,22 +83,23 @@ func (h *HSA) ShutDown() error {
 }
 
 var statusText = map[hsa.Status]string{
-	hsa.StatusSuccess:                "HSA_STATUS_SUCCESS: The function has been executed successfully.",
-	hsa.StatusErrorInvalidArgument:   "HSA_STATUS_ERROR_INVALID_ARGUMENT: One of the actual arguments does not meet a precondition stated in the documentation of the corresponding formal argument.",
-	hsa.StatusErrorInvalidAllocation: "HSA_STATUS_ERROR_INVALID_ALLOCATION: The requested allocation is not valid.",
-	hsa.StatusErrorInvalidAgent:      "HSA_STATUS_ERROR_INVALID_AGENT: The agent is invalid.",
-	hsa.StatusErrorInvalidSignal:     "HSA_STATUS_ERROR_INVALID_SIGNAL: The signal is invalid.",
-	hsa.StatusErrorInvalidQueue:      "HSA_STATUS_ERROR_INVALID_QUEUE: The queue is invalid.",
-	hsa.StatusErrorOutOfResources:    "HSA_STATUS_ERROR_OUT_OF_RESOURCES: The runtime failed to allocate the necessary resources.",
-	hsa.StatusErrorInvalidPacket:     "HSA_STATUS_ERROR_INVALID_PACKET_FORMAT: The packet format is invalid.",
-	hsa.StatusErrorNotInitialized:    "HSA_STATUS_ERROR_NOT_INITIALIZED: An API other than hsa_init has been invoked while the reference count of the HSA runtime is zero.",
-	hsa.StatusErrorInvalidCodeObject: "HSA_STATUS_ERROR_INVALID_CODE_OBJECT: The code object is invalid.",
-	hsa.StatusErrorInvalidExecutable: "HSA_STATUS_ERROR_INVALID_EXECUTABLE: The executable is invalid.",
-	hsa.StatusErrorFrozenExecutable:  "HSA_STATUS_ERROR_FROZEN_EXECUTABLE: The executable is frozen.",
-	hsa.StatusErrorInvalidSymbolName: "HSA_STATUS_ERROR_INVALID_SYMBOL_NAME: There is no symbol with the given name.",
-	hsa.StatusErrorInvalidCodeObjRdr: "HSA_STATUS_ERROR_INVALID_CODE_OBJECT_READER: The code object reader is invalid.",
-	hsa.StatusErrorMemoryFault:       "HSA_STATUS_ERROR_MEMORY_FAULT: Agent attempted to access an inaccessible address.",
-	hsa.StatusErrorException:         "HSA_STATUS_ERROR_EXCEPTION: An HSAIL operation resulted in a hardware exception.",
+	hsa.StatusSuccess:                      "HSA_STATUS_SUCCESS: The function has been executed successfully.",
+	hsa.StatusErrorInvalidArgument:         "HSA_STATUS_ERROR_INVALID_ARGUMENT: One of the actual arguments does not meet a precondition stated in the documentation of the corresponding formal argument.",
+	hsa.StatusErrorInvalidAllocation:       "HSA_STATUS_ERROR_INVALID_ALLOCATION: The requested allocation is not valid.",
+	hsa.StatusErrorInvalidAgent:            "HSA_STATUS_ERROR_INVALID_AGENT: The agent is invalid.",
+	hsa.StatusErrorInvalidSignal:           "HSA_STATUS_ERROR_INVALID_SIGNAL: The signal is invalid.",
+	hsa.StatusErrorInvalidQueue:            "HSA_STATUS_ERROR_INVALID_QUEUE: The queue is invalid.",
+	hsa.StatusErrorOutOfResources:          "HSA_STATUS_ERROR_OUT_OF_RESOURCES: The runtime failed to allocate the necessary resources.",
+	hsa.StatusErrorInvalidPacket:           "HSA_STATUS_ERROR_INVALID_PACKET_FORMAT: The packet format is invalid.",
+	hsa.StatusErrorNotInitialized:          "HSA_STATUS_ERROR_NOT_INITIALIZED: An API other than hsa_init has been invoked while the reference count of the HSA runtime is zero.",
+	hsa.StatusErrorInvalidCodeObject:       "HSA_STATUS_ERROR_INVALID_CODE_OBJECT: The code object is invalid.",
+	hsa.StatusErrorInvalidExecutable:       "HSA_STATUS_ERROR_INVALID_EXECUTABLE: The executable is invalid.",
+	hsa.StatusErrorFrozenExecutable:        "HSA_STATUS_ERROR_FROZEN_EXECUTABLE: The executable is frozen.",
+	hsa.StatusErrorInvalidSymbolName:       "HSA_STATUS_ERROR_INVALID_SYMBOL_NAME: There is no symbol with the given name.",
+	hsa.StatusErrorInvalidCodeObjRdr:       "HSA_STATUS_ERROR_INVALID_CODE_OBJECT_READER: The code object reader is invalid.",
+	hsa.StatusErrorMemoryFault:             "HSA_STATUS_ERROR_MEMORY_FAULT: Agent attempted to access an inaccessible address.",
+	hsa.StatusErrorMemoryApertureViolation: "HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION: The memory access violated the aperture.",
+	hsa.StatusErrorException:               "HSA_STATUS_ERROR_EXCEPTION: An HSAIL operation resulted in a hardware exception.",
 }
 
 func (h *HSA) StatusString(s hsa.Status) string {
@@ -264,7 +265,32 @@ func (h *HSA) MemoryPoolFree(ptr unsafe.Pointer) error {
 	return nil
 }
 
-func (h *HSA) AgentsAllowAccess(agents []hsa.Agent, ptr unsafe.Pointer) error { return nil }
+// AgentsAllowAccess maps the allocation holding ptr to the GPU agents
+// listed, as ROCr does (QueryPointerInfo, then MapMemoryToGPUNodes); until
+// then memory from a CPU pool is not accessible to any GPU.
+func (h *HSA) AgentsAllowAccess(agents []hsa.Agent, ptr unsafe.Pointer) error {
+	const fn = "hsa_amd_agents_allow_access"
+	if !h.initialized() {
+		return h.err(fn, hsa.StatusErrorNotInitialized)
+	}
+	if len(agents) == 0 || ptr == nil {
+		return h.err(fn, hsa.StatusErrorInvalidArgument)
+	}
+	for _, a := range agents {
+		if _, ok := h.gpu(a); !ok && a != cpuAgent {
+			return h.err(fn, hsa.StatusErrorInvalidAgent)
+		}
+	}
+	if _, err := h.m.find(uint64(uintptr(ptr)), 1); err != nil {
+		return h.err(fn, hsa.StatusErrorInvalidArgument)
+	}
+	for _, a := range agents {
+		if d, ok := h.gpu(a); ok {
+			h.m.allowAccess(uint64(uintptr(ptr)), d)
+		}
+	}
+	return nil
+}
 
 func (h *HSA) QueueCreate(a hsa.Agent, size uint32, typ hsa.QueueType, onError hsa.QueueErrorFunc) (*hsa.Queue, error) {
 	if !h.initialized() {

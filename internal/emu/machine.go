@@ -17,6 +17,7 @@
 package emu
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sort"
@@ -261,9 +262,51 @@ func (d *delayer) sleep() {
 type alloc struct {
 	base, size uint64
 	data       []byte
-	device     int // -1 for host memory
+	device     int    // -1 for host memory
+	access     uint64 // bit d: GPU d may access it (under memMu)
 	freed      bool
 	shadow     shadow
+}
+
+// ErrNoAccess is the fault of a GPU touching memory that is not mapped to
+// it: host memory from a CPU pool before hsa_amd_agents_allow_access for
+// that GPU, or another GPU's memory.
+var ErrNoAccess = errors.New("emu: memory not accessible to this GPU")
+
+// gpuSpan is span for an access by GPU dev, which must have the right to
+// the memory: ROCr maps pool memory only to the agents it is allowed to,
+// and a GPU's VM faults on anything else.
+func (m *Machine) gpuSpan(dev int, addr, n uint64, write bool, a *actor) ([]byte, error) {
+	if n == 0 {
+		return nil, nil
+	}
+	r, err := m.find(addr, n)
+	if err != nil {
+		return nil, err
+	}
+	m.memMu.RLock()
+	ok := r.access&(1<<uint(dev)) != 0
+	m.memMu.RUnlock()
+	if !ok {
+		owner := "host memory"
+		if r.device >= 0 {
+			owner = fmt.Sprintf("gpu%d's memory", r.device)
+		}
+		return nil, fmt.Errorf("%w: gpu%d accessed [%#x, %#x), %s", ErrNoAccess, dev, addr, addr+n, owner)
+	}
+	return m.span(addr, n, write, a)
+}
+
+// allowAccess grants GPU dev access to the region holding addr.
+func (m *Machine) allowAccess(addr uint64, dev int) bool {
+	r, err := m.find(addr, 1)
+	if err != nil {
+		return false
+	}
+	m.memMu.Lock()
+	r.access |= 1 << uint(dev)
+	m.memMu.Unlock()
+	return true
 }
 
 // addAlloc inserts a region into the address table.
