@@ -1,6 +1,8 @@
 package rocsync
 
 import (
+	"bytes"
+	"strings"
 	"testing"
 	"time"
 
@@ -132,4 +134,54 @@ func TestKernargAllowedToQueueGPU(t *testing.T) {
 	for _, d := range devs {
 		require.NoError(t, d.Close())
 	}
+}
+
+// HIP's device order need not be HSA's: with HIP_VISIBLE_DEVICES=1,0 HIP
+// device 0 is the second GPU agent. Each rocsync device must pair its GPU
+// agent with the HIP device at the same PCI location, or its kernels read
+// memory of the other GPU.
+func TestHIPDeviceOrderDiffersFromHSA(t *testing.T) {
+	devs := openEmu(t, DeviceSide, EmulatorOptions{Devices: 2, HIPVisibleDevices: []int{1, 0}})
+	for i, d := range devs {
+		tk := d.DefaultTask()
+		x, err := d.FromFloat32(2, 2, []float32{1, 2, 3, float32(i)})
+		require.NoError(t, err)
+		y, err := tk.Mul(x, x) // HSA queue on the agent
+		require.NoError(t, err)
+		z, err := tk.MatMul(y, x, false, false) // rocBLAS on the HIP device
+		require.NoError(t, err)
+		got, err := z.Float32s()
+		require.NoError(t, err, "gpu%d", i)
+		sq := []float32{1, 4, 9, float32(i * i)}
+		x4 := []float32{1, 2, 3, float32(i)}
+		want := []float32{sq[0]*x4[0] + sq[1]*x4[2], sq[0]*x4[1] + sq[1]*x4[3], sq[2]*x4[0] + sq[3]*x4[2], sq[2]*x4[1] + sq[3]*x4[3]}
+		require.Equal(t, want, got, "gpu%d", i)
+	}
+	for _, d := range devs {
+		require.NoError(t, d.Close())
+		require.Empty(t, d.Hazards())
+	}
+}
+
+// A GPU agent that HIP does not present is left out, with one logged
+// reason; the others work.
+func TestGPUWithoutHIPDeviceIsSkipped(t *testing.T) {
+	var buf bytes.Buffer
+	log := zerolog.New(&buf)
+	devs, err := OpenAll(Options{Backend: Emulator, Logger: &log, Emulator: EmulatorOptions{Devices: 3, HIPVisibleDevices: []int{2, 0}}})
+	require.NoError(t, err)
+	require.Len(t, devs, 2)
+	require.Equal(t, 1, strings.Count(buf.String(), "skipping a GPU that HIP does not present"), buf.String())
+	require.Contains(t, buf.String(), `"agent":1`)
+	for _, d := range devs {
+		x, err := d.FromFloat32(1, 2, []float32{2, 3})
+		require.NoError(t, err)
+		y, err := d.DefaultTask().MatMul(x, x, false, true)
+		require.NoError(t, err)
+		got, err := y.Float32s()
+		require.NoError(t, err)
+		require.Equal(t, []float32{13}, got)
+		require.NoError(t, d.Close())
+	}
+	require.Equal(t, 0, devs[0].machine.HSA().InitCount())
 }

@@ -44,8 +44,9 @@ func (b *BLAS) err(fn string, s rocblas.Status) error {
 	return &rocblas.Error{Func: fn, Status: s, Text: b.StatusString(s)}
 }
 
-func (b *BLAS) CreateHandle(d int) (rocblas.Handle, error) {
-	if d < 0 || d >= len(b.m.devices) {
+func (b *BLAS) CreateHandle(hd int) (rocblas.Handle, error) {
+	d, err := b.m.hip.dev("rocblas_create_handle", hd)
+	if err != nil {
 		return 0, b.err("rocblas_create_handle", rocblas.StatusInvalidValue)
 	}
 	b.mu.Lock()

@@ -69,18 +69,53 @@ func (h *HIP) handle() uintptr {
 
 func (h *HIP) Init() error { h.init(); return nil }
 
-func (h *HIP) DeviceCount() (int, error) { return len(h.m.devices), nil }
-
-func (h *HIP) dev(fn string, d int) error {
-	if d < 0 || d >= len(h.m.devices) {
-		return hipErr(fn, hip.ErrorInvalidDevice, fmt.Sprintf("device %d of %d", d, len(h.m.devices)))
+func (h *HIP) DeviceCount() (int, error) {
+	if len(h.m.hipDevices) == 0 {
+		return 0, hipErr("hipGetDeviceCount", hip.ErrorNoDevice, "")
 	}
-	h.init()
-	return nil
+	return len(h.m.hipDevices), nil
 }
 
-func (h *HIP) DeviceSynchronize(d int) error {
-	if err := h.dev("hipDeviceSynchronize", d); err != nil {
+// dev maps HIP device d to the GPU it is (HIP's order and filter, see
+// Options.HIPVisibleDevices).
+func (h *HIP) dev(fn string, d int) (int, error) {
+	if d < 0 || d >= len(h.m.hipDevices) {
+		return 0, hipErr(fn, hip.ErrorInvalidDevice, fmt.Sprintf("device %d of %d", d, len(h.m.hipDevices)))
+	}
+	h.init()
+	return h.m.hipDevices[d], nil
+}
+
+// DeviceAttribute is hipDeviceGetAttribute for the attributes rocsync
+// reads: the GPU's PCI location, and stream memory-operation support.
+func (h *HIP) DeviceAttribute(d int, attr int32) (int32, error) {
+	g, err := h.dev("hipDeviceGetAttribute", d)
+	if err != nil {
+		return 0, err
+	}
+	loc := h.m.devices[g].pci
+	switch attr {
+	case hip.DeviceAttributePciBusId:
+		return int32(loc.bus), nil
+	case hip.DeviceAttributePciDeviceId:
+		return int32(loc.device), nil
+	case hip.DeviceAttributePciDomainID:
+		return int32(loc.domain), nil
+	case hip.DeviceAttributeCanUseStreamWaitValue:
+		return 1, nil
+	case hip.DeviceAttributeWarpSize:
+		return int32(kernels.Wavefront(h.m.opts.ISA)), nil
+	}
+	return 0, hipErr("hipDeviceGetAttribute", hip.ErrorInvalidValue, fmt.Sprintf("attribute %d not emulated", attr))
+}
+
+// RuntimeVersion is hipRuntimeGetVersion: the release Options.HIPVersion
+// models.
+func (h *HIP) RuntimeVersion() (int, error) { return h.m.opts.HIPVersion, nil }
+
+func (h *HIP) DeviceSynchronize(hd int) error {
+	d, err := h.dev("hipDeviceSynchronize", hd)
+	if err != nil {
 		return err
 	}
 	h.mu.Lock()
@@ -97,8 +132,9 @@ func (h *HIP) DeviceSynchronize(d int) error {
 	return nil
 }
 
-func (h *HIP) DeviceName(d int) (string, error) {
-	if err := h.dev("hipDeviceGetName", d); err != nil {
+func (h *HIP) DeviceName(hd int) (string, error) {
+	d, err := h.dev("hipDeviceGetName", hd)
+	if err != nil {
 		return "", err
 	}
 	return fmt.Sprintf("rocsync emulated GPU %d (%s)", d, h.m.opts.ISA), nil
@@ -149,8 +185,9 @@ type hstream struct {
 	closed bool
 }
 
-func (h *HIP) StreamCreate(d int, flags uint32) (hip.Stream, error) {
-	if err := h.dev("hipStreamCreateWithFlags", d); err != nil {
+func (h *HIP) StreamCreate(hd int, flags uint32) (hip.Stream, error) {
+	d, err := h.dev("hipStreamCreateWithFlags", hd)
+	if err != nil {
 		return 0, err
 	}
 	h.mu.Lock()
@@ -383,8 +420,9 @@ func (e *hevent) waitGen(gen uint64) vclock {
 	return e.vc.clone()
 }
 
-func (h *HIP) EventCreate(d int, flags uint32) (hip.Event, error) {
-	if err := h.dev("hipEventCreateWithFlags", d); err != nil {
+func (h *HIP) EventCreate(hd int, flags uint32) (hip.Event, error) {
+	d, err := h.dev("hipEventCreateWithFlags", hd)
+	if err != nil {
 		return 0, err
 	}
 	e := &hevent{dev: d}
@@ -478,8 +516,9 @@ func (h *HIP) StreamWaitEvent(sid hip.Stream, id hip.Event) error {
 	return s.enqueue(cmd{kind: cmdWaitEvent, ev: e, gen: g, what: "hipStreamWaitEvent"})
 }
 
-func (h *HIP) Malloc(d int, size uint64) (hip.DevicePtr, error) {
-	if err := h.dev("hipMalloc", d); err != nil {
+func (h *HIP) Malloc(hd int, size uint64) (hip.DevicePtr, error) {
+	d, err := h.dev("hipMalloc", hd)
+	if err != nil {
 		return 0, err
 	}
 	dv := h.m.devices[d]
@@ -499,8 +538,9 @@ func (h *HIP) Malloc(d int, size uint64) (hip.DevicePtr, error) {
 
 // Free releases the memory. With the checker on, every access to it must
 // be ordered before the free by what the host has observed.
-func (h *HIP) Free(d int, p hip.DevicePtr) error {
-	if err := h.dev("hipFree", d); err != nil {
+func (h *HIP) Free(hd int, p hip.DevicePtr) error {
+	d, err := h.dev("hipFree", hd)
+	if err != nil {
 		return err
 	}
 	if p == 0 {
@@ -524,7 +564,7 @@ func (h *HIP) Free(d int, p hip.DevicePtr) error {
 }
 
 func (h *HIP) hostSpan(fn string, d int, p hip.DevicePtr, size uint64, write bool) ([]byte, error) {
-	if err := h.dev(fn, d); err != nil {
+	if _, err := h.dev(fn, d); err != nil {
 		return nil, err
 	}
 	var a *actor
@@ -594,7 +634,7 @@ func (h *HIP) MemsetAsync(dst hip.DevicePtr, value byte, size uint64, sid hip.St
 
 // ModuleLoadData reads the same code objects the HSA path loads.
 func (h *HIP) ModuleLoadData(d int, image []byte) (hip.Module, error) {
-	if err := h.dev("hipModuleLoadData", d); err != nil {
+	if _, err := h.dev("hipModuleLoadData", d); err != nil {
 		return 0, err
 	}
 	meta, err := kernels.ReadMetadata(image)

@@ -171,6 +171,16 @@ func (h *HSA) AgentInfoUint32(a hsa.Agent, attr hsa.AgentInfo) (uint32, error) {
 		return uint32(kernels.Wavefront(h.m.opts.ISA)), nil
 	case hsa.AgentInfoComputeUnits:
 		return 4, nil
+	case hsa.AgentInfoBDFID, hsa.AgentInfoDomain:
+		d, ok := h.gpu(a)
+		if !ok {
+			return 0, nil // the CPU agent reports 0
+		}
+		loc := h.m.devices[d].pci
+		if attr == hsa.AgentInfoDomain {
+			return loc.domain, nil
+		}
+		return loc.bdfid(), nil
 	}
 	return 0, h.err("hsa_agent_get_info", hsa.StatusErrorInvalidArgument)
 }

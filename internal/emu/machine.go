@@ -75,7 +75,8 @@ type Machine struct {
 	hazardMu sync.Mutex
 	hazards  []*HazardError
 
-	devices []*device
+	devices    []*device
+	hipDevices []int // HIP device i is GPU hipDevices[i]
 
 	execMu  sync.RWMutex
 	kernels []*kernelImpl // kernel object handle = index+1
@@ -115,6 +116,7 @@ func (m *Machine) Live(addr uint64) bool {
 
 type device struct {
 	index int
+	pci   pciLocation
 	next  uint64 // bump allocator for device addresses
 	used  uint64
 	mu    sync.Mutex
@@ -132,6 +134,14 @@ const HIPVersionStreamMemoryLookup = 50_600_000
 // LDSPerWorkgroup is the LDS a workgroup may use on the emulated GPUs
 // (64 KiB, as on every gfx9 to gfx12 GPU): static plus dynamic.
 const LDSPerWorkgroup = 64 << 10
+
+// pciLocation is where a GPU sits on PCIe.
+type pciLocation struct {
+	domain, bus, device, function uint32
+}
+
+// bdfid is HSA_AMD_AGENT_INFO_BDFID's encoding.
+func (l pciLocation) bdfid() uint32 { return l.bus<<8 | l.device<<3 | l.function }
 
 // deviceBase spaces the devices' address ranges so that a pointer names its
 // device, as on hardware.
@@ -154,12 +164,38 @@ func New(o Options) *Machine {
 	}
 	m := &Machine{opts: o, agents: 1, host: vclock{0}}
 	for i := 0; i < o.Devices; i++ {
-		m.devices = append(m.devices, &device{index: i, next: deviceBase + uint64(i)*deviceSpan})
+		// Spread over buses as on a multi-socket server.
+		loc := pciLocation{domain: uint32(i / 4), bus: 0x03 + 0x20*uint32(i%4)}
+		m.devices = append(m.devices, &device{index: i, pci: loc, next: deviceBase + uint64(i)*deviceSpan})
 	}
+	m.hipDevices = hipOrder(o.HIPVisibleDevices, o.Devices)
 	m.hsa = &HSA{m: m}
 	m.hip = &HIP{m: m}
 	m.blas = &BLAS{m: m}
 	return m
+}
+
+// hipOrder is the GPUs HIP presents, in its order. Like HIP with
+// HIP_VISIBLE_DEVICES, it stops at the first entry that names no GPU (or
+// one already listed).
+func hipOrder(visible []int, n int) []int {
+	if visible == nil {
+		order := make([]int, n)
+		for i := range order {
+			order[i] = i
+		}
+		return order
+	}
+	var order []int
+	seen := map[int]bool{}
+	for _, g := range visible {
+		if g < 0 || g >= n || seen[g] {
+			break
+		}
+		seen[g] = true
+		order = append(order, g)
+	}
+	return order
 }
 
 // Options returns the machine's options.

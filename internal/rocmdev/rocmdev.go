@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/rs/zerolog"
+
 	"github.com/rocsync/rocsync/driver"
 	"github.com/rocsync/rocsync/hip"
 	"github.com/rocsync/rocsync/hsa"
@@ -32,6 +34,8 @@ type Runtimes struct {
 	BLAS rocblas.Library // nil when rocBLAS is missing
 	// BLASErr says why BLAS is nil; Gemm returns it.
 	BLASErr error
+	// Log receives why a GPU is left out; nil discards it.
+	Log *zerolog.Logger
 }
 
 // ErrNoBLAS is returned by Gemm when rocBLAS could not be loaded.
@@ -52,10 +56,14 @@ func Open(rt Runtimes, configFor func(index int) driver.DeviceConfig) ([]driver.
 	if err != nil {
 		return nil, errors.Join(err, rt.HSA.ShutDown())
 	}
+	gpus, err := matchHIPDevices(rt, agents)
+	if err != nil {
+		return nil, errors.Join(err, rt.HSA.ShutDown())
+	}
 	ref := &runtimeRef{rt: rt.HSA}
-	ref.users.Add(int64(len(agents)))
+	ref.users.Add(int64(len(gpus)))
 	var devs []driver.Device
-	for i, a := range agents {
+	for i, g := range gpus {
 		cfg := configFor(i)
 		if cfg.QueueSize == 0 {
 			cfg.QueueSize = 1024
@@ -63,20 +71,85 @@ func Open(rt Runtimes, configFor func(index int) driver.DeviceConfig) ([]driver.
 		if cfg.MaxQueues == 0 {
 			cfg.MaxQueues = 8
 		}
-		d, err := newDevice(rt, cfg, i, a, kernarg)
+		d, err := newDevice(rt, cfg, i, g.agent, g.hipIndex, kernarg)
 		if err != nil {
 			for _, x := range devs {
 				_ = x.Close()
 			}
 			// The devices never made hold no reference; the last
 			// reference dropped shuts the runtime down.
-			ref.release(int64(len(agents) - len(devs)))
+			_ = ref.release(int64(len(gpus) - len(devs)))
 			return nil, err
 		}
 		d.ref = ref
 		devs = append(devs, d)
 	}
 	return devs, nil
+}
+
+// gpu is a GPU agent and the HIP device that is the same GPU.
+type gpu struct {
+	agent    hsa.Agent
+	hipIndex int
+}
+
+// pciLocation identifies a GPU on PCIe: both runtimes report it, while
+// their device orders may differ (HIP_VISIBLE_DEVICES reorders and filters
+// HIP's devices, and HIP leaves out GPUs it fails to open).
+type pciLocation struct{ domain, bus, device uint32 }
+
+func (l pciLocation) String() string {
+	return fmt.Sprintf("%04x:%02x:%02x", l.domain, l.bus, l.device)
+}
+
+// matchHIPDevices pairs every GPU agent with the HIP device at the same
+// PCI domain, bus and device (HIP's attributes carry no function number;
+// a GPU is function 0). Agents HIP does not present are left out, with a
+// logged reason; no match at all is an error.
+func matchHIPDevices(rt Runtimes, agents []hsa.Agent) ([]gpu, error) {
+	n, err := rt.HIP.DeviceCount()
+	if err != nil {
+		return nil, fmt.Errorf("rocmdev: counting HIP devices: %w", err)
+	}
+	hipAt := map[pciLocation]int{}
+	for j := 0; j < n; j++ {
+		var v [3]int32
+		for k, attr := range []int32{hip.DeviceAttributePciDomainID, hip.DeviceAttributePciBusId, hip.DeviceAttributePciDeviceId} {
+			if v[k], err = rt.HIP.DeviceAttribute(j, attr); err != nil {
+				return nil, fmt.Errorf("rocmdev: reading HIP device %d's PCI location: %w", j, err)
+			}
+		}
+		loc := pciLocation{uint32(v[0]), uint32(v[1]), uint32(v[2])}
+		if prev, dup := hipAt[loc]; dup {
+			return nil, fmt.Errorf("rocmdev: HIP devices %d and %d are both at PCI %s", prev, j, loc)
+		}
+		hipAt[loc] = j
+	}
+	var out []gpu
+	for i, a := range agents {
+		bdf, err := rt.HSA.AgentInfoUint32(a, hsa.AgentInfoBDFID)
+		if err != nil {
+			return nil, fmt.Errorf("rocmdev: reading GPU agent %d's PCI location: %w", i, err)
+		}
+		domain, err := rt.HSA.AgentInfoUint32(a, hsa.AgentInfoDomain)
+		if err != nil {
+			return nil, fmt.Errorf("rocmdev: reading GPU agent %d's PCI domain: %w", i, err)
+		}
+		loc := pciLocation{domain: domain, bus: bdf >> 8 & 0xff, device: bdf >> 3 & 0x1f}
+		j, ok := hipAt[loc]
+		if !ok {
+			if rt.Log != nil {
+				rt.Log.Warn().Int("agent", i).Str("pci", loc.String()).
+					Msg("rocsync: skipping a GPU that HIP does not present (HIP_VISIBLE_DEVICES, or HIP failed to open it)")
+			}
+			continue
+		}
+		out = append(out, gpu{agent: a, hipIndex: j})
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("rocmdev: none of the %d GPU agents is a HIP device (%d HIP devices): %w", len(agents), n, hsa.ErrNoGPU)
+	}
+	return out, nil
 }
 
 // runtimeRef counts the devices that share one hsa_init reference.
@@ -154,8 +227,9 @@ func agentISA(rt hsa.Runtime, a hsa.Agent) (string, error) {
 type Device struct {
 	rt        Runtimes
 	cfg       driver.DeviceConfig
-	index     int
+	index     int // rocsync's ordinal: GPU agents in HSA's order that HIP presents
 	agent     hsa.Agent
+	hipIndex  int // the same GPU's HIP device number
 	isa       string
 	signals   *queue.SignalPool
 	streamAPI stream.API
@@ -181,12 +255,12 @@ type kernelObject struct {
 	workgroup   uint16
 }
 
-func newDevice(rt Runtimes, cfg driver.DeviceConfig, index int, agent hsa.Agent, kernarg hsa.MemoryPool) (*Device, error) {
+func newDevice(rt Runtimes, cfg driver.DeviceConfig, index int, agent hsa.Agent, hipIndex int, kernarg hsa.MemoryPool) (*Device, error) {
 	isa, err := agentISA(rt.HSA, agent)
 	if err != nil {
 		return nil, fmt.Errorf("rocmdev: reading gpu%d's ISA: %w", index, err)
 	}
-	d := &Device{rt: rt, cfg: cfg, index: index, agent: agent, isa: isa}
+	d := &Device{rt: rt, cfg: cfg, index: index, agent: agent, hipIndex: hipIndex, isa: isa}
 	var attrs uint64
 	if cfg.Policy == syncstate.DeviceBridge {
 		// The bridge reads completion signals' values from HIP, which
@@ -195,7 +269,7 @@ func newDevice(rt Runtimes, cfg driver.DeviceConfig, index int, agent hsa.Agent,
 		attrs = hsa.SignalAttrIPC
 	}
 	d.signals = queue.NewSignalPool(rt.HSA, attrs)
-	d.streamAPI = stream.HIP(rt.HIP, index)
+	d.streamAPI = stream.HIP(rt.HIP, hipIndex)
 	d.events = stream.NewEventPool(d.streamAPI)
 	d.queues = tls.QueuePool{Max: cfg.MaxQueues, Create: func(i int) (*queue.Queue, error) {
 		q, err := queue.New(rt.HSA, queue.Config{Name: fmt.Sprintf("gpu%d/hsa-q%d", index, i), Agent: agent,
@@ -220,21 +294,21 @@ func (d *Device) EventsCreated() uint64 { return d.events.Created() }
 // Malloc implements driver.Device with hipMalloc: HIP and HSA share one
 // ROCr instance, so the pointer is valid in self-dispatched kernels too.
 func (d *Device) Malloc(size uint64) (driver.DevicePtr, error) {
-	p, err := d.rt.HIP.Malloc(d.index, size)
+	p, err := d.rt.HIP.Malloc(d.hipIndex, size)
 	return driver.DevicePtr(p), err
 }
 
 // Free implements driver.Device.
-func (d *Device) Free(p driver.DevicePtr) error { return d.rt.HIP.Free(d.index, hip.DevicePtr(p)) }
+func (d *Device) Free(p driver.DevicePtr) error { return d.rt.HIP.Free(d.hipIndex, hip.DevicePtr(p)) }
 
 // CopyHtoD implements driver.Device.
 func (d *Device) CopyHtoD(dst driver.DevicePtr, src unsafe.Pointer, size uint64) error {
-	return d.rt.HIP.MemcpyHtoD(d.index, hip.DevicePtr(dst), src, size)
+	return d.rt.HIP.MemcpyHtoD(d.hipIndex, hip.DevicePtr(dst), src, size)
 }
 
 // CopyDtoH implements driver.Device.
 func (d *Device) CopyDtoH(dst unsafe.Pointer, src driver.DevicePtr, size uint64) error {
-	return d.rt.HIP.MemcpyDtoH(d.index, dst, hip.DevicePtr(src), size)
+	return d.rt.HIP.MemcpyDtoH(d.hipIndex, dst, hip.DevicePtr(src), size)
 }
 
 // Close releases the queues and pools, and the device's share of the HSA
@@ -283,7 +357,7 @@ func (d *Device) doLoadKernels() error {
 	if d.cfg.Policy == syncstate.Unified {
 		// Unified launches the same code object through HIP, on the
 		// task's stream next to rocBLAS.
-		if module, err = d.rt.HIP.ModuleLoadData(d.index, code); err != nil {
+		if module, err = d.rt.HIP.ModuleLoadData(d.hipIndex, code); err != nil {
 			return err
 		}
 	}
@@ -335,7 +409,7 @@ func (d *Device) NewTask(sinks syncstate.Sinks) (driver.Task, error) {
 	n := d.tasks.Add(1)
 	t := &Task{d: d, sinks: sinks}
 	var err error
-	hs, err := d.rt.HIP.StreamCreate(d.index, hip.StreamNonBlocking)
+	hs, err := d.rt.HIP.StreamCreate(d.hipIndex, hip.StreamNonBlocking)
 	if err != nil {
 		return nil, fmt.Errorf("creating a HIP stream: %w", err)
 	}
@@ -351,7 +425,7 @@ func (d *Device) NewTask(sinks syncstate.Sinks) (driver.Task, error) {
 		}
 	}
 	if d.rt.BLAS != nil {
-		h, err := d.rt.BLAS.CreateHandle(d.index)
+		h, err := d.rt.BLAS.CreateHandle(d.hipIndex)
 		if err == nil {
 			t.st.BLAS = h
 			err = d.rt.BLAS.SetStream(h, hip.Stream(t.st.Stream.Handle()))
