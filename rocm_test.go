@@ -185,3 +185,29 @@ func TestGPUWithoutHIPDeviceIsSkipped(t *testing.T) {
 	}
 	require.Equal(t, 0, devs[0].machine.HSA().InitCount())
 }
+
+// The code object's memory outlives its executable: ROCr records its
+// address in the loaded code object (where debuggers and profilers read
+// it), so the reader is destroyed only after the executable, at Close; the
+// HIP module is unloaded then too.
+func TestCodeObjectOutlivesExecutable(t *testing.T) {
+	for _, p := range []Policy{DeviceSide, Unified} {
+		t.Run(p.String(), func(t *testing.T) {
+			d := openEmu(t, p, EmulatorOptions{})[0]
+			h := d.machine.HSA()
+			x, err := d.FromFloat32(1, 2, []float32{1, 2})
+			require.NoError(t, err)
+			y, err := d.DefaultTask().Mul(x, x)
+			require.NoError(t, err)
+			got, err := y.Float32s()
+			require.NoError(t, err)
+			require.Equal(t, []float32{1, 4}, got)
+			require.Empty(t, h.CodeObjectStorageFaults(), "storage released while loaded")
+			require.Equal(t, 1, h.LiveExecutables())
+			require.NoError(t, d.Close())
+			require.Empty(t, h.CodeObjectStorageFaults())
+			require.Zero(t, h.LiveExecutables(), "executable not destroyed at Close")
+			require.Zero(t, d.machine.HIP().LiveModules(), "HIP module not unloaded at Close")
+		})
+	}
+}

@@ -319,3 +319,41 @@ func TestDeviceMemoryIsPrivateToItsGPU(t *testing.T) {
 	require.NoError(t, b.Sgemm(h, rocblas.OperationNone, rocblas.OperationNone, 1, 1, 1, 1, mine, 1, other, 1, 0, mine, 1))
 	require.ErrorIs(t, hp.StreamSynchronize(s), &hip.Error{Code: hip.ErrorIllegalAddress})
 }
+
+// The loader keeps the reader's memory as the code object's storage: the
+// emulator reports releasing it while an executable is loaded, and
+// changing it before the executable is destroyed.
+func TestCodeObjectStorageMustOutliveExecutable(t *testing.T) {
+	m := New(Options{})
+	h := m.HSA()
+	require.NoError(t, h.Init())
+	code, err := kernels.CodeObject(m.Options().ISA)
+	require.NoError(t, err)
+	load := func(buf []byte) (hsa.Executable, hsa.CodeObjectReader) {
+		rd, err := h.CodeObjectReaderCreateFromMemory(buf)
+		require.NoError(t, err)
+		exe, err := h.ExecutableCreateAlt(hsa.ProfileFull, 0)
+		require.NoError(t, err)
+		require.NoError(t, h.ExecutableLoadAgentCodeObject(exe, gpuAgent(0), rd))
+		require.NoError(t, h.ExecutableFreeze(exe))
+		return exe, rd
+	}
+	exe, rd := load(code)
+	require.NoError(t, h.ExecutableDestroy(exe))
+	require.NoError(t, h.CodeObjectReaderDestroy(rd))
+	require.Empty(t, h.CodeObjectStorageFaults(), "the right order")
+
+	exe, rd = load(code)
+	require.NoError(t, h.CodeObjectReaderDestroy(rd))
+	require.Len(t, h.CodeObjectStorageFaults(), 1)
+	require.NoError(t, h.ExecutableDestroy(exe))
+
+	buf := append([]byte(nil), code...)
+	exe, rd = load(buf)
+	buf[len(buf)-1] ^= 0xff
+	require.NoError(t, h.ExecutableDestroy(exe))
+	require.Len(t, h.CodeObjectStorageFaults(), 2)
+	require.Contains(t, h.CodeObjectStorageFaults()[1], "changed")
+	require.NoError(t, h.CodeObjectReaderDestroy(rd))
+	require.Zero(t, h.LiveExecutables())
+}

@@ -655,6 +655,13 @@ func (h *HIP) ModuleLoadData(d int, image []byte) (hip.Module, error) {
 	return id, nil
 }
 
+// LiveModules counts modules loaded and not unloaded.
+func (h *HIP) LiveModules() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.modules)
+}
+
 func (h *HIP) ModuleUnload(m hip.Module) error {
 	h.init()
 	h.mu.Lock()

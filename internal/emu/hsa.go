@@ -2,6 +2,7 @@ package emu
 
 import (
 	"fmt"
+	"hash/crc32"
 	"strings"
 	"sync"
 	"time"
@@ -17,11 +18,13 @@ type HSA struct {
 
 	mu       sync.Mutex
 	inits    int
-	readers  [][]byte
+	readers  []*codeReader
 	exes     []*executable
 	queues   map[*hsa.Queue]*queue
 	nextQID  uint64
 	kernargs map[unsafe.Pointer]bool
+
+	storageFaults []string
 }
 
 var _ hsa.Runtime = (*HSA)(nil)
@@ -465,6 +468,7 @@ func (h *HSA) SignalValuePointer(s hsa.Signal) (unsafe.Pointer, error) {
 
 // executable is a loaded set of code objects.
 type executable struct {
+	storage []*codeReader // where its code objects came from
 	frozen  bool
 	symbols map[string]uint64 // symbol name -> kernel object handle
 }
@@ -491,24 +495,71 @@ func (m *Machine) newKernelImpl(k kernels.KernelMeta) *kernelImpl {
 	return impl
 }
 
+// CodeObjectReaderCreateFromMemory keeps the caller's bytes, as ROCr does:
+// it does not copy them, and the loader records their address in each code
+// object it loads (the memory:// URI that debuggers and profilers read the
+// code object through), so they must stay intact until every executable
+// loaded from them is destroyed. The checksum lets ExecutableDestroy check.
 func (h *HSA) CodeObjectReaderCreateFromMemory(code []byte) (hsa.CodeObjectReader, error) {
 	if len(code) == 0 {
 		return 0, h.err("hsa_code_object_reader_create_from_memory", hsa.StatusErrorInvalidArgument)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.readers = append(h.readers, append([]byte(nil), code...))
+	h.readers = append(h.readers, &codeReader{code: code, sum: crc32.ChecksumIEEE(code)})
 	return hsa.CodeObjectReader(len(h.readers)), nil
+}
+
+// codeReader is a code object reader: the caller's memory.
+type codeReader struct {
+	code      []byte
+	sum       uint32
+	destroyed bool
 }
 
 func (h *HSA) CodeObjectReaderDestroy(r hsa.CodeObjectReader) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if r == 0 || int(r) > len(h.readers) || h.readers[r-1] == nil {
+	if r == 0 || int(r) > len(h.readers) || h.readers[r-1].destroyed {
 		return h.err("hsa_code_object_reader_destroy", hsa.StatusErrorInvalidCodeObjRdr)
 	}
-	h.readers[r-1] = nil
+	rd := h.readers[r-1]
+	rd.destroyed = true
+	// The caller may now release the memory; a loaded code object still
+	// points into it.
+	for i, x := range h.exes {
+		if x == nil {
+			continue
+		}
+		for _, s := range x.storage {
+			if s == rd {
+				h.storageFaults = append(h.storageFaults, fmt.Sprintf(
+					"code object reader %d destroyed while executable %d still holds its code object's address", r, i+1))
+			}
+		}
+	}
 	return nil
+}
+
+// CodeObjectStorageFaults lists every time a code object's memory was
+// released, or changed, while an executable loaded from it was alive.
+func (h *HSA) CodeObjectStorageFaults() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.storageFaults...)
+}
+
+// LiveExecutables counts executables not yet destroyed.
+func (h *HSA) LiveExecutables() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, x := range h.exes {
+		if x != nil {
+			n++
+		}
+	}
+	return n
 }
 
 func (h *HSA) ExecutableCreateAlt(profile, rounding uint32) (hsa.Executable, error) {
@@ -540,14 +591,15 @@ func (h *HSA) ExecutableLoadAgentCodeObject(e hsa.Executable, a hsa.Agent, r hsa
 		return h.err(fn, hsa.StatusErrorInvalidAgent)
 	}
 	h.mu.Lock()
-	var code []byte
-	if r != 0 && int(r) <= len(h.readers) {
-		code = h.readers[r-1]
+	var rd *codeReader
+	if r != 0 && int(r) <= len(h.readers) && !h.readers[r-1].destroyed {
+		rd = h.readers[r-1]
 	}
 	h.mu.Unlock()
-	if code == nil {
+	if rd == nil {
 		return h.err(fn, hsa.StatusErrorInvalidCodeObjRdr)
 	}
+	code := rd.code
 	if x.frozen {
 		return h.err(fn, hsa.StatusErrorFrozenExecutable)
 	}
@@ -566,6 +618,9 @@ func (h *HSA) ExecutableLoadAgentCodeObject(e hsa.Executable, a hsa.Agent, r hsa
 		return &hsa.Error{Func: fn, Status: hsa.StatusErrorInvalidISA,
 			Text: fmt.Sprintf("%s (code object for %s, agent is %s)", h.StatusString(hsa.StatusErrorInvalidISA), target, h.m.opts.ISA)}
 	}
+	h.mu.Lock()
+	x.storage = append(x.storage, rd)
+	h.mu.Unlock()
 	for _, k := range meta.Kernels {
 		impl := h.m.newKernelImpl(k)
 		h.m.execMu.Lock()
@@ -586,13 +641,22 @@ func (h *HSA) ExecutableFreeze(e hsa.Executable) error {
 	return nil
 }
 
+// ExecutableDestroy checks that the memory of every code object the
+// executable loaded is still alive and unchanged: until now a debugger or
+// profiler could have read it.
 func (h *HSA) ExecutableDestroy(e hsa.Executable) error {
-	if _, err := h.exe("hsa_executable_destroy", e); err != nil {
+	x, err := h.exe("hsa_executable_destroy", e)
+	if err != nil {
 		return err
 	}
 	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, rd := range x.storage {
+		if !rd.destroyed && crc32.ChecksumIEEE(rd.code) != rd.sum {
+			h.storageFaults = append(h.storageFaults, fmt.Sprintf("executable %d: its code object's memory changed while loaded", e))
+		}
+	}
 	h.exes[e-1] = nil
-	h.mu.Unlock()
 	return nil
 }
 

@@ -242,6 +242,13 @@ type Device struct {
 	kernelsOnce sync.Once
 	kernelsErr  error
 	kernelObjs  [kernels.NumOps][2]kernelObject
+	// The loaded code: ROCr keeps the reader's memory as the loaded code
+	// object's storage (its memory:// URI, which debuggers and profilers
+	// read), so the reader lives until the executable is destroyed, at
+	// Close.
+	reader hsa.CodeObjectReader
+	exe    hsa.Executable
+	module hip.Module // under Unified
 }
 
 var _ driver.Device = (*Device)(nil)
@@ -317,7 +324,7 @@ func (d *Device) Close() error {
 	if d.closed.Swap(true) {
 		return nil
 	}
-	err := errors.Join(d.queues.Close(), d.signals.Destroy(), d.events.Destroy())
+	err := errors.Join(d.queues.Close(), d.signals.Destroy(), d.events.Destroy(), d.unloadKernels())
 	if d.ref != nil {
 		err = errors.Join(err, d.ref.release(1))
 	}
@@ -331,22 +338,44 @@ func (d *Device) loadKernels() error {
 	return d.kernelsErr
 }
 
-func (d *Device) doLoadKernels() error {
+// unloadKernels destroys the executable, then its reader, and unloads the
+// HIP module. The queues are drained first, so no kernel still runs.
+func (d *Device) unloadKernels() error {
+	var errs []error
+	if d.exe != 0 {
+		errs = append(errs, d.rt.HSA.ExecutableDestroy(d.exe))
+		d.exe = 0
+	}
+	if d.reader != 0 {
+		errs = append(errs, d.rt.HSA.CodeObjectReaderDestroy(d.reader))
+		d.reader = 0
+	}
+	if d.module != 0 {
+		errs = append(errs, d.rt.HIP.ModuleUnload(d.module))
+		d.module = 0
+	}
+	return errors.Join(errs...)
+}
+
+func (d *Device) doLoadKernels() (err error) {
 	rt := d.rt.HSA
 	code, err := kernels.CodeObject(d.isa)
 	if err != nil {
 		return err
 	}
-	reader, err := rt.CodeObjectReaderCreateFromMemory(code)
-	if err != nil {
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, d.unloadKernels())
+		}
+	}()
+	if d.reader, err = rt.CodeObjectReaderCreateFromMemory(code); err != nil {
 		return err
 	}
-	defer rt.CodeObjectReaderDestroy(reader)
-	exe, err := rt.ExecutableCreateAlt(hsa.ProfileFull, hsa.FloatRoundingDefault)
-	if err != nil {
+	if d.exe, err = rt.ExecutableCreateAlt(hsa.ProfileFull, hsa.FloatRoundingDefault); err != nil {
 		return err
 	}
-	if err := rt.ExecutableLoadAgentCodeObject(exe, d.agent, reader); err != nil {
+	exe := d.exe
+	if err := rt.ExecutableLoadAgentCodeObject(exe, d.agent, d.reader); err != nil {
 		return err
 	}
 	if err := rt.ExecutableFreeze(exe); err != nil {
@@ -360,6 +389,7 @@ func (d *Device) doLoadKernels() error {
 		if module, err = d.rt.HIP.ModuleLoadData(d.hipIndex, code); err != nil {
 			return err
 		}
+		d.module = module
 	}
 	for _, op := range kernels.AllOps() {
 		for di, dt := range kernels.AllDTypes() {
