@@ -2,6 +2,7 @@ package rocsync
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/hsa"
+	"github.com/rocsync/rocsync/internal/reference"
 	"github.com/rocsync/rocsync/internal/testhooks"
 	"github.com/rocsync/rocsync/queue"
 )
@@ -208,6 +210,53 @@ func TestCodeObjectOutlivesExecutable(t *testing.T) {
 			require.Empty(t, h.CodeObjectStorageFaults())
 			require.Zero(t, h.LiveExecutables(), "executable not destroyed at Close")
 			require.Zero(t, d.machine.HIP().LiveModules(), "HIP module not unloaded at Close")
+		})
+	}
+}
+
+// On HIP before 5.6 the stream memory operations refuse HSA signal memory,
+// so DeviceBridge crosses the boundary with host waits, says so once, and
+// stays correct; on a current HIP it crosses on the device.
+func TestDeviceBridgeByHIPVersion(t *testing.T) {
+	for _, tc := range []struct {
+		version        int
+		boundary, devw uint64
+	}{{50_221_153, 2, 0}, {0, 0, 2}} {
+		t.Run(fmt.Sprint(tc.version), func(t *testing.T) {
+			var buf bytes.Buffer
+			log := zerolog.New(&buf)
+			d, err := Open(Options{Backend: Emulator, Policy: DeviceBridge, Logger: &log, Emulator: EmulatorOptions{
+				HazardChecker: true, MaxDelay: 30 * time.Microsecond, Seed: 5, HIPVersion: tc.version}})
+			require.NoError(t, err)
+			tk := d.DefaultTask()
+			host := randMatrix(8, 16)
+			x, err := d.FromFloat32(16, 16, host)
+			require.NoError(t, err)
+			busy(t, d, tk)
+			before := d.Stats()
+			y, err := tk.MatMul(x, x, false, false) // HIP
+			require.NoError(t, err)
+			z, err := tk.Mul(y, x) // HSA after HIP
+			require.NoError(t, err)
+			w, err := tk.MatMul(z, x, false, false) // HIP after HSA
+			require.NoError(t, err)
+			st := d.Stats().Sub(before)
+			require.Equal(t, tc.boundary, st.HostWaits[ReasonBoundary], "%v", st)
+			require.Equal(t, tc.boundary, st.HostWaitsTotal(), "%v", st)
+			require.Equal(t, tc.devw, st.DeviceWaits, "%v", st)
+			got, err := w.Float32s()
+			require.NoError(t, err)
+			hx := reference.Widen(host)
+			requireClose(t, reference.MatMul(reference.Mul(reference.MatMul(hx, hx, 16), hx), hx, 16), got, 1e-4)
+			require.NoError(t, d.Close())
+			require.Empty(t, d.Hazards())
+			n := strings.Count(buf.String(), "DeviceBridge falls back to host waits")
+			if tc.boundary > 0 {
+				require.Equal(t, 1, n, buf.String())
+				require.Contains(t, buf.String(), "HIP 5.2.21153 refuses HSA signal memory")
+			} else {
+				require.Zero(t, n, buf.String())
+			}
 		})
 	}
 }

@@ -357,3 +357,40 @@ func TestCodeObjectStorageMustOutliveExecutable(t *testing.T) {
 	require.NoError(t, h.CodeObjectReaderDestroy(rd))
 	require.Zero(t, h.LiveExecutables())
 }
+
+// hipStreamWaitValue64/WriteValue64 take an HSA signal's value address
+// only from HIP 5.6 on; HIP's own signal memory works on every release.
+func TestStreamMemoryOpsByHIPVersion(t *testing.T) {
+	for _, tc := range []struct {
+		version int
+		hsaOK   bool
+	}{{50_221_153, false}, {50_500_000, false}, {50_600_000, true}, {0, true}} {
+		m := New(Options{HIPVersion: tc.version})
+		h, hp := m.HSA(), m.HIP()
+		require.NoError(t, h.Init())
+		s, err := hp.StreamCreate(0, 0)
+		require.NoError(t, err)
+		sig, err := h.AMDSignalCreate(1, nil, hsa.SignalAttrIPC)
+		require.NoError(t, err)
+		ptr, err := h.SignalValuePointer(sig)
+		require.NoError(t, err)
+		errW := hp.StreamWriteValue64(s, ptr, 0, 0)
+		errWait := hp.StreamWaitValue64(s, ptr, 0, hip.StreamWaitValueEq, ^uint64(0))
+		if tc.hsaOK {
+			require.NoError(t, errW, "version %d", tc.version)
+			require.NoError(t, errWait)
+		} else {
+			require.ErrorIs(t, errW, &hip.Error{Code: hip.ErrorInvalidValue}, "version %d", tc.version)
+			require.ErrorIs(t, errWait, &hip.Error{Code: hip.ErrorInvalidValue})
+		}
+		mem, err := hp.ExtMalloc(0, 8, hip.MallocSignalMemory)
+		require.NoError(t, err)
+		p := *(*unsafe.Pointer)(unsafe.Pointer(&mem)) // the host address HIP returned
+		require.NoError(t, hp.StreamWriteValue64(s, p, 7, 0))
+		require.NoError(t, hp.StreamWaitValue64(s, p, 7, hip.StreamWaitValueEq, ^uint64(0)))
+		require.NoError(t, hp.StreamSynchronize(s))
+		require.NoError(t, hp.Free(0, mem))
+		_, err = hp.ExtMalloc(0, 16, hip.MallocSignalMemory)
+		require.ErrorIs(t, err, &hip.Error{Code: hip.ErrorInvalidValue})
+	}
+}

@@ -546,6 +546,10 @@ func (h *HIP) Free(hd int, p hip.DevicePtr) error {
 	if p == 0 {
 		return nil
 	}
+	if s := h.m.signalAtAddr(uintptr(p)); s != nil && s.hipMemory && !s.destroyed {
+		s.destroyed = true
+		return nil
+	}
 	r, err := h.m.find(uint64(p), 1)
 	if err != nil || r.base != uint64(p) || r.device != d || r.freed {
 		return hipErr("hipFree", hip.ErrorInvalidValue, fmt.Sprintf("%#x is not a live allocation of device %d", uint64(p), d))
@@ -734,12 +738,43 @@ func (h *HIP) ModuleLaunchKernel(f hip.Function, grid, block [3]uint32, sharedMe
 	}})
 }
 
+// signalArg resolves the address a stream memory operation acts on. HIP
+// looks it up among its own allocations; before ROCm 5.6 (clr commit
+// b40823ccc "Enable ROCr interop") it had no fallback, so an HSA signal's
+// value address (memory ROCr allocated) was hipErrorInvalidValue. Since
+// then HIP also asks ROCr. Memory from hipExtMallocWithFlags(...,
+// hipMallocSignalMemory) is HIP's own and works on every release.
 func (h *HIP) signalArg(fn string, ptr unsafe.Pointer) (*signal, error) {
 	s := h.m.signalAt(ptr)
 	if s == nil {
+		if r, err := h.m.find(uint64(uintptr(ptr)), 8); err == nil && r.device >= 0 {
+			return nil, hipErr(fn, hip.ErrorNotSupported, "emulator: stream memory operations on hipMalloc memory are not emulated")
+		}
 		return nil, hipErr(fn, hip.ErrorInvalidValue, "pointer is not memory the emulated device knows")
 	}
+	if !s.hipMemory && h.m.opts.HIPVersion < HIPVersionStreamMemoryLookup {
+		return nil, hipErr(fn, hip.ErrorInvalidValue, fmt.Sprintf("HIP %d finds no allocation of its own at %p (ROCr memory is looked up from HIP 5.6)", h.m.opts.HIPVersion, ptr))
+	}
 	return s, nil
+}
+
+// ExtMalloc is hipExtMallocWithFlags. With hipMallocSignalMemory HIP makes
+// an HSA signal (GPU-only, so it has a value address) and returns that
+// address: 8 bytes that stream memory operations accept on every release.
+// Other flags allocate device memory as hipMalloc does.
+func (h *HIP) ExtMalloc(hd int, size uint64, flags uint32) (hip.DevicePtr, error) {
+	if flags&hip.MallocSignalMemory == 0 {
+		return h.Malloc(hd, size)
+	}
+	if _, err := h.dev("hipExtMallocWithFlags", hd); err != nil {
+		return 0, err
+	}
+	if size != 8 {
+		return 0, hipErr("hipExtMallocWithFlags", hip.ErrorInvalidValue, "signal memory is 8 bytes")
+	}
+	sig := h.m.signal(h.m.newSignal(0, false))
+	sig.hipMemory = true
+	return hip.DevicePtr(uintptr(unsafe.Pointer(&sig.v))), nil
 }
 
 func (h *HIP) StreamWaitValue64(sid hip.Stream, ptr unsafe.Pointer, value uint64, flags uint32, mask uint64) error {

@@ -237,6 +237,7 @@ type Device struct {
 	queues    tls.QueuePool
 	tasks     atomic.Int64
 	ref       *runtimeRef // the shared hsa_init reference
+	bridge    bool        // DeviceBridge crosses the HSA/HIP boundary on the device
 	closed    atomic.Bool
 
 	kernelsOnce sync.Once
@@ -268,8 +269,19 @@ func newDevice(rt Runtimes, cfg driver.DeviceConfig, index int, agent hsa.Agent,
 		return nil, fmt.Errorf("rocmdev: reading gpu%d's ISA: %w", index, err)
 	}
 	d := &Device{rt: rt, cfg: cfg, index: index, agent: agent, hipIndex: hipIndex, isa: isa}
+	bridge := cfg.Policy == syncstate.DeviceBridge
+	if bridge {
+		if ok, why := bridgeSupported(rt.HIP); !ok {
+			bridge = false
+			if rt.Log != nil {
+				rt.Log.Warn().Int("gpu", index).Str("reason", why).
+					Msg("rocsync: DeviceBridge falls back to host waits at the HSA/HIP boundary")
+			}
+		}
+	}
+	d.bridge = bridge
 	var attrs uint64
-	if cfg.Policy == syncstate.DeviceBridge {
+	if bridge {
 		// The bridge reads completion signals' values from HIP, which
 		// hsa_amd_signal_value_pointer allows only for non-interrupt
 		// signals; IPC signals are those that the host can still wait on.
@@ -281,7 +293,7 @@ func newDevice(rt Runtimes, cfg driver.DeviceConfig, index int, agent hsa.Agent,
 	d.queues = tls.QueuePool{Max: cfg.MaxQueues, Create: func(i int) (*queue.Queue, error) {
 		q, err := queue.New(rt.HSA, queue.Config{Name: fmt.Sprintf("gpu%d/hsa-q%d", index, i), Agent: agent,
 			Size: cfg.QueueSize, KernargPool: kernarg, Signals: d.signals, Sinks: syncstate.Sinks{cfg.Stats}})
-		if err == nil && cfg.Policy == syncstate.DeviceBridge {
+		if err == nil && bridge {
 			q.SetBridge(d.hipToHSA)
 		}
 		return q, err
@@ -445,7 +457,7 @@ func (d *Device) NewTask(sinks syncstate.Sinks) (driver.Task, error) {
 	}
 	t.st.Stream = stream.New(d.streamAPI, uintptr(hs), stream.Config{Name: fmt.Sprintf("gpu%d/hip-s%d", d.index, n),
 		Events: d.events, Sinks: sinks, Domain: syncstate.DomainLibrary})
-	if d.cfg.Policy == syncstate.DeviceBridge {
+	if d.bridge {
 		t.st.Stream.SetBridge(d.hsaToHIP)
 	}
 	if d.cfg.Policy != syncstate.Unified {
@@ -569,6 +581,27 @@ func (d *Device) Queues() []*queue.Queue { return d.queues.Queues() }
 
 // HSAQueue returns the task's HSA queue, nil under Unified (for tests).
 func (t *Task) HSAQueue() *queue.Queue { return t.st.Queue }
+
+// hipStreamMemoryLookup is the first HIP release (ROCm 5.6.0, clr commit
+// b40823ccc "Enable ROCr interop") whose hipStreamWaitValue64 and
+// hipStreamWriteValue64 accept memory HIP did not allocate, by asking ROCr
+// about it. Earlier releases return hipErrorInvalidValue for an HSA
+// signal's value address (seen with HIP 5.2.3).
+const hipStreamMemoryLookup = 50_600_000
+
+// bridgeSupported says whether HIP takes HSA signals' value addresses in
+// stream memory operations, which the bridge needs, and why not.
+func bridgeSupported(h hip.Runtime) (bool, string) {
+	v, err := h.RuntimeVersion()
+	if err != nil {
+		return false, fmt.Sprintf("hipRuntimeGetVersion failed (%v), so whether HIP accepts HSA signal memory in stream memory operations is unknown", err)
+	}
+	if v < hipStreamMemoryLookup {
+		return false, fmt.Sprintf("HIP %d.%d.%d refuses HSA signal memory in hipStreamWaitValue64/hipStreamWriteValue64 (accepted from HIP 5.6)",
+			v/10_000_000, v/100_000%100, v%100_000)
+	}
+	return true, ""
+}
 
 // hipToHSA bridges a HIP fence to an HSA queue: the producer stream stores
 // 0 into a pooled signal once its earlier work (the fence included) is
