@@ -260,3 +260,38 @@ func TestDeviceBridgeByHIPVersion(t *testing.T) {
 		})
 	}
 }
+
+// Under DeviceBridge the completion signals stay interrupt signals, so a
+// read-back blocks instead of polling (ROCr busy-waits on the
+// non-interrupt signals that have a value address); only the bridge's own
+// GPU-only signals carry value addresses.
+func TestDeviceBridgeHostWaitsBlock(t *testing.T) {
+	d := openStrict(t, DeviceBridge)
+	emulatorOnly(t, d, "counts busy host waits")
+	tk := d.DefaultTask()
+	host := randMatrix(9, 16)
+	x, err := d.FromFloat32(16, 16, host)
+	require.NoError(t, err)
+	busy(t, d, tk)
+	before := d.Stats()
+	y, err := tk.MatMul(x, x, false, false)
+	require.NoError(t, err)
+	z, err := tk.Mul(y, x) // HIP→HSA on the device
+	require.NoError(t, err)
+	w, err := tk.MatMul(z, x, false, false) // HSA→HIP on the device
+	require.NoError(t, err)
+	st := d.Stats().Sub(before)
+	require.Zero(t, st.HostWaitsTotal(), "%v", st)
+	require.EqualValues(t, 2, st.DeviceWaits, "%v", st)
+	h := d.machine.HSA()
+	busyBefore := h.BusyHostWaits()
+	gotZ, err := z.Float32s() // waits for the kernel's completion signal
+	require.NoError(t, err)
+	require.Equal(t, busyBefore, h.BusyHostWaits(), "the read-back polled a non-interrupt signal")
+	gotW, err := w.Float32s()
+	require.NoError(t, err)
+	hx := reference.Widen(host)
+	wantZ := reference.Mul(reference.MatMul(hx, hx, 16), hx)
+	requireClose(t, wantZ, gotZ, 1e-4)
+	requireClose(t, reference.MatMul(wantZ, hx, 16), gotW, 1e-4)
+}

@@ -5,6 +5,7 @@ import (
 	"hash/crc32"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -25,7 +26,12 @@ type HSA struct {
 	kernargs map[unsafe.Pointer]bool
 
 	storageFaults []string
+	busyWaits     atomic.Uint64
 }
+
+// BusyHostWaits counts host waits on non-interrupt signals, which ROCr
+// serves by polling instead of blocking.
+func (h *HSA) BusyHostWaits() uint64 { return h.busyWaits.Load() }
 
 var _ hsa.Runtime = (*HSA)(nil)
 
@@ -388,7 +394,18 @@ func (h *HSA) AMDSignalCreate(initial int64, consumers []hsa.Agent, attributes u
 	if !h.initialized() {
 		return 0, h.err("hsa_amd_signal_create", hsa.StatusErrorNotInitialized)
 	}
-	return h.m.newSignal(initial, interruptSignal(consumers, attributes)), nil
+	intr := interruptSignal(consumers, attributes)
+	if attributes&(hsa.SignalAttrAMDGPUOnly|hsa.SignalAttrIPC) == 0 && len(consumers) > 0 {
+		// ROCr refuses a consumer listed twice (hsa_amd_signal_create).
+		seen := map[hsa.Agent]bool{}
+		for _, c := range consumers {
+			if seen[c] {
+				return 0, h.err("hsa_amd_signal_create", hsa.StatusErrorInvalidArgument)
+			}
+			seen[c] = true
+		}
+	}
+	return h.m.newSignal(initial, intr), nil
 }
 
 func (h *HSA) sig(fn string, s hsa.Signal) (*signal, error) {
@@ -443,6 +460,11 @@ func (h *HSA) SignalLoadScacquire(s hsa.Signal) int64 {
 // system timestamp runs at 1 GHz.
 func (h *HSA) SignalWaitScacquire(s hsa.Signal, cond hsa.SignalCondition, compare int64, timeoutHint uint64, state hsa.WaitState) int64 {
 	x := h.mustSig("hsa_signal_wait_scacquire", s)
+	if !x.interrupt {
+		// ROCr polls a busy-wait signal (BusyWaitSignal::WaitRelaxed),
+		// holding a CPU core, whatever the wait state asks.
+		h.busyWaits.Add(1)
+	}
 	var timeout time.Duration
 	if timeoutHint != hsa.TimeoutInfinite && timeoutHint < uint64(1<<62) {
 		timeout = time.Duration(timeoutHint)

@@ -225,20 +225,23 @@ func agentISA(rt hsa.Runtime, a hsa.Agent) (string, error) {
 
 // Device is one GPU of the ROCm family.
 type Device struct {
-	rt        Runtimes
-	cfg       driver.DeviceConfig
-	index     int // rocsync's ordinal: GPU agents in HSA's order that HIP presents
-	agent     hsa.Agent
-	hipIndex  int // the same GPU's HIP device number
-	isa       string
-	signals   *queue.SignalPool
-	streamAPI stream.API
-	events    *stream.EventPool
-	queues    tls.QueuePool
-	tasks     atomic.Int64
-	ref       *runtimeRef // the shared hsa_init reference
-	bridge    bool        // DeviceBridge crosses the HSA/HIP boundary on the device
-	closed    atomic.Bool
+	rt       Runtimes
+	cfg      driver.DeviceConfig
+	index    int // rocsync's ordinal: GPU agents in HSA's order that HIP presents
+	agent    hsa.Agent
+	hipIndex int // the same GPU's HIP device number
+	isa      string
+	signals  *queue.SignalPool
+	// bridgeSignals are GPU-only signals, which have a value address for
+	// HIP's stream memory operations (DeviceBridge).
+	bridgeSignals *queue.SignalPool
+	streamAPI     stream.API
+	events        *stream.EventPool
+	queues        tls.QueuePool
+	tasks         atomic.Int64
+	ref           *runtimeRef // the shared hsa_init reference
+	bridge        bool        // DeviceBridge crosses the HSA/HIP boundary on the device
+	closed        atomic.Bool
 
 	kernelsOnce sync.Once
 	kernelsErr  error
@@ -280,14 +283,13 @@ func newDevice(rt Runtimes, cfg driver.DeviceConfig, index int, agent hsa.Agent,
 		}
 	}
 	d.bridge = bridge
-	var attrs uint64
-	if bridge {
-		// The bridge reads completion signals' values from HIP, which
-		// hsa_amd_signal_value_pointer allows only for non-interrupt
-		// signals; IPC signals are those that the host can still wait on.
-		attrs = hsa.SignalAttrIPC
-	}
-	d.signals = queue.NewSignalPool(rt.HSA, attrs)
+	// Completion signals are interrupt signals, whatever the policy: the
+	// host blocks on them instead of polling. HIP needs a signal's value
+	// address, which hsa_amd_signal_value_pointer gives only for
+	// non-interrupt (busy-wait) signals; the bridge takes those from a pool
+	// of its own, used only at crossings and waited on by the GPU only.
+	d.signals = queue.NewSignalPool(rt.HSA, 0)
+	d.bridgeSignals = queue.NewSignalPool(rt.HSA, hsa.SignalAttrAMDGPUOnly)
 	d.streamAPI = stream.HIP(rt.HIP, hipIndex)
 	d.events = stream.NewEventPool(d.streamAPI)
 	d.queues = tls.QueuePool{Max: cfg.MaxQueues, Create: func(i int) (*queue.Queue, error) {
@@ -305,7 +307,9 @@ func newDevice(rt Runtimes, cfg driver.DeviceConfig, index int, agent hsa.Agent,
 func (d *Device) Target() string { return d.isa }
 
 // SignalsCreated implements driver.Device.
-func (d *Device) SignalsCreated() uint64 { return d.signals.Created() }
+func (d *Device) SignalsCreated() uint64 {
+	return d.signals.Created() + d.bridgeSignals.Created()
+}
 
 // EventsCreated implements driver.Device.
 func (d *Device) EventsCreated() uint64 { return d.events.Created() }
@@ -336,7 +340,7 @@ func (d *Device) Close() error {
 	if d.closed.Swap(true) {
 		return nil
 	}
-	err := errors.Join(d.queues.Close(), d.signals.Destroy(), d.events.Destroy(), d.unloadKernels())
+	err := errors.Join(d.queues.Close(), d.signals.Destroy(), d.bridgeSignals.Destroy(), d.events.Destroy(), d.unloadKernels())
 	if d.ref != nil {
 		err = errors.Join(err, d.ref.release(1))
 	}
@@ -607,8 +611,8 @@ func bridgeSupported(h hip.Runtime) (bool, string) {
 // 0 into a pooled signal once its earlier work (the fence included) is
 // done, and the consumer's barrier-AND packet waits for that signal.
 // hipStreamWriteValue64 needs the signal's value address, which
-// hsa_amd_signal_value_pointer gives only for non-interrupt signals: the
-// device's pool makes IPC signals under DeviceBridge.
+// hsa_amd_signal_value_pointer gives only for non-interrupt signals: it
+// comes from the GPU-only bridge pool.
 func (d *Device) hipToHSA(f syncstate.Fence) (*queue.Signal, error) {
 	p, ok := f.TL.(*stream.Stream)
 	if !ok {
@@ -617,7 +621,7 @@ func (d *Device) hipToHSA(f syncstate.Fence) (*queue.Signal, error) {
 	if f.Ticket <= p.Completed() {
 		return nil, nil
 	}
-	sig, err := d.signals.Get()
+	sig, err := d.bridgeSignals.Get()
 	if err != nil {
 		return nil, err
 	}
@@ -634,21 +638,32 @@ func (d *Device) hipToHSA(f syncstate.Fence) (*queue.Signal, error) {
 	return sig, nil
 }
 
-// hsaToHIP bridges an HSA fence to a HIP stream: the stream waits with
-// hipStreamWaitValue64 until the producer's completion signal reads 0. The
-// signal stays retained (so the pool cannot reset it to 1) until the
-// stream has passed the wait.
+// hsaToHIP bridges an HSA fence to a HIP stream. The producer's completion
+// signals are interrupt signals, which have no value address, so a marker
+// packet on the producer queue completes a GPU-only signal once the queue
+// has got that far (packets complete in order), and the stream waits with
+// hipStreamWaitValue64 until that signal reads 0. The signal stays
+// retained (so the pool cannot reset it to 1) until the stream has passed
+// the wait.
 func (d *Device) hsaToHIP(s *stream.Stream, f syncstate.Fence) error {
 	p, ok := f.TL.(*queue.Queue)
 	if !ok {
 		return fmt.Errorf("rocmdev: cannot bridge from %s", f.TL.Name())
 	}
-	sig := p.SignalFor(f.Ticket)
-	if sig == nil {
+	if f.Ticket <= p.Completed() {
 		return nil
+	}
+	sig, err := d.bridgeSignals.Get()
+	if err != nil {
+		return err
 	}
 	ptr, err := d.rt.HSA.SignalValuePointer(sig.H)
 	if err != nil {
+		sig.Release()
+		return err
+	}
+	sig.Retain() // one reference for the marker packet, one for the stream
+	if _, err := p.Marker(sig); err != nil {
 		sig.Release()
 		return err
 	}
