@@ -111,6 +111,8 @@ type Runtime interface {
 	DeviceCount() (int, error)
 	DeviceSynchronize(device int) error
 	DeviceName(device int) (string, error)
+	// DevicePCIBusID is hipDeviceGetPCIBusId: "dddd:bb:dd.f".
+	DevicePCIBusID(device int) (string, error)
 	// DeviceAttribute is hipDeviceGetAttribute (a DeviceAttribute* value).
 	DeviceAttribute(device int, attr int32) (int32, error)
 	// RuntimeVersion is hipRuntimeGetVersion: major*10_000_000 +

@@ -100,6 +100,11 @@ func (h *HIP) DeviceAttribute(d int, attr int32) (int32, error) {
 	case hip.DeviceAttributePciDeviceId:
 		return int32(loc.device), nil
 	case hip.DeviceAttributePciDomainID:
+		if h.m.release() <= 502 {
+			// Measured on HIP 5.2.3 (over hsa/kfdsim): hipErrorInvalidValue,
+			// while hipDeviceGetPCIBusId reports the domain.
+			return 0, hipErr("hipDeviceGetAttribute", hip.ErrorInvalidValue, "HIP 5.2 does not report hipDeviceAttributePciDomainID")
+		}
 		return int32(loc.domain), nil
 	case hip.DeviceAttributeCanUseStreamWaitValue:
 		return 1, nil
@@ -107,6 +112,16 @@ func (h *HIP) DeviceAttribute(d int, attr int32) (int32, error) {
 		return int32(kernels.Wavefront(h.m.opts.ISA)), nil
 	}
 	return 0, hipErr("hipDeviceGetAttribute", hip.ErrorInvalidValue, fmt.Sprintf("attribute %d not emulated", attr))
+}
+
+// DevicePCIBusID is hipDeviceGetPCIBusId: the GPU's PCI location.
+func (h *HIP) DevicePCIBusID(d int) (string, error) {
+	g, err := h.dev("hipDeviceGetPCIBusId", d)
+	if err != nil {
+		return "", err
+	}
+	loc := h.m.devices[g].pci
+	return fmt.Sprintf("%04x:%02x:%02x.0", loc.domain, loc.bus, loc.device), nil
 }
 
 func (h *HIP) DeviceSynchronize(hd int) error {

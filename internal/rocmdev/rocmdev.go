@@ -103,8 +103,7 @@ func (l pciLocation) String() string {
 }
 
 // matchHIPDevices pairs every GPU agent with the HIP device at the same
-// PCI domain, bus and device (HIP's attributes carry no function number;
-// a GPU is function 0). Agents HIP does not present are left out, with a
+// PCI domain, bus and device (a GPU is function 0). Agents HIP does not present are left out, with a
 // logged reason; no match at all is an error.
 func matchHIPDevices(rt Runtimes, agents []hsa.Agent) ([]gpu, error) {
 	n, err := rt.HIP.DeviceCount()
@@ -113,13 +112,17 @@ func matchHIPDevices(rt Runtimes, agents []hsa.Agent) ([]gpu, error) {
 	}
 	hipAt := map[pciLocation]int{}
 	for j := 0; j < n; j++ {
-		var v [3]int32
-		for k, attr := range []int32{hip.DeviceAttributePciDomainID, hip.DeviceAttributePciBusId, hip.DeviceAttributePciDeviceId} {
-			if v[k], err = rt.HIP.DeviceAttribute(j, attr); err != nil {
-				return nil, fmt.Errorf("rocmdev: reading HIP device %d's PCI location: %w", j, err)
-			}
+		// hipDeviceGetPCIBusId, not the PCI attributes: HIP 5.2.3 refuses
+		// hipDeviceAttributePciDomainID (hipErrorInvalidValue).
+		id, err := rt.HIP.DevicePCIBusID(j)
+		if err != nil {
+			return nil, fmt.Errorf("rocmdev: reading HIP device %d's PCI location: %w", j, err)
 		}
-		loc := pciLocation{uint32(v[0]), uint32(v[1]), uint32(v[2])}
+		var loc pciLocation
+		var fn uint32
+		if _, err := fmt.Sscanf(id, "%x:%x:%x.%x", &loc.domain, &loc.bus, &loc.device, &fn); err != nil {
+			return nil, fmt.Errorf("rocmdev: HIP device %d's PCI bus id %q: %w", j, id, err)
+		}
 		if prev, dup := hipAt[loc]; dup {
 			return nil, fmt.Errorf("rocmdev: HIP devices %d and %d are both at PCI %s", prev, j, loc)
 		}
