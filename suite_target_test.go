@@ -2,8 +2,14 @@ package rocsync
 
 import (
 	"os"
+	"sync"
+	"testing"
 
+	"github.com/stretchr/testify/require"
+
+	"github.com/rocsync/rocsync/hip"
 	"github.com/rocsync/rocsync/hsa/kfdsim"
+	"github.com/rocsync/rocsync/internal/emu"
 )
 
 // suiteTarget is where this test process runs the acceptance suite.
@@ -34,4 +40,40 @@ func suiteOn() suiteTarget {
 		return onHardware
 	}
 	return onEmulator
+}
+
+var suiteHIP struct {
+	once    sync.Once
+	version int
+	err     error
+}
+
+// deviceBridgeOnDevice reports whether DeviceBridge crosses the HSA/HIP
+// boundary on the device where the suite runs. HIP before 5.6 (Debian's
+// 5.2.3 on the simulated driver) refuses HSA signal memory in its stream
+// memory operations, so DeviceBridge falls back to a host wait at each
+// boundary crossing, exactly as DeviceSide does (docs/device-bridge.md);
+// the emulator's default release is a 6.x.
+func deviceBridgeOnDevice(t *testing.T) bool {
+	t.Helper()
+	if suiteOn() == onEmulator || gpuBackend() != ROCm {
+		return true
+	}
+	suiteHIP.once.Do(func() {
+		var lib *hip.Lib
+		if lib, suiteHIP.err = hip.Open(); suiteHIP.err == nil {
+			suiteHIP.version, suiteHIP.err = lib.RuntimeVersion()
+		}
+	})
+	require.NoError(t, suiteHIP.err, "hipRuntimeGetVersion")
+	return suiteHIP.version >= emu.HIPVersionStreamMemoryLookup
+}
+
+// expectedPolicy is the policy whose host-wait counts p has where the suite
+// runs: DeviceBridge counts as DeviceSide where it falls back.
+func expectedPolicy(t *testing.T, p Policy) Policy {
+	if p == DeviceBridge && !deviceBridgeOnDevice(t) {
+		return DeviceSide
+	}
+	return p
 }
