@@ -327,6 +327,46 @@ func TestUnknownKernelFaultsQueue(t *testing.T) {
 	}
 }
 
+// Malformed dispatches stop the queue with the error the CP reports for
+// each: bad dimensions, a workgroup over 1024 work-items, more group
+// memory than the LDS has.
+func TestMalformedDispatchFaultsQueue(t *testing.T) {
+	if !runInChild(t, twoGPUs) {
+		return
+	}
+	r := initRuntime(t)
+	code := r.alloc(r.pool(r.gpus[0], hsa.GlobalFlagCoarseGrained), 4096)
+	for _, c := range []struct {
+		name string
+		edit func(p *packet)
+		want hsa.Status
+	}{
+		{"zero dimensions", func(p *packet) { p.put16(2, 0) }, 0x100D /* INCOMPATIBLE_ARGUMENTS */},
+		{"workgroup of 2048", func(p *packet) { p.put16(4, 2048) }, hsa.StatusErrorInvalidArgument},
+		{"128 KiB of group memory", func(p *packet) { p.put32(28, 128<<10) }, hsa.StatusErrorInvalidAllocation},
+	} {
+		q, qe := r.queue(r.gpus[0])
+		done := r.signal(1)
+		var p packet
+		p.put16(0, hsa.Header(hsa.PacketTypeKernelDispatch, true, hsa.FenceScopeSystem, hsa.FenceScopeSystem))
+		p.put16(2, 1)
+		p.put16(4, 64)
+		p.put16(6, 1)
+		p.put16(8, 1)
+		p.put32(12, 64)
+		p.put32(16, 1)
+		p.put32(20, 1)
+		p.put64(32, uint64(uintptr(code)))
+		p.put64(56, uint64(done))
+		c.edit(&p)
+		r.submit(q, p)
+		ok, st, gotErr := r.waitOrError(done, qe, 10*time.Second)
+		if ok || !gotErr || st != c.want {
+			t.Errorf("%s: completed=%v error=%v status %#x, want %#x", c.name, ok, gotErr, st, c.want)
+		}
+	}
+}
+
 // The key fault: the CP reads a barrier's dependency signal from kernarg
 // memory that was never hsa_amd_agents_allow_access'ed. That is a VM fault,
 // reported the way KFD reports one (the memory event, which ROCr hands to
