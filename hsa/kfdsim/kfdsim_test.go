@@ -540,3 +540,85 @@ func hipChild(t *testing.T) {
 		}
 	}
 }
+
+// Barrier-OR completes when any dependency reaches 0, not before.
+func TestBarrierOrWaitsForAny(t *testing.T) {
+	if !runInChild(t, twoGPUs) {
+		return
+	}
+	r := initRuntime(t)
+	q, qe := r.queue(r.gpus[1])
+	a, b, done := r.signal(1), r.signal(1), r.signal(1)
+	p := barrierAnd(done, uint64(a), 0, uint64(b))
+	p.put16(0, hsa.Header(hsa.PacketTypeBarrierOr, true, hsa.FenceScopeSystem, hsa.FenceScopeSystem))
+	r.submit(q, p)
+	time.Sleep(100 * time.Millisecond)
+	if v := r.lib.SignalLoadScacquire(done); v != 1 {
+		t.Fatalf("barrier-OR completed with no dependency at 0 (signal %d)", v)
+	}
+	r.lib.SignalStoreScrelease(b, 0)
+	if ok, st, bad := r.waitOrError(done, qe, 10*time.Second); !ok {
+		t.Fatalf("barrier-OR did not complete after one dependency reached 0 (queue error %v %#x)", bad, st)
+	}
+	if v := r.lib.SignalLoadScacquire(a); v != 1 {
+		t.Errorf("the other dependency changed: %d", v)
+	}
+}
+
+// hsa_shut_down closes the simulated KFD (queues stopped, events and
+// mapping records dropped) and a second hsa_init opens it again cleanly,
+// with the GPUs kfdsim_configure set in between; kfdsim_configure is refused
+// while KFD is open.
+func TestShutDownAndReinit(t *testing.T) {
+	if !runInChild(t, twoGPUs) {
+		return
+	}
+	k := openThunk(t)
+	lib, err := hsa.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := 0; round < 2; round++ {
+		if err := lib.Init(); err != nil {
+			t.Fatalf("round %d: hsa_init: %v", round, err)
+		}
+		spec := []byte("gfx908\x00")
+		if r, _, _ := purego.SyscallN(k.sym(t, "kfdsim_configure"), uintptr(unsafe.Pointer(&spec[0]))); int32(r) != -1 {
+			t.Errorf("round %d: kfdsim_configure while open = %d, want -1", round, int32(r))
+		}
+		agents, err := lib.Agents()
+		if want := 3 - round; err != nil || len(agents) != want {
+			t.Fatalf("round %d: %d agents (%v), want %d", round, len(agents), err, want)
+		}
+		var gpu hsa.Agent
+		for _, a := range agents {
+			if typ, _ := lib.AgentInfoUint32(a, hsa.AgentInfoDevice); hsa.DeviceType(typ) == hsa.DeviceTypeGPU {
+				gpu = a
+				break
+			}
+		}
+		if name, _ := lib.AgentInfoString(gpu, hsa.AgentInfoName); round == 1 && name != "gfx908" {
+			t.Errorf("after kfdsim_configure(gfx908) and re-init: first GPU is %s", name)
+		}
+		q, err := lib.QueueCreate(gpu, 64, hsa.QueueTypeMulti, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done, _ := lib.SignalCreate(1, nil)
+		r := &rt{t: t, lib: lib}
+		r.submit(q, barrierAnd(done))
+		if v := lib.SignalWaitScacquire(done, hsa.ConditionLt, 1, uint64(10*time.Second), hsa.WaitStateBlocked); v != 0 {
+			t.Fatalf("round %d: barrier did not complete (%d)", round, v)
+		}
+		_ = lib.SignalDestroy(done)
+		if err := lib.QueueDestroy(q); err != nil {
+			t.Fatal(err)
+		}
+		if err := lib.ShutDown(); err != nil {
+			t.Fatalf("round %d: hsa_shut_down: %v", round, err)
+		}
+		if r, _, _ := purego.SyscallN(k.sym(t, "kfdsim_configure"), uintptr(unsafe.Pointer(&spec[0]))); int32(r) != 0 {
+			t.Fatalf("round %d: kfdsim_configure after hsa_shut_down = %d, want 0 (KFD closed)", round, int32(r))
+		}
+	}
+}

@@ -71,17 +71,13 @@ void kfdsim_events_init(void)
 	pthread_mutex_unlock(&ev_lock);
 }
 
+/* Events outlive hsaKmtCloseKFD, as on real KFD, where they belong to the
+ * process's KFD context (which lives as long as the process), not to the
+ * /dev/kfd file descriptor: ROCr keeps pooled HsaEvents across hsa_shut_down
+ * and hsa_init and uses them again. Only waiters are woken. */
 void kfdsim_events_fini(void)
 {
 	pthread_mutex_lock(&ev_lock);
-	for (uint32_t i = 0; i < MAX_EVENTS; i++) {
-		if (events[i]) {
-			free(events[i]->pub);
-			free(events[i]);
-			events[i] = NULL;
-		}
-	}
-	next_id = 1;
 	pthread_cond_broadcast(&ev_cond);
 	pthread_mutex_unlock(&ev_lock);
 }
