@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -155,6 +156,30 @@ func TestMappingFollowsAllowAccess(t *testing.T) {
 	if want := uint64(1<<node(gpu0) | 1<<node(gpu1)); rec.MappedMask != want {
 		t.Errorf("after allow_access(gpu0, gpu1): mapped mask %#x, want %#x", rec.MappedMask, want)
 	}
+	// hsa_amd_memory_lock registers user memory (RegisterMemoryWithFlags)
+	// and maps it; unlock removes the record.
+	user, err := syscall.Mmap(-1, 0, 8192, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Munmap(user)
+	agents := []hsa.Agent{gpu1}
+	var agentPtr uintptr
+	if st, _, _ := purego.SyscallN(r.sym("hsa_amd_memory_lock"), uintptr(unsafe.Pointer(&user[0])), 8192,
+		uintptr(unsafe.Pointer(&agents[0])), 1, uintptr(unsafe.Pointer(&agentPtr))); uint32(st) != 0 {
+		t.Fatalf("hsa_amd_memory_lock: %#x", uint32(st))
+	}
+	rec, ok = r.k.lookup(t, unsafe.Pointer(&user[100]))
+	if !ok || rec.MappedMask&(1<<node(gpu1)) == 0 || rec.HomeNode != 0 {
+		t.Errorf("locked user memory: record %+v (found %v), want system memory mapped to node %d", rec, ok, node(gpu1))
+	}
+	if st, _, _ := purego.SyscallN(r.sym("hsa_amd_memory_unlock"), uintptr(unsafe.Pointer(&user[0]))); uint32(st) != 0 {
+		t.Fatalf("hsa_amd_memory_unlock: %#x", uint32(st))
+	}
+	if _, ok := r.k.lookup(t, unsafe.Pointer(&user[100])); ok {
+		t.Error("unlocked user memory still has a record")
+	}
+
 	other, err := r.lib.MemoryPoolAllocate(r.pool(r.cpu, hsa.GlobalFlagKernargInit), 4096)
 	if err != nil {
 		t.Fatal(err)
