@@ -394,3 +394,70 @@ func TestStreamMemoryOpsByHIPVersion(t *testing.T) {
 		require.ErrorIs(t, err, &hip.Error{Code: hip.ErrorInvalidValue})
 	}
 }
+
+// hipModuleLaunchKernel's sharedMemBytes is the dynamic LDS: over the
+// limit alone it is refused at the call; with the kernel's static LDS over
+// the limit, the launch fails on the stream. A dispatch packet whose group
+// segment is smaller than the kernel's static LDS breaks the queue.
+func TestLDSLimits(t *testing.T) {
+	m := New(Options{KernelGroupSegmentSize: 48 << 10})
+	require.NoError(t, m.HSA().Init())
+	hp := m.HIP()
+	code, err := kernels.CodeObject(m.Options().ISA)
+	require.NoError(t, err)
+	mod, err := hp.ModuleLoadData(0, code)
+	require.NoError(t, err)
+	f, err := hp.ModuleGetFunction(mod, kernels.Fill.KernelName(kernels.F32))
+	require.NoError(t, err)
+	s, err := hp.StreamCreate(0, 0)
+	require.NoError(t, err)
+	buf, err := hp.Malloc(0, 4)
+	require.NoError(t, err)
+	var args [kernels.KernargSize]byte
+	ka := kernels.Args{Out: uint64(buf), N: 1, Alpha: 2}
+	ka.Encode(args[:], kernels.F32)
+	err = hp.ModuleLaunchKernel(f, [3]uint32{1, 1, 1}, [3]uint32{64, 1, 1}, LDSPerWorkgroup+1, s, args[:])
+	require.ErrorIs(t, err, &hip.Error{Code: hip.ErrorInvalidValue})
+	require.NoError(t, hp.ModuleLaunchKernel(f, [3]uint32{1, 1, 1}, [3]uint32{64, 1, 1}, 16<<10, s, args[:]))
+	require.NoError(t, hp.StreamSynchronize(s), "48 KiB static + 16 KiB dynamic fits")
+	require.EqualValues(t, 16<<10, hp.MaxDynamicSharedMem())
+	require.NoError(t, hp.ModuleLaunchKernel(f, [3]uint32{1, 1, 1}, [3]uint32{64, 1, 1}, 16<<10+1, s, args[:]))
+	require.ErrorIs(t, hp.StreamSynchronize(s), &hip.Error{Code: hip.ErrorLaunchFailure})
+
+	r := newRig(t, Options{KernelGroupSegmentSize: 1024})
+	out, err := r.m.HIP().Malloc(0, 4)
+	require.NoError(t, err)
+	r.submit(t, kernels.Fill.String(), true, kernels.Args{Out: uint64(out), N: 1, Alpha: 1}) // group segment 0 < 1024
+	select {
+	case st := <-r.qerr:
+		require.Equal(t, hsa.StatusErrorInvalidAllocation, st)
+	case <-time.After(5 * time.Second):
+		t.Fatal("no queue error")
+	}
+}
+
+// HIP_VISIBLE_DEVICES reorders and filters HIP's devices and stops at the
+// first entry naming no GPU; every HIP call maps to the GPU it names.
+func TestHIPVisibleDevices(t *testing.T) {
+	m := New(Options{Devices: 3, HIPVisibleDevices: []int{2, 0, 7, 1}})
+	require.NoError(t, m.HSA().Init())
+	hp := m.HIP()
+	n, err := hp.DeviceCount()
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	for hipDev, gpu := range []int{2, 0} {
+		bus, err := hp.DeviceAttribute(hipDev, hip.DeviceAttributePciBusId)
+		require.NoError(t, err)
+		bdf, err := m.HSA().AgentInfoUint32(gpuAgent(gpu), hsa.AgentInfoBDFID)
+		require.NoError(t, err)
+		require.EqualValues(t, bdf>>8, bus)
+		p, err := hp.Malloc(hipDev, 4)
+		require.NoError(t, err)
+		require.Equal(t, gpu, int((uint64(p)-deviceBase)/deviceSpan))
+	}
+	_, err = hp.Malloc(2, 4)
+	require.ErrorIs(t, err, &hip.Error{Code: hip.ErrorInvalidDevice})
+	none := New(Options{HIPVisibleDevices: []int{}})
+	_, err = none.HIP().DeviceCount()
+	require.ErrorIs(t, err, &hip.Error{Code: hip.ErrorNoDevice})
+}
