@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/hip"
@@ -153,4 +154,86 @@ func holdSimulatedGPU(t *testing.T) func() {
 	release, err := kfdsim.Hold("")
 	require.NoError(t, err)
 	return release
+}
+
+// childTest runs body in a child under the simulated driver with the GPUs
+// of spec (extra environment in env), with the Go executor registered
+// before rocsync opens HSA; in the parent it starts that child and fails
+// if the child does.
+func childTest(t *testing.T, spec string, env []string, body func(t *testing.T)) {
+	t.Helper()
+	if kfdsim.InChild(t) {
+		e, err := kfdsim.RegisterExecutor("")
+		require.NoError(t, err)
+		defer e.Close()
+		body(t)
+		return
+	}
+	parentOfSimulatedDriver(t)
+	kfdsim.Run(t, spec, t.Name(), kfdsim.Options{Env: append(simblasEnv(t), env...)})
+}
+
+// openSimulatedROCm opens the ROCm backend over the simulated driver.
+func openSimulatedROCm(t *testing.T, p Policy) []*Device {
+	t.Helper()
+	nop := zerolog.Nop()
+	devs, err := OpenAll(Options{Backend: ROCm, Policy: p, Logger: &nop})
+	require.NoError(t, err)
+	return devs
+}
+
+// The missing-access test on the real ROCr: with the test-only switch that
+// removes queue/'s hsa_amd_agents_allow_access, the first dispatch reads its
+// kernargs from memory not mapped to the GPU, and the next wait returns the
+// queue's fault as a typed error, without hanging.
+func TestKernargWithoutAllowAccessFaultsOnSimulatedDriver(t *testing.T) {
+	childTest(t, simulatedSuiteRuns[0].gpus, nil, func(t *testing.T) {
+		kernargFault(t, func(t *testing.T) *Device { return openSimulatedROCm(t, DeviceSide)[0] })
+	})
+}
+
+// Two simulated GPUs whose HIP order (HIP_VISIBLE_DEVICES=1,0) is the
+// reverse of HSA's: rocsync must pair each GPU agent with the HIP device
+// at the same PCI location. A wrong pairing would allocate with hipMalloc
+// on one GPU and dispatch on the other's queue, which the simulated GPU
+// faults (hipMalloc memory is mapped to its own GPU only), and would load
+// the other target's code objects.
+func TestDeviceMatchingByPCILocationOnSimulatedDriver(t *testing.T) {
+	const gpus = "gfx90a@0000:83:00.0,gfx1030@0000:03:00.0"
+	for _, tc := range []struct {
+		name, visible string
+		targets       []string
+	}{
+		{"reversed", "1,0", []string{"gfx90a", "gfx1030"}},
+		{"filtered", "1", []string{"gfx1030"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			childTest(t, gpus, []string{"HIP_VISIBLE_DEVICES=" + tc.visible}, func(t *testing.T) {
+				for _, p := range []Policy{DeviceSide, Unified} {
+					devs := openSimulatedROCm(t, p)
+					var targets []string
+					for _, d := range devs {
+						targets = append(targets, d.Target())
+						x, err := d.FromFloat32(2, 3, []float32{1, 2, 3, 4, 5, 6})
+						require.NoError(t, err)
+						y, err := d.DefaultTask().Mul(x, x) // HSA queue (HIP stream under Unified)
+						require.NoError(t, err)
+						z, err := d.DefaultTask().MatMul(y, y, false, true) // rocBLAS on the HIP device
+						require.NoError(t, err)
+						got, err := z.Float32s()
+						require.NoError(t, err, "%s", d.Target())
+						// y = [1 4 9; 16 25 36], y·yᵀ
+						require.Equal(t, []float32{98, 440, 440, 2177}, got, "%s %v", d.Target(), p)
+					}
+					require.Len(t, targets, len(tc.targets), "%v: %v", p, targets)
+					for i, want := range tc.targets {
+						require.Regexp(t, "--"+want+"(:|$)", targets[i], "%v: GPUs in HSA's order, those HIP presents", p)
+					}
+					for _, d := range devs {
+						require.NoError(t, d.Close())
+					}
+				}
+			})
+		})
+	}
 }
