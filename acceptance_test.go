@@ -67,6 +67,35 @@ func emulatorOnly(t *testing.T, d *Device, why string) {
 	}
 }
 
+// instrumentedOnly skips tests that hold the device or inspect its
+// allocations, which the emulator and the simulated driver can and real
+// hardware cannot.
+func instrumentedOnly(t *testing.T, d *Device, why string) {
+	if !d.Emulated() && suiteOn() != onSimulatedDriver {
+		t.Skipf("needs the emulator or the simulated driver: %s", why)
+	}
+}
+
+// holdDevice keeps every queue of the device from starting more work until
+// the returned function is called. On the simulated driver it first runs
+// one kernel: the kernels load on first use, and ROCr's loader copies them
+// to the GPU with blit kernels that a held GPU would never run.
+func holdDevice(t *testing.T, d *Device) func() {
+	t.Helper()
+	if d.Emulated() {
+		return d.machine.Hold()
+	}
+	w, err := d.FromFloat32(1, 1, []float32{2})
+	require.NoError(t, err)
+	v, err := d.DefaultTask().Mul(w, w)
+	require.NoError(t, err)
+	_, err = v.Float32s()
+	require.NoError(t, err)
+	require.NoError(t, v.Free())
+	require.NoError(t, w.Free())
+	return holdSimulatedGPU(t)
+}
+
 // busy keeps tk's kernel timeline busy for a while, so that work
 // submitted behind it is still pending when the host reaches the next
 // crossing, as on a GPU behind a fast host. On the emulator it holds
@@ -427,11 +456,11 @@ func TestDeviceBridgeBothWays(t *testing.T) {
 // after the work completes.
 func TestFreeWithPendingWork(t *testing.T) {
 	d := openStrict(t, DeviceSide)
-	emulatorOnly(t, d, "it inspects the emulator's allocation table")
+	instrumentedOnly(t, d, "it holds the device")
 	tk := d.DefaultTask()
 	x, err := d.FromFloat32(64, 64, randMatrix(5, 64))
 	require.NoError(t, err)
-	release := d.machine.Hold()
+	release := holdDevice(t, d)
 	defer release()
 	y, err := tk.Mul(x, x)
 	require.NoError(t, err)
@@ -440,8 +469,14 @@ func TestFreeWithPendingWork(t *testing.T) {
 	require.NoError(t, y.Free())
 	require.NoError(t, x.Free()) // x has a pending reader
 	require.Zero(t, d.Stats().Sub(before).HostWaitsTotal(), "Free must not wait")
-	require.True(t, d.machine.Live(uint64(y.ptr)), "memory released while its kernel is pending")
-	require.True(t, d.machine.Live(uint64(x.ptr)), "memory released while its kernel is pending")
+	// The driver's allocation records are checked on the emulator only:
+	// ROCr 5.2.3 carves small device allocations out of 2 MiB blocks that
+	// stay allocated (seen on the simulated driver), so there one array's
+	// release does not show.
+	if d.Emulated() {
+		require.True(t, d.machine.Live(uint64(y.ptr)), "memory released while its kernel is pending")
+		require.True(t, d.machine.Live(uint64(x.ptr)), "memory released while its kernel is pending")
+	}
 	z, err := d.Empty(64, 64, Float32)
 	require.NoError(t, err)
 	require.NotEqual(t, y.ptr, z.ptr, "memory reused while its kernel is pending")
@@ -455,14 +490,18 @@ func TestFreeWithPendingWork(t *testing.T) {
 	require.NoError(t, w.Free())
 	require.NoError(t, z.Free())
 	require.NoError(t, d.TrimCache())
-	require.False(t, d.machine.Live(uint64(y.ptr)))
-	require.False(t, d.machine.Live(uint64(x.ptr)))
+	if d.Emulated() {
+		require.False(t, d.machine.Live(uint64(y.ptr)))
+		require.False(t, d.machine.Live(uint64(x.ptr)))
+	}
 }
 
 // With the cache off, memory goes straight back to the driver once its
 // work is done.
 func TestFreeWithoutCache(t *testing.T) {
 	d := openStrict(t, DeviceSide, func(o *Options) { o.MemoryCache = -1 })
+	// ROCr 5.2.3 keeps small allocations' 2 MiB blocks, so only the
+	// emulator's records show one array's release.
 	emulatorOnly(t, d, "it inspects the emulator's allocation table")
 	x, err := d.FromFloat32(8, 8, make([]float32, 64))
 	require.NoError(t, err)
@@ -752,7 +791,9 @@ func TestMatMulTransposes(t *testing.T) {
 // does not hold up x's read-back, while y's read-back waits for y's writer.
 func TestReadBackWaitsForWriterOnly(t *testing.T) {
 	d := openStrict(t, DeviceSide)
-	emulatorOnly(t, d, "it holds the emulated device")
+	// Not on the simulated driver: holding it stops HIP's copies too, which a
+	// real GPU runs beside a busy compute queue.
+	emulatorOnly(t, d, "it holds the emulated device's kernel queues only")
 	tk := d.DefaultTask()
 	host := []float32{1, 2, 3, 4}
 	x, err := d.FromFloat32(2, 2, host)

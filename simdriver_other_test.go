@@ -2,7 +2,9 @@
 
 package rocsync
 
-import "testing"
+import (
+	"testing"
+)
 
 // holdSimulatedGPU: the simulated driver runs on linux/amd64 and arm64 only.
 func holdSimulatedGPU(t *testing.T) func() {

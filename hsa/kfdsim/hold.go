@@ -5,6 +5,7 @@ package kfdsim
 import (
 	"fmt"
 	"sync"
+	"unsafe"
 
 	"github.com/ebitengine/purego"
 
@@ -43,4 +44,25 @@ func Hold(libPath string) (release func(), err error) {
 			purego.Dlclose(h)
 		})
 	}, nil
+}
+
+// Allocated reports whether addr lies in memory the simulated driver has
+// handed out (AllocMemory) or registered and not yet freed: the
+// simulated-driver counterpart of asking the emulator whether a device
+// allocation is still live.
+func Allocated(libPath string, addr uintptr) (bool, error) {
+	if libPath == "" {
+		libPath = HsakmtSoname
+	}
+	h, err := purego.Dlopen(libPath, purego.RTLD_NOW|purego.RTLD_LOCAL)
+	if err != nil {
+		return false, fmt.Errorf("%w: dlopen %s: %v", ErrNoThunk, libPath, err)
+	}
+	defer purego.Dlclose(h)
+	lookup, err := purego.Dlsym(h, "kfdsim_lookup")
+	if err != nil {
+		return false, fmt.Errorf("%w: %s has no kfdsim_lookup: %v", ErrNoThunk, libPath, err)
+	}
+	var rec [40]byte // kfdsim_alloc: base, size, home_node, mapped_mask, flags
+	return uint8(cmem.Call(lookup, addr, uintptr(unsafe.Pointer(&rec[0])))) != 0, nil
 }

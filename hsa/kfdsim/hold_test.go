@@ -5,7 +5,9 @@ package kfdsim_test
 import (
 	"testing"
 	"time"
+	"unsafe"
 
+	"github.com/rocsync/rocsync/hsa"
 	"github.com/rocsync/rocsync/hsa/kfdsim"
 )
 
@@ -48,6 +50,14 @@ func TestHoldPausesCommandProcessors(t *testing.T) {
 		if !w.ok {
 			t.Fatalf("queue %s did not complete after the release", w.name)
 		}
+	}
+	live, err := kfdsim.Allocated("", uintptr(r.alloc(r.pool(r.cpu, hsa.GlobalFlagKernargInit), 64)))
+	if err != nil || !live {
+		t.Errorf("Allocated(a kernarg allocation) = %v, %v", live, err)
+	}
+	var onStack [8]byte
+	if live, err := kfdsim.Allocated("", uintptr(unsafe.Pointer(&onStack[0]))); err != nil || live {
+		t.Errorf("Allocated(Go memory) = %v, %v", live, err)
 	}
 	if got := int32(openThunk(t).call(t, "kfdsim_release")); got != -1 {
 		t.Errorf("kfdsim_release with nothing held = %d, want -1", got)
