@@ -86,6 +86,14 @@ func holdDevice(t *testing.T, d *Device) func() {
 	if d.Emulated() {
 		return d.machine.Hold()
 	}
+	loadKernels(t, d)
+	return holdSimulatedGPU(t)
+}
+
+// loadKernels runs one kernel to completion, so that the kernels are loaded
+// before the simulated GPU is held.
+func loadKernels(t *testing.T, d *Device) {
+	t.Helper()
 	w, err := d.FromFloat32(1, 1, []float32{2})
 	require.NoError(t, err)
 	v, err := d.DefaultTask().Mul(w, w)
@@ -94,7 +102,6 @@ func holdDevice(t *testing.T, d *Device) func() {
 	require.NoError(t, err)
 	require.NoError(t, v.Free())
 	require.NoError(t, w.Free())
-	return holdSimulatedGPU(t)
 }
 
 // busy keeps tk's kernel timeline busy for a while, so that work
@@ -107,15 +114,18 @@ func busy(t *testing.T, d *Device, tk *Task) {
 	if d.Policy() == WaitAlways {
 		return // every op is waited for: nothing can be pending
 	}
-	var release func()
 	switch {
 	case d.Emulated():
-		release = d.machine.Hold()
-	case suiteOn() == onSimulatedDriver:
-		release = holdSimulatedGPU(t)
-	}
-	if release != nil {
+		release := d.machine.Hold()
 		go func() { time.Sleep(50 * time.Millisecond); release() }()
+		return
+	case suiteOn() == onSimulatedDriver:
+		// The kernels load through the GPU (ROCr's blit kernels), so they
+		// load first; the hold is longer than the emulator's because the
+		// real libraries' host side is slower (race builds, shared CPUs).
+		loadKernels(t, d)
+		release := holdSimulatedGPU(t)
+		go func() { time.Sleep(250 * time.Millisecond); release() }()
 		return
 	}
 	scratch, err := d.Empty(4096, 4096, Float32)
