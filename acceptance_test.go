@@ -16,6 +16,7 @@ import (
 	"github.com/rocsync/rocsync/driver"
 	"github.com/rocsync/rocsync/internal/emu"
 	"github.com/rocsync/rocsync/internal/reference"
+	"github.com/rocsync/rocsync/internal/rocmdev"
 	"github.com/rocsync/rocsync/kernels"
 	"github.com/rocsync/rocsync/syncstate"
 )
@@ -24,11 +25,13 @@ const n128 = 128
 
 // The acceptance suite runs on the emulator by default, with the hazard
 // checker and random delays on. With ROCSYNC_GPU=1 it runs on real
-// hardware instead: ROCSYNC_BACKEND picks rocm (the default) or cuda.
-func gpuRun() bool { return os.Getenv("ROCSYNC_GPU") == "1" }
+// hardware instead: ROCSYNC_BACKEND picks rocm (the default) or cuda. In a
+// child of TestROCmSuiteOnSimulatedDriver it runs on the ROCm backend over
+// the real ROCm 5.2.3 libraries and the simulated driver (suiteOn).
+func gpuRun() bool { return suiteOn() != onEmulator }
 
 func gpuBackend() Backend {
-	if os.Getenv("ROCSYNC_BACKEND") == "cuda" {
+	if suiteOn() == onHardware && os.Getenv("ROCSYNC_BACKEND") == "cuda" {
 		return CUDA
 	}
 	return ROCm
@@ -65,18 +68,64 @@ func emulatorOnly(t *testing.T, d *Device, why string) {
 	}
 }
 
+// instrumentedOnly skips tests that hold the device or inspect its
+// allocations, which the emulator and the simulated driver can and real
+// hardware cannot.
+func instrumentedOnly(t *testing.T, d *Device, why string) {
+	if !d.Emulated() && suiteOn() != onSimulatedDriver {
+		t.Skipf("needs the emulator or the simulated driver: %s", why)
+	}
+}
+
+// holdDevice keeps every queue of the device from starting more work until
+// the returned function is called. On the simulated driver it first runs
+// one kernel: the kernels load on first use, and ROCr's loader copies them
+// to the GPU with blit kernels that a held GPU would never run.
+func holdDevice(t *testing.T, d *Device) func() {
+	t.Helper()
+	if d.Emulated() {
+		return d.machine.Hold()
+	}
+	loadKernels(t, d)
+	return holdSimulatedGPU(t)
+}
+
+// loadKernels runs one kernel to completion, so that the kernels are loaded
+// before the simulated GPU is held.
+func loadKernels(t *testing.T, d *Device) {
+	t.Helper()
+	w, err := d.FromFloat32(1, 1, []float32{2})
+	require.NoError(t, err)
+	v, err := d.DefaultTask().Mul(w, w)
+	require.NoError(t, err)
+	_, err = v.Float32s()
+	require.NoError(t, err)
+	require.NoError(t, v.Free())
+	require.NoError(t, w.Free())
+}
+
 // busy keeps tk's kernel timeline busy for a while, so that work
 // submitted behind it is still pending when the host reaches the next
 // crossing, as on a GPU behind a fast host. On the emulator it holds
-// every queue for a moment; on hardware it queues long kernels ahead.
+// every queue for a moment, on the simulated driver every command
+// processor; on hardware it queues long kernels ahead.
 func busy(t *testing.T, d *Device, tk *Task) {
 	t.Helper()
 	if d.Policy() == WaitAlways {
 		return // every op is waited for: nothing can be pending
 	}
-	if d.Emulated() {
+	switch {
+	case d.Emulated():
 		release := d.machine.Hold()
 		go func() { time.Sleep(50 * time.Millisecond); release() }()
+		return
+	case suiteOn() == onSimulatedDriver:
+		// The kernels load through the GPU (ROCr's blit kernels), so they
+		// load first; the hold is longer than the emulator's because the
+		// real libraries' host side is slower (race builds, shared CPUs).
+		loadKernels(t, d)
+		release := holdSimulatedGPU(t)
+		go func() { time.Sleep(250 * time.Millisecond); release() }()
 		return
 	}
 	scratch, err := d.Empty(4096, 4096, Float32)
@@ -191,8 +240,9 @@ func TestSeedPrograms(t *testing.T) {
 				before := d.Stats()
 				out := prog.run(t, tk, x)
 				mid := d.Stats().Sub(before)
-				require.Equal(t, prog.waits[p], mid.HostWaitsTotal(), "host waits before Synchronize: %v", mid)
-				switch p {
+				want := expectedPolicy(t, p)
+				require.Equal(t, prog.waits[want], mid.HostWaitsTotal(), "host waits before Synchronize: %v", mid)
+				switch want {
 				case WaitAlways:
 					require.Equal(t, prog.waits[p], mid.HostWaitsFor(ReasonWaitAlways), "%v", mid)
 				case SkipSameQueue, DeviceSide:
@@ -391,10 +441,18 @@ func TestDeviceBridgeBothWays(t *testing.T) {
 	w, err := tk.MatMul(z, x, false, false) // HIP, waits for the kernel on the device
 	require.NoError(t, err)
 	st := d.Stats().Sub(before)
-	require.Zero(t, st.HostWaitsTotal(), "%v", st)
-	if d.Emulated() {
+	switch {
+	case !deviceBridgeOnDevice(t):
+		// HIP before 5.6: both crossings are boundary host waits.
+		require.EqualValues(t, 2, st.HostWaitsFor(ReasonBoundary), "%v", st)
+		require.EqualValues(t, 2, st.HostWaitsTotal(), "%v", st)
+		require.Zero(t, st.DeviceWaits, "%v", st)
+	case d.Emulated() || suiteOn() == onSimulatedDriver:
+		// The producer is held: both crossings find it pending.
+		require.Zero(t, st.HostWaitsTotal(), "%v", st)
 		require.EqualValues(t, 2, st.DeviceWaits, "%v", st)
-	} else {
+	default:
+		require.Zero(t, st.HostWaitsTotal(), "%v", st)
 		// A fast GPU may finish the first gemm before the kernel's
 		// crossing is reached; the kernel is queued behind busy work.
 		require.GreaterOrEqual(t, st.DeviceWaits, uint64(1), "%v", st)
@@ -409,11 +467,11 @@ func TestDeviceBridgeBothWays(t *testing.T) {
 // after the work completes.
 func TestFreeWithPendingWork(t *testing.T) {
 	d := openStrict(t, DeviceSide)
-	emulatorOnly(t, d, "it inspects the emulator's allocation table")
+	instrumentedOnly(t, d, "it holds the device")
 	tk := d.DefaultTask()
 	x, err := d.FromFloat32(64, 64, randMatrix(5, 64))
 	require.NoError(t, err)
-	release := d.machine.Hold()
+	release := holdDevice(t, d)
 	defer release()
 	y, err := tk.Mul(x, x)
 	require.NoError(t, err)
@@ -422,8 +480,14 @@ func TestFreeWithPendingWork(t *testing.T) {
 	require.NoError(t, y.Free())
 	require.NoError(t, x.Free()) // x has a pending reader
 	require.Zero(t, d.Stats().Sub(before).HostWaitsTotal(), "Free must not wait")
-	require.True(t, d.machine.Live(uint64(y.ptr)), "memory released while its kernel is pending")
-	require.True(t, d.machine.Live(uint64(x.ptr)), "memory released while its kernel is pending")
+	// The driver's allocation records are checked on the emulator only:
+	// ROCr 5.2.3 carves small device allocations out of 2 MiB blocks that
+	// stay allocated (seen on the simulated driver), so there one array's
+	// release does not show.
+	if d.Emulated() {
+		require.True(t, d.machine.Live(uint64(y.ptr)), "memory released while its kernel is pending")
+		require.True(t, d.machine.Live(uint64(x.ptr)), "memory released while its kernel is pending")
+	}
 	z, err := d.Empty(64, 64, Float32)
 	require.NoError(t, err)
 	require.NotEqual(t, y.ptr, z.ptr, "memory reused while its kernel is pending")
@@ -437,14 +501,18 @@ func TestFreeWithPendingWork(t *testing.T) {
 	require.NoError(t, w.Free())
 	require.NoError(t, z.Free())
 	require.NoError(t, d.TrimCache())
-	require.False(t, d.machine.Live(uint64(y.ptr)))
-	require.False(t, d.machine.Live(uint64(x.ptr)))
+	if d.Emulated() {
+		require.False(t, d.machine.Live(uint64(y.ptr)))
+		require.False(t, d.machine.Live(uint64(x.ptr)))
+	}
 }
 
 // With the cache off, memory goes straight back to the driver once its
 // work is done.
 func TestFreeWithoutCache(t *testing.T) {
 	d := openStrict(t, DeviceSide, func(o *Options) { o.MemoryCache = -1 })
+	// ROCr 5.2.3 keeps small allocations' 2 MiB blocks, so only the
+	// emulator's records show one array's release.
 	emulatorOnly(t, d, "it inspects the emulator's allocation table")
 	x, err := d.FromFloat32(8, 8, make([]float32, 64))
 	require.NoError(t, err)
@@ -558,8 +626,24 @@ func TestUnifiedHasNoBoundary(t *testing.T) {
 // Every elementwise op, both dtypes, through the API against the CPU
 // reference: on hardware this checks the kernels themselves.
 func TestEveryKernelMatchesReference(t *testing.T) {
-	d := openStrict(t, DeviceSide)
+	// DeviceSide dispatches through HSA queues; Unified launches the same
+	// kernels through HIP (hipModuleLaunchKernel), from the code object the
+	// HIP release loads.
+	for _, p := range []Policy{DeviceSide, Unified} {
+		t.Run(p.String(), func(t *testing.T) { everyKernelMatchesReference(t, p) })
+	}
+}
+
+func everyKernelMatchesReference(t *testing.T, p Policy) {
+	d := openStrict(t, p)
 	tk := d.DefaultTask()
+	if p == Unified && suiteOn() == onSimulatedDriver {
+		t.Cleanup(func() {
+			// HIP 5.2.3's comgr reads code objects up to v4 only.
+			hsaV, hipV := d.drv.(*rocmdev.Device).CodeObjectVersions()
+			require.Equal(t, kernels.CodeObjectV4, hipV, "the code object HIP 5.2.3 loaded (HSA: v%d)", hsaV)
+		})
+	}
 	const rows, cols = 3, 37 // a tail past any workgroup multiple
 	n := rows * cols
 	a64, b64 := make([]float64, n), make([]float64, n)
@@ -734,7 +818,9 @@ func TestMatMulTransposes(t *testing.T) {
 // does not hold up x's read-back, while y's read-back waits for y's writer.
 func TestReadBackWaitsForWriterOnly(t *testing.T) {
 	d := openStrict(t, DeviceSide)
-	emulatorOnly(t, d, "it holds the emulated device")
+	// Not on the simulated driver: holding it stops HIP's copies too, which a
+	// real GPU runs beside a busy compute queue.
+	emulatorOnly(t, d, "it holds the emulated device's kernel queues only")
 	tk := d.DefaultTask()
 	host := []float32{1, 2, 3, 4}
 	x, err := d.FromFloat32(2, 2, host)

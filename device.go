@@ -74,7 +74,7 @@ func open(o Options, all bool) ([]*Device, error) {
 	var err error
 	switch o.Backend {
 	case Emulator:
-		fam, err = openEmulator(o)
+		fam, err = openEmulator(o, log)
 		log.Info().Str("backend", "emulator").Str("reason", "requested").Msg("rocsync: using the emulated AMD device")
 	case ROCm:
 		fam, err = openROCm(o, log)
@@ -92,7 +92,7 @@ func open(o Options, all bool) ([]*Device, error) {
 		fam, err = openROCm(o, log)
 		if err != nil {
 			reason := err.Error()
-			fam, err = openEmulator(o)
+			fam, err = openEmulator(o, log)
 			log.Info().Str("backend", "emulator").Str("reason", reason).Msg("rocsync: ROCm unavailable, using the emulated AMD device")
 		} else {
 			log.Info().Str("backend", "rocm").Str("reason", "ROCm stack found and initialised").Msg("rocsync: using the real ROCm stack")
@@ -144,14 +144,15 @@ func (c *configs) configFor(i int) driver.DeviceConfig {
 	return driver.DeviceConfig{Policy: c.o.Policy, QueueSize: c.o.QueueSize, MaxQueues: c.o.MaxQueues, Stats: c.stats[i]}
 }
 
-func openEmulator(o Options) (family, error) {
+func openEmulator(o Options, log zerolog.Logger) (family, error) {
 	e := o.Emulator
 	m := emu.New(emu.Options{Devices: e.Devices, ISA: e.ISA, MemoryPerDevice: e.MemoryPerDevice,
-		Hazards: e.HazardChecker, MaxDelay: e.MaxDelay, Seed: e.Seed})
+		Hazards: e.HazardChecker, MaxDelay: e.MaxDelay, Seed: e.Seed, HIPVersion: e.HIPVersion,
+		HIPVisibleDevices: e.HIPVisibleDevices, KernelGroupSegmentSize: e.KernelGroupSegmentSize})
 	if err := m.HSA().Init(); err != nil {
 		return family{}, err
 	}
-	fam, err := openROCmFamily(o, rocmdev.Runtimes{HSA: m.HSA(), HIP: m.HIP(), BLAS: m.BLAS()})
+	fam, err := openROCmFamily(o, rocmdev.Runtimes{HSA: m.HSA(), HIP: m.HIP(), BLAS: m.BLAS(), Log: &log})
 	fam.name, fam.machine = "emulator", m
 	return fam, err
 }
@@ -175,6 +176,12 @@ func openROCm(o Options, log zerolog.Logger) (family, error) {
 	if err := h.Init(); err != nil {
 		return family{}, err
 	}
+	// A GPU memory fault (an unmapped buffer, a bad pointer) must come back
+	// as a typed error from the next wait, not abort the process.
+	if err := h.TakeGPUMemoryFaults(); err != nil {
+		_ = h.ShutDown()
+		return family{}, err
+	}
 	hp, err := hip.Open()
 	if err != nil {
 		_ = h.ShutDown()
@@ -187,7 +194,7 @@ func openROCm(o Options, log zerolog.Logger) (family, error) {
 		}
 		return family{}, err
 	}
-	rt := rocmdev.Runtimes{HSA: h, HIP: hp}
+	rt := rocmdev.Runtimes{HSA: h, HIP: hp, Log: &log}
 	if b, err := rocblas.Open(hp.Major()); err != nil {
 		rt.BLASErr = err
 		log.Warn().Err(err).Msg("rocsync: rocBLAS unavailable; MatMul will fail, everything else works")

@@ -69,6 +69,17 @@ type EmulatorOptions struct {
 	MaxDelay time.Duration
 	// Seed seeds the delays.
 	Seed uint64
+	// HIPVersion is the HIP release the emulator models, in
+	// hipRuntimeGetVersion's encoding (major*10_000_000 + minor*100_000 +
+	// patch: HIP 5.2.3 reports 50_221_153). 0 models a current ROCm 6.x.
+	HIPVersion int
+	// HIPVisibleDevices lists, in HIP's order, the emulated GPUs that HIP
+	// presents, as HIP_VISIBLE_DEVICES does; nil presents them all, in
+	// HSA's order.
+	HIPVisibleDevices []int
+	// KernelGroupSegmentSize, when non-zero, makes every kernel report this
+	// much static LDS, as kernels with __local arrays do.
+	KernelGroupSegmentSize uint32
 }
 
 // Options configure Open.

@@ -23,6 +23,9 @@ const (
 	DeviceAttributeMaxThreadsPerBlock     int32 = 56
 	DeviceAttributeComputeCapabilityMinor int32 = 61
 	DeviceAttributeMultiprocessorCount    int32 = 63
+	DeviceAttributePciBusId               int32 = 67
+	DeviceAttributePciDeviceId            int32 = 68
+	DeviceAttributePciDomainID            int32 = 69
 	DeviceAttributeWarpSize               int32 = 87
 	DeviceAttributeCanUseStreamWaitValue  int32 = 10013
 )

@@ -61,6 +61,9 @@ var goConsts = map[string]uint64{
 	"hipDeviceAttributeMaxThreadsPerBlock":     uint64(DeviceAttributeMaxThreadsPerBlock),
 	"hipDeviceAttributeComputeCapabilityMinor": uint64(DeviceAttributeComputeCapabilityMinor),
 	"hipDeviceAttributeMultiprocessorCount":    uint64(DeviceAttributeMultiprocessorCount),
+	"hipDeviceAttributePciBusId":               uint64(DeviceAttributePciBusId),
+	"hipDeviceAttributePciDeviceId":            uint64(DeviceAttributePciDeviceId),
+	"hipDeviceAttributePciDomainID":            uint64(DeviceAttributePciDomainID),
 	"hipDeviceAttributeWarpSize":               uint64(DeviceAttributeWarpSize),
 	"hipDeviceAttributeCanUseStreamWaitValue":  uint64(DeviceAttributeCanUseStreamWaitValue),
 

@@ -43,6 +43,9 @@ func TestFakeOpen(t *testing.T) {
 	if n, err := l.DeviceCount(); err != nil || n != 4 {
 		t.Errorf("DeviceCount = %d, %v", n, err)
 	}
+	if s, err := l.DevicePCIBusID(2); err != nil || s != "0000:82:00.0" {
+		t.Errorf("DevicePCIBusID(2) = %q, %v", s, err)
+	}
 	if s, err := l.DeviceName(2); err != nil || s != "Fake AMD GPU 2" {
 		t.Errorf("DeviceName(2) = %q, %v", s, err)
 	}

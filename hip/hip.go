@@ -111,6 +111,13 @@ type Runtime interface {
 	DeviceCount() (int, error)
 	DeviceSynchronize(device int) error
 	DeviceName(device int) (string, error)
+	// DevicePCIBusID is hipDeviceGetPCIBusId: "dddd:bb:dd.f".
+	DevicePCIBusID(device int) (string, error)
+	// DeviceAttribute is hipDeviceGetAttribute (a DeviceAttribute* value).
+	DeviceAttribute(device int, attr int32) (int32, error)
+	// RuntimeVersion is hipRuntimeGetVersion: major*10_000_000 +
+	// minor*100_000 + patch (HIP 5.2.3 reports 50221153).
+	RuntimeVersion() (int, error)
 
 	StreamCreate(device int, flags uint32) (Stream, error)
 	StreamDestroy(s Stream) error

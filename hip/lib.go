@@ -28,6 +28,7 @@ const (
 	symDeviceSynchronize
 	symDeviceGetName
 	symDeviceGetAttribute
+	symDeviceGetPCIBusId
 	symStreamCreateWithFlags
 	symStreamDestroy
 	symStreamSynchronize
@@ -68,6 +69,7 @@ var BoundSymbols = []string{
 	symDeviceSynchronize:     "hipDeviceSynchronize",
 	symDeviceGetName:         "hipDeviceGetName",
 	symDeviceGetAttribute:    "hipDeviceGetAttribute",
+	symDeviceGetPCIBusId:     "hipDeviceGetPCIBusId",
 	symStreamCreateWithFlags: "hipStreamCreateWithFlags",
 	symStreamDestroy:         "hipStreamDestroy",
 	symStreamSynchronize:     "hipStreamSynchronize",
@@ -356,6 +358,22 @@ func (l *Lib) DeviceName(device int) (string, error) {
 	buf := make([]byte, 256)
 	r, _, _ := purego.SyscallN(l.sym[symDeviceGetName], uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)-1), uintptr(device))
 	if err := l.check(symDeviceGetName, r); err != nil {
+		return "", err
+	}
+	if i := bytes.IndexByte(buf, 0); i >= 0 {
+		buf = buf[:i]
+	}
+	return string(buf), nil
+}
+
+// DevicePCIBusID is hipDeviceGetPCIBusId: the device's PCI location as
+// "dddd:bb:dd.f" (domain, bus, device, function in hex). HIP 5.2.3 reports
+// the domain here but refuses hipDeviceAttributePciDomainID.
+func (l *Lib) DevicePCIBusID(device int) (string, error) {
+	// As in DeviceName: pointer-free Go memory, not a hot path.
+	buf := make([]byte, 64)
+	r, _, _ := purego.SyscallN(l.sym[symDeviceGetPCIBusId], uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)-1), uintptr(device))
+	if err := l.check(symDeviceGetPCIBusId, r); err != nil {
 		return "", err
 	}
 	if i := bytes.IndexByte(buf, 0); i >= 0 {

@@ -132,6 +132,7 @@ func abiTable() []abiEntry {
 		c("StatusErrorInvalidCodeObjRdr", "HSA_STATUS_ERROR_INVALID_CODE_OBJECT_READER", uint64(StatusErrorInvalidCodeObjRdr)),
 		c("StatusErrorFatal", "HSA_STATUS_ERROR_FATAL", uint64(StatusErrorFatal)),
 		c("StatusErrorMemoryFault", "HSA_STATUS_ERROR_MEMORY_FAULT", uint64(StatusErrorMemoryFault)),
+		c("StatusErrorMemoryApertureViolation", "HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION", uint64(StatusErrorMemoryApertureViolation)),
 
 		// hsa_device_type_t, hsa_agent_info_t
 		c("DeviceTypeCPU", "HSA_DEVICE_TYPE_CPU", uint64(DeviceTypeCPU)),
@@ -148,6 +149,8 @@ func abiTable() []abiEntry {
 		c("AgentInfoDevice", "HSA_AGENT_INFO_DEVICE", uint64(AgentInfoDevice)),
 		c("AgentInfoProductName", "HSA_AMD_AGENT_INFO_PRODUCT_NAME", uint64(AgentInfoProductName)),
 		c("AgentInfoComputeUnits", "HSA_AMD_AGENT_INFO_COMPUTE_UNIT_COUNT", uint64(AgentInfoComputeUnits)),
+		c("AgentInfoBDFID", "HSA_AMD_AGENT_INFO_BDFID", uint64(AgentInfoBDFID)),
+		c("AgentInfoDomain", "HSA_AMD_AGENT_INFO_DOMAIN", uint64(AgentInfoDomain)),
 
 		// hsa_isa_info_t, hsa_system_info_t
 		c("ISAInfoNameLength", "HSA_ISA_INFO_NAME_LENGTH", uint64(ISAInfoNameLength)),

@@ -6,6 +6,8 @@ import (
 	"sync"
 
 	"github.com/ebitengine/purego"
+
+	"github.com/rocsync/rocsync/internal/cmem"
 )
 
 // C-to-Go callbacks.
@@ -20,12 +22,15 @@ var (
 	callbacksOnce sync.Once
 	iterCallback  uintptr // hsa_status_t (*)(uint64 handle, void* data)
 	queueCallback uintptr // void (*)(hsa_status_t, hsa_queue_t*, void* data)
+	// systemEventCallback is hsa_status_t (*)(const hsa_amd_event_t*, void*).
+	systemEventCallback uintptr
 )
 
 func initCallbacks() {
 	callbacksOnce.Do(func() {
 		iterCallback = purego.NewCallback(iterTrampoline)
 		queueCallback = purego.NewCallback(queueErrorTrampoline)
+		systemEventCallback = purego.NewCallback(systemEventTrampoline)
 	})
 }
 
@@ -108,4 +113,18 @@ func queueErrorTrampoline(st, queue, data uintptr) {
 	if fn, ok := queueErrors.get(data); ok {
 		fn(Status(uint32(st)))
 	}
+}
+
+// amdGPUMemoryFaultEvent is HSA_AMD_GPU_MEMORY_FAULT_EVENT, the event_type
+// at offset 0 of hsa_amd_event_t.
+const amdGPUMemoryFaultEvent = 0
+
+// systemEventTrampoline takes GPU memory faults (so ROCr does not abort the
+// process: the faulting queue reports the fault through its error callback)
+// and declines every other system event.
+func systemEventTrampoline(event, data uintptr) uintptr {
+	if event != 0 && *(*int32)(cmem.Ptr(event)) == amdGPUMemoryFaultEvent {
+		return uintptr(StatusSuccess)
+	}
+	return uintptr(StatusError)
 }

@@ -4,6 +4,23 @@ package hsa
 // live in their own file so the shared files stay owned by one author; the
 // layout test checks each against the C headers like the rest.
 
+// StatusErrorMemoryApertureViolation is
+// HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION (hsa_ext_amd.h): what ROCr's
+// queue error callback reports for a GPU VM fault (KFD's
+// EC_DEVICE_MEMORY_VIOLATION).
+const StatusErrorMemoryApertureViolation Status = 41
+
+// AMD agent attributes locating a GPU on PCIe, to match HSA agents with
+// HIP devices.
+const (
+	// AgentInfoBDFID is HSA_AMD_AGENT_INFO_BDFID (uint32): bus << 8 |
+	// device << 3 | function.
+	AgentInfoBDFID AgentInfo = 0xA006
+	// AgentInfoDomain is HSA_AMD_AGENT_INFO_DOMAIN (uint32): the PCI
+	// domain (segment).
+	AgentInfoDomain AgentInfo = 0xA00F
+)
+
 // SystemInfo is hsa_system_info_t.
 type SystemInfo uint32
 

@@ -125,6 +125,10 @@ func runFakeRuntime(t *testing.T) {
 		t.Errorf("Agents before Init = %v", err)
 	}
 	must(l.Init())
+	must(l.TakeGPUMemoryFaults())
+	// GPU memory faults are taken (HSA_STATUS_SUCCESS: ROCr does not abort),
+	// other system events declined (HSA_STATUS_ERROR).
+	wantLog("init", "hsa_init", "hsa_amd_register_system_event_handler(callback=set,data=(nil)) fault->0 other->4096")
 
 	// Discovery.
 	agents, err := l.Agents()

@@ -17,6 +17,7 @@ import (
 	"unsafe"
 
 	"github.com/rocsync/rocsync/hsa"
+	"github.com/rocsync/rocsync/internal/testhooks"
 	"github.com/rocsync/rocsync/syncstate"
 )
 
@@ -108,6 +109,16 @@ func New(rt hsa.Runtime, c Config) (*Queue, error) {
 	if err != nil {
 		_ = rt.QueueDestroy(hq)
 		return nil, err
+	}
+	// ROCr maps CPU-pool memory to no GPU until it is allowed access: the
+	// packet processor reads the kernargs from it, so without this the
+	// first dispatch faults on a discrete GPU.
+	if !testhooks.SkipKernargAllowAccess.Load() {
+		if err := rt.AgentsAllowAccess([]hsa.Agent{c.Agent}, q.kernarg); err != nil {
+			_ = rt.MemoryPoolFree(q.kernarg)
+			_ = rt.QueueDestroy(hq)
+			return nil, err
+		}
 	}
 	return q, nil
 }
@@ -304,6 +315,25 @@ func (q *Queue) BarrierAnd(deps [hsa.BarrierAndMaxDependencies]*Signal) (uint64,
 	return q.publishLocked(idx, sig, slot, p.FirstWord()), nil
 }
 
+// Marker submits a barrier-AND packet with no dependencies whose
+// completion signal is sig: packets complete in order, so sig reaches 0
+// once everything submitted before it has completed. It takes over one
+// reference to sig, dropped once the packet retires (or on error). It lets
+// a signal of another kind than the queue's own (one with a value address,
+// for HIP) follow the queue.
+func (q *Queue) Marker(sig *Signal) (uint64, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	idx, sig, err := q.reserveWithLocked(sig)
+	if err != nil {
+		return 0, err
+	}
+	p := hsa.BarrierAndPacket{Header: header(hsa.PacketTypeBarrierAnd), CompletionSignal: sig.H}
+	slot := hsa.Slot(q.hq, idx)
+	p.EncodeBody(slot)
+	return q.publishLocked(idx, sig, slot, p.FirstWord()), nil
+}
+
 // Dispatch submits a kernel dispatch packet and returns its ticket.
 func (q *Queue) Dispatch(d *Dispatch) (uint64, error) {
 	if len(d.Kernarg) > KernargSlot {
@@ -336,9 +366,19 @@ func (q *Queue) Dispatch(d *Dispatch) (uint64, error) {
 // reserveLocked makes room in the ring (waiting on the host for the oldest
 // packet when it is full: back-pressure, counted as a throttle wait),
 // reserves a write index and takes a completion signal.
-func (q *Queue) reserveLocked() (uint64, *Signal, error) {
-	if err := q.Err(); err != nil {
+func (q *Queue) reserveLocked() (uint64, *Signal, error) { return q.reserveWithLocked(nil) }
+
+// reserveWithLocked is reserveLocked with the completion signal given (nil:
+// one from the queue's pool); a given signal is released on error.
+func (q *Queue) reserveWithLocked(sig *Signal) (uint64, *Signal, error) {
+	fail := func(err error) (uint64, *Signal, error) {
+		if sig != nil {
+			sig.Release()
+		}
 		return 0, nil, err
+	}
+	if err := q.Err(); err != nil {
+		return fail(err)
 	}
 	q.retireLocked()
 	for q.lastTicket.Load()-q.completed.Load() >= uint64(len(q.inflight)-1) {
@@ -348,13 +388,15 @@ func (q *Queue) reserveLocked() (uint64, *Signal, error) {
 		err := q.waitSignal(oldest)
 		oldest.Release()
 		if err != nil {
-			return 0, nil, err
+			return fail(err)
 		}
 		q.retireLocked()
 	}
-	sig, err := q.signals.Get()
-	if err != nil {
-		return 0, nil, err
+	if sig == nil {
+		var err error
+		if sig, err = q.signals.Get(); err != nil {
+			return 0, nil, err
+		}
 	}
 	idx := q.rt.QueueAddWriteIndexScacqScrel(q.hq, 1)
 	// The slot is free only once the packet processor has read past the

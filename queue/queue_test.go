@@ -148,3 +148,35 @@ func TestSizeMustBePowerOfTwo(t *testing.T) {
 	_, err := queue.New(r.rt, queue.Config{Agent: agents[1], Size: 100, Signals: r.signals})
 	require.Error(t, err)
 }
+
+// A marker completes a signal of another pool (here GPU-only, which has a
+// value address) once everything before it has completed, and drops its
+// reference when it retires.
+func TestMarkerCompletesAForeignSignal(t *testing.T) {
+	r := newRig(t, emu.Options{})
+	q := r.queue(t, "q", 64)
+	buf, err := r.m.HIP().Malloc(0, 64)
+	require.NoError(t, err)
+	release := r.m.Hold()
+	first := r.fillDispatch(t, q, uint64(buf), 1)
+	gpuOnly := queue.NewSignalPool(r.rt, hsa.SignalAttrAMDGPUOnly)
+	sig, err := gpuOnly.Get()
+	require.NoError(t, err)
+	_, err = r.rt.SignalValuePointer(sig.H)
+	require.NoError(t, err)
+	sig.Retain()
+	mark, err := q.Marker(sig)
+	require.NoError(t, err)
+	require.Equal(t, first+1, mark)
+	require.EqualValues(t, 1, r.rt.SignalLoadScacquire(sig.H), "completed before the dispatch ahead of it")
+	release()
+	require.NoError(t, q.WaitHost(mark))
+	require.EqualValues(t, 0, r.rt.SignalLoadScacquire(sig.H))
+	sig.Release()
+	again, err := gpuOnly.Get() // back in its pool: both references dropped
+	require.NoError(t, err)
+	require.Same(t, sig, again)
+	again.Release()
+	require.EqualValues(t, 1, gpuOnly.Created())
+	require.NoError(t, gpuOnly.Destroy())
+}

@@ -54,6 +54,11 @@ hipError_t hipDeviceGetName(char* name, int len, int dev) {
   snprintf(name, (size_t)len, "Fake AMD GPU %d", dev);
   return hipSuccess;
 }
+hipError_t hipDeviceGetPCIBusId(char* id, int len, int dev) {
+  if (dev < 0 || dev >= NDEV) return hipErrorInvalidDevice;
+  snprintf(id, (size_t)len, "0000:%02x:00.0", 0x80 + dev);
+  return hipSuccess;
+}
 hipError_t hipDeviceGetAttribute(int* v, int attr, int dev) {
   if (dev < 0 || dev >= NDEV) return hipErrorInvalidDevice;
   *v = attr * 10 + dev;

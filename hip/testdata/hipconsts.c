@@ -55,6 +55,9 @@ int main(void) {
   P(hipDeviceAttributeMaxThreadsPerBlock);
   P(hipDeviceAttributeComputeCapabilityMinor);
   P(hipDeviceAttributeMultiprocessorCount);
+  P(hipDeviceAttributePciBusId);
+  P(hipDeviceAttributePciDeviceId);
+  P(hipDeviceAttributePciDomainID);
   P(hipDeviceAttributeWarpSize);
   P(hipDeviceAttributeCanUseStreamWaitValue);
 

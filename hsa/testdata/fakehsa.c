@@ -62,6 +62,18 @@ static int refcount;
   do { if (refcount == 0) return HSA_STATUS_ERROR_NOT_INITIALIZED; } while (0)
 
 hsa_status_t hsa_init() { refcount++; logf_("hsa_init"); return HSA_STATUS_SUCCESS; }
+/* Calls the handler at once with a memory fault and with another event, and
+ * logs what it answered, so the test sees the binding's policy. */
+hsa_status_t hsa_amd_register_system_event_handler(hsa_amd_system_event_callback_t callback, void* data) {
+  OPEN();
+  hsa_amd_event_t fault = {.event_type = HSA_AMD_GPU_MEMORY_FAULT_EVENT};
+  fault.memory_fault.virtual_address = 0x1000;
+  hsa_amd_event_t other = {.event_type = (hsa_amd_event_type_t)1};
+  logf_("hsa_amd_register_system_event_handler(callback=%s,data=%p) fault->%d other->%d",
+        callback ? "set" : "NULL", data, callback ? (int)callback(&fault, data) : -1,
+        callback ? (int)callback(&other, data) : -1);
+  return HSA_STATUS_SUCCESS;
+}
 
 hsa_status_t hsa_shut_down() {
   OPEN();

@@ -44,8 +44,9 @@ func (b *BLAS) err(fn string, s rocblas.Status) error {
 	return &rocblas.Error{Func: fn, Status: s, Text: b.StatusString(s)}
 }
 
-func (b *BLAS) CreateHandle(d int) (rocblas.Handle, error) {
-	if d < 0 || d >= len(b.m.devices) {
+func (b *BLAS) CreateHandle(hd int) (rocblas.Handle, error) {
+	d, err := b.m.hip.dev("rocblas_create_handle", hd)
+	if err != nil {
 		return 0, b.err("rocblas_create_handle", rocblas.StatusInvalidValue)
 	}
 	b.mu.Lock()
@@ -186,7 +187,7 @@ func extent(rows, cols, ld int32, es uint64) uint64 {
 	return (uint64(cols-1)*uint64(ld) + uint64(rows)) * es
 }
 
-func (m *Machine) runGemm(g *gemmArgs, act *actor) error {
+func (m *Machine) runGemm(dev int, g *gemmArgs, act *actor) error {
 	rowsA, colsA := g.m, g.k
 	if g.ta {
 		rowsA, colsA = g.k, g.m
@@ -198,14 +199,14 @@ func (m *Machine) runGemm(g *gemmArgs, act *actor) error {
 	var A, B []byte
 	var err error
 	if g.k > 0 && g.alpha != 0 {
-		if A, err = m.span(g.a, extent(rowsA, colsA, g.lda, g.es), false, act); err != nil {
+		if A, err = m.gpuSpan(dev, g.a, extent(rowsA, colsA, g.lda, g.es), false, act); err != nil {
 			return err
 		}
-		if B, err = m.span(g.b, extent(rowsB, colsB, g.ldb, g.es), false, act); err != nil {
+		if B, err = m.gpuSpan(dev, g.b, extent(rowsB, colsB, g.ldb, g.es), false, act); err != nil {
 			return err
 		}
 	}
-	C, err := m.span(g.c, extent(g.m, g.n, g.ldc, g.es), true, act)
+	C, err := m.gpuSpan(dev, g.c, extent(g.m, g.n, g.ldc, g.es), true, act)
 	if err != nil {
 		return err
 	}

@@ -48,6 +48,7 @@ func newRig(t *testing.T, o Options) *rig {
 	}
 	r.karg, err = h.MemoryPoolAllocate(kernargPool, 64*64)
 	require.NoError(t, err)
+	require.NoError(t, h.AgentsAllowAccess([]hsa.Agent{gpuAgent(0)}, r.karg))
 	t.Cleanup(func() { _ = h.QueueDestroy(q) })
 	return r
 }
@@ -270,4 +271,193 @@ func TestGemmTransposedShapes(t *testing.T) {
 			require.Equal(t, want, C[i+j*M], "C[%d,%d]", i, j)
 		}
 	}
+}
+
+// Kernarg memory from the CPU pool is mapped to no GPU until
+// hsa_amd_agents_allow_access: a dispatch reading it breaks the queue with
+// the status ROCr's callback reports for a VM fault.
+func TestKernargNeedsAllowAccess(t *testing.T) {
+	r := newRig(t, Options{})
+	karg, err := r.h.MemoryPoolAllocate(kernargPool, 64*64)
+	require.NoError(t, err)
+	r.karg = karg // not allowed to gpu0
+	buf, err := r.m.HIP().Malloc(0, 4)
+	require.NoError(t, err)
+	r.submit(t, kernels.Fill.String(), true, kernels.Args{Out: uint64(buf), N: 1, Alpha: 1})
+	select {
+	case s := <-r.qerr:
+		require.Equal(t, hsa.StatusErrorMemoryApertureViolation, s)
+	case <-time.After(5 * time.Second):
+		t.Fatal("no queue error")
+	}
+	require.ErrorIs(t, r.h.AgentsAllowAccess([]hsa.Agent{99}, karg), &hsa.Error{Status: hsa.StatusErrorInvalidAgent})
+	require.ErrorIs(t, r.h.AgentsAllowAccess([]hsa.Agent{gpuAgent(0)}, unsafe.Pointer(&buf)), &hsa.Error{Status: hsa.StatusErrorInvalidArgument})
+}
+
+// hipMalloc memory belongs to its GPU: another GPU's kernel faults on it,
+// and so does a gemm on another GPU's stream.
+func TestDeviceMemoryIsPrivateToItsGPU(t *testing.T) {
+	r := newRig(t, Options{Devices: 2})
+	other, err := r.m.HIP().Malloc(1, 4)
+	require.NoError(t, err)
+	r.submit(t, kernels.Fill.String(), true, kernels.Args{Out: uint64(other), N: 1, Alpha: 1})
+	select {
+	case s := <-r.qerr:
+		require.Equal(t, hsa.StatusErrorMemoryApertureViolation, s)
+	case <-time.After(5 * time.Second):
+		t.Fatal("no queue error")
+	}
+
+	hp, b := r.m.HIP(), r.m.BLAS()
+	s, err := hp.StreamCreate(0, 0)
+	require.NoError(t, err)
+	h, err := b.CreateHandle(0)
+	require.NoError(t, err)
+	require.NoError(t, b.SetStream(h, s))
+	mine, err := hp.Malloc(0, 4)
+	require.NoError(t, err)
+	require.NoError(t, b.Sgemm(h, rocblas.OperationNone, rocblas.OperationNone, 1, 1, 1, 1, mine, 1, other, 1, 0, mine, 1))
+	require.ErrorIs(t, hp.StreamSynchronize(s), &hip.Error{Code: hip.ErrorIllegalAddress})
+}
+
+// The loader keeps the reader's memory as the code object's storage: the
+// emulator reports releasing it while an executable is loaded, and
+// changing it before the executable is destroyed.
+func TestCodeObjectStorageMustOutliveExecutable(t *testing.T) {
+	m := New(Options{})
+	h := m.HSA()
+	require.NoError(t, h.Init())
+	code, err := kernels.CodeObject(m.Options().ISA)
+	require.NoError(t, err)
+	load := func(buf []byte) (hsa.Executable, hsa.CodeObjectReader) {
+		rd, err := h.CodeObjectReaderCreateFromMemory(buf)
+		require.NoError(t, err)
+		exe, err := h.ExecutableCreateAlt(hsa.ProfileFull, 0)
+		require.NoError(t, err)
+		require.NoError(t, h.ExecutableLoadAgentCodeObject(exe, gpuAgent(0), rd))
+		require.NoError(t, h.ExecutableFreeze(exe))
+		return exe, rd
+	}
+	exe, rd := load(code)
+	require.NoError(t, h.ExecutableDestroy(exe))
+	require.NoError(t, h.CodeObjectReaderDestroy(rd))
+	require.Empty(t, h.CodeObjectStorageFaults(), "the right order")
+
+	exe, rd = load(code)
+	require.NoError(t, h.CodeObjectReaderDestroy(rd))
+	require.Len(t, h.CodeObjectStorageFaults(), 1)
+	require.NoError(t, h.ExecutableDestroy(exe))
+
+	buf := append([]byte(nil), code...)
+	exe, rd = load(buf)
+	buf[len(buf)-1] ^= 0xff
+	require.NoError(t, h.ExecutableDestroy(exe))
+	require.Len(t, h.CodeObjectStorageFaults(), 2)
+	require.Contains(t, h.CodeObjectStorageFaults()[1], "changed")
+	require.NoError(t, h.CodeObjectReaderDestroy(rd))
+	require.Zero(t, h.LiveExecutables())
+}
+
+// hipStreamWaitValue64/WriteValue64 take an HSA signal's value address
+// only from HIP 5.6 on; HIP's own signal memory works on every release.
+func TestStreamMemoryOpsByHIPVersion(t *testing.T) {
+	for _, tc := range []struct {
+		version int
+		hsaOK   bool
+	}{{50_221_153, false}, {50_500_000, false}, {50_600_000, true}, {0, true}} {
+		m := New(Options{HIPVersion: tc.version})
+		h, hp := m.HSA(), m.HIP()
+		require.NoError(t, h.Init())
+		s, err := hp.StreamCreate(0, 0)
+		require.NoError(t, err)
+		sig, err := h.AMDSignalCreate(1, nil, hsa.SignalAttrIPC)
+		require.NoError(t, err)
+		ptr, err := h.SignalValuePointer(sig)
+		require.NoError(t, err)
+		errW := hp.StreamWriteValue64(s, ptr, 0, 0)
+		errWait := hp.StreamWaitValue64(s, ptr, 0, hip.StreamWaitValueEq, ^uint64(0))
+		if tc.hsaOK {
+			require.NoError(t, errW, "version %d", tc.version)
+			require.NoError(t, errWait)
+		} else {
+			require.ErrorIs(t, errW, &hip.Error{Code: hip.ErrorInvalidValue}, "version %d", tc.version)
+			require.ErrorIs(t, errWait, &hip.Error{Code: hip.ErrorInvalidValue})
+		}
+		mem, err := hp.ExtMalloc(0, 8, hip.MallocSignalMemory)
+		require.NoError(t, err)
+		p := *(*unsafe.Pointer)(unsafe.Pointer(&mem)) // the host address HIP returned
+		require.NoError(t, hp.StreamWriteValue64(s, p, 7, 0))
+		require.NoError(t, hp.StreamWaitValue64(s, p, 7, hip.StreamWaitValueEq, ^uint64(0)))
+		require.NoError(t, hp.StreamSynchronize(s))
+		require.NoError(t, hp.Free(0, mem))
+		_, err = hp.ExtMalloc(0, 16, hip.MallocSignalMemory)
+		require.ErrorIs(t, err, &hip.Error{Code: hip.ErrorInvalidValue})
+	}
+}
+
+// hipModuleLaunchKernel's sharedMemBytes is the dynamic LDS: over the
+// limit alone it is refused at the call; with the kernel's static LDS over
+// the limit, the launch fails on the stream. A dispatch packet whose group
+// segment is smaller than the kernel's static LDS breaks the queue.
+func TestLDSLimits(t *testing.T) {
+	m := New(Options{KernelGroupSegmentSize: 48 << 10})
+	require.NoError(t, m.HSA().Init())
+	hp := m.HIP()
+	code, err := kernels.CodeObject(m.Options().ISA)
+	require.NoError(t, err)
+	mod, err := hp.ModuleLoadData(0, code)
+	require.NoError(t, err)
+	f, err := hp.ModuleGetFunction(mod, kernels.Fill.KernelName(kernels.F32))
+	require.NoError(t, err)
+	s, err := hp.StreamCreate(0, 0)
+	require.NoError(t, err)
+	buf, err := hp.Malloc(0, 4)
+	require.NoError(t, err)
+	var args [kernels.KernargSize]byte
+	ka := kernels.Args{Out: uint64(buf), N: 1, Alpha: 2}
+	ka.Encode(args[:], kernels.F32)
+	err = hp.ModuleLaunchKernel(f, [3]uint32{1, 1, 1}, [3]uint32{64, 1, 1}, LDSPerWorkgroup+1, s, args[:])
+	require.ErrorIs(t, err, &hip.Error{Code: hip.ErrorInvalidValue})
+	require.NoError(t, hp.ModuleLaunchKernel(f, [3]uint32{1, 1, 1}, [3]uint32{64, 1, 1}, 16<<10, s, args[:]))
+	require.NoError(t, hp.StreamSynchronize(s), "48 KiB static + 16 KiB dynamic fits")
+	require.EqualValues(t, 16<<10, hp.MaxDynamicSharedMem())
+	require.NoError(t, hp.ModuleLaunchKernel(f, [3]uint32{1, 1, 1}, [3]uint32{64, 1, 1}, 16<<10+1, s, args[:]))
+	require.ErrorIs(t, hp.StreamSynchronize(s), &hip.Error{Code: hip.ErrorLaunchFailure})
+
+	r := newRig(t, Options{KernelGroupSegmentSize: 1024})
+	out, err := r.m.HIP().Malloc(0, 4)
+	require.NoError(t, err)
+	r.submit(t, kernels.Fill.String(), true, kernels.Args{Out: uint64(out), N: 1, Alpha: 1}) // group segment 0 < 1024
+	select {
+	case st := <-r.qerr:
+		require.Equal(t, hsa.StatusErrorInvalidAllocation, st)
+	case <-time.After(5 * time.Second):
+		t.Fatal("no queue error")
+	}
+}
+
+// HIP_VISIBLE_DEVICES reorders and filters HIP's devices and stops at the
+// first entry naming no GPU; every HIP call maps to the GPU it names.
+func TestHIPVisibleDevices(t *testing.T) {
+	m := New(Options{Devices: 3, HIPVisibleDevices: []int{2, 0, 7, 1}})
+	require.NoError(t, m.HSA().Init())
+	hp := m.HIP()
+	n, err := hp.DeviceCount()
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	for hipDev, gpu := range []int{2, 0} {
+		bus, err := hp.DeviceAttribute(hipDev, hip.DeviceAttributePciBusId)
+		require.NoError(t, err)
+		bdf, err := m.HSA().AgentInfoUint32(gpuAgent(gpu), hsa.AgentInfoBDFID)
+		require.NoError(t, err)
+		require.EqualValues(t, bdf>>8, bus)
+		p, err := hp.Malloc(hipDev, 4)
+		require.NoError(t, err)
+		require.Equal(t, gpu, int((uint64(p)-deviceBase)/deviceSpan))
+	}
+	_, err = hp.Malloc(2, 4)
+	require.ErrorIs(t, err, &hip.Error{Code: hip.ErrorInvalidDevice})
+	none := New(Options{HIPVisibleDevices: []int{}})
+	_, err = none.HIP().DeviceCount()
+	require.ErrorIs(t, err, &hip.Error{Code: hip.ErrorNoDevice})
 }

@@ -1,9 +1,11 @@
 package emu
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -22,7 +24,13 @@ type HIP struct {
 	modules map[hip.Module]map[string]*kernelImpl
 	funcs   map[hip.Function]*kernelImpl
 	next    uintptr
+
+	maxDynamicLDS atomic.Uint32 // the largest sharedMemBytes launched
 }
+
+// MaxDynamicSharedMem is the largest dynamic LDS size (sharedMemBytes) any
+// hipModuleLaunchKernel has asked for.
+func (h *HIP) MaxDynamicSharedMem() uint32 { return h.maxDynamicLDS.Load() }
 
 var _ hip.Runtime = (*HIP)(nil)
 
@@ -61,18 +69,64 @@ func (h *HIP) handle() uintptr {
 
 func (h *HIP) Init() error { h.init(); return nil }
 
-func (h *HIP) DeviceCount() (int, error) { return len(h.m.devices), nil }
-
-func (h *HIP) dev(fn string, d int) error {
-	if d < 0 || d >= len(h.m.devices) {
-		return hipErr(fn, hip.ErrorInvalidDevice, fmt.Sprintf("device %d of %d", d, len(h.m.devices)))
+func (h *HIP) DeviceCount() (int, error) {
+	if len(h.m.hipDevices) == 0 {
+		return 0, hipErr("hipGetDeviceCount", hip.ErrorNoDevice, "")
 	}
-	h.init()
-	return nil
+	return len(h.m.hipDevices), nil
 }
 
-func (h *HIP) DeviceSynchronize(d int) error {
-	if err := h.dev("hipDeviceSynchronize", d); err != nil {
+// dev maps HIP device d to the GPU it is (HIP's order and filter, see
+// Options.HIPVisibleDevices).
+func (h *HIP) dev(fn string, d int) (int, error) {
+	if d < 0 || d >= len(h.m.hipDevices) {
+		return 0, hipErr(fn, hip.ErrorInvalidDevice, fmt.Sprintf("device %d of %d", d, len(h.m.hipDevices)))
+	}
+	h.init()
+	return h.m.hipDevices[d], nil
+}
+
+// DeviceAttribute is hipDeviceGetAttribute for the attributes rocsync
+// reads: the GPU's PCI location, and stream memory-operation support.
+func (h *HIP) DeviceAttribute(d int, attr int32) (int32, error) {
+	g, err := h.dev("hipDeviceGetAttribute", d)
+	if err != nil {
+		return 0, err
+	}
+	loc := h.m.devices[g].pci
+	switch attr {
+	case hip.DeviceAttributePciBusId:
+		return int32(loc.bus), nil
+	case hip.DeviceAttributePciDeviceId:
+		return int32(loc.device), nil
+	case hip.DeviceAttributePciDomainID:
+		if h.m.release() <= 502 {
+			// Measured on HIP 5.2.3 (over hsa/kfdsim): hipErrorInvalidValue,
+			// while hipDeviceGetPCIBusId reports the domain.
+			return 0, hipErr("hipDeviceGetAttribute", hip.ErrorInvalidValue, "HIP 5.2 does not report hipDeviceAttributePciDomainID")
+		}
+		return int32(loc.domain), nil
+	case hip.DeviceAttributeCanUseStreamWaitValue:
+		return 1, nil
+	case hip.DeviceAttributeWarpSize:
+		return int32(kernels.Wavefront(h.m.opts.ISA)), nil
+	}
+	return 0, hipErr("hipDeviceGetAttribute", hip.ErrorInvalidValue, fmt.Sprintf("attribute %d not emulated", attr))
+}
+
+// DevicePCIBusID is hipDeviceGetPCIBusId: the GPU's PCI location.
+func (h *HIP) DevicePCIBusID(d int) (string, error) {
+	g, err := h.dev("hipDeviceGetPCIBusId", d)
+	if err != nil {
+		return "", err
+	}
+	loc := h.m.devices[g].pci
+	return fmt.Sprintf("%04x:%02x:%02x.0", loc.domain, loc.bus, loc.device), nil
+}
+
+func (h *HIP) DeviceSynchronize(hd int) error {
+	d, err := h.dev("hipDeviceSynchronize", hd)
+	if err != nil {
 		return err
 	}
 	h.mu.Lock()
@@ -89,8 +143,9 @@ func (h *HIP) DeviceSynchronize(d int) error {
 	return nil
 }
 
-func (h *HIP) DeviceName(d int) (string, error) {
-	if err := h.dev("hipDeviceGetName", d); err != nil {
+func (h *HIP) DeviceName(hd int) (string, error) {
+	d, err := h.dev("hipDeviceGetName", hd)
+	if err != nil {
 		return "", err
 	}
 	return fmt.Sprintf("rocsync emulated GPU %d (%s)", d, h.m.opts.ISA), nil
@@ -141,8 +196,9 @@ type hstream struct {
 	closed bool
 }
 
-func (h *HIP) StreamCreate(d int, flags uint32) (hip.Stream, error) {
-	if err := h.dev("hipStreamCreateWithFlags", d); err != nil {
+func (h *HIP) StreamCreate(hd int, flags uint32) (hip.Stream, error) {
+	d, err := h.dev("hipStreamCreateWithFlags", hd)
+	if err != nil {
 		return 0, err
 	}
 	h.mu.Lock()
@@ -237,8 +293,12 @@ func (s *hstream) exec(c cmd) {
 		s.delay.sleep()
 		err := s.work(&c, a)
 		if err != nil {
+			code := hip.ErrorLaunchFailure
+			if errors.Is(err, ErrNoAccess) {
+				code = hip.ErrorIllegalAddress
+			}
 			s.mu.Lock()
-			s.err = hipErr(c.what, hip.ErrorLaunchFailure, err.Error())
+			s.err = hipErr(c.what, code, err.Error())
 			s.mu.Unlock()
 			return
 		}
@@ -279,7 +339,7 @@ func (s *hstream) work(c *cmd, a *actor) (err error) {
 		}
 	}()
 	if c.kind == cmdGemm {
-		return s.m.runGemm(&c.g, a)
+		return s.m.runGemm(s.dev, &c.g, a)
 	}
 	return c.fn(a)
 }
@@ -371,8 +431,9 @@ func (e *hevent) waitGen(gen uint64) vclock {
 	return e.vc.clone()
 }
 
-func (h *HIP) EventCreate(d int, flags uint32) (hip.Event, error) {
-	if err := h.dev("hipEventCreateWithFlags", d); err != nil {
+func (h *HIP) EventCreate(hd int, flags uint32) (hip.Event, error) {
+	d, err := h.dev("hipEventCreateWithFlags", hd)
+	if err != nil {
 		return 0, err
 	}
 	e := &hevent{dev: d}
@@ -466,8 +527,9 @@ func (h *HIP) StreamWaitEvent(sid hip.Stream, id hip.Event) error {
 	return s.enqueue(cmd{kind: cmdWaitEvent, ev: e, gen: g, what: "hipStreamWaitEvent"})
 }
 
-func (h *HIP) Malloc(d int, size uint64) (hip.DevicePtr, error) {
-	if err := h.dev("hipMalloc", d); err != nil {
+func (h *HIP) Malloc(hd int, size uint64) (hip.DevicePtr, error) {
+	d, err := h.dev("hipMalloc", hd)
+	if err != nil {
 		return 0, err
 	}
 	dv := h.m.devices[d]
@@ -481,17 +543,22 @@ func (h *HIP) Malloc(d int, size uint64) (hip.DevicePtr, error) {
 	dv.next += rounded
 	dv.used += rounded
 	dv.mu.Unlock()
-	h.m.addAlloc(&alloc{base: base, size: size, data: make([]byte, size), device: d})
+	h.m.addAlloc(&alloc{base: base, size: size, data: make([]byte, size), device: d, access: 1 << uint(d)})
 	return hip.DevicePtr(base), nil
 }
 
 // Free releases the memory. With the checker on, every access to it must
 // be ordered before the free by what the host has observed.
-func (h *HIP) Free(d int, p hip.DevicePtr) error {
-	if err := h.dev("hipFree", d); err != nil {
+func (h *HIP) Free(hd int, p hip.DevicePtr) error {
+	d, err := h.dev("hipFree", hd)
+	if err != nil {
 		return err
 	}
 	if p == 0 {
+		return nil
+	}
+	if s := h.m.signalAtAddr(uintptr(p)); s != nil && s.hipMemory && !s.destroyed {
+		s.destroyed = true
 		return nil
 	}
 	r, err := h.m.find(uint64(p), 1)
@@ -512,7 +579,7 @@ func (h *HIP) Free(d int, p hip.DevicePtr) error {
 }
 
 func (h *HIP) hostSpan(fn string, d int, p hip.DevicePtr, size uint64, write bool) ([]byte, error) {
-	if err := h.dev(fn, d); err != nil {
+	if _, err := h.dev(fn, d); err != nil {
 		return nil, err
 	}
 	var a *actor
@@ -550,11 +617,11 @@ func (h *HIP) MemcpyDtoDAsync(dst, src hip.DevicePtr, size uint64, sid hip.Strea
 		return err
 	}
 	return s.enqueue(cmd{kind: cmdWork, what: "hipMemcpyAsync(DtoD)", fn: func(a *actor) error {
-		in, err := h.m.span(uint64(src), size, false, a)
+		in, err := h.m.gpuSpan(s.dev, uint64(src), size, false, a)
 		if err != nil {
 			return err
 		}
-		out, err := h.m.span(uint64(dst), size, true, a)
+		out, err := h.m.gpuSpan(s.dev, uint64(dst), size, true, a)
 		if err != nil {
 			return err
 		}
@@ -569,7 +636,7 @@ func (h *HIP) MemsetAsync(dst hip.DevicePtr, value byte, size uint64, sid hip.St
 		return err
 	}
 	return s.enqueue(cmd{kind: cmdWork, what: "hipMemsetAsync", fn: func(a *actor) error {
-		out, err := h.m.span(uint64(dst), size, true, a)
+		out, err := h.m.gpuSpan(s.dev, uint64(dst), size, true, a)
 		if err != nil {
 			return err
 		}
@@ -582,7 +649,7 @@ func (h *HIP) MemsetAsync(dst hip.DevicePtr, value byte, size uint64, sid hip.St
 
 // ModuleLoadData reads the same code objects the HSA path loads.
 func (h *HIP) ModuleLoadData(d int, image []byte) (hip.Module, error) {
-	if err := h.dev("hipModuleLoadData", d); err != nil {
+	if _, err := h.dev("hipModuleLoadData", d); err != nil {
 		return 0, err
 	}
 	if err := h.m.checkHIPCodeObject(image); err != nil {
@@ -597,15 +664,20 @@ func (h *HIP) ModuleLoadData(d int, image []byte) (hip.Module, error) {
 	}
 	fns := map[string]*kernelImpl{}
 	for _, k := range meta.Kernels {
-		impl := &kernelImpl{symbol: k.Symbol, kernargSize: k.KernargSegmentSize}
-		impl.op, impl.dt, impl.implemented = kernels.ParseSymbol(k.Symbol)
-		fns[k.Name] = impl
+		fns[k.Name] = h.m.newKernelImpl(k)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	id := hip.Module(h.handle())
 	h.modules[id] = fns
 	return id, nil
+}
+
+// LiveModules counts modules loaded and not unloaded.
+func (h *HIP) LiveModules() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.modules)
 }
 
 func (h *HIP) ModuleUnload(m hip.Module) error {
@@ -652,23 +724,71 @@ func (h *HIP) ModuleLaunchKernel(f hip.Function, grid, block [3]uint32, sharedMe
 	if uint32(len(args)) < k.kernargSize {
 		return hipErr("hipModuleLaunchKernel", hip.ErrorInvalidValue, fmt.Sprintf("%d argument bytes, kernel takes %d", len(args), k.kernargSize))
 	}
+	// sharedMemBytes is the dynamic LDS only; the kernel's static LDS comes
+	// on top. HIP refuses a dynamic size over the limit at the call, and
+	// the launch fails at submission when the sum exceeds it (clr:
+	// "No local memory available").
+	if sharedMem > LDSPerWorkgroup {
+		return hipErr("hipModuleLaunchKernel", hip.ErrorInvalidValue, fmt.Sprintf("sharedMemBytes %d over the %d-byte LDS", sharedMem, LDSPerWorkgroup))
+	}
+	for {
+		old := h.maxDynamicLDS.Load()
+		if sharedMem <= old || h.maxDynamicLDS.CompareAndSwap(old, sharedMem) {
+			break
+		}
+	}
 	s, err := h.stream("hipModuleLaunchKernel", sid)
 	if err != nil {
 		return err
 	}
 	kernarg := append([]byte(nil), args...)
 	items := uint64(grid[0]) * uint64(block[0])
+	lds := uint64(k.groupSize) + uint64(sharedMem)
 	return s.enqueue(cmd{kind: cmdWork, what: k.symbol, fn: func(a *actor) error {
-		return h.m.runKernel(k, kernarg, items, a)
+		if lds > LDSPerWorkgroup {
+			return fmt.Errorf("no local memory available: %d static + %d dynamic LDS bytes over %d", k.groupSize, sharedMem, LDSPerWorkgroup)
+		}
+		return h.m.runKernel(s.dev, k, kernarg, items, a)
 	}})
 }
 
+// signalArg resolves the address a stream memory operation acts on. HIP
+// looks it up among its own allocations; before ROCm 5.6 (clr commit
+// b40823ccc "Enable ROCr interop") it had no fallback, so an HSA signal's
+// value address (memory ROCr allocated) was hipErrorInvalidValue. Since
+// then HIP also asks ROCr. Memory from hipExtMallocWithFlags(...,
+// hipMallocSignalMemory) is HIP's own and works on every release.
 func (h *HIP) signalArg(fn string, ptr unsafe.Pointer) (*signal, error) {
 	s := h.m.signalAt(ptr)
 	if s == nil {
+		if r, err := h.m.find(uint64(uintptr(ptr)), 8); err == nil && r.device >= 0 {
+			return nil, hipErr(fn, hip.ErrorNotSupported, "emulator: stream memory operations on hipMalloc memory are not emulated")
+		}
 		return nil, hipErr(fn, hip.ErrorInvalidValue, "pointer is not memory the emulated device knows")
 	}
+	if !s.hipMemory && h.m.opts.HIPVersion < HIPVersionStreamMemoryLookup {
+		return nil, hipErr(fn, hip.ErrorInvalidValue, fmt.Sprintf("HIP %d finds no allocation of its own at %p (ROCr memory is looked up from HIP 5.6)", h.m.opts.HIPVersion, ptr))
+	}
 	return s, nil
+}
+
+// ExtMalloc is hipExtMallocWithFlags. With hipMallocSignalMemory HIP makes
+// an HSA signal (GPU-only, so it has a value address) and returns that
+// address: 8 bytes that stream memory operations accept on every release.
+// Other flags allocate device memory as hipMalloc does.
+func (h *HIP) ExtMalloc(hd int, size uint64, flags uint32) (hip.DevicePtr, error) {
+	if flags&hip.MallocSignalMemory == 0 {
+		return h.Malloc(hd, size)
+	}
+	if _, err := h.dev("hipExtMallocWithFlags", hd); err != nil {
+		return 0, err
+	}
+	if size != 8 {
+		return 0, hipErr("hipExtMallocWithFlags", hip.ErrorInvalidValue, "signal memory is 8 bytes")
+	}
+	sig := h.m.signal(h.m.newSignal(0, false))
+	sig.hipMemory = true
+	return hip.DevicePtr(uintptr(unsafe.Pointer(&sig.v))), nil
 }
 
 func (h *HIP) StreamWaitValue64(sid hip.Stream, ptr unsafe.Pointer, value uint64, flags uint32, mask uint64) error {

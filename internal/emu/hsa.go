@@ -2,8 +2,10 @@ package emu
 
 import (
 	"fmt"
+	"hash/crc32"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -17,12 +19,19 @@ type HSA struct {
 
 	mu       sync.Mutex
 	inits    int
-	readers  [][]byte
+	readers  []*codeReader
 	exes     []*executable
 	queues   map[*hsa.Queue]*queue
 	nextQID  uint64
 	kernargs map[unsafe.Pointer]bool
+
+	storageFaults []string
+	busyWaits     atomic.Uint64
 }
+
+// BusyHostWaits counts host waits on non-interrupt signals, which ROCr
+// serves by polling instead of blocking.
+func (h *HSA) BusyHostWaits() uint64 { return h.busyWaits.Load() }
 
 var _ hsa.Runtime = (*HSA)(nil)
 
@@ -64,6 +73,14 @@ func (h *HSA) Init() error {
 	return nil
 }
 
+// InitCount is hsa_init's reference count: hsa_init calls not yet matched
+// by hsa_shut_down.
+func (h *HSA) InitCount() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.inits
+}
+
 func (h *HSA) ShutDown() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -75,22 +92,23 @@ func (h *HSA) ShutDown() error {
 }
 
 var statusText = map[hsa.Status]string{
-	hsa.StatusSuccess:                "HSA_STATUS_SUCCESS: The function has been executed successfully.",
-	hsa.StatusErrorInvalidArgument:   "HSA_STATUS_ERROR_INVALID_ARGUMENT: One of the actual arguments does not meet a precondition stated in the documentation of the corresponding formal argument.",
-	hsa.StatusErrorInvalidAllocation: "HSA_STATUS_ERROR_INVALID_ALLOCATION: The requested allocation is not valid.",
-	hsa.StatusErrorInvalidAgent:      "HSA_STATUS_ERROR_INVALID_AGENT: The agent is invalid.",
-	hsa.StatusErrorInvalidSignal:     "HSA_STATUS_ERROR_INVALID_SIGNAL: The signal is invalid.",
-	hsa.StatusErrorInvalidQueue:      "HSA_STATUS_ERROR_INVALID_QUEUE: The queue is invalid.",
-	hsa.StatusErrorOutOfResources:    "HSA_STATUS_ERROR_OUT_OF_RESOURCES: The runtime failed to allocate the necessary resources.",
-	hsa.StatusErrorInvalidPacket:     "HSA_STATUS_ERROR_INVALID_PACKET_FORMAT: The packet format is invalid.",
-	hsa.StatusErrorNotInitialized:    "HSA_STATUS_ERROR_NOT_INITIALIZED: An API other than hsa_init has been invoked while the reference count of the HSA runtime is zero.",
-	hsa.StatusErrorInvalidCodeObject: "HSA_STATUS_ERROR_INVALID_CODE_OBJECT: The code object is invalid.",
-	hsa.StatusErrorInvalidExecutable: "HSA_STATUS_ERROR_INVALID_EXECUTABLE: The executable is invalid.",
-	hsa.StatusErrorFrozenExecutable:  "HSA_STATUS_ERROR_FROZEN_EXECUTABLE: The executable is frozen.",
-	hsa.StatusErrorInvalidSymbolName: "HSA_STATUS_ERROR_INVALID_SYMBOL_NAME: There is no symbol with the given name.",
-	hsa.StatusErrorInvalidCodeObjRdr: "HSA_STATUS_ERROR_INVALID_CODE_OBJECT_READER: The code object reader is invalid.",
-	hsa.StatusErrorMemoryFault:       "HSA_STATUS_ERROR_MEMORY_FAULT: Agent attempted to access an inaccessible address.",
-	hsa.StatusErrorException:         "HSA_STATUS_ERROR_EXCEPTION: An HSAIL operation resulted in a hardware exception.",
+	hsa.StatusSuccess:                      "HSA_STATUS_SUCCESS: The function has been executed successfully.",
+	hsa.StatusErrorInvalidArgument:         "HSA_STATUS_ERROR_INVALID_ARGUMENT: One of the actual arguments does not meet a precondition stated in the documentation of the corresponding formal argument.",
+	hsa.StatusErrorInvalidAllocation:       "HSA_STATUS_ERROR_INVALID_ALLOCATION: The requested allocation is not valid.",
+	hsa.StatusErrorInvalidAgent:            "HSA_STATUS_ERROR_INVALID_AGENT: The agent is invalid.",
+	hsa.StatusErrorInvalidSignal:           "HSA_STATUS_ERROR_INVALID_SIGNAL: The signal is invalid.",
+	hsa.StatusErrorInvalidQueue:            "HSA_STATUS_ERROR_INVALID_QUEUE: The queue is invalid.",
+	hsa.StatusErrorOutOfResources:          "HSA_STATUS_ERROR_OUT_OF_RESOURCES: The runtime failed to allocate the necessary resources.",
+	hsa.StatusErrorInvalidPacket:           "HSA_STATUS_ERROR_INVALID_PACKET_FORMAT: The packet format is invalid.",
+	hsa.StatusErrorNotInitialized:          "HSA_STATUS_ERROR_NOT_INITIALIZED: An API other than hsa_init has been invoked while the reference count of the HSA runtime is zero.",
+	hsa.StatusErrorInvalidCodeObject:       "HSA_STATUS_ERROR_INVALID_CODE_OBJECT: The code object is invalid.",
+	hsa.StatusErrorInvalidExecutable:       "HSA_STATUS_ERROR_INVALID_EXECUTABLE: The executable is invalid.",
+	hsa.StatusErrorFrozenExecutable:        "HSA_STATUS_ERROR_FROZEN_EXECUTABLE: The executable is frozen.",
+	hsa.StatusErrorInvalidSymbolName:       "HSA_STATUS_ERROR_INVALID_SYMBOL_NAME: There is no symbol with the given name.",
+	hsa.StatusErrorInvalidCodeObjRdr:       "HSA_STATUS_ERROR_INVALID_CODE_OBJECT_READER: The code object reader is invalid.",
+	hsa.StatusErrorMemoryFault:             "HSA_STATUS_ERROR_MEMORY_FAULT: Agent attempted to access an inaccessible address.",
+	hsa.StatusErrorMemoryApertureViolation: "HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION: The memory access violated the aperture.",
+	hsa.StatusErrorException:               "HSA_STATUS_ERROR_EXCEPTION: An HSAIL operation resulted in a hardware exception.",
 }
 
 func (h *HSA) StatusString(s hsa.Status) string {
@@ -162,6 +180,16 @@ func (h *HSA) AgentInfoUint32(a hsa.Agent, attr hsa.AgentInfo) (uint32, error) {
 		return uint32(kernels.Wavefront(h.m.opts.ISA)), nil
 	case hsa.AgentInfoComputeUnits:
 		return 4, nil
+	case hsa.AgentInfoBDFID, hsa.AgentInfoDomain:
+		d, ok := h.gpu(a)
+		if !ok {
+			return 0, nil // the CPU agent reports 0
+		}
+		loc := h.m.devices[d].pci
+		if attr == hsa.AgentInfoDomain {
+			return loc.domain, nil
+		}
+		return loc.bdfid(), nil
 	}
 	return 0, h.err("hsa_agent_get_info", hsa.StatusErrorInvalidArgument)
 }
@@ -256,7 +284,32 @@ func (h *HSA) MemoryPoolFree(ptr unsafe.Pointer) error {
 	return nil
 }
 
-func (h *HSA) AgentsAllowAccess(agents []hsa.Agent, ptr unsafe.Pointer) error { return nil }
+// AgentsAllowAccess maps the allocation holding ptr to the GPU agents
+// listed, as ROCr does (QueryPointerInfo, then MapMemoryToGPUNodes); until
+// then memory from a CPU pool is not accessible to any GPU.
+func (h *HSA) AgentsAllowAccess(agents []hsa.Agent, ptr unsafe.Pointer) error {
+	const fn = "hsa_amd_agents_allow_access"
+	if !h.initialized() {
+		return h.err(fn, hsa.StatusErrorNotInitialized)
+	}
+	if len(agents) == 0 || ptr == nil {
+		return h.err(fn, hsa.StatusErrorInvalidArgument)
+	}
+	for _, a := range agents {
+		if _, ok := h.gpu(a); !ok && a != cpuAgent {
+			return h.err(fn, hsa.StatusErrorInvalidAgent)
+		}
+	}
+	if _, err := h.m.find(uint64(uintptr(ptr)), 1); err != nil {
+		return h.err(fn, hsa.StatusErrorInvalidArgument)
+	}
+	for _, a := range agents {
+		if d, ok := h.gpu(a); ok {
+			h.m.allowAccess(uint64(uintptr(ptr)), d)
+		}
+	}
+	return nil
+}
 
 func (h *HSA) QueueCreate(a hsa.Agent, size uint32, typ hsa.QueueType, onError hsa.QueueErrorFunc) (*hsa.Queue, error) {
 	if !h.initialized() {
@@ -341,7 +394,18 @@ func (h *HSA) AMDSignalCreate(initial int64, consumers []hsa.Agent, attributes u
 	if !h.initialized() {
 		return 0, h.err("hsa_amd_signal_create", hsa.StatusErrorNotInitialized)
 	}
-	return h.m.newSignal(initial, interruptSignal(consumers, attributes)), nil
+	intr := interruptSignal(consumers, attributes)
+	if attributes&(hsa.SignalAttrAMDGPUOnly|hsa.SignalAttrIPC) == 0 && len(consumers) > 0 {
+		// ROCr refuses a consumer listed twice (hsa_amd_signal_create).
+		seen := map[hsa.Agent]bool{}
+		for _, c := range consumers {
+			if seen[c] {
+				return 0, h.err("hsa_amd_signal_create", hsa.StatusErrorInvalidArgument)
+			}
+			seen[c] = true
+		}
+	}
+	return h.m.newSignal(initial, intr), nil
 }
 
 func (h *HSA) sig(fn string, s hsa.Signal) (*signal, error) {
@@ -396,6 +460,11 @@ func (h *HSA) SignalLoadScacquire(s hsa.Signal) int64 {
 // system timestamp runs at 1 GHz.
 func (h *HSA) SignalWaitScacquire(s hsa.Signal, cond hsa.SignalCondition, compare int64, timeoutHint uint64, state hsa.WaitState) int64 {
 	x := h.mustSig("hsa_signal_wait_scacquire", s)
+	if !x.interrupt {
+		// ROCr polls a busy-wait signal (BusyWaitSignal::WaitRelaxed),
+		// holding a CPU core, whatever the wait state asks.
+		h.busyWaits.Add(1)
+	}
 	var timeout time.Duration
 	if timeoutHint != hsa.TimeoutInfinite && timeoutHint < uint64(1<<62) {
 		timeout = time.Duration(timeoutHint)
@@ -421,6 +490,7 @@ func (h *HSA) SignalValuePointer(s hsa.Signal) (unsafe.Pointer, error) {
 
 // executable is a loaded set of code objects.
 type executable struct {
+	storage []*codeReader // where its code objects came from
 	frozen  bool
 	symbols map[string]uint64 // symbol name -> kernel object handle
 }
@@ -431,27 +501,87 @@ type kernelImpl struct {
 	op          kernels.Op
 	dt          kernels.DType
 	kernargSize uint32
+	groupSize   uint32 // static LDS per workgroup
+	privateSize uint32
 	implemented bool
 }
 
+// newKernelImpl reads one kernel's metadata.
+func (m *Machine) newKernelImpl(k kernels.KernelMeta) *kernelImpl {
+	impl := &kernelImpl{symbol: k.Symbol, kernargSize: k.KernargSegmentSize,
+		groupSize: k.GroupSegmentFixedSize, privateSize: k.PrivateSegmentFixedSize}
+	if m.opts.KernelGroupSegmentSize != 0 {
+		impl.groupSize = m.opts.KernelGroupSegmentSize
+	}
+	impl.op, impl.dt, impl.implemented = kernels.ParseSymbol(k.Symbol)
+	return impl
+}
+
+// CodeObjectReaderCreateFromMemory keeps the caller's bytes, as ROCr does:
+// it does not copy them, and the loader records their address in each code
+// object it loads (the memory:// URI that debuggers and profilers read the
+// code object through), so they must stay intact until every executable
+// loaded from them is destroyed. The checksum lets ExecutableDestroy check.
 func (h *HSA) CodeObjectReaderCreateFromMemory(code []byte) (hsa.CodeObjectReader, error) {
 	if len(code) == 0 {
 		return 0, h.err("hsa_code_object_reader_create_from_memory", hsa.StatusErrorInvalidArgument)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.readers = append(h.readers, append([]byte(nil), code...))
+	h.readers = append(h.readers, &codeReader{code: code, sum: crc32.ChecksumIEEE(code)})
 	return hsa.CodeObjectReader(len(h.readers)), nil
+}
+
+// codeReader is a code object reader: the caller's memory.
+type codeReader struct {
+	code      []byte
+	sum       uint32
+	destroyed bool
 }
 
 func (h *HSA) CodeObjectReaderDestroy(r hsa.CodeObjectReader) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if r == 0 || int(r) > len(h.readers) || h.readers[r-1] == nil {
+	if r == 0 || int(r) > len(h.readers) || h.readers[r-1].destroyed {
 		return h.err("hsa_code_object_reader_destroy", hsa.StatusErrorInvalidCodeObjRdr)
 	}
-	h.readers[r-1] = nil
+	rd := h.readers[r-1]
+	rd.destroyed = true
+	// The caller may now release the memory; a loaded code object still
+	// points into it.
+	for i, x := range h.exes {
+		if x == nil {
+			continue
+		}
+		for _, s := range x.storage {
+			if s == rd {
+				h.storageFaults = append(h.storageFaults, fmt.Sprintf(
+					"code object reader %d destroyed while executable %d still holds its code object's address", r, i+1))
+			}
+		}
+	}
 	return nil
+}
+
+// CodeObjectStorageFaults lists every time a code object's memory was
+// released, or changed, while an executable loaded from it was alive.
+func (h *HSA) CodeObjectStorageFaults() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.storageFaults...)
+}
+
+// LiveExecutables counts executables not yet destroyed.
+func (h *HSA) LiveExecutables() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, x := range h.exes {
+		if x != nil {
+			n++
+		}
+	}
+	return n
 }
 
 func (h *HSA) ExecutableCreateAlt(profile, rounding uint32) (hsa.Executable, error) {
@@ -483,14 +613,15 @@ func (h *HSA) ExecutableLoadAgentCodeObject(e hsa.Executable, a hsa.Agent, r hsa
 		return h.err(fn, hsa.StatusErrorInvalidAgent)
 	}
 	h.mu.Lock()
-	var code []byte
-	if r != 0 && int(r) <= len(h.readers) {
-		code = h.readers[r-1]
+	var rd *codeReader
+	if r != 0 && int(r) <= len(h.readers) && !h.readers[r-1].destroyed {
+		rd = h.readers[r-1]
 	}
 	h.mu.Unlock()
-	if code == nil {
+	if rd == nil {
 		return h.err(fn, hsa.StatusErrorInvalidCodeObjRdr)
 	}
+	code := rd.code
 	if x.frozen {
 		return h.err(fn, hsa.StatusErrorFrozenExecutable)
 	}
@@ -519,9 +650,11 @@ func (h *HSA) ExecutableLoadAgentCodeObject(e hsa.Executable, a hsa.Agent, r hsa
 		return &hsa.Error{Func: fn, Status: hsa.StatusErrorInvalidISA,
 			Text: fmt.Sprintf("%s (code object for %s, agent is %s)", h.StatusString(hsa.StatusErrorInvalidISA), target, h.m.opts.ISA)}
 	}
+	h.mu.Lock()
+	x.storage = append(x.storage, rd)
+	h.mu.Unlock()
 	for _, k := range meta.Kernels {
-		impl := &kernelImpl{symbol: k.Symbol, kernargSize: k.KernargSegmentSize}
-		impl.op, impl.dt, impl.implemented = kernels.ParseSymbol(k.Symbol)
+		impl := h.m.newKernelImpl(k)
 		h.m.execMu.Lock()
 		h.m.kernels = append(h.m.kernels, impl)
 		handle := uint64(len(h.m.kernels))
@@ -540,13 +673,22 @@ func (h *HSA) ExecutableFreeze(e hsa.Executable) error {
 	return nil
 }
 
+// ExecutableDestroy checks that the memory of every code object the
+// executable loaded is still alive and unchanged: until now a debugger or
+// profiler could have read it.
 func (h *HSA) ExecutableDestroy(e hsa.Executable) error {
-	if _, err := h.exe("hsa_executable_destroy", e); err != nil {
+	x, err := h.exe("hsa_executable_destroy", e)
+	if err != nil {
 		return err
 	}
 	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, rd := range x.storage {
+		if !rd.destroyed && crc32.ChecksumIEEE(rd.code) != rd.sum {
+			h.storageFaults = append(h.storageFaults, fmt.Sprintf("executable %d: its code object's memory changed while loaded", e))
+		}
+	}
 	h.exes[e-1] = nil
-	h.mu.Unlock()
 	return nil
 }
 
@@ -585,8 +727,10 @@ func (h *HSA) SymbolInfoUint32(s hsa.ExecutableSymbol, attr uint32) (uint32, err
 		return k.kernargSize, nil
 	case hsa.SymbolInfoKernargSegmentAlign:
 		return 16, nil
-	case hsa.SymbolInfoGroupSegmentSize, hsa.SymbolInfoPrivateSegmentSize:
-		return 0, nil
+	case hsa.SymbolInfoGroupSegmentSize:
+		return k.groupSize, nil
+	case hsa.SymbolInfoPrivateSegmentSize:
+		return k.privateSize, nil
 	}
 	return 0, h.err("hsa_executable_symbol_get_info", hsa.StatusErrorInvalidArgument)
 }

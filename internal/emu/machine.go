@@ -17,6 +17,7 @@
 package emu
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sort"
@@ -39,15 +40,25 @@ type Options struct {
 	MaxDelay time.Duration
 	// Seed seeds the random delays.
 	Seed uint64
+	// HIPVersion is the HIP release modelled, in hipRuntimeGetVersion's
+	// encoding (major*10_000_000 + minor*100_000 + patch; HIP 5.2.3 is
+	// 50_221_153). 0 means DefaultHIPVersion. HIP and ROCr are taken to be
+	// of the same ROCm release: it decides which code-object versions
+	// hipModuleLoadData and the HSA loader accept, and which memory the
+	// stream memory operations accept.
+	HIPVersion int
+	// HIPVisibleDevices lists, in HIP's order, the GPUs HIP presents (as
+	// HIP_VISIBLE_DEVICES does): HIP device i is GPU HIPVisibleDevices[i].
+	// nil presents every GPU in HSA's order.
+	HIPVisibleDevices []int
+	// KernelGroupSegmentSize, when non-zero, replaces every kernel's static
+	// LDS size (group_segment_fixed_size) as both runtimes read it from the
+	// code object, modelling kernels that use __local memory (rocsync's own
+	// use none).
+	KernelGroupSegmentSize uint32
 	// OnHazard, if set, is called for every hazard as it is found (from an
 	// emulator goroutine). Hazards are also kept for Hazards().
 	OnHazard func(*HazardError)
-	// HIPVersion is the HIP release to model, in hipRuntimeGetVersion's
-	// encoding (major*10_000_000 + minor*100_000 + patch, e.g. 50_221_153
-	// for 5.2.3); 0 models a current 6.x release. HIP and ROCr are taken
-	// to be of the same ROCm release: it decides which code-object versions
-	// hipModuleLoadData and the HSA loader accept.
-	HIPVersion int
 }
 
 // Machine is one emulated system: a CPU agent and Options.Devices GPUs.
@@ -67,7 +78,8 @@ type Machine struct {
 	hazardMu sync.Mutex
 	hazards  []*HazardError
 
-	devices []*device
+	devices    []*device
+	hipDevices []int // HIP device i is GPU hipDevices[i]
 
 	execMu  sync.RWMutex
 	kernels []*kernelImpl // kernel object handle = index+1
@@ -107,10 +119,32 @@ func (m *Machine) Live(addr uint64) bool {
 
 type device struct {
 	index int
+	pci   pciLocation
 	next  uint64 // bump allocator for device addresses
 	used  uint64
 	mu    sync.Mutex
 }
+
+// DefaultHIPVersion is the HIP release the emulator models by default: a
+// current ROCm 6.x (6.2).
+const DefaultHIPVersion = 60_200_000
+
+// HIPVersionStreamMemoryLookup is the first HIP (ROCm 5.6.0, clr commit
+// b40823ccc "Enable ROCr interop") whose stream memory operations accept
+// memory HIP did not allocate, found by asking ROCr.
+const HIPVersionStreamMemoryLookup = 50_600_000
+
+// LDSPerWorkgroup is the LDS a workgroup may use on the emulated GPUs
+// (64 KiB, as on every gfx9 to gfx12 GPU): static plus dynamic.
+const LDSPerWorkgroup = 64 << 10
+
+// pciLocation is where a GPU sits on PCIe.
+type pciLocation struct {
+	domain, bus, device, function uint32
+}
+
+// bdfid is HSA_AMD_AGENT_INFO_BDFID's encoding.
+func (l pciLocation) bdfid() uint32 { return l.bus<<8 | l.device<<3 | l.function }
 
 // deviceBase spaces the devices' address ranges so that a pointer names its
 // device, as on hardware.
@@ -125,17 +159,46 @@ func New(o Options) *Machine {
 	if o.ISA == "" {
 		o.ISA = "gfx90a"
 	}
+	if o.HIPVersion == 0 {
+		o.HIPVersion = DefaultHIPVersion
+	}
 	if o.MemoryPerDevice == 0 {
 		o.MemoryPerDevice = 4 << 30
 	}
 	m := &Machine{opts: o, agents: 1, host: vclock{0}}
 	for i := 0; i < o.Devices; i++ {
-		m.devices = append(m.devices, &device{index: i, next: deviceBase + uint64(i)*deviceSpan})
+		// Spread over buses as on a multi-socket server.
+		loc := pciLocation{domain: uint32(i / 4), bus: 0x03 + 0x20*uint32(i%4)}
+		m.devices = append(m.devices, &device{index: i, pci: loc, next: deviceBase + uint64(i)*deviceSpan})
 	}
+	m.hipDevices = hipOrder(o.HIPVisibleDevices, o.Devices)
 	m.hsa = &HSA{m: m}
 	m.hip = &HIP{m: m}
 	m.blas = &BLAS{m: m}
 	return m
+}
+
+// hipOrder is the GPUs HIP presents, in its order. Like HIP with
+// HIP_VISIBLE_DEVICES, it stops at the first entry that names no GPU (or
+// one already listed).
+func hipOrder(visible []int, n int) []int {
+	if visible == nil {
+		order := make([]int, n)
+		for i := range order {
+			order[i] = i
+		}
+		return order
+	}
+	var order []int
+	seen := map[int]bool{}
+	for _, g := range visible {
+		if g < 0 || g >= n || seen[g] {
+			break
+		}
+		seen[g] = true
+		order = append(order, g)
+	}
+	return order
 }
 
 // Options returns the machine's options.
@@ -238,9 +301,51 @@ func (d *delayer) sleep() {
 type alloc struct {
 	base, size uint64
 	data       []byte
-	device     int // -1 for host memory
+	device     int    // -1 for host memory
+	access     uint64 // bit d: GPU d may access it (under memMu)
 	freed      bool
 	shadow     shadow
+}
+
+// ErrNoAccess is the fault of a GPU touching memory that is not mapped to
+// it: host memory from a CPU pool before hsa_amd_agents_allow_access for
+// that GPU, or another GPU's memory.
+var ErrNoAccess = errors.New("emu: memory not accessible to this GPU")
+
+// gpuSpan is span for an access by GPU dev, which must have the right to
+// the memory: ROCr maps pool memory only to the agents it is allowed to,
+// and a GPU's VM faults on anything else.
+func (m *Machine) gpuSpan(dev int, addr, n uint64, write bool, a *actor) ([]byte, error) {
+	if n == 0 {
+		return nil, nil
+	}
+	r, err := m.find(addr, n)
+	if err != nil {
+		return nil, err
+	}
+	m.memMu.RLock()
+	ok := r.access&(1<<uint(dev)) != 0
+	m.memMu.RUnlock()
+	if !ok {
+		owner := "host memory"
+		if r.device >= 0 {
+			owner = fmt.Sprintf("gpu%d's memory", r.device)
+		}
+		return nil, fmt.Errorf("%w: gpu%d accessed [%#x, %#x), %s", ErrNoAccess, dev, addr, addr+n, owner)
+	}
+	return m.span(addr, n, write, a)
+}
+
+// allowAccess grants GPU dev access to the region holding addr.
+func (m *Machine) allowAccess(addr uint64, dev int) bool {
+	r, err := m.find(addr, 1)
+	if err != nil {
+		return false
+	}
+	m.memMu.Lock()
+	r.access |= 1 << uint(dev)
+	m.memMu.Unlock()
+	return true
 }
 
 // addAlloc inserts a region into the address table.

@@ -1,6 +1,7 @@
 package emu
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -244,23 +245,42 @@ func (q *queue) dispatch(p *hsa.DispatchPacket, a *actor) {
 	if a != nil {
 		a.what = fmt.Sprintf("%s (%s)", k.symbol, a.what)
 	}
-	args, err := q.m.span(p.KernargAddress, uint64(k.kernargSize), false, nil)
+	// The packet's group segment size is the whole LDS allocation: the
+	// kernel's static LDS plus any dynamic part.
+	if p.GroupSegmentSize < k.groupSize || p.GroupSegmentSize > LDSPerWorkgroup {
+		q.fail(hsa.StatusErrorInvalidAllocation, fmt.Sprintf("group segment %d bytes (kernel needs %d, limit %d)", p.GroupSegmentSize, k.groupSize, LDSPerWorkgroup))
+		return
+	}
+	args, err := q.m.gpuSpan(q.dev, p.KernargAddress, uint64(k.kernargSize), false, nil)
 	if err != nil {
-		q.fail(hsa.StatusErrorMemoryFault, err.Error())
+		q.fail(faultStatus(err), err.Error())
 		return
 	}
 	grid := uint64(p.GridSize[0]) * uint64(max(p.GridSize[1], 1)) * uint64(max(p.GridSize[2], 1))
-	if err := q.m.runKernel(k, args, grid, a); err != nil {
-		q.fail(hsa.StatusErrorMemoryFault, err.Error())
+	if err := q.m.runKernel(q.dev, k, args, grid, a); err != nil {
+		q.fail(faultStatus(err), err.Error())
 		return
 	}
 	q.complete(p.CompletionSignal, a)
 }
 
-// runKernel executes an elementwise kernel over its whole range; the real
-// kernels use a grid-stride loop, so any grid of at least one work-item
-// covers every element.
-func (m *Machine) runKernel(k *kernelImpl, kernarg []byte, grid uint64, a *actor) error {
+// faultStatus is the queue error a failed access raises. A GPU touching
+// memory not mapped to it is a VM fault, which KFD reports to the queue as
+// EC_DEVICE_MEMORY_VIOLATION and ROCr 5.2 (amd_aql_queue.cpp) hands to the
+// queue's callback as HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION. (ROCr
+// also aborts the process from its VM-fault handler unless a system event
+// handler is registered; the emulator reports the queue error only.)
+func faultStatus(err error) hsa.Status {
+	if errors.Is(err, ErrNoAccess) {
+		return hsa.StatusErrorMemoryApertureViolation
+	}
+	return hsa.StatusErrorMemoryFault
+}
+
+// runKernel executes an elementwise kernel over its whole range on GPU
+// dev; the real kernels use a grid-stride loop, so any grid of at least
+// one work-item covers every element.
+func (m *Machine) runKernel(dev int, k *kernelImpl, kernarg []byte, grid uint64, a *actor) error {
 	args := kernels.DecodeArgs(kernarg, k.dt)
 	if grid == 0 || args.N == 0 {
 		return nil
@@ -270,16 +290,16 @@ func (m *Machine) runKernel(k *kernelImpl, kernarg []byte, grid uint64, a *actor
 	var in1, in2 []byte
 	var err error
 	if readA {
-		if in1, err = m.span(args.A, n, false, a); err != nil {
+		if in1, err = m.gpuSpan(dev, args.A, n, false, a); err != nil {
 			return err
 		}
 	}
 	if readB {
-		if in2, err = m.span(args.B, n, false, a); err != nil {
+		if in2, err = m.gpuSpan(dev, args.B, n, false, a); err != nil {
 			return err
 		}
 	}
-	out, err := m.span(args.Out, n, true, a)
+	out, err := m.gpuSpan(dev, args.Out, n, true, a)
 	if err != nil {
 		return err
 	}

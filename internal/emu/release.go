@@ -13,12 +13,9 @@ import (
 // kernels, so that the emulator checks rocsync's choice instead of
 // repeating it.
 
-// defaultHIPVersion is what a machine with HIPVersion 0 reports: ROCm 6.2.
-const defaultHIPVersion = 60_200_000
-
 func (m *Machine) hipVersion() int {
 	if m.opts.HIPVersion == 0 {
-		return defaultHIPVersion
+		return DefaultHIPVersion
 	}
 	return m.opts.HIPVersion
 }

@@ -19,6 +19,10 @@ type signal struct {
 	interrupt bool   // interrupt signals refuse hsa_amd_signal_value_pointer
 	doorbell  *queue // set for a queue's doorbell signal
 	destroyed bool
+	// hipMemory marks the signal behind hipExtMallocWithFlags(...,
+	// hipMallocSignalMemory): HIP allocated it, so every HIP release
+	// accepts its address in stream memory operations.
+	hipMemory bool
 }
 
 func (m *Machine) newSignal(initial int64, interrupt bool) hsa.Signal {
@@ -41,11 +45,13 @@ func (m *Machine) signal(h hsa.Signal) *signal {
 
 // signalAt finds the signal whose value lives at p (for the HIP stream
 // wait/write value calls used by the bridge policy).
-func (m *Machine) signalAt(p unsafe.Pointer) *signal {
+func (m *Machine) signalAt(p unsafe.Pointer) *signal { return m.signalAtAddr(uintptr(p)) }
+
+func (m *Machine) signalAtAddr(p uintptr) *signal {
 	m.sigMu.RLock()
 	defer m.sigMu.RUnlock()
 	for _, s := range m.signals {
-		if unsafe.Pointer(&s.v) == p {
+		if uintptr(unsafe.Pointer(&s.v)) == p {
 			return s
 		}
 	}

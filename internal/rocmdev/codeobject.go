@@ -77,37 +77,40 @@ func (d *Device) loadEither(first kernels.CodeObjectVersion, load func([]byte) e
 }
 
 // loadHSAExecutable loads and freezes the kernels for the GPU's agent.
-func (d *Device) loadHSAExecutable() (hsa.Executable, kernels.CodeObjectVersion, error) {
+func (d *Device) loadHSAExecutable() (kernels.CodeObjectVersion, error) {
 	rt := d.rt.HSA
 	first, err := d.hsaCodeObjectVersion()
 	if err != nil {
-		return 0, 0, err
+		return 0, err
 	}
-	var exe hsa.Executable
-	v, err := d.loadEither(first, func(code []byte) error {
+	return d.loadEither(first, func(code []byte) error {
 		reader, err := rt.CodeObjectReaderCreateFromMemory(code)
 		if err != nil {
 			return err
 		}
-		defer rt.CodeObjectReaderDestroy(reader)
 		e, err := rt.ExecutableCreateAlt(hsa.ProfileFull, hsa.FloatRoundingDefault)
 		if err != nil {
+			_ = rt.CodeObjectReaderDestroy(reader)
+			return err
+		}
+		fail := func(err error) error {
+			_ = rt.ExecutableDestroy(e)
+			_ = rt.CodeObjectReaderDestroy(reader)
 			return err
 		}
 		if err := rt.ExecutableLoadAgentCodeObject(e, d.agent, reader); err != nil {
-			_ = rt.ExecutableDestroy(e)
-			return err
+			return fail(err)
 		}
 		if err := rt.ExecutableFreeze(e); err != nil {
-			_ = rt.ExecutableDestroy(e)
-			return err
+			return fail(err)
 		}
-		exe = e
+		// ROCr keeps the reader's memory as the loaded code object's
+		// storage: the reader lives until the executable is destroyed.
+		d.exe, d.reader = e, reader
 		return nil
 	}, func(err error) bool {
 		return errors.Is(err, &hsa.Error{Status: hsa.StatusErrorInvalidCodeObject})
 	})
-	return exe, v, err
 }
 
 // loadHIPModule loads the kernels into HIP, for Unified.
@@ -118,7 +121,7 @@ func (d *Device) loadHIPModule() (hip.Module, kernels.CodeObjectVersion, error) 
 	}
 	var module hip.Module
 	v, err := d.loadEither(first, func(code []byte) error {
-		m, err := d.rt.HIP.ModuleLoadData(d.index, code)
+		m, err := d.rt.HIP.ModuleLoadData(d.hipIndex, code)
 		module = m
 		return err
 	}, func(err error) bool {

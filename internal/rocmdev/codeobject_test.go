@@ -124,8 +124,10 @@ func TestCodeObjectVersionPerRelease(t *testing.T) {
 	}
 }
 
-// Runtimes that cannot report their version: the interfaces alone hide
-// RuntimeVersion and BuildVersion, so rocmdev tries v5 first.
+// Runtimes that cannot report their version: hsa.Runtime alone hides
+// BuildVersion, and hipNoVersion's hipRuntimeGetVersion fails (hip.Runtime
+// has RuntimeVersion since device matching needs it), so rocmdev tries v5
+// first.
 type (
 	hipNoVersion struct {
 		hip.Runtime
@@ -137,6 +139,10 @@ type (
 		failAs error // when set, every load fails with it
 	}
 )
+
+func (h *hipNoVersion) RuntimeVersion() (int, error) {
+	return 0, &hip.Error{Code: hip.ErrorNotSupported}
+}
 
 func (h *hipNoVersion) ModuleLoadData(d int, image []byte) (hip.Module, error) {
 	v, _ := kernels.ReadCodeObjectVersion(image)

@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/rs/zerolog"
+
 	"github.com/rocsync/rocsync/driver"
 	"github.com/rocsync/rocsync/hip"
 	"github.com/rocsync/rocsync/hsa"
@@ -32,6 +34,8 @@ type Runtimes struct {
 	BLAS rocblas.Library // nil when rocBLAS is missing
 	// BLASErr says why BLAS is nil; Gemm returns it.
 	BLASErr error
+	// Log receives why a GPU is left out; nil discards it.
+	Log *zerolog.Logger
 }
 
 // ErrNoBLAS is returned by Gemm when rocBLAS could not be loaded.
@@ -39,17 +43,27 @@ var ErrNoBLAS = errors.New("rocBLAS is not loaded")
 
 // Open makes a driver.Device for every GPU agent, configured by configFor
 // its index.
+//
+// Open takes over the caller's hsa_init reference of rt.HSA: the devices
+// share it, and the last one to close calls hsa_shut_down (so does Open
+// when it fails), which releases ROCr's queues, signals and threads.
 func Open(rt Runtimes, configFor func(index int) driver.DeviceConfig) ([]driver.Device, error) {
 	agents, err := gpuAgents(rt.HSA)
 	if err != nil {
-		return nil, err
+		return nil, errors.Join(err, rt.HSA.ShutDown())
 	}
 	kernarg, err := kernargPool(rt.HSA)
 	if err != nil {
-		return nil, err
+		return nil, errors.Join(err, rt.HSA.ShutDown())
 	}
+	gpus, err := matchHIPDevices(rt, agents)
+	if err != nil {
+		return nil, errors.Join(err, rt.HSA.ShutDown())
+	}
+	ref := &runtimeRef{rt: rt.HSA}
+	ref.users.Add(int64(len(gpus)))
 	var devs []driver.Device
-	for i, a := range agents {
+	for i, g := range gpus {
 		cfg := configFor(i)
 		if cfg.QueueSize == 0 {
 			cfg.QueueSize = 1024
@@ -57,16 +71,102 @@ func Open(rt Runtimes, configFor func(index int) driver.DeviceConfig) ([]driver.
 		if cfg.MaxQueues == 0 {
 			cfg.MaxQueues = 8
 		}
-		d, err := newDevice(rt, cfg, i, a, kernarg)
+		d, err := newDevice(rt, cfg, i, g.agent, g.hipIndex, kernarg)
 		if err != nil {
 			for _, x := range devs {
 				_ = x.Close()
 			}
+			// The devices never made hold no reference; the last
+			// reference dropped shuts the runtime down.
+			_ = ref.release(int64(len(gpus) - len(devs)))
 			return nil, err
 		}
+		d.ref = ref
 		devs = append(devs, d)
 	}
 	return devs, nil
+}
+
+// gpu is a GPU agent and the HIP device that is the same GPU.
+type gpu struct {
+	agent    hsa.Agent
+	hipIndex int
+}
+
+// pciLocation identifies a GPU on PCIe: both runtimes report it, while
+// their device orders may differ (HIP_VISIBLE_DEVICES reorders and filters
+// HIP's devices, and HIP leaves out GPUs it fails to open).
+type pciLocation struct{ domain, bus, device uint32 }
+
+func (l pciLocation) String() string {
+	return fmt.Sprintf("%04x:%02x:%02x", l.domain, l.bus, l.device)
+}
+
+// matchHIPDevices pairs every GPU agent with the HIP device at the same
+// PCI domain, bus and device (a GPU is function 0). Agents HIP does not present are left out, with a
+// logged reason; no match at all is an error.
+func matchHIPDevices(rt Runtimes, agents []hsa.Agent) ([]gpu, error) {
+	n, err := rt.HIP.DeviceCount()
+	if err != nil {
+		return nil, fmt.Errorf("rocmdev: counting HIP devices: %w", err)
+	}
+	hipAt := map[pciLocation]int{}
+	for j := 0; j < n; j++ {
+		// hipDeviceGetPCIBusId, not the PCI attributes: HIP 5.2.3 refuses
+		// hipDeviceAttributePciDomainID (hipErrorInvalidValue).
+		id, err := rt.HIP.DevicePCIBusID(j)
+		if err != nil {
+			return nil, fmt.Errorf("rocmdev: reading HIP device %d's PCI location: %w", j, err)
+		}
+		var loc pciLocation
+		var fn uint32
+		if _, err := fmt.Sscanf(id, "%x:%x:%x.%x", &loc.domain, &loc.bus, &loc.device, &fn); err != nil {
+			return nil, fmt.Errorf("rocmdev: HIP device %d's PCI bus id %q: %w", j, id, err)
+		}
+		if prev, dup := hipAt[loc]; dup {
+			return nil, fmt.Errorf("rocmdev: HIP devices %d and %d are both at PCI %s", prev, j, loc)
+		}
+		hipAt[loc] = j
+	}
+	var out []gpu
+	for i, a := range agents {
+		bdf, err := rt.HSA.AgentInfoUint32(a, hsa.AgentInfoBDFID)
+		if err != nil {
+			return nil, fmt.Errorf("rocmdev: reading GPU agent %d's PCI location: %w", i, err)
+		}
+		domain, err := rt.HSA.AgentInfoUint32(a, hsa.AgentInfoDomain)
+		if err != nil {
+			return nil, fmt.Errorf("rocmdev: reading GPU agent %d's PCI domain: %w", i, err)
+		}
+		loc := pciLocation{domain: domain, bus: bdf >> 8 & 0xff, device: bdf >> 3 & 0x1f}
+		j, ok := hipAt[loc]
+		if !ok {
+			if rt.Log != nil {
+				rt.Log.Warn().Int("agent", i).Str("pci", loc.String()).
+					Msg("rocsync: skipping a GPU that HIP does not present (HIP_VISIBLE_DEVICES, or HIP failed to open it)")
+			}
+			continue
+		}
+		out = append(out, gpu{agent: a, hipIndex: j})
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("rocmdev: none of the %d GPU agents is a HIP device (%d HIP devices): %w", len(agents), n, hsa.ErrNoGPU)
+	}
+	return out, nil
+}
+
+// runtimeRef counts the devices that share one hsa_init reference.
+type runtimeRef struct {
+	rt    hsa.Runtime
+	users atomic.Int64
+}
+
+// release drops n users; the last one calls hsa_shut_down.
+func (r *runtimeRef) release(n int64) error {
+	if r.users.Add(-n) == 0 {
+		return r.rt.ShutDown()
+	}
+	return nil
 }
 
 func gpuAgents(rt hsa.Runtime) ([]hsa.Agent, error) {
@@ -128,21 +228,35 @@ func agentISA(rt hsa.Runtime, a hsa.Agent) (string, error) {
 
 // Device is one GPU of the ROCm family.
 type Device struct {
-	rt        Runtimes
-	cfg       driver.DeviceConfig
-	index     int
-	agent     hsa.Agent
-	isa       string
-	signals   *queue.SignalPool
-	streamAPI stream.API
-	events    *stream.EventPool
-	queues    tls.QueuePool
-	tasks     atomic.Int64
+	rt       Runtimes
+	cfg      driver.DeviceConfig
+	index    int // rocsync's ordinal: GPU agents in HSA's order that HIP presents
+	agent    hsa.Agent
+	hipIndex int // the same GPU's HIP device number
+	isa      string
+	signals  *queue.SignalPool
+	// bridgeSignals are GPU-only signals, which have a value address for
+	// HIP's stream memory operations (DeviceBridge).
+	bridgeSignals *queue.SignalPool
+	streamAPI     stream.API
+	events        *stream.EventPool
+	queues        tls.QueuePool
+	tasks         atomic.Int64
+	ref           *runtimeRef // the shared hsa_init reference
+	bridge        bool        // DeviceBridge crosses the HSA/HIP boundary on the device
+	closed        atomic.Bool
 
 	kernelsOnce sync.Once
 	kernelsErr  error
 	kernelObjs  [kernels.NumOps][2]kernelObject
 	codeObjects struct{ hsa, hip kernels.CodeObjectVersion } // what loaded; hip is 0 unless Unified
+	// The loaded code: ROCr keeps the reader's memory as the loaded code
+	// object's storage (its memory:// URI, which debuggers and profilers
+	// read), so the reader lives until the executable is destroyed, at
+	// Close.
+	reader hsa.CodeObjectReader
+	exe    hsa.Executable
+	module hip.Module // under Unified
 }
 
 var _ driver.Device = (*Device)(nil)
@@ -156,26 +270,36 @@ type kernelObject struct {
 	workgroup   uint16
 }
 
-func newDevice(rt Runtimes, cfg driver.DeviceConfig, index int, agent hsa.Agent, kernarg hsa.MemoryPool) (*Device, error) {
+func newDevice(rt Runtimes, cfg driver.DeviceConfig, index int, agent hsa.Agent, hipIndex int, kernarg hsa.MemoryPool) (*Device, error) {
 	isa, err := agentISA(rt.HSA, agent)
 	if err != nil {
 		return nil, fmt.Errorf("rocmdev: reading gpu%d's ISA: %w", index, err)
 	}
-	d := &Device{rt: rt, cfg: cfg, index: index, agent: agent, isa: isa}
-	var attrs uint64
-	if cfg.Policy == syncstate.DeviceBridge {
-		// The bridge reads completion signals' values from HIP, which
-		// hsa_amd_signal_value_pointer allows only for non-interrupt
-		// signals; IPC signals are those that the host can still wait on.
-		attrs = hsa.SignalAttrIPC
+	d := &Device{rt: rt, cfg: cfg, index: index, agent: agent, hipIndex: hipIndex, isa: isa}
+	bridge := cfg.Policy == syncstate.DeviceBridge
+	if bridge {
+		if ok, why := bridgeSupported(rt.HIP); !ok {
+			bridge = false
+			if rt.Log != nil {
+				rt.Log.Warn().Int("gpu", index).Str("reason", why).
+					Msg("rocsync: DeviceBridge falls back to host waits at the HSA/HIP boundary")
+			}
+		}
 	}
-	d.signals = queue.NewSignalPool(rt.HSA, attrs)
-	d.streamAPI = stream.HIP(rt.HIP, index)
+	d.bridge = bridge
+	// Completion signals are interrupt signals, whatever the policy: the
+	// host blocks on them instead of polling. HIP needs a signal's value
+	// address, which hsa_amd_signal_value_pointer gives only for
+	// non-interrupt (busy-wait) signals; the bridge takes those from a pool
+	// of its own, used only at crossings and waited on by the GPU only.
+	d.signals = queue.NewSignalPool(rt.HSA, 0)
+	d.bridgeSignals = queue.NewSignalPool(rt.HSA, hsa.SignalAttrAMDGPUOnly)
+	d.streamAPI = stream.HIP(rt.HIP, hipIndex)
 	d.events = stream.NewEventPool(d.streamAPI)
 	d.queues = tls.QueuePool{Max: cfg.MaxQueues, Create: func(i int) (*queue.Queue, error) {
 		q, err := queue.New(rt.HSA, queue.Config{Name: fmt.Sprintf("gpu%d/hsa-q%d", index, i), Agent: agent,
 			Size: cfg.QueueSize, KernargPool: kernarg, Signals: d.signals, Sinks: syncstate.Sinks{cfg.Stats}})
-		if err == nil && cfg.Policy == syncstate.DeviceBridge {
+		if err == nil && bridge {
 			q.SetBridge(d.hipToHSA)
 		}
 		return q, err
@@ -187,7 +311,9 @@ func newDevice(rt Runtimes, cfg driver.DeviceConfig, index int, agent hsa.Agent,
 func (d *Device) Target() string { return d.isa }
 
 // SignalsCreated implements driver.Device.
-func (d *Device) SignalsCreated() uint64 { return d.signals.Created() }
+func (d *Device) SignalsCreated() uint64 {
+	return d.signals.Created() + d.bridgeSignals.Created()
+}
 
 // EventsCreated implements driver.Device.
 func (d *Device) EventsCreated() uint64 { return d.events.Created() }
@@ -195,26 +321,34 @@ func (d *Device) EventsCreated() uint64 { return d.events.Created() }
 // Malloc implements driver.Device with hipMalloc: HIP and HSA share one
 // ROCr instance, so the pointer is valid in self-dispatched kernels too.
 func (d *Device) Malloc(size uint64) (driver.DevicePtr, error) {
-	p, err := d.rt.HIP.Malloc(d.index, size)
+	p, err := d.rt.HIP.Malloc(d.hipIndex, size)
 	return driver.DevicePtr(p), err
 }
 
 // Free implements driver.Device.
-func (d *Device) Free(p driver.DevicePtr) error { return d.rt.HIP.Free(d.index, hip.DevicePtr(p)) }
+func (d *Device) Free(p driver.DevicePtr) error { return d.rt.HIP.Free(d.hipIndex, hip.DevicePtr(p)) }
 
 // CopyHtoD implements driver.Device.
 func (d *Device) CopyHtoD(dst driver.DevicePtr, src unsafe.Pointer, size uint64) error {
-	return d.rt.HIP.MemcpyHtoD(d.index, hip.DevicePtr(dst), src, size)
+	return d.rt.HIP.MemcpyHtoD(d.hipIndex, hip.DevicePtr(dst), src, size)
 }
 
 // CopyDtoH implements driver.Device.
 func (d *Device) CopyDtoH(dst unsafe.Pointer, src driver.DevicePtr, size uint64) error {
-	return d.rt.HIP.MemcpyDtoH(d.index, dst, hip.DevicePtr(src), size)
+	return d.rt.HIP.MemcpyDtoH(d.hipIndex, dst, hip.DevicePtr(src), size)
 }
 
-// Close releases the queues and pools; tasks must be closed first.
+// Close releases the queues and pools, and the device's share of the HSA
+// runtime; tasks must be closed first. A second Close does nothing.
 func (d *Device) Close() error {
-	return errors.Join(d.queues.Close(), d.signals.Destroy(), d.events.Destroy())
+	if d.closed.Swap(true) {
+		return nil
+	}
+	err := errors.Join(d.queues.Close(), d.signals.Destroy(), d.bridgeSignals.Destroy(), d.events.Destroy(), d.unloadKernels())
+	if d.ref != nil {
+		err = errors.Join(err, d.ref.release(1))
+	}
+	return err
 }
 
 // loadKernels loads the code object for the GPU's ISA once and looks up
@@ -224,16 +358,41 @@ func (d *Device) loadKernels() error {
 	return d.kernelsErr
 }
 
-func (d *Device) doLoadKernels() error {
+// unloadKernels destroys the executable, then its reader, and unloads the
+// HIP module. The queues are drained first, so no kernel still runs.
+func (d *Device) unloadKernels() error {
+	var errs []error
+	if d.exe != 0 {
+		errs = append(errs, d.rt.HSA.ExecutableDestroy(d.exe))
+		d.exe = 0
+	}
+	if d.reader != 0 {
+		errs = append(errs, d.rt.HSA.CodeObjectReaderDestroy(d.reader))
+		d.reader = 0
+	}
+	if d.module != 0 {
+		errs = append(errs, d.rt.HIP.ModuleUnload(d.module))
+		d.module = 0
+	}
+	return errors.Join(errs...)
+}
+
+func (d *Device) doLoadKernels() (err error) {
 	rt := d.rt.HSA
 	// Each runtime gets the code-object version its release loads
 	// (codeobject.go); the kernels and their 40-byte kernarg layout are the
 	// same in every version.
-	exe, hsaVersion, err := d.loadHSAExecutable()
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, d.unloadKernels())
+		}
+	}()
+	hsaVersion, err := d.loadHSAExecutable()
 	if err != nil {
 		return err
 	}
 	d.codeObjects.hsa = hsaVersion
+	exe := d.exe
 	wg := kernels.DefaultWorkgroupSize(d.isa)
 	var module hip.Module
 	if d.cfg.Policy == syncstate.Unified {
@@ -242,6 +401,7 @@ func (d *Device) doLoadKernels() error {
 		if module, d.codeObjects.hip, err = d.loadHIPModule(); err != nil {
 			return err
 		}
+		d.module = module
 	}
 	for _, op := range kernels.AllOps() {
 		for di, dt := range kernels.AllDTypes() {
@@ -291,13 +451,13 @@ func (d *Device) NewTask(sinks syncstate.Sinks) (driver.Task, error) {
 	n := d.tasks.Add(1)
 	t := &Task{d: d, sinks: sinks}
 	var err error
-	hs, err := d.rt.HIP.StreamCreate(d.index, hip.StreamNonBlocking)
+	hs, err := d.rt.HIP.StreamCreate(d.hipIndex, hip.StreamNonBlocking)
 	if err != nil {
 		return nil, fmt.Errorf("creating a HIP stream: %w", err)
 	}
 	t.st.Stream = stream.New(d.streamAPI, uintptr(hs), stream.Config{Name: fmt.Sprintf("gpu%d/hip-s%d", d.index, n),
 		Events: d.events, Sinks: sinks, Domain: syncstate.DomainLibrary})
-	if d.cfg.Policy == syncstate.DeviceBridge {
+	if d.bridge {
 		t.st.Stream.SetBridge(d.hsaToHIP)
 	}
 	if d.cfg.Policy != syncstate.Unified {
@@ -307,7 +467,7 @@ func (d *Device) NewTask(sinks syncstate.Sinks) (driver.Task, error) {
 		}
 	}
 	if d.rt.BLAS != nil {
-		h, err := d.rt.BLAS.CreateHandle(d.index)
+		h, err := d.rt.BLAS.CreateHandle(d.hipIndex)
 		if err == nil {
 			t.st.BLAS = h
 			err = d.rt.BLAS.SetStream(h, hip.Stream(t.st.Stream.Handle()))
@@ -358,6 +518,8 @@ func (t *Task) Launch(op kernels.Op, dt kernels.DType, args kernels.Args) (uint6
 
 // launchHIP is Launch under Unified. HIP counts the grid in blocks, AQL in
 // work-items; the runtime copies the argument block at enqueue.
+// sharedMemBytes is 0: HIP adds the kernel's static LDS (its group segment
+// size) itself, so passing it again would count it twice.
 func (t *Task) launchHIP(k *kernelObject, dt kernels.DType, args kernels.Args, grid uint64) (uint64, error) {
 	var buf [queue.KernargSlot]byte
 	args.Encode(buf[:], dt)
@@ -366,7 +528,7 @@ func (t *Task) launchHIP(k *kernelObject, dt kernels.DType, args kernels.Args, g
 	hp := t.d.rt.HIP
 	return t.st.Stream.Submit(func(s uintptr) error {
 		return hp.ModuleLaunchKernel(k.function, [3]uint32{uint32(grid / wg), 1, 1}, [3]uint32{uint32(wg), 1, 1},
-			k.groupSize, hip.Stream(s), kernarg)
+			0, hip.Stream(s), kernarg)
 	})
 }
 
@@ -420,12 +582,33 @@ func (d *Device) Queues() []*queue.Queue { return d.queues.Queues() }
 // HSAQueue returns the task's HSA queue, nil under Unified (for tests).
 func (t *Task) HSAQueue() *queue.Queue { return t.st.Queue }
 
+// hipStreamMemoryLookup is the first HIP release (ROCm 5.6.0, clr commit
+// b40823ccc "Enable ROCr interop") whose hipStreamWaitValue64 and
+// hipStreamWriteValue64 accept memory HIP did not allocate, by asking ROCr
+// about it. Earlier releases return hipErrorInvalidValue for an HSA
+// signal's value address (seen with HIP 5.2.3).
+const hipStreamMemoryLookup = 50_600_000
+
+// bridgeSupported says whether HIP takes HSA signals' value addresses in
+// stream memory operations, which the bridge needs, and why not.
+func bridgeSupported(h hip.Runtime) (bool, string) {
+	v, err := h.RuntimeVersion()
+	if err != nil {
+		return false, fmt.Sprintf("hipRuntimeGetVersion failed (%v), so whether HIP accepts HSA signal memory in stream memory operations is unknown", err)
+	}
+	if v < hipStreamMemoryLookup {
+		return false, fmt.Sprintf("HIP %d.%d.%d refuses HSA signal memory in hipStreamWaitValue64/hipStreamWriteValue64 (accepted from HIP 5.6)",
+			v/10_000_000, v/100_000%100, v%100_000)
+	}
+	return true, ""
+}
+
 // hipToHSA bridges a HIP fence to an HSA queue: the producer stream stores
 // 0 into a pooled signal once its earlier work (the fence included) is
 // done, and the consumer's barrier-AND packet waits for that signal.
 // hipStreamWriteValue64 needs the signal's value address, which
-// hsa_amd_signal_value_pointer gives only for non-interrupt signals: the
-// device's pool makes IPC signals under DeviceBridge.
+// hsa_amd_signal_value_pointer gives only for non-interrupt signals: it
+// comes from the GPU-only bridge pool.
 func (d *Device) hipToHSA(f syncstate.Fence) (*queue.Signal, error) {
 	p, ok := f.TL.(*stream.Stream)
 	if !ok {
@@ -434,7 +617,7 @@ func (d *Device) hipToHSA(f syncstate.Fence) (*queue.Signal, error) {
 	if f.Ticket <= p.Completed() {
 		return nil, nil
 	}
-	sig, err := d.signals.Get()
+	sig, err := d.bridgeSignals.Get()
 	if err != nil {
 		return nil, err
 	}
@@ -451,21 +634,32 @@ func (d *Device) hipToHSA(f syncstate.Fence) (*queue.Signal, error) {
 	return sig, nil
 }
 
-// hsaToHIP bridges an HSA fence to a HIP stream: the stream waits with
-// hipStreamWaitValue64 until the producer's completion signal reads 0. The
-// signal stays retained (so the pool cannot reset it to 1) until the
-// stream has passed the wait.
+// hsaToHIP bridges an HSA fence to a HIP stream. The producer's completion
+// signals are interrupt signals, which have no value address, so a marker
+// packet on the producer queue completes a GPU-only signal once the queue
+// has got that far (packets complete in order), and the stream waits with
+// hipStreamWaitValue64 until that signal reads 0. The signal stays
+// retained (so the pool cannot reset it to 1) until the stream has passed
+// the wait.
 func (d *Device) hsaToHIP(s *stream.Stream, f syncstate.Fence) error {
 	p, ok := f.TL.(*queue.Queue)
 	if !ok {
 		return fmt.Errorf("rocmdev: cannot bridge from %s", f.TL.Name())
 	}
-	sig := p.SignalFor(f.Ticket)
-	if sig == nil {
+	if f.Ticket <= p.Completed() {
 		return nil
+	}
+	sig, err := d.bridgeSignals.Get()
+	if err != nil {
+		return err
 	}
 	ptr, err := d.rt.HSA.SignalValuePointer(sig.H)
 	if err != nil {
+		sig.Release()
+		return err
+	}
+	sig.Retain() // one reference for the marker packet, one for the stream
+	if _, err := p.Marker(sig); err != nil {
 		sig.Release()
 		return err
 	}

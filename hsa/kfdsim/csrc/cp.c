@@ -1,0 +1,469 @@
+/*
+ * Queues and the command processor: one pthread per AQL queue that polls
+ * the queue's doorbell slot (ROCr writes the packet index there) and
+ * processes packets in order, as the CP firmware does:
+ *
+ *   - kernel dispatch: checked (dimensions, code object), then run by
+ *     kfdsim_exec_dispatch (exec.c);
+ *   - barrier-AND / barrier-OR: waits until all / any dependency signal is 0;
+ *   - AMD vendor packets: PM4 IB (ROCr's cache flushes) and barrier-value;
+ *   - then the completion signal (decrement, timestamps, and the interrupt:
+ *     event id into the mailbox, waking the event's waiters), the header set
+ *     back to INVALID, and the read index advanced.
+ *
+ * Everything the CP reads or writes on the GPU's behalf (ring slots, signals,
+ * PM4 IBs) goes through kfdsim_gpu_access. A failed access, a malformed
+ * packet, or a dispatch of a kernel the executor does not know stops the
+ * queue, and the CP reports it the way the hardware does to a runtime
+ * without the debugger interface: the error code goes into
+ * amd_queue_t.queue_inactive_signal and its event is signalled; ROCr's
+ * AqlQueue::DynamicScratchHandler turns it into the queue's error callback.
+ * The queue processes nothing after that.
+ *
+ * SDMA queues get the same kind of thread running the SDMA engine (sdma.c).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <hsa/hsa.h>
+#include <hsa/amd_hsa_queue.h>
+#include <hsa/amd_hsa_signal.h>
+#include <hsa/hsa_ext_amd.h>
+
+#include "kfdsim_int.h"
+
+
+#define DOORBELL_SLOTS 512
+
+
+__thread kfdsim_queue *kfdsim_current_queue;
+
+static pthread_mutex_t q_lock = PTHREAD_MUTEX_INITIALIZER;
+static kfdsim_queue *queues;
+static uint64_t next_queue_id = 1;
+static uint64_t doorbells[DOORBELL_SLOTS] __attribute__((aligned(4096)));
+static uint8_t doorbell_used[DOORBELL_SLOTS];
+
+static void sleep_ns(long ns)
+{
+	struct timespec ts = {ns / 1000000000L, ns % 1000000000L};
+	nanosleep(&ts, NULL);
+}
+
+void backoff_reset(backoff *b) { b->idle = 0; }
+
+void backoff_wait(backoff *b)
+{
+	uint64_t now = kfdsim_now_ns();
+	if (!b->idle) {
+		b->idle = 1;
+		b->idle_since = now;
+	}
+	uint64_t idle = now - b->idle_since;
+	if (idle < 200000) sleep_ns(20000);          /* first 0.2 ms: 20 us */
+	else if (idle < 20000000) sleep_ns(200000);  /* up to 20 ms: 0.2 ms */
+	else if (idle < 1000000000) sleep_ns(2000000); /* up to 1 s: 2 ms */
+	else sleep_ns(5000000);                      /* then 5 ms */
+}
+
+int kfdsim_queue_stopping(kfdsim_queue *q)
+{
+	return __atomic_load_n(&q->stop, __ATOMIC_ACQUIRE);
+}
+
+void kfdsim_queue_fault(kfdsim_queue *q, int64_t error_code, const char *why)
+{
+	if (__atomic_exchange_n(&q->faulted, 1, __ATOMIC_ACQ_REL)) return; /* already stopped */
+	fprintf(stderr, "kfdsim: queue %llu on GPU node %u stopped: %s (queue error %#llx)\n",
+		(unsigned long long)q->id, q->node, why, (unsigned long long)error_code);
+	if (q->type != HSA_QUEUE_COMPUTE_AQL || q->amd_queue == NULL) return;
+	uint64_t h = q->amd_queue->queue_inactive_signal.handle;
+	if (h == 0) return;
+	amd_signal_t *s = (amd_signal_t *)(uintptr_t)h;
+	__atomic_store_n(&s->value, error_code, __ATOMIC_RELEASE);
+	uint64_t mb = (uint64_t)(uintptr_t)s->event_mailbox_ptr;
+	uint32_t slot_id;
+	if (mb && kfdsim_is_mailbox(mb, &slot_id)) {
+		__atomic_store_n((uint64_t *)(uintptr_t)mb, (uint64_t)s->event_id, __ATOMIC_RELEASE);
+		kfdsim_event_fire(s->event_id);
+	}
+}
+
+/* Completes a signal the way the CP's end-of-pipe does. Returns 0, or -1
+ * after faulting the queue. */
+static int complete_signal(kfdsim_queue *q, uint64_t handle, uint64_t start_ts)
+{
+	if (handle == 0) return 0;
+	if (!kfdsim_gpu_access(q->node, handle, sizeof(amd_signal_t), true)) return -1;
+	amd_signal_t *s = (amd_signal_t *)(uintptr_t)handle;
+	if (s->kind != AMD_SIGNAL_KIND_USER) {
+		kfdsim_queue_fault(q, KFDSIM_QERR_INVALID_PACKET, "completion signal is not a user signal");
+		return -1;
+	}
+	s->start_ts = start_ts;
+	s->end_ts = kfdsim_now_ns();
+	__atomic_fetch_sub(&s->value, 1, __ATOMIC_SEQ_CST);
+	uint64_t mb = (uint64_t)(uintptr_t)__atomic_load_n(&s->event_mailbox_ptr, __ATOMIC_ACQUIRE);
+	if (mb) {
+		/* The CP writes the mailbox through the GPU's page tables; only a
+		 * write into the events page raises the interrupt. */
+		if (!kfdsim_gpu_access(q->node, mb, 8, true)) return -1;
+		__atomic_store_n((uint64_t *)(uintptr_t)mb, (uint64_t)s->event_id, __ATOMIC_RELEASE);
+		if (kfdsim_is_mailbox(mb, NULL)) kfdsim_event_fire(s->event_id);
+	}
+	return 0;
+}
+
+/* Reads a dependency signal's value; -1 after a fault. */
+static int read_signal(kfdsim_queue *q, uint64_t handle, int64_t *value)
+{
+	if (!kfdsim_gpu_access(q->node, handle, sizeof(amd_signal_t), false)) return -1;
+	*value = __atomic_load_n(&((amd_signal_t *)(uintptr_t)handle)->value, __ATOMIC_ACQUIRE);
+	return 0;
+}
+
+/* Waits for a barrier's dependencies. 0 done, -1 faulted, -2 queue stopping. */
+static int wait_barrier(kfdsim_queue *q, const uint64_t deps[5], int is_or)
+{
+	backoff b = {0, 0};
+	int any_dep = 0;
+	for (int i = 0; i < 5; i++) {
+		int64_t v;
+		if (deps[i] == 0) continue;
+		any_dep = 1;
+		if (read_signal(q, deps[i], &v) != 0) return -1;
+	}
+	if (is_or && !any_dep) return 0;
+	for (;;) {
+		int zero = 0, nonzero = 0;
+		for (int i = 0; i < 5; i++) {
+			int64_t v;
+			if (deps[i] == 0) continue;
+			if (read_signal(q, deps[i], &v) != 0) return -1;
+			if (v == 0) zero++;
+			else nonzero++;
+		}
+		if (is_or ? zero > 0 : nonzero == 0) return 0;
+		if (kfdsim_queue_stopping(q) || __atomic_load_n(&q->faulted, __ATOMIC_ACQUIRE)) return -2;
+		backoff_wait(&b);
+	}
+}
+
+/* Processes the packet in slot; returns 0 when complete (signal and all),
+ * -1 when the queue faulted, -2 when it is being destroyed mid-packet. */
+static int process_packet(kfdsim_queue *q, uint8_t *slot, uint16_t header)
+{
+	uint64_t start_ts = kfdsim_now_ns();
+	uint8_t type = (uint8_t)(header & 0xff);
+	uint64_t completion;
+	memcpy(&completion, slot + 56, 8);
+	switch (type) {
+	case HSA_PACKET_TYPE_KERNEL_DISPATCH: {
+		hsa_kernel_dispatch_packet_t p;
+		memcpy(&p, slot, sizeof p);
+		unsigned dims = p.setup & 3;
+		if (dims == 0 || p.workgroup_size_x == 0 || p.workgroup_size_y == 0 || p.workgroup_size_z == 0 ||
+		    p.grid_size_x == 0 || p.grid_size_y == 0 || p.grid_size_z == 0) {
+			kfdsim_queue_fault(q, KFDSIM_QERR_INVALID_DIM, "dispatch with invalid dimensions");
+			return -1;
+		}
+		if (p.kernel_object == 0) {
+			kfdsim_queue_fault(q, KFDSIM_QERR_INVALID_CODE, "dispatch with a NULL kernel object");
+			return -1;
+		}
+		uint64_t wg = (uint64_t)p.workgroup_size_x * p.workgroup_size_y * p.workgroup_size_z;
+		if (wg > 1024) {
+			kfdsim_queue_fault(q, KFDSIM_QERR_GROUP_TOO_LARGE, "workgroup of more than 1024 work-items");
+			return -1;
+		}
+		if (p.group_segment_size > 64 * 1024) {
+			kfdsim_queue_fault(q, KFDSIM_QERR_INVALID_GROUP_MEMORY, "group segment larger than the 64 KiB of LDS");
+			return -1;
+		}
+		/* The CP fetches the 64-byte kernel descriptor through the GPU's
+		 * page tables before it launches anything. */
+		if (!kfdsim_gpu_access(q->node, p.kernel_object, 64, false)) return -1;
+		kfdsim_dispatch d;
+		memset(&d, 0, sizeof d);
+		d.gpu_node = q->node;
+		d.queue_id = q->id;
+		d.kernel_object = p.kernel_object;
+		d.kernarg = (uint64_t)(uintptr_t)p.kernarg_address;
+		d.grid[0] = p.grid_size_x;
+		d.grid[1] = p.grid_size_y;
+		d.grid[2] = p.grid_size_z;
+		d.workgroup[0] = p.workgroup_size_x;
+		d.workgroup[1] = p.workgroup_size_y;
+		d.workgroup[2] = p.workgroup_size_z;
+		d.group_segment_size = p.group_segment_size;
+		d.private_segment_size = p.private_segment_size;
+		int rc = kfdsim_exec_dispatch(&d);
+		if (rc == KFDSIM_FAULT) {
+			/* kfdsim_gpu_access raised the VM fault and stopped the queue. */
+			kfdsim_queue_fault(q, KFDSIM_QERR_MEMORY_VIOLATION, "kernel faulted");
+			return -1;
+		}
+		if (rc == KFDSIM_UNKNOWN_KERNEL) {
+			char why[96];
+			snprintf(why, sizeof why, "dispatch of a kernel the simulated GPU cannot run (kernel object %#llx)",
+				 (unsigned long long)p.kernel_object);
+			kfdsim_queue_fault(q, KFDSIM_QERR_INVALID_CODE, why);
+			return -1;
+		}
+		if (rc != KFDSIM_OK) {
+			kfdsim_queue_fault(q, KFDSIM_QERR_INVALID_CODE, "executor returned an unknown status");
+			return -1;
+		}
+		break;
+	}
+	case HSA_PACKET_TYPE_BARRIER_AND:
+	case HSA_PACKET_TYPE_BARRIER_OR: {
+		uint64_t deps[5];
+		memcpy(deps, slot + 8, sizeof deps);
+		int rc = wait_barrier(q, deps, type == HSA_PACKET_TYPE_BARRIER_OR);
+		if (rc != 0) return rc;
+		break;
+	}
+	case HSA_PACKET_TYPE_VENDOR_SPECIFIC: {
+		uint8_t format = slot[2];
+		if (format == 1) { /* AMD_AQL_FORMAT_PM4_IB: an indirect buffer of PM4 */
+			uint32_t ib[4];
+			memcpy(ib, slot + 4, sizeof ib);
+			uint64_t ib_addr = ((uint64_t)ib[1] & ~3ull) | ((uint64_t)(ib[2] & 0xffff) << 32);
+			uint64_t ib_bytes = (uint64_t)(ib[3] & 0xfffff) * 4;
+			if (ib_bytes && !kfdsim_gpu_access(q->node, ib_addr, ib_bytes, false)) return -1;
+			/* The IB's PM4 (cache flushes, ROCr's only use) has no
+			 * effect on a simulated GPU whose caches are coherent. */
+		} else if (format == HSA_AMD_PACKET_TYPE_BARRIER_VALUE) {
+			uint64_t sig;
+			int64_t value, mask;
+			uint32_t cond;
+			memcpy(&sig, slot + 8, 8);
+			memcpy(&value, slot + 16, 8);
+			memcpy(&mask, slot + 24, 8);
+			memcpy(&cond, slot + 32, 4);
+			if (sig == 0 || cond > HSA_SIGNAL_CONDITION_GTE) {
+				kfdsim_queue_fault(q, KFDSIM_QERR_INVALID_VENDOR, "malformed barrier-value packet");
+				return -1;
+			}
+			backoff b = {0, 0};
+			for (;;) {
+				int64_t v;
+				if (read_signal(q, sig, &v) != 0) return -1;
+				v &= mask;
+				int met = cond == HSA_SIGNAL_CONDITION_EQ ? v == value
+					: cond == HSA_SIGNAL_CONDITION_NE ? v != value
+					: cond == HSA_SIGNAL_CONDITION_LT ? v < value : v >= value;
+				if (met) break;
+				if (kfdsim_queue_stopping(q)) return -2;
+				backoff_wait(&b);
+			}
+		} else {
+			kfdsim_queue_fault(q, KFDSIM_QERR_INVALID_VENDOR, "unknown AMD vendor packet format");
+			return -1;
+		}
+		break;
+	}
+	default:
+		kfdsim_queue_fault(q, KFDSIM_QERR_INVALID_PACKET, "packet of an invalid or unsupported type");
+		return -1;
+	}
+	return complete_signal(q, completion, start_ts);
+}
+
+static void aql_loop(kfdsim_queue *q)
+{
+	uint64_t slots = q->ring_bytes / 64;
+	backoff b = {0, 0};
+	while (!kfdsim_queue_stopping(q)) {
+		if (__atomic_load_n(&q->faulted, __ATOMIC_ACQUIRE) || __atomic_load_n(&q->suspended, __ATOMIC_ACQUIRE) ||
+		    kfdsim_held()) {
+			backoff_wait(&b);
+			continue;
+		}
+		uint64_t rd = __atomic_load_n(q->rptr, __ATOMIC_ACQUIRE);
+		uint64_t db = __atomic_load_n(q->doorbell, __ATOMIC_ACQUIRE);
+		if ((int64_t)db < (int64_t)rd) {
+			backoff_wait(&b);
+			continue;
+		}
+		uint8_t *slot = q->ring + (rd % slots) * 64;
+		if (!kfdsim_gpu_access(q->node, (uint64_t)(uintptr_t)slot, 64, false)) continue;
+		uint16_t header = __atomic_load_n((uint16_t *)slot, __ATOMIC_ACQUIRE);
+		if ((header & 0xff) == HSA_PACKET_TYPE_INVALID) {
+			/* Rung but not yet written: the CP waits for the header. */
+			backoff_wait(&b);
+			continue;
+		}
+		backoff_reset(&b);
+		KFDSIM_DEBUG("queue %llu: packet %llu type %u header %#x", (unsigned long long)q->id,
+			     (unsigned long long)rd, header & 0xff, header);
+		int rc = process_packet(q, slot, header);
+		if (rc != 0) continue; /* faulted (nothing more runs) or stopping */
+		__atomic_store_n((uint16_t *)slot, (uint16_t)HSA_PACKET_TYPE_INVALID, __ATOMIC_RELEASE);
+		if (!kfdsim_gpu_access(q->node, (uint64_t)(uintptr_t)q->rptr, 8, true)) continue;
+		__atomic_store_n(q->rptr, rd + 1, __ATOMIC_RELEASE);
+	}
+}
+
+static void *queue_thread(void *arg)
+{
+	kfdsim_queue *q = arg;
+	kfdsim_current_queue = q;
+	if (q->type == HSA_QUEUE_COMPUTE_AQL) aql_loop(q);
+	else kfdsim_sdma_loop(q);
+	kfdsim_current_queue = NULL;
+	return NULL;
+}
+
+static kfdsim_queue *find_queue_locked(HSA_QUEUEID id)
+{
+	for (kfdsim_queue *q = queues; q; q = q->next)
+		if (q->id == id) return q;
+	return NULL;
+}
+
+HSAKMT_STATUS HSAKMTAPI hsaKmtCreateQueue(HSAuint32 node, HSA_QUEUE_TYPE type, HSAuint32 percent,
+					   HSA_QUEUE_PRIORITY prio, void *ring, HSAuint64 ring_bytes, HsaEvent *event,
+					   HsaQueueResource *res)
+{
+	(void)prio;
+	(void)event;
+	if (!kfdsim_is_open()) return HSAKMT_STATUS_KERNEL_IO_CHANNEL_NOT_OPENED;
+	if (!kfdsim_is_gpu_node(node)) return HSAKMT_STATUS_INVALID_NODE_UNIT;
+	if (res == NULL || ring == NULL || ring_bytes < 256 || (ring_bytes & (ring_bytes - 1)) || percent > 100)
+		return HSAKMT_STATUS_INVALID_PARAMETER;
+	int sdma = type == HSA_QUEUE_SDMA || type == HSA_QUEUE_SDMA_XGMI;
+	if (type != HSA_QUEUE_COMPUTE_AQL && !sdma) {
+		KFDSIM_DEBUG("CreateQueue type %d: NOT_SUPPORTED", type);
+		return HSAKMT_STATUS_NOT_SUPPORTED;
+	}
+	if (!sdma && (res->Queue_read_ptr_aql == NULL || res->Queue_write_ptr_aql == NULL))
+		return HSAKMT_STATUS_INVALID_PARAMETER;
+	kfdsim_queue *q = calloc(1, sizeof *q);
+	if (q == NULL) return HSAKMT_STATUS_NO_MEMORY;
+	q->node = node;
+	q->type = sdma ? HSA_QUEUE_SDMA : type;
+	q->ring = ring;
+	q->ring_bytes = ring_bytes;
+	q->suspended = percent == 0;
+	pthread_mutex_lock(&q_lock);
+	int slot = -1;
+	for (int i = 0; i < DOORBELL_SLOTS; i++)
+		if (!doorbell_used[i]) {
+			slot = i;
+			break;
+		}
+	if (slot < 0) {
+		pthread_mutex_unlock(&q_lock);
+		free(q);
+		return HSAKMT_STATUS_OUT_OF_RESOURCES;
+	}
+	doorbell_used[slot] = 1;
+	q->doorbell_slot = slot;
+	q->doorbell = &doorbells[slot];
+	q->id = next_queue_id++;
+	pthread_mutex_unlock(&q_lock);
+	if (!sdma) {
+		q->rptr = res->Queue_read_ptr_aql;
+		q->wptr = res->Queue_write_ptr_aql;
+		q->amd_queue = (amd_queue_t *)((uint8_t *)res->Queue_read_ptr_aql - offsetof(amd_queue_t, read_dispatch_id));
+		/* No packet rung yet: the CP processes index i once doorbell >= i. */
+		__atomic_store_n(q->doorbell, UINT64_MAX, __ATOMIC_RELEASE);
+	} else {
+		/* SDMA: the engine owns the read and write pointers (bytes). */
+		q->rptr = &q->sdma_rptr;
+		q->wptr = &q->sdma_wptr;
+		__atomic_store_n(q->doorbell, 0, __ATOMIC_RELEASE);
+		res->Queue_read_ptr_aql = (HSAuint64 *)q->rptr;
+		res->Queue_write_ptr_aql = (HSAuint64 *)q->wptr;
+	}
+	res->QueueId = q->id;
+	res->Queue_DoorBell_aql = (HSAuint64 *)q->doorbell;
+	res->ErrorReason = NULL;
+	if (pthread_create(&q->thread, NULL, queue_thread, q) != 0) {
+		pthread_mutex_lock(&q_lock);
+		doorbell_used[slot] = 0;
+		pthread_mutex_unlock(&q_lock);
+		free(q);
+		return HSAKMT_STATUS_OUT_OF_RESOURCES;
+	}
+	pthread_mutex_lock(&q_lock);
+	q->next = queues;
+	queues = q;
+	pthread_mutex_unlock(&q_lock);
+	KFDSIM_DEBUG("CreateQueue %llu: node %u type %d ring %p bytes %llu rptr %p wptr %p doorbell %p",
+		     (unsigned long long)q->id, node, type, ring, (unsigned long long)ring_bytes, (void *)q->rptr,
+		     (void *)q->wptr, (void *)q->doorbell);
+	return HSAKMT_STATUS_SUCCESS;
+}
+
+HSAKMT_STATUS HSAKMTAPI hsaKmtUpdateQueue(HSA_QUEUEID id, HSAuint32 percent, HSA_QUEUE_PRIORITY prio, void *ring,
+					   HSAuint64 size, HsaEvent *event)
+{
+	(void)prio;
+	(void)ring;
+	(void)size;
+	(void)event;
+	if (!kfdsim_is_open()) return HSAKMT_STATUS_KERNEL_IO_CHANNEL_NOT_OPENED;
+	if (percent > 100) return HSAKMT_STATUS_INVALID_PARAMETER;
+	pthread_mutex_lock(&q_lock);
+	kfdsim_queue *q = find_queue_locked(id);
+	if (q) __atomic_store_n(&q->suspended, percent == 0, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&q_lock);
+	KFDSIM_DEBUG("UpdateQueue %llu: %u%%", (unsigned long long)id, percent);
+	return q ? HSAKMT_STATUS_SUCCESS : HSAKMT_STATUS_INVALID_PARAMETER;
+}
+
+static void stop_and_free(kfdsim_queue *q)
+{
+	__atomic_store_n(&q->stop, 1, __ATOMIC_RELEASE);
+	pthread_join(q->thread, NULL);
+	pthread_mutex_lock(&q_lock);
+	doorbell_used[q->doorbell_slot] = 0;
+	pthread_mutex_unlock(&q_lock);
+	free(q);
+}
+
+HSAKMT_STATUS HSAKMTAPI hsaKmtDestroyQueue(HSA_QUEUEID id)
+{
+	if (!kfdsim_is_open()) return HSAKMT_STATUS_KERNEL_IO_CHANNEL_NOT_OPENED;
+	pthread_mutex_lock(&q_lock);
+	kfdsim_queue *q = NULL;
+	for (kfdsim_queue **p = &queues; *p; p = &(*p)->next)
+		if ((*p)->id == id) {
+			q = *p;
+			*p = q->next;
+			break;
+		}
+	pthread_mutex_unlock(&q_lock);
+	if (q == NULL) return HSAKMT_STATUS_INVALID_PARAMETER;
+	stop_and_free(q);
+	KFDSIM_DEBUG("DestroyQueue %llu", (unsigned long long)id);
+	return HSAKMT_STATUS_SUCCESS;
+}
+
+HSAKMT_STATUS HSAKMTAPI hsaKmtSetQueueCUMask(HSA_QUEUEID id, HSAuint32 count, HSAuint32 *mask)
+{
+	if (!kfdsim_is_open()) return HSAKMT_STATUS_KERNEL_IO_CHANNEL_NOT_OPENED;
+	/* Every simulated CU is the same: a mask only has to be well formed. */
+	if (count == 0 || count % 32 != 0 || mask == NULL) return HSAKMT_STATUS_INVALID_PARAMETER;
+	pthread_mutex_lock(&q_lock);
+	kfdsim_queue *q = find_queue_locked(id);
+	pthread_mutex_unlock(&q_lock);
+	return q ? HSAKMT_STATUS_SUCCESS : HSAKMT_STATUS_INVALID_PARAMETER;
+}
+
+void kfdsim_queues_fini(void)
+{
+	for (;;) {
+		pthread_mutex_lock(&q_lock);
+		kfdsim_queue *q = queues;
+		if (q) queues = q->next;
+		pthread_mutex_unlock(&q_lock);
+		if (q == NULL) break;
+		stop_and_free(q);
+	}
+}

@@ -1,0 +1,5 @@
+//go:build race
+
+package kfdsim
+
+const execRaceEnabled = true

@@ -1,0 +1,68 @@
+//go:build linux && (amd64 || arm64)
+
+package kfdsim
+
+import (
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"github.com/ebitengine/purego"
+
+	"github.com/rocsync/rocsync/internal/cmem"
+)
+
+// Hold pauses every simulated command processor (AQL and SDMA queues) of
+// the thunk this process loaded (libPath, or HsakmtSoname when empty)
+// before its next packet, until release is called. Work submitted meanwhile
+// stays pending, as on a GPU kept busy behind a fast host, so a test can
+// count the waits a crossing costs exactly. A packet already in progress
+// finishes; holds nest; release is idempotent.
+func Hold(libPath string) (release func(), err error) {
+	if libPath == "" {
+		libPath = HsakmtSoname
+	}
+	h, err := purego.Dlopen(libPath, purego.RTLD_NOW|purego.RTLD_LOCAL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: dlopen %s: %v", ErrNoThunk, libPath, err)
+	}
+	hold, err := purego.Dlsym(h, "kfdsim_hold")
+	if err != nil {
+		purego.Dlclose(h)
+		return nil, fmt.Errorf("%w: %s has no kfdsim_hold: %v", ErrNoThunk, libPath, err)
+	}
+	rel, err := purego.Dlsym(h, "kfdsim_release")
+	if err != nil {
+		purego.Dlclose(h)
+		return nil, fmt.Errorf("%w: %s has no kfdsim_release: %v", ErrNoThunk, libPath, err)
+	}
+	cmem.Call(hold)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			cmem.Call(rel)
+			purego.Dlclose(h)
+		})
+	}, nil
+}
+
+// Allocated reports whether addr lies in memory the simulated driver has
+// handed out (AllocMemory) or registered and not yet freed: the
+// simulated-driver counterpart of asking the emulator whether a device
+// allocation is still live.
+func Allocated(libPath string, addr uintptr) (bool, error) {
+	if libPath == "" {
+		libPath = HsakmtSoname
+	}
+	h, err := purego.Dlopen(libPath, purego.RTLD_NOW|purego.RTLD_LOCAL)
+	if err != nil {
+		return false, fmt.Errorf("%w: dlopen %s: %v", ErrNoThunk, libPath, err)
+	}
+	defer purego.Dlclose(h)
+	lookup, err := purego.Dlsym(h, "kfdsim_lookup")
+	if err != nil {
+		return false, fmt.Errorf("%w: %s has no kfdsim_lookup: %v", ErrNoThunk, libPath, err)
+	}
+	var rec [40]byte // kfdsim_alloc: base, size, home_node, mapped_mask, flags
+	return uint8(cmem.Call(lookup, addr, uintptr(unsafe.Pointer(&rec[0])))) != 0, nil
+}

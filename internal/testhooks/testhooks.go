@@ -1,0 +1,12 @@
+// Package testhooks holds switches that tests flip to remove one step of
+// rocsync's protocol and show that the emulator (or the simulated driver)
+// catches its absence. Production code only reads them; nothing outside
+// this module can import the package.
+package testhooks
+
+import "sync/atomic"
+
+// SkipKernargAllowAccess makes queue.New leave its kernarg ring unmapped
+// to the GPU (no hsa_amd_agents_allow_access), the defect a discrete GPU
+// answers with a memory fault on the first dispatch.
+var SkipKernargAllowAccess atomic.Bool

@@ -1,0 +1,239 @@
+//go:build linux && (amd64 || arm64)
+
+package rocsync
+
+import (
+	"errors"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rocsync/rocsync/hip"
+	"github.com/rocsync/rocsync/hsa"
+	"github.com/rocsync/rocsync/hsa/kfdsim"
+	"github.com/rocsync/rocsync/internal/dl"
+	"github.com/rocsync/rocsync/rocblas/simblas"
+)
+
+// The simulated GPUs of each run. PCI locations are given so that the two
+// GPUs of the matching run enumerate in a known order (see
+// TestROCmSuiteOnSimulatedDriver).
+var simulatedSuiteRuns = []struct{ name, gpus string }{
+	{"gfx90a", "gfx90a@0000:83:00.0"},
+	{"gfx1030", "gfx1030@0000:03:00.0"},
+}
+
+// acceptanceSuite is what a simulated-driver child runs: every acceptance
+// test (each skips what needs the emulator's instruments, saying why, as on
+// hardware) and the device tests that apply to the ROCm backend.
+var acceptanceSuite = []struct {
+	name string
+	fn   func(*testing.T)
+}{
+	{"SeedPrograms", TestSeedPrograms},
+	{"WriteAfterRead", TestWriteAfterRead},
+	{"AliasingRecordsOneFence", TestAliasingRecordsOneFence},
+	{"TwoTasksSharingArrays", TestTwoTasksSharingArrays},
+	{"HazardCheckerFiresWithoutWaits", TestHazardCheckerFiresWithoutWaits},
+	{"DeviceBridgeBothWays", TestDeviceBridgeBothWays},
+	{"FreeWithPendingWork", TestFreeWithPendingWork},
+	{"FreeWithoutCache", TestFreeWithoutCache},
+	{"BadInput", TestBadInput},
+	{"UnifiedHasNoBoundary", TestUnifiedHasNoBoundary},
+	{"EveryKernelMatchesReference", TestEveryKernelMatchesReference},
+	{"MatMulTransposes", TestMatMulTransposes},
+	{"ReadBackWaitsForWriterOnly", TestReadBackWaitsForWriterOnly},
+	{"QueuePoolSharesQueues", TestQueuePoolSharesQueues},
+	{"SignalsAndEventsArePooled", TestSignalsAndEventsArePooled},
+}
+
+// TestROCmSuiteOnSimulatedDriver runs the acceptance suite on the ROCm
+// backend over Debian's real libhsa-runtime64 and libamdhip64 5.2.3, on the
+// simulated kernel driver, once per simulated GPU target: the parent builds
+// the thunk and simblas and re-runs this test binary as a child with
+// LD_LIBRARY_PATH, KFDSIM_GPUS and ROCM_PATH set; the child registers the
+// Go shader executor before rocsync opens HSA and runs the suite.
+func TestROCmSuiteOnSimulatedDriver(t *testing.T) {
+	for _, run := range simulatedSuiteRuns {
+		t.Run(run.name, func(t *testing.T) {
+			if kfdsim.InChild(t) {
+				runSuiteInChild(t)
+				return
+			}
+			parentOfSimulatedDriver(t)
+			out := kfdsim.Run(t, run.gpus, t.Name(), kfdsim.Options{Env: simblasEnv(t)})
+			logChildSummary(t, out)
+		})
+	}
+}
+
+// parentOfSimulatedDriver skips where the parent must not start children:
+// inside a child, on hardware, or where Debian's ROCm libraries are not
+// installed (a failure instead with ROCSYNC_KFDSIM_REQUIRED=1, as in CI).
+func parentOfSimulatedDriver(t *testing.T) {
+	t.Helper()
+	switch suiteOn() {
+	case onSimulatedDriver:
+		t.Skip("a child runs only the test it was started for")
+	case onHardware:
+		t.Skip("ROCSYNC_GPU=1: the suite runs on the real GPU instead")
+	}
+	for _, open := range []func() error{
+		func() error { _, err := hsa.Open(); return err },
+		func() error { _, err := hip.Open(); return err },
+	} {
+		err := open()
+		if errors.Is(err, dl.ErrNotFound) && os.Getenv(kfdsim.EnvRequired) != "1" {
+			t.Skipf("Debian's ROCm 5.2.3 libraries are not installed: %v (set %s=1 to make this a failure)", err, kfdsim.EnvRequired)
+		}
+		require.NoError(t, err)
+	}
+	kfdsim.LibraryOrSkip(t)
+}
+
+// simblasEnv builds the test-only rocBLAS and returns ROCM_PATH for it.
+func simblasEnv(t *testing.T) []string {
+	t.Helper()
+	root, err := simblas.Build("")
+	if errors.Is(err, simblas.ErrToolMissing) && os.Getenv(kfdsim.EnvRequired) != "1" {
+		t.Skipf("building simblas: %v", err)
+	}
+	require.NoError(t, err, "building simblas")
+	return []string{"ROCM_PATH=" + root}
+}
+
+var childResult = regexp.MustCompile(`(?m)^\s*--- (PASS|FAIL|SKIP): (\S+)`)
+
+// logChildSummary logs how many of the child's tests passed and which were
+// skipped, with their reasons on the lines that follow.
+func logChildSummary(t *testing.T, out string) {
+	t.Helper()
+	counts := map[string]int{}
+	var skipped []string
+	for _, m := range childResult.FindAllStringSubmatch(out, -1) {
+		counts[m[1]]++
+		if m[1] == "SKIP" {
+			skipped = append(skipped, m[2])
+		}
+	}
+	t.Logf("child: %d passed, %d failed, %d skipped %v", counts["PASS"], counts["FAIL"], counts["SKIP"], skipped)
+	if testing.Verbose() {
+		for _, l := range strings.Split(out, "\n") {
+			if strings.Contains(l, "needs the emulator") || strings.Contains(l, "executor stats") {
+				t.Log(strings.TrimSpace(l))
+			}
+		}
+	}
+}
+
+// runSuiteInChild registers the Go executor (rocsync's kernels and
+// simblas's gemms, by name) with the thunk ROCr is about to load, before
+// any test opens HSA, then runs the suite.
+func runSuiteInChild(t *testing.T) {
+	e, err := kfdsim.RegisterExecutor("")
+	require.NoError(t, err)
+	defer e.Close()
+	start := time.Now()
+	for _, tc := range acceptanceSuite {
+		t.Run(tc.name, tc.fn)
+	}
+	st := e.Stats()
+	t.Logf("executor stats: %d kernels run, %d faults, %d unknown (%v)", st.Runs, st.Faults, st.Unknown, time.Since(start))
+	require.NotZero(t, st.Runs, "no kernel reached the simulated GPU")
+}
+
+// holdSimulatedGPU pauses the simulated GPU's command processors until the
+// returned function is called (see kfdsim.Hold).
+func holdSimulatedGPU(t *testing.T) func() {
+	t.Helper()
+	release, err := kfdsim.Hold("")
+	require.NoError(t, err)
+	return release
+}
+
+// childTest runs body in a child under the simulated driver with the GPUs
+// of spec (extra environment in env), with the Go executor registered
+// before rocsync opens HSA; in the parent it starts that child and fails
+// if the child does.
+func childTest(t *testing.T, spec string, env []string, body func(t *testing.T)) {
+	t.Helper()
+	if kfdsim.InChild(t) {
+		e, err := kfdsim.RegisterExecutor("")
+		require.NoError(t, err)
+		defer e.Close()
+		body(t)
+		return
+	}
+	parentOfSimulatedDriver(t)
+	kfdsim.Run(t, spec, t.Name(), kfdsim.Options{Env: append(simblasEnv(t), env...)})
+}
+
+// openSimulatedROCm opens the ROCm backend over the simulated driver.
+func openSimulatedROCm(t *testing.T, p Policy) []*Device {
+	t.Helper()
+	nop := zerolog.Nop()
+	devs, err := OpenAll(Options{Backend: ROCm, Policy: p, Logger: &nop})
+	require.NoError(t, err)
+	return devs
+}
+
+// The missing-access test on the real ROCr: with the test-only switch that
+// removes queue/'s hsa_amd_agents_allow_access, the first dispatch reads its
+// kernargs from memory not mapped to the GPU, and the next wait returns the
+// queue's fault as a typed error, without hanging.
+func TestKernargWithoutAllowAccessFaultsOnSimulatedDriver(t *testing.T) {
+	childTest(t, simulatedSuiteRuns[0].gpus, nil, func(t *testing.T) {
+		kernargFault(t, func(t *testing.T) *Device { return openSimulatedROCm(t, DeviceSide)[0] })
+	})
+}
+
+// Two simulated GPUs whose HIP order (HIP_VISIBLE_DEVICES=1,0) is the
+// reverse of HSA's: rocsync must pair each GPU agent with the HIP device
+// at the same PCI location. A wrong pairing would allocate with hipMalloc
+// on one GPU and dispatch on the other's queue, which the simulated GPU
+// faults (hipMalloc memory is mapped to its own GPU only), and would load
+// the other target's code objects.
+func TestDeviceMatchingByPCILocationOnSimulatedDriver(t *testing.T) {
+	const gpus = "gfx90a@0000:83:00.0,gfx1030@0000:03:00.0"
+	for _, tc := range []struct {
+		name, visible string
+		targets       []string
+	}{
+		{"reversed", "1,0", []string{"gfx90a", "gfx1030"}},
+		{"filtered", "1", []string{"gfx1030"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			childTest(t, gpus, []string{"HIP_VISIBLE_DEVICES=" + tc.visible}, func(t *testing.T) {
+				for _, p := range []Policy{DeviceSide, Unified} {
+					devs := openSimulatedROCm(t, p)
+					var targets []string
+					for _, d := range devs {
+						targets = append(targets, d.Target())
+						x, err := d.FromFloat32(2, 3, []float32{1, 2, 3, 4, 5, 6})
+						require.NoError(t, err)
+						y, err := d.DefaultTask().Mul(x, x) // HSA queue (HIP stream under Unified)
+						require.NoError(t, err)
+						z, err := d.DefaultTask().MatMul(y, y, false, true) // rocBLAS on the HIP device
+						require.NoError(t, err)
+						got, err := z.Float32s()
+						require.NoError(t, err, "%s", d.Target())
+						// y = [1 4 9; 16 25 36], y·yᵀ
+						require.Equal(t, []float32{98, 440, 440, 2177}, got, "%s %v", d.Target(), p)
+					}
+					require.Len(t, targets, len(tc.targets), "%v: %v", p, targets)
+					for i, want := range tc.targets {
+						require.Regexp(t, "--"+want+"(:|$)", targets[i], "%v: GPUs in HSA's order, those HIP presents", p)
+					}
+					for _, d := range devs {
+						require.NoError(t, d.Close())
+					}
+				}
+			})
+		})
+	}
+}
