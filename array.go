@@ -33,18 +33,76 @@ type Array struct {
 	freed bool            // guarded by st's lock
 }
 
-// Rows, Cols and DType describe the array.
-func (a *Array) Rows() int       { return a.rows }
-func (a *Array) Cols() int       { return a.cols }
-func (a *Array) DType() DType    { return a.dtype }
-func (a *Array) Len() int        { return a.rows * a.cols }
-func (a *Array) Device() *Device { return a.dev }
-func (a *Array) bytes() uint64   { return uint64(a.Len() * a.dtype.Size()) }
+// Rows, Cols and DType describe the array; a nil array has none.
+func (a *Array) Rows() int {
+	if a == nil {
+		return 0
+	}
+	return a.rows
+}
 
-// PendingFences is how many fences of the array are not yet known complete.
-func (a *Array) PendingFences() int { return a.st.PendingCount() }
+// Cols is the number of columns.
+func (a *Array) Cols() int {
+	if a == nil {
+		return 0
+	}
+	return a.cols
+}
+
+// DType is the element type.
+func (a *Array) DType() DType {
+	if a == nil {
+		return 0
+	}
+	return a.dtype
+}
+
+// Len is Rows()*Cols().
+func (a *Array) Len() int {
+	if a == nil {
+		return 0
+	}
+	return a.rows * a.cols
+}
+
+// Device is the array's device.
+func (a *Array) Device() *Device {
+	if a == nil {
+		return nil
+	}
+	return a.dev
+}
+
+func (a *Array) bytes() uint64 { return uint64(a.Len() * a.dtype.Size()) }
+
+// PendingFences is how many fences of the array are not yet known
+// complete: 0 for a nil array and once the device is closed (Close
+// drained everything).
+func (a *Array) PendingFences() int {
+	if a == nil || a.dev.enter("PendingFences") != nil {
+		return 0
+	}
+	defer a.dev.leave()
+	return a.st.PendingCount()
+}
+
+// Err is the array's failure: an ErrFault wrapping the error of a failed op
+// that wrote it (or was to), nil while its contents are sound as far as
+// is known. It does not wait.
+func (a *Array) Err() error {
+	if a == nil {
+		return newErr("Err", ErrNilArray, "")
+	}
+	if err := a.st.Poison(); err != nil {
+		return &Error{Op: "Err", Kind: ErrFault, Detail: a.String(), Err: err}
+	}
+	return nil
+}
 
 func (a *Array) String() string {
+	if a == nil {
+		return "Array(nil)"
+	}
 	return fmt.Sprintf("Array(%dx%d %s on gpu%d)", a.rows, a.cols, a.dtype, a.dev.index)
 }
 

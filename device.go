@@ -32,6 +32,7 @@ type Device struct {
 
 	mu          sync.Mutex
 	tasks       []*Task
+	defaultMu   sync.Mutex // held while the default task is made
 	defaultTask *Task
 	frees       pendingFrees
 	cache       *memCache
@@ -69,6 +70,9 @@ type family struct {
 }
 
 func open(o Options, all bool) ([]*Device, error) {
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
 	log := logger(o)
 	var fam family
 	var err error
@@ -211,7 +215,12 @@ func (d *Device) Policy() Policy { return d.engine.Policy }
 
 // Stats returns the device's counters: every task's work and every host
 // wait, including read-backs and frees.
-func (d *Device) Stats() Stats { return d.stats.Snapshot() }
+func (d *Device) Stats() Stats {
+	if d == nil {
+		return Stats{}
+	}
+	return d.stats.Snapshot()
+}
 
 // Stats is a snapshot of counters.
 type Stats = syncstate.Snapshot
@@ -254,6 +263,9 @@ func (d *Device) SignalsCreated() uint64 { return d.drv.SignalsCreated() }
 func (d *Device) EventsCreated() uint64 { return d.drv.EventsCreated() }
 
 func (d *Device) enter(op string) error {
+	if d == nil {
+		return newErr(op, ErrInvalid, "nil device")
+	}
 	d.closeMu.RLock()
 	if d.closed.Load() {
 		d.closeMu.RUnlock()
@@ -289,8 +301,20 @@ func (d *Device) NewTask() (*Task, error) {
 // DefaultTask returns the device's shared default task, for simple
 // programs that use one goroutine.
 func (d *Device) DefaultTask() *Task {
+	if d == nil {
+		return &Task{err: newErr("DefaultTask", ErrInvalid, "nil device")}
+	}
 	d.mu.Lock()
 	t := d.defaultTask
+	d.mu.Unlock()
+	if t != nil {
+		return t
+	}
+	// One maker at a time, so concurrent first calls share one task.
+	d.defaultMu.Lock()
+	defer d.defaultMu.Unlock()
+	d.mu.Lock()
+	t = d.defaultTask
 	d.mu.Unlock()
 	if t != nil {
 		return t
@@ -300,11 +324,9 @@ func (d *Device) DefaultTask() *Task {
 		return &Task{dev: d, err: err}
 	}
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.defaultTask == nil {
-		d.defaultTask = t
-	}
-	return d.defaultTask
+	d.defaultTask = t
+	d.mu.Unlock()
+	return t
 }
 
 // Synchronize waits on the host for all work of every task, then releases
@@ -323,7 +345,13 @@ func (d *Device) synchronize() error {
 	d.mu.Unlock()
 	var errs []error
 	for _, t := range tasks {
-		errs = append(errs, t.drain())
+		// A task closing meanwhile has drained itself (lifeMu orders the
+		// two), and its timelines are gone.
+		t.lifeMu.Lock()
+		if !t.released {
+			errs = append(errs, t.drain())
+		}
+		t.lifeMu.Unlock()
 	}
 	errs = append(errs, d.frees.poll(d, true))
 	return errors.Join(errs...)
@@ -333,6 +361,9 @@ func (d *Device) synchronize() error {
 // device's queues, streams and pools. Using its arrays afterwards returns
 // ErrClosed.
 func (d *Device) Close() error {
+	if d == nil {
+		return newErr("Close", ErrInvalid, "nil device")
+	}
 	d.closeMu.Lock()
 	defer d.closeMu.Unlock()
 	if d.closed.Swap(true) {
@@ -344,7 +375,12 @@ func (d *Device) Close() error {
 	d.tasks = nil
 	d.mu.Unlock()
 	for _, t := range tasks {
-		errs = append(errs, t.drv.Close())
+		t.lifeMu.Lock()
+		if !t.released {
+			t.released = true
+			errs = append(errs, t.drv.Close())
+		}
+		t.lifeMu.Unlock()
 	}
 	errs = append(errs, d.cache.trim(d.drv), d.drv.Close())
 	if err := errors.Join(errs...); err != nil {

@@ -100,3 +100,20 @@ type Options struct {
 	// disableWaits skips every wait (checker self-test only).
 	disableWaits bool
 }
+
+// validate rejects options that would fail later, at first use.
+func (o Options) validate() error {
+	if o.Policy > DeviceBridge {
+		return newErr("Open", ErrInvalid, "unknown policy %v", o.Policy)
+	}
+	if o.QueueSize != 0 && o.QueueSize&(o.QueueSize-1) != 0 {
+		return newErr("Open", ErrInvalid, "QueueSize %d is not a power of two", o.QueueSize)
+	}
+	if o.QueueSize != 0 && o.QueueSize < 4 {
+		return newErr("Open", ErrInvalid, "QueueSize %d is below the minimum of 4", o.QueueSize)
+	}
+	if o.MaxQueues < 0 || o.Device < 0 || o.Emulator.Devices < 0 {
+		return newErr("Open", ErrInvalid, "negative MaxQueues, Device or Emulator.Devices")
+	}
+	return nil
+}

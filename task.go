@@ -3,6 +3,7 @@ package rocsync
 import (
 	"errors"
 	"math"
+	"sync"
 	"sync/atomic"
 
 	"github.com/rocsync/rocsync/driver"
@@ -21,13 +22,27 @@ type Task struct {
 	sinks  syncstate.Sinks
 	err    error // set when the default task could not be made
 	closed atomic.Bool
+	// lifeMu orders draining (Synchronize, Device.Synchronize) with
+	// releasing the driver task (Close); released is set under it.
+	lifeMu   sync.Mutex
+	released bool
 }
 
-// Stats returns the task's counters.
-func (t *Task) Stats() Stats { return t.stats.Snapshot() }
+// Stats returns the task's counters (zero for a nil task).
+func (t *Task) Stats() Stats {
+	if t == nil {
+		return Stats{}
+	}
+	return t.stats.Snapshot()
+}
 
 // Device returns the task's device.
-func (t *Task) Device() *Device { return t.dev }
+func (t *Task) Device() *Device {
+	if t == nil {
+		return nil
+	}
+	return t.dev
+}
 
 // Synchronize waits on the host for all work the task submitted.
 func (t *Task) Synchronize() error {
@@ -38,7 +53,14 @@ func (t *Task) Synchronize() error {
 		return err
 	}
 	defer t.dev.leave()
-	err := t.drain()
+	t.lifeMu.Lock()
+	var err error
+	if t.released {
+		err = newErr("Synchronize", ErrClosed, "task is closed")
+	} else {
+		err = t.drain()
+	}
+	t.lifeMu.Unlock()
 	return errors.Join(err, t.dev.frees.poll(t.dev, false))
 }
 
@@ -91,6 +113,8 @@ func (t *Task) Close() error {
 	if t.closed.Swap(true) {
 		return newErr("Close", ErrClosed, "task already closed")
 	}
+	t.lifeMu.Lock()
+	defer t.lifeMu.Unlock()
 	err := t.drain()
 	d.mu.Lock()
 	for i, x := range d.tasks {
@@ -100,6 +124,7 @@ func (t *Task) Close() error {
 		}
 	}
 	d.mu.Unlock()
+	t.released = true
 	return errors.Join(err, t.drv.Close())
 }
 
