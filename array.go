@@ -1,6 +1,7 @@
 package rocsync
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -184,12 +185,24 @@ func fromSlice(d *Device, op string, rows, cols int, dt DType, n int, src unsafe
 // CopyToFloat32 copies the array into dst (len rows*cols). It waits on the
 // host only for the array's last writer; pending readers do not matter.
 func (a *Array) CopyToFloat32(dst []float32) error {
-	return a.copyTo("CopyToFloat32", Float32, len(dst), unsafe.Pointer(unsafe.SliceData(dst)))
+	return a.copyTo(nil, "CopyToFloat32", Float32, len(dst), unsafe.Pointer(unsafe.SliceData(dst)))
 }
 
 // CopyToFloat64 is CopyToFloat32 for float64.
 func (a *Array) CopyToFloat64(dst []float64) error {
-	return a.copyTo("CopyToFloat64", Float64, len(dst), unsafe.Pointer(unsafe.SliceData(dst)))
+	return a.copyTo(nil, "CopyToFloat64", Float64, len(dst), unsafe.Pointer(unsafe.SliceData(dst)))
+}
+
+// CopyToFloat32Context is CopyToFloat32 whose wait for the writer also
+// ends when ctx is done (dst is then left as it was). It cancels the wait,
+// not the GPU work.
+func (a *Array) CopyToFloat32Context(ctx context.Context, dst []float32) error {
+	return a.copyTo(ctx, "CopyToFloat32", Float32, len(dst), unsafe.Pointer(unsafe.SliceData(dst)))
+}
+
+// CopyToFloat64Context is CopyToFloat32Context for float64.
+func (a *Array) CopyToFloat64Context(ctx context.Context, dst []float64) error {
+	return a.copyTo(ctx, "CopyToFloat64", Float64, len(dst), unsafe.Pointer(unsafe.SliceData(dst)))
 }
 
 // Float32s returns the array's values in a new slice.
@@ -210,7 +223,7 @@ func (a *Array) Float64s() ([]float64, error) {
 	return out, a.CopyToFloat64(out)
 }
 
-func (a *Array) copyTo(op string, dt DType, n int, dst unsafe.Pointer) error {
+func (a *Array) copyTo(ctx context.Context, op string, dt DType, n int, dst unsafe.Pointer) error {
 	if a == nil {
 		return newErr(op, ErrNilArray, "")
 	}
@@ -232,8 +245,8 @@ func (a *Array) copyTo(op string, dt DType, n int, dst unsafe.Pointer) error {
 	}
 	if w := a.st.WriterLocked(); !w.Done() {
 		d.countHostWait(ReasonReadBack)
-		if err := w.TL.WaitHost(w.Ticket); err != nil {
-			return &Error{Op: op, Kind: ErrFault, Detail: "waiting for the writer " + w.String(), Err: err}
+		if err := syncstate.WaitHostContext(ctx, w); err != nil {
+			return &Error{Op: op, Kind: waitKind(err), Detail: "waiting for the writer " + w.String(), Err: err}
 		}
 	}
 	if err := a.st.PoisonLocked(); err != nil {

@@ -1,6 +1,7 @@
 package rocsync
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -145,7 +146,8 @@ func (c *configs) configFor(i int) driver.DeviceConfig {
 	for len(c.stats) <= i {
 		c.stats = append(c.stats, new(syncstate.Stats))
 	}
-	return driver.DeviceConfig{Policy: c.o.Policy, QueueSize: c.o.QueueSize, MaxQueues: c.o.MaxQueues, Stats: c.stats[i]}
+	return driver.DeviceConfig{Policy: c.o.Policy, QueueSize: c.o.QueueSize, MaxQueues: c.o.MaxQueues, Stats: c.stats[i],
+		WaitTimeout: c.o.waitTimeout(), MaxInFlight: c.o.maxInFlight()}
 }
 
 func openEmulator(o Options) (family, error) {
@@ -331,15 +333,19 @@ func (d *Device) DefaultTask() *Task {
 
 // Synchronize waits on the host for all work of every task, then releases
 // freed memory whose work is done.
-func (d *Device) Synchronize() error {
+func (d *Device) Synchronize() error { return d.SynchronizeContext(nil) }
+
+// SynchronizeContext is Synchronize that also returns when ctx is done. It
+// cancels the wait, not the GPU work.
+func (d *Device) SynchronizeContext(ctx context.Context) error {
 	if err := d.enter("Synchronize"); err != nil {
 		return err
 	}
 	defer d.leave()
-	return d.synchronize()
+	return d.synchronize(ctx)
 }
 
-func (d *Device) synchronize() error {
+func (d *Device) synchronize(ctx context.Context) error {
 	d.mu.Lock()
 	tasks := append([]*Task(nil), d.tasks...)
 	d.mu.Unlock()
@@ -349,7 +355,7 @@ func (d *Device) synchronize() error {
 		// two), and its timelines are gone.
 		t.lifeMu.Lock()
 		if !t.released {
-			errs = append(errs, t.drain())
+			errs = append(errs, t.drain(ctx))
 		}
 		t.lifeMu.Unlock()
 	}
@@ -360,16 +366,27 @@ func (d *Device) synchronize() error {
 // Close waits for all work, frees every pending array and releases the
 // device's queues, streams and pools. Using its arrays afterwards returns
 // ErrClosed.
-func (d *Device) Close() error {
+func (d *Device) Close() error { return d.CloseContext(nil) }
+
+// CloseContext is Close whose drain also ends when ctx is done. A drain
+// that runs out of time (ctx, or Options.WaitTimeout) leaves the device
+// open, returning an ErrTimeout error: resources the GPU may still use
+// are not released under it. Work that failed does not stop Close.
+func (d *Device) CloseContext(ctx context.Context) error {
 	if d == nil {
 		return newErr("Close", ErrInvalid, "nil device")
 	}
 	d.closeMu.Lock()
 	defer d.closeMu.Unlock()
-	if d.closed.Swap(true) {
+	if d.closed.Load() {
 		return nil
 	}
-	errs := []error{d.synchronize()}
+	drained := d.synchronize(ctx)
+	if drained != nil && waitKind(drained) == ErrTimeout {
+		return &Error{Op: "Close", Kind: ErrTimeout, Detail: "work still in flight; the device stays open", Err: drained}
+	}
+	d.closed.Store(true)
+	errs := []error{drained}
 	d.mu.Lock()
 	tasks := d.tasks
 	d.tasks = nil

@@ -96,9 +96,44 @@ type Options struct {
 	Emulator EmulatorOptions
 	// Logger receives rocsync's logs; nil logs info and above to stderr.
 	Logger *zerolog.Logger
+	// WaitTimeout bounds every host wait: past it the wait returns an
+	// error of kind ErrTimeout naming the fence it waited for (the GPU
+	// work goes on). 0 means DefaultWaitTimeout; negative, no bound (host
+	// waits then use the runtime's blocking synchronize calls).
+	WaitTimeout time.Duration
+	// MaxInFlight caps the ops in flight on each of a task's queues and
+	// streams (0: DefaultMaxInFlight; it cannot exceed QueueSize-1 on
+	// an HSA queue). Past it, submitting waits on the host for the
+	// oldest ops, counted as a throttle wait. Cross-queue waits never
+	// deadlock with it: a timeline only ever waits for its own older
+	// work, which depends on nothing submitted later.
+	MaxInFlight int
 
 	// disableWaits skips every wait (checker self-test only).
 	disableWaits bool
+}
+
+// DefaultWaitTimeout is the bound on a host wait when Options.WaitTimeout is 0.
+const DefaultWaitTimeout = 60 * time.Second
+
+// DefaultMaxInFlight is the run-ahead cap when Options.MaxInFlight is 0.
+const DefaultMaxInFlight = 1024
+
+func (o Options) maxInFlight() int {
+	if o.MaxInFlight == 0 {
+		return DefaultMaxInFlight
+	}
+	return o.MaxInFlight
+}
+
+func (o Options) waitTimeout() time.Duration {
+	switch {
+	case o.WaitTimeout == 0:
+		return DefaultWaitTimeout
+	case o.WaitTimeout < 0:
+		return 0
+	}
+	return o.WaitTimeout
 }
 
 // validate rejects options that would fail later, at first use.
@@ -111,6 +146,9 @@ func (o Options) validate() error {
 	}
 	if o.QueueSize != 0 && o.QueueSize < 4 {
 		return newErr("Open", ErrInvalid, "QueueSize %d is below the minimum of 4", o.QueueSize)
+	}
+	if o.MaxInFlight < 0 {
+		return newErr("Open", ErrInvalid, "negative MaxInFlight")
 	}
 	if o.MaxQueues < 0 || o.Device < 0 || o.Emulator.Devices < 0 {
 		return newErr("Open", ErrInvalid, "negative MaxQueues, Device or Emulator.Devices")

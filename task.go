@@ -1,6 +1,7 @@
 package rocsync
 
 import (
+	"context"
 	"errors"
 	"math"
 	"sync"
@@ -44,8 +45,15 @@ func (t *Task) Device() *Device {
 	return t.dev
 }
 
-// Synchronize waits on the host for all work the task submitted.
-func (t *Task) Synchronize() error {
+// Synchronize waits on the host for all work the task submitted. It
+// returns an ErrFault error if any of that work failed (and keeps
+// returning it: the task's queue or stream is broken), and an ErrTimeout
+// error past Options.WaitTimeout.
+func (t *Task) Synchronize() error { return t.SynchronizeContext(nil) }
+
+// SynchronizeContext is Synchronize that also returns when ctx is done,
+// with an error that wraps ctx's. It cancels the wait, not the GPU work.
+func (t *Task) SynchronizeContext(ctx context.Context) error {
 	if err := t.check("Synchronize"); err != nil {
 		return err
 	}
@@ -58,7 +66,7 @@ func (t *Task) Synchronize() error {
 	if t.released {
 		err = newErr("Synchronize", ErrClosed, "task is closed")
 	} else {
-		err = t.drain()
+		err = t.drain(ctx)
 	}
 	t.lifeMu.Unlock()
 	return errors.Join(err, t.dev.frees.poll(t.dev, false))
@@ -66,25 +74,25 @@ func (t *Task) Synchronize() error {
 
 // drain host-waits for the task's timelines (one wait each, counted as a
 // sync wait, only where work is pending).
-func (t *Task) drain() error {
+func (t *Task) drain(ctx context.Context) error {
 	k, l := t.drv.KernelTimeline(), t.drv.LibraryTimeline()
-	err := t.drainOne(k)
+	err := t.drainOne(ctx, k)
 	if l != k {
-		err = errors.Join(err, t.drainOne(l))
+		err = errors.Join(err, t.drainOne(ctx, l))
 	}
 	return err
 }
 
-func (t *Task) drainOne(tl syncstate.Timeline) error {
+func (t *Task) drainOne(ctx context.Context, tl syncstate.Timeline) error {
 	last := tl.LastTicket()
 	if tl.Completed() >= last {
 		return faultIn("Synchronize", tl, tl.Failed(last))
 	}
 	t.sinks.HostWait(ReasonSync)
-	return faultIn("Synchronize", tl, tl.WaitHost(last))
+	return faultIn("Synchronize", tl, syncstate.WaitHostContext(ctx, syncstate.Fence{TL: tl, Ticket: last}))
 }
 
-// faultIn wraps the error of a wait on tl: ErrFault, naming the timeline.
+// faultIn wraps the error of a wait on tl, naming the timeline.
 func faultIn(op string, tl syncstate.Timeline, err error) error {
 	if err == nil {
 		return nil
@@ -93,7 +101,16 @@ func faultIn(op string, tl syncstate.Timeline, err error) error {
 	if errors.As(err, &e) {
 		return err
 	}
-	return &Error{Op: op, Kind: ErrFault, Detail: "waiting for " + tl.Name(), Err: err}
+	return &Error{Op: op, Kind: waitKind(err), Detail: "waiting for " + tl.Name(), Err: err}
+}
+
+// waitKind classifies the error of a host wait: it ran out of time (or its
+// context ended), or the work failed.
+func waitKind(err error) error {
+	if errors.Is(err, ErrTimeout) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return ErrTimeout
+	}
+	return ErrFault
 }
 
 // Close waits for the task's work and releases its resources. The default
@@ -115,7 +132,7 @@ func (t *Task) Close() error {
 	}
 	t.lifeMu.Lock()
 	defer t.lifeMu.Unlock()
-	err := t.drain()
+	err := t.drain(nil)
 	d.mu.Lock()
 	for i, x := range d.tasks {
 		if x == t {
