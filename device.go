@@ -39,6 +39,20 @@ type Device struct {
 	cache       *memCache
 	closed      atomic.Bool
 	closeMu     sync.RWMutex // held for reading by every op, for writing by Close
+
+	launchBlocking bool
+	syncDebug      SyncDebugMode
+}
+
+// implicitHostWait is sync-debug mode's report of a host wait that is not
+// a read-back or an explicit Synchronize.
+func (d *Device) implicitHostWait(op string, consumer syncstate.Timeline, f syncstate.Fence, r Reason) error {
+	crossing := f.String() + " -> " + consumer.Name()
+	if d.syncDebug == SyncDebugFail {
+		return &Error{Op: op, Kind: ErrHostWait, Detail: fmt.Sprintf("%s host wait for %s", r, crossing)}
+	}
+	d.log.Warn().Str("op", op).Str("crossing", crossing).Stringer("reason", r).Msg("rocsync: implicit host wait")
+	return nil
 }
 
 // Open opens one GPU. With Backend Auto it uses the real ROCm stack when it
@@ -122,9 +136,13 @@ func open(o Options, all bool) ([]*Device, error) {
 			_ = dd.Close()
 			continue
 		}
-		out = append(out, &Device{drv: dd, backend: fam.name, machine: fam.machine, index: i, log: log,
+		d := &Device{drv: dd, backend: fam.name, machine: fam.machine, index: i, log: log,
 			engine: syncstate.Engine{Policy: o.Policy, DisableWaits: o.disableWaits}, stats: fam.stats[i],
-			cache: newMemCache(o.MemoryCache)})
+			cache: newMemCache(o.MemoryCache), launchBlocking: o.launchBlocking(), syncDebug: o.SyncDebug}
+		if o.SyncDebug != SyncDebugOff {
+			d.engine.OnHostWait = d.implicitHostWait
+		}
+		out = append(out, d)
 	}
 	return out, nil
 }
@@ -232,13 +250,14 @@ type Reason = syncstate.Reason
 
 // The host-wait reasons.
 const (
-	ReasonBoundary   = syncstate.ReasonBoundary
-	ReasonCrossQueue = syncstate.ReasonCrossQueue
-	ReasonReadBack   = syncstate.ReasonReadBack
-	ReasonSync       = syncstate.ReasonSync
-	ReasonFree       = syncstate.ReasonFree
-	ReasonThrottle   = syncstate.ReasonThrottle
-	ReasonWaitAlways = syncstate.ReasonWaitAlways
+	ReasonBoundary       = syncstate.ReasonBoundary
+	ReasonCrossQueue     = syncstate.ReasonCrossQueue
+	ReasonReadBack       = syncstate.ReasonReadBack
+	ReasonSync           = syncstate.ReasonSync
+	ReasonFree           = syncstate.ReasonFree
+	ReasonThrottle       = syncstate.ReasonThrottle
+	ReasonWaitAlways     = syncstate.ReasonWaitAlways
+	ReasonLaunchBlocking = syncstate.ReasonLaunchBlocking
 )
 
 // Hazards returns what the emulator's hazard checker found (nil on real

@@ -26,6 +26,9 @@ var (
 	// ErrTimeout: a host wait ran past Options.WaitTimeout (the error
 	// wraps a *syncstate.TimeoutError naming the fence).
 	ErrTimeout = syncstate.ErrWaitTimeout
+	// ErrHostWait: sync-debug mode (SyncDebugFail) refused an implicit
+	// host wait.
+	ErrHostWait = errors.New("implicit host wait refused by sync-debug mode")
 )
 
 // Error is a failed rocsync call: which operation, what kind of failure,

@@ -2,6 +2,7 @@ package rocsync
 
 import (
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -108,6 +109,18 @@ type Options struct {
 	// deadlock with it: a timeline only ever waits for its own older
 	// work, which depends on nothing submitted later.
 	MaxInFlight int
+	// LaunchBlocking makes every op wait on the host for its own
+	// completion, so that a fault is reported by the op that caused it
+	// (like CUDA_LAUNCH_BLOCKING). The environment variable
+	// ROCSYNC_LAUNCH_BLOCKING=1 turns it on too. For debugging only: it
+	// costs a round trip per op.
+	LaunchBlocking bool
+	// SyncDebug reports host waits that are neither a read-back nor an
+	// explicit Synchronize (crossings the device could not wait for,
+	// WaitAlways waits, waits to reclaim freed memory), naming the op,
+	// the crossing and the reason: SyncDebugWarn logs each one,
+	// SyncDebugFail refuses it, and the op fails with ErrHostWait.
+	SyncDebug SyncDebugMode
 
 	// disableWaits skips every wait (checker self-test only).
 	disableWaits bool
@@ -147,6 +160,9 @@ func (o Options) validate() error {
 	if o.QueueSize != 0 && o.QueueSize < 4 {
 		return newErr("Open", ErrInvalid, "QueueSize %d is below the minimum of 4", o.QueueSize)
 	}
+	if o.SyncDebug > SyncDebugFail {
+		return newErr("Open", ErrInvalid, "unknown SyncDebug mode %v", o.SyncDebug)
+	}
 	if o.MaxInFlight < 0 {
 		return newErr("Open", ErrInvalid, "negative MaxInFlight")
 	}
@@ -154,4 +170,35 @@ func (o Options) validate() error {
 		return newErr("Open", ErrInvalid, "negative MaxQueues, Device or Emulator.Devices")
 	}
 	return nil
+}
+
+// SyncDebugMode says what to do about implicit host waits.
+type SyncDebugMode uint8
+
+const (
+	// SyncDebugOff reports nothing (the default).
+	SyncDebugOff SyncDebugMode = iota
+	// SyncDebugWarn logs every implicit host wait at warn level.
+	SyncDebugWarn
+	// SyncDebugFail refuses every implicit host wait: the op fails with
+	// an ErrHostWait error and is not submitted.
+	SyncDebugFail
+)
+
+func (m SyncDebugMode) String() string {
+	switch m {
+	case SyncDebugOff:
+		return "off"
+	case SyncDebugWarn:
+		return "warn"
+	case SyncDebugFail:
+		return "fail"
+	}
+	return fmt.Sprintf("SyncDebugMode(%d)", uint8(m))
+}
+
+// launchBlocking reports whether launch-blocking mode is on, by option
+// or by ROCSYNC_LAUNCH_BLOCKING=1.
+func (o Options) launchBlocking() bool {
+	return o.LaunchBlocking || os.Getenv("ROCSYNC_LAUNCH_BLOCKING") == "1"
 }

@@ -3,6 +3,7 @@ package rocsync
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -194,6 +195,9 @@ func (t *Task) submit(name string, tl syncstate.Timeline, reads []*Array, write 
 		if errors.Is(err, syncstate.ErrTooManyOperands) {
 			return &Error{Op: name, Kind: ErrInvalid, Err: err}
 		}
+		if errors.Is(err, ErrHostWait) {
+			return err
+		}
 		return &Error{Op: name, Kind: ErrFault, Detail: "not submitted on " + tl.Name(), Err: err}
 	}
 	if err := freedIn(name, write); err != nil {
@@ -215,7 +219,17 @@ func (t *Task) submit(name string, tl syncstate.Timeline, reads []*Array, write 
 	}
 	t.sinks.Dispatch()
 	if err := sop.Commit(ticket, t.sinks); err != nil {
+		var e *Error
+		if errors.As(err, &e) {
+			return err // refused by sync-debug mode
+		}
 		return &Error{Op: name, Kind: ErrFault, Detail: "on " + tl.Name(), Err: err}
+	}
+	if d.launchBlocking {
+		t.sinks.HostWait(ReasonLaunchBlocking)
+		if err := tl.WaitHost(ticket); err != nil {
+			return &Error{Op: name, Kind: waitKind(err), Detail: fmt.Sprintf("launch-blocking: the op at %s#%d", tl.Name(), ticket), Err: err}
+		}
 	}
 	if d.frees.n.Load() != 0 {
 		_ = d.frees.poll(d, false)
