@@ -49,7 +49,7 @@ type Device struct {
 func (d *Device) implicitHostWait(op string, consumer syncstate.Timeline, f syncstate.Fence, r Reason) error {
 	crossing := f.String() + " -> " + consumer.Name()
 	if d.syncDebug == SyncDebugFail {
-		return &Error{Op: op, Kind: ErrHostWait, Detail: fmt.Sprintf("%s host wait for %s", r, crossing)}
+		return &Error{Op: op, Kind: ErrHostWait, Detail: fmt.Sprintf("%s host wait for %s", r, crossing), Err: syncstate.ErrWaitRefused}
 	}
 	d.log.Warn().Str("op", op).Str("crossing", crossing).Stringer("reason", r).Msg("rocsync: implicit host wait")
 	return nil

@@ -316,13 +316,20 @@ func (o *Op) Begin(e *Engine, tl Timeline, sinks Sinks) error {
 	}
 	if waitErr != nil {
 		// The op will not run: what it was to write no longer holds
-		// what the program says.
-		o.poison(waitErr)
+		// what the program says, unless the wait was only refused (the
+		// arrays then hold what they held before the op).
+		if !errors.Is(waitErr, ErrWaitRefused) {
+			o.poison(waitErr)
+		}
 		o.unlock()
 		return waitErr
 	}
 	return nil
 }
+
+// ErrWaitRefused is wrapped by an OnHostWait error that refuses a wait:
+// the op fails without poisoning what it was to write.
+var ErrWaitRefused = errors.New("syncstate: host wait refused")
 
 // failedDependency returns the failure the op depends on: a poisoned or
 // failed input, or a failed write or read of an output that has not
