@@ -177,3 +177,37 @@ func TestAfterAFault(t *testing.T) {
 		})
 	}
 }
+
+// The HIP variant of issue 10 item 1: a gemm faults, the stream takes
+// another gemm, and a read-back of the first result waits on an event
+// recorded after the fault. It returns the fault instead of hanging.
+func TestGemmFaultThenWaitOnLaterEvent(t *testing.T) {
+	for _, p := range []Policy{DeviceSide, Unified, DeviceBridge} {
+		t.Run(p.String(), func(t *testing.T) {
+			d := openFaulty(t, p)
+			defer func() { _ = d.Close() }()
+			tk, err := d.NewTask()
+			require.NoError(t, err)
+			x, err := d.FromFloat32(4, 4, randMatrix(10, 4))
+			require.NoError(t, err)
+			c1, _ := d.Empty(4, 4, Float32)
+			c2, _ := d.Empty(4, 4, Float32)
+			release := d.machine.Hold()
+			faulted := false
+			d.machine.SetFaultInjector(func(op string) bool {
+				if op == "rocblas_sgemm" && !faulted {
+					faulted = true
+					return true
+				}
+				return false
+			})
+			require.NoError(t, tk.MatMulInto(c1, x, x, false, false))
+			require.NoError(t, tk.MatMulInto(c2, x, x, false, false))
+			release()
+			err = within(t, "the read-back of the faulted gemm", func() error { _, err := c1.Float32s(); return err })
+			require.ErrorIs(t, err, ErrFault)
+			require.Contains(t, err.Error(), "rocblas_sgemm")
+			require.ErrorIs(t, within(t, "the second read-back", func() error { _, err := c2.Float32s(); return err }), ErrFault)
+		})
+	}
+}
