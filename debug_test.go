@@ -3,6 +3,7 @@ package rocsync
 import (
 	"bytes"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
@@ -52,6 +53,8 @@ func TestSyncDebugNamesImplicitHostWaits(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, tk.Synchronize())
 	require.Empty(t, buf.String(), "read-back and Synchronize are not reported")
+	release := d.machine.Hold() // the kernel is still pending at the gemm
+	go func() { time.Sleep(30 * time.Millisecond); release() }()
 	sq2, err := tk.Mul(x, x)
 	require.NoError(t, err)
 	y, err := tk.MatMul(sq2, x, false, false)
@@ -70,7 +73,7 @@ func TestSyncDebugNamesImplicitHostWaits(t *testing.T) {
 	defer d.Close()
 	tk = d.DefaultTask()
 	x, _ = d.FromFloat32(2, 2, []float32{1, 2, 3, 4})
-	release := d.machine.Hold()
+	release = d.machine.Hold()
 	sq, err = tk.Mul(x, x)
 	require.NoError(t, err)
 	c, _ := d.Empty(2, 2, Float32)
