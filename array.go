@@ -140,6 +140,11 @@ func (d *Device) alloc(op string, rows, cols int, dt DType) (*Array, error) {
 		// Memory may be held by the cache, or by freed arrays whose work
 		// is still pending.
 		_ = d.cache.trim(d.drv)
+		if d.syncDebug != SyncDebugOff && d.frees.n.Load() != 0 {
+			if err := d.implicitWait(op, "memory of freed arrays whose work is pending", ReasonFree); err != nil {
+				return nil, err
+			}
+		}
 		if d.frees.poll(d, true) == nil {
 			_ = d.cache.trim(d.drv)
 			p, err = d.drv.Malloc(a.bytes())

@@ -87,3 +87,22 @@ func TestSyncDebugNamesImplicitHostWaits(t *testing.T) {
 	require.NoError(t, err, "read-backs are allowed")
 	require.NoError(t, tk.Synchronize())
 }
+
+// Sync-debug reports throttle waits too: a task running past MaxInFlight.
+func TestSyncDebugReportsThrottleWaits(t *testing.T) {
+	nop := zerolog.Nop()
+	d, err := Open(Options{Backend: Emulator, SyncDebug: SyncDebugFail, MaxInFlight: 4, Logger: &nop})
+	require.NoError(t, err)
+	defer d.Close()
+	tk := d.DefaultTask()
+	x, _ := d.Empty(4, 4, Float32)
+	release := d.machine.Hold()
+	defer release()
+	var refused error
+	for i := 0; i < 10 && refused == nil; i++ {
+		refused = tk.Fill(x, float64(i))
+	}
+	require.ErrorIs(t, refused, ErrHostWait)
+	require.Contains(t, refused.Error(), "throttle")
+	require.NoError(t, x.Err(), "a refused wait poisons nothing")
+}

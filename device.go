@@ -47,7 +47,10 @@ type Device struct {
 // implicitHostWait is sync-debug mode's report of a host wait that is not
 // a read-back or an explicit Synchronize.
 func (d *Device) implicitHostWait(op string, consumer syncstate.Timeline, f syncstate.Fence, r Reason) error {
-	crossing := f.String() + " -> " + consumer.Name()
+	return d.implicitWait(op, f.String()+" -> "+consumer.Name(), r)
+}
+
+func (d *Device) implicitWait(op, crossing string, r Reason) error {
 	if d.syncDebug == SyncDebugFail {
 		return &Error{Op: op, Kind: ErrHostWait, Detail: fmt.Sprintf("%s host wait for %s", r, crossing), Err: syncstate.ErrWaitRefused}
 	}
@@ -80,8 +83,9 @@ func logger(o Options) zerolog.Logger {
 type family struct {
 	name    string
 	devs    []driver.Device
-	machine *emu.Machine
-	stats   []*syncstate.Stats
+	machine  *emu.Machine
+	stats    []*syncstate.Stats
+	throttle []*atomic.Pointer[Device]
 }
 
 func open(o Options, all bool) ([]*Device, error) {
@@ -141,6 +145,9 @@ func open(o Options, all bool) ([]*Device, error) {
 			cache: newMemCache(o.MemoryCache), launchBlocking: o.launchBlocking(), syncDebug: o.SyncDebug}
 		if o.SyncDebug != SyncDebugOff {
 			d.engine.OnHostWait = d.implicitHostWait
+			if i < len(fam.throttle) {
+				fam.throttle[i].Store(d)
+			}
 		}
 		out = append(out, d)
 	}
@@ -156,16 +163,31 @@ func closeAll(devs []driver.Device) {
 // configs hands each device its driver configuration and keeps the stats
 // the device's counters will live in.
 type configs struct {
-	o     Options
-	stats []*syncstate.Stats
+	o        Options
+	stats    []*syncstate.Stats
+	throttle []*atomic.Pointer[Device] // sync-debug's throttle hooks find their device here
 }
 
 func (c *configs) configFor(i int) driver.DeviceConfig {
 	for len(c.stats) <= i {
 		c.stats = append(c.stats, new(syncstate.Stats))
 	}
-	return driver.DeviceConfig{Policy: c.o.Policy, QueueSize: c.o.QueueSize, MaxQueues: c.o.MaxQueues, Stats: c.stats[i],
+	cfg := driver.DeviceConfig{Policy: c.o.Policy, QueueSize: c.o.QueueSize, MaxQueues: c.o.MaxQueues, Stats: c.stats[i],
 		WaitTimeout: c.o.waitTimeout(), MaxInFlight: c.o.maxInFlight()}
+	if c.o.SyncDebug != SyncDebugOff {
+		// The Device is made after its driver: the hook finds it later.
+		for len(c.throttle) <= i {
+			c.throttle = append(c.throttle, new(atomic.Pointer[Device]))
+		}
+		slot := c.throttle[i]
+		cfg.OnThrottle = func(f syncstate.Fence) error {
+			if d := slot.Load(); d != nil {
+				return d.implicitWait("submit", f.String()+" (oldest in flight on its own timeline)", ReasonThrottle)
+			}
+			return nil
+		}
+	}
+	return cfg
 }
 
 func openEmulator(o Options) (family, error) {
@@ -187,7 +209,7 @@ func openROCmFamily(o Options, rt rocmdev.Runtimes) (family, error) {
 	if err != nil {
 		return family{}, err
 	}
-	return family{name: "rocm", devs: devs, stats: c.stats}, nil
+	return family{name: "rocm", devs: devs, stats: c.stats, throttle: c.throttle}, nil
 }
 
 // openROCm loads and initialises the real libraries.

@@ -117,7 +117,7 @@ type Options struct {
 	LaunchBlocking bool
 	// SyncDebug reports host waits that are neither a read-back nor an
 	// explicit Synchronize (crossings the device could not wait for,
-	// WaitAlways waits, waits to reclaim freed memory), naming the op,
+	// WaitAlways, throttle waits, waits to reclaim freed memory), naming the op,
 	// the crossing and the reason: SyncDebugWarn logs each one,
 	// SyncDebugFail refuses it, and the op fails with ErrHostWait.
 	SyncDebug SyncDebugMode

@@ -210,6 +210,10 @@ func (t *Task) submit(name string, tl syncstate.Timeline, reads []*Array, write 
 	}
 	ticket, err := c.submit(t.drv)
 	if err != nil {
+		if errors.Is(err, syncstate.ErrWaitRefused) {
+			sop.Abort() // sync-debug refused a throttle wait: nothing changed
+			return err
+		}
 		kind := ErrUnavailable
 		if tl.Failed(math.MaxUint64) != nil {
 			kind = ErrFault

@@ -31,6 +31,8 @@ type DeviceConfig struct {
 	// MaxInFlight caps the ops in flight per timeline (0: the family's
 	// own limit, such as the ring size).
 	MaxInFlight int
+	// OnThrottle, if set, is told of every throttle wait (sync-debug).
+	OnThrottle func(f syncstate.Fence) error
 }
 
 // Device is one GPU of a family.

@@ -60,6 +60,7 @@ type Queue struct {
 	mask        uint64
 	timeout     time.Duration
 	maxInFlight uint64
+	onThrottle  func(syncstate.Fence) error
 
 	mu         sync.Mutex
 	lastTicket atomic.Uint64
@@ -103,6 +104,9 @@ type Config struct {
 	// past it, submitting waits on the host for the oldest (a throttle
 	// wait).
 	MaxInFlight int
+	// OnThrottle, if set, is told of every throttle wait before it is
+	// made; an error refuses it and the submission fails with it.
+	OnThrottle func(f syncstate.Fence) error
 }
 
 // New creates the HSA queue and its kernarg ring.
@@ -110,7 +114,8 @@ func New(rt hsa.Runtime, c Config) (*Queue, error) {
 	if c.Size == 0 || c.Size&(c.Size-1) != 0 {
 		return nil, fmt.Errorf("queue: size %d is not a power of two", c.Size)
 	}
-	q := &Queue{rt: rt, name: c.Name, signals: c.Signals, sinks: c.Sinks, kernargPool: c.KernargPool, timeout: c.WaitTimeout}
+	q := &Queue{rt: rt, name: c.Name, signals: c.Signals, sinks: c.Sinks, kernargPool: c.KernargPool, timeout: c.WaitTimeout,
+		onThrottle: c.OnThrottle}
 	hq, err := rt.QueueCreate(c.Agent, c.Size, hsa.QueueTypeSingle, q.onError)
 	if err != nil {
 		return nil, err
@@ -408,8 +413,13 @@ func (q *Queue) reserveLocked() (uint64, *Signal, error) {
 	}
 	q.retireLocked()
 	for q.lastTicket.Load()-q.completed.Load() >= q.maxInFlight {
-		q.sinks.HostWait(syncstate.ReasonThrottle)
 		t := q.completed.Load() + 1
+		if q.onThrottle != nil {
+			if err := q.onThrottle(syncstate.Fence{TL: q, Ticket: t}); err != nil {
+				return 0, nil, err
+			}
+		}
+		q.sinks.HostWait(syncstate.ReasonThrottle)
 		oldest := q.slot(t).sig
 		oldest.Retain()
 		err := q.waitSignal(nil, oldest, t)

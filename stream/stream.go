@@ -119,6 +119,7 @@ type Stream struct {
 	crossDomain bool
 	timeout     time.Duration
 	maxInFlight uint64
+	onThrottle  func(syncstate.Fence) error
 
 	mu         sync.Mutex
 	lastTicket atomic.Uint64
@@ -159,12 +160,15 @@ type Config struct {
 	// MaxInFlight caps the ops in flight (0: no cap): past it, Submit
 	// first waits on the host for older ops (a throttle wait).
 	MaxInFlight int
+	// OnThrottle, if set, is told of every throttle wait before it is
+	// made; an error refuses it and Submit fails with it.
+	OnThrottle func(f syncstate.Fence) error
 }
 
 // New makes a Stream of the runtime stream s, which it then owns.
 func New(api API, s uintptr, c Config) *Stream {
 	return &Stream{api: api, s: s, name: c.Name, domain: c.Domain, events: c.Events, sinks: c.Sinks, crossDomain: c.CrossDomain,
-		timeout: c.WaitTimeout, maxInFlight: uint64(max(c.MaxInFlight, 0))}
+		timeout: c.WaitTimeout, maxInFlight: uint64(max(c.MaxInFlight, 0)), onThrottle: c.OnThrottle}
 }
 
 // Handle returns the runtime stream.
@@ -189,8 +193,14 @@ func (s *Stream) Submit(enqueue func(stream uintptr) error) (uint64, error) {
 	if s.maxInFlight > 0 && s.lastTicket.Load()-s.Completed() >= s.maxInFlight {
 		// Back-pressure: wait for the older half of what is in flight
 		// (a periodic mark covers it), counted as a throttle wait.
+		t := s.lastTicket.Load() - s.maxInFlight/2
+		if s.onThrottle != nil {
+			if err := s.onThrottle(syncstate.Fence{TL: s, Ticket: t}); err != nil {
+				return 0, err
+			}
+		}
 		s.sinks.HostWait(syncstate.ReasonThrottle)
-		if err := s.WaitHost(s.lastTicket.Load() - s.maxInFlight/2); err != nil {
+		if err := s.WaitHost(t); err != nil {
 			return 0, err
 		}
 	}

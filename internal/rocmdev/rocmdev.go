@@ -174,7 +174,7 @@ func newDevice(rt Runtimes, cfg driver.DeviceConfig, index int, agent hsa.Agent,
 	d.queues = tls.QueuePool{Max: cfg.MaxQueues, Create: func(i int) (*queue.Queue, error) {
 		q, err := queue.New(rt.HSA, queue.Config{Name: fmt.Sprintf("gpu%d/hsa-q%d", index, i), Agent: agent,
 			Size: cfg.QueueSize, KernargPool: kernarg, Signals: d.signals, Sinks: syncstate.Sinks{cfg.Stats},
-			WaitTimeout: cfg.WaitTimeout, MaxInFlight: cfg.MaxInFlight})
+			WaitTimeout: cfg.WaitTimeout, MaxInFlight: cfg.MaxInFlight, OnThrottle: cfg.OnThrottle})
 		if err == nil && cfg.Policy == syncstate.DeviceBridge {
 			q.SetBridge(d.hipToHSA)
 		}
@@ -308,7 +308,7 @@ func (d *Device) NewTask(sinks syncstate.Sinks) (driver.Task, error) {
 	}
 	t.st.Stream = stream.New(d.streamAPI, uintptr(hs), stream.Config{Name: fmt.Sprintf("gpu%d/hip-s%d", d.index, n),
 		Events: d.events, Sinks: sinks, Domain: syncstate.DomainLibrary,
-		WaitTimeout: d.cfg.WaitTimeout, MaxInFlight: d.cfg.MaxInFlight})
+		WaitTimeout: d.cfg.WaitTimeout, MaxInFlight: d.cfg.MaxInFlight, OnThrottle: d.cfg.OnThrottle})
 	if d.cfg.Policy == syncstate.DeviceBridge {
 		t.st.Stream.SetBridge(d.hsaToHIP)
 	}
