@@ -81,8 +81,8 @@ func logger(o Options) zerolog.Logger {
 
 // family is one opened backend: its devices and what to call it.
 type family struct {
-	name    string
-	devs    []driver.Device
+	name     string
+	devs     []driver.Device
 	machine  *emu.Machine
 	stats    []*syncstate.Stats
 	throttle []*atomic.Pointer[Device]
