@@ -201,3 +201,34 @@ func TestMillionOpsBoundedResources(t *testing.T) {
 		})
 	}
 }
+
+// The per-device cap bounds the ops in flight over all tasks, with
+// throttle waits, and completes with tasks crossing over shared arrays.
+func TestPerDeviceRunAheadCap(t *testing.T) {
+	for _, p := range []Policy{DeviceSide, Unified, DeviceBridge} {
+		t.Run(p.String(), func(t *testing.T) {
+			d := openStrict(t, p, func(o *Options) { o.MaxInFlightPerDevice = 8 })
+			emulatorOnly(t, d, "holds the device to keep work pending")
+			a, _ := d.NewTask()
+			b, _ := d.NewTask()
+			x, _ := d.FromFloat32(4, 4, make([]float32, 16))
+			y, _ := d.FromFloat32(4, 4, make([]float32, 16))
+			release := d.machine.Hold() // keep work pending: the cap must act
+			go func() { time.Sleep(30 * time.Millisecond); release() }()
+			err := within(t, "the capped run", func() error {
+				for i := 0; i < 100; i++ {
+					if err := a.AXPYInto(x, 1, y, x); err != nil {
+						return err
+					}
+					if err := b.AXPYInto(y, 1, x, y); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			require.NoError(t, err)
+			require.NotZero(t, d.Stats().HostWaits[ReasonThrottle], "%v", d.Stats())
+			require.NoError(t, d.Synchronize())
+		})
+	}
+}

@@ -42,6 +42,59 @@ type Device struct {
 
 	launchBlocking bool
 	syncDebug      SyncDebugMode
+	maxPerDevice   uint64        // Options.MaxInFlightPerDevice
+	sinceCheck     atomic.Uint64 // ops submitted since the last check of it
+}
+
+// throttleDevice enforces Options.MaxInFlightPerDevice: when the ops in
+// flight over all tasks reach it, it waits on the host for the older half
+// of the busiest timeline. Called every maxPerDevice/2 ops.
+func (d *Device) throttleDevice(sinks syncstate.Sinks) error {
+	for {
+		var busiest *Task
+		var busiestTL syncstate.Timeline
+		var most, total uint64
+		d.mu.Lock()
+		for _, t := range d.tasks {
+			if !t.lifeMu.TryLock() {
+				continue // closing: it drains itself
+			}
+			if !t.released {
+				k, l := t.drv.KernelTimeline(), t.drv.LibraryTimeline()
+				for i, tl := range [2]syncstate.Timeline{k, l} {
+					if i == 1 && l == k {
+						break
+					}
+					n := tl.LastTicket() - min(tl.Completed(), tl.LastTicket())
+					total += n
+					if n > most {
+						most, busiest, busiestTL = n, t, tl
+					}
+				}
+			}
+			t.lifeMu.Unlock()
+		}
+		d.mu.Unlock()
+		if total < d.maxPerDevice || busiest == nil {
+			return nil
+		}
+		busiest.lifeMu.Lock()
+		var err error
+		if !busiest.released {
+			target := busiestTL.LastTicket() - most/2
+			if d.syncDebug != SyncDebugOff {
+				err = d.implicitWait("submit", fmt.Sprintf("%s#%d (device cap %d)", busiestTL.Name(), target, d.maxPerDevice), ReasonThrottle)
+			}
+			if err == nil {
+				sinks.HostWait(ReasonThrottle)
+				err = busiestTL.WaitHost(target)
+			}
+		}
+		busiest.lifeMu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
 }
 
 // implicitHostWait is sync-debug mode's report of a host wait that is not
@@ -142,7 +195,8 @@ func open(o Options, all bool) ([]*Device, error) {
 		}
 		d := &Device{drv: dd, backend: fam.name, machine: fam.machine, index: i, log: log,
 			engine: syncstate.Engine{Policy: o.Policy, DisableWaits: o.disableWaits}, stats: fam.stats[i],
-			cache: newMemCache(o.MemoryCache), launchBlocking: o.launchBlocking(), syncDebug: o.SyncDebug}
+			cache: newMemCache(o.MemoryCache), launchBlocking: o.launchBlocking(), syncDebug: o.SyncDebug,
+			maxPerDevice: uint64(o.MaxInFlightPerDevice)}
 		if o.SyncDebug != SyncDebugOff {
 			d.engine.OnHostWait = d.implicitHostWait
 			if i < len(fam.throttle) {

@@ -109,6 +109,14 @@ type Options struct {
 	// deadlock with it: a timeline only ever waits for its own older
 	// work, which depends on nothing submitted later.
 	MaxInFlight int
+	// MaxInFlightPerDevice caps the ops in flight on the whole device,
+	// over all tasks (0: none beyond MaxInFlight per queue and stream; XLA
+	// uses 32, MLX 10). The device checks it every MaxInFlightPerDevice/2
+	// ops, and past it waits on the host for the older half of the
+	// busiest timeline (a throttle wait). Like MaxInFlight it cannot
+	// deadlock: the work waited for depends only on work already
+	// submitted.
+	MaxInFlightPerDevice int
 	// LaunchBlocking makes every op wait on the host for its own
 	// completion, so that a fault is reported by the op that caused it
 	// (like CUDA_LAUNCH_BLOCKING). The environment variable
@@ -163,8 +171,8 @@ func (o Options) validate() error {
 	if o.SyncDebug > SyncDebugFail {
 		return newErr("Open", ErrInvalid, "unknown SyncDebug mode %v", o.SyncDebug)
 	}
-	if o.MaxInFlight < 0 {
-		return newErr("Open", ErrInvalid, "negative MaxInFlight")
+	if o.MaxInFlight < 0 || o.MaxInFlightPerDevice < 0 {
+		return newErr("Open", ErrInvalid, "negative MaxInFlight or MaxInFlightPerDevice")
 	}
 	if o.MaxQueues < 0 || o.Device < 0 || o.Emulator.Devices < 0 {
 		return newErr("Open", ErrInvalid, "negative MaxQueues, Device or Emulator.Devices")

@@ -229,6 +229,13 @@ func (t *Task) submit(name string, tl syncstate.Timeline, reads []*Array, write 
 		}
 		return &Error{Op: name, Kind: ErrFault, Detail: "on " + tl.Name(), Err: err}
 	}
+	if d.maxPerDevice > 0 && d.sinceCheck.Add(1) >= max(d.maxPerDevice/2, 1) {
+		d.sinceCheck.Store(0)
+		if err := d.throttleDevice(t.sinks); err != nil {
+			// The op itself was submitted; the wait for older work failed.
+			return &Error{Op: name, Kind: waitKind(err), Detail: "device run-ahead cap", Err: err}
+		}
+	}
 	if d.launchBlocking {
 		t.sinks.HostWait(ReasonLaunchBlocking)
 		if err := tl.WaitHost(ticket); err != nil {
