@@ -9,5 +9,5 @@ func openCUDA(o Options) (family, error) {
 	if err != nil {
 		return family{}, err
 	}
-	return family{name: "cuda", devs: devs, stats: c.stats}, nil
+	return family{name: "cuda", devs: devs, stats: c.stats, throttle: c.throttle}, nil
 }

@@ -1,6 +1,7 @@
 package rocsync
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -32,11 +33,82 @@ type Device struct {
 
 	mu          sync.Mutex
 	tasks       []*Task
+	defaultMu   sync.Mutex // held while the default task is made
 	defaultTask *Task
 	frees       pendingFrees
 	cache       *memCache
 	closed      atomic.Bool
 	closeMu     sync.RWMutex // held for reading by every op, for writing by Close
+
+	launchBlocking bool
+	syncDebug      SyncDebugMode
+	maxPerDevice   uint64        // Options.MaxInFlightPerDevice
+	sinceCheck     atomic.Uint64 // ops submitted since the last check of it
+}
+
+// throttleDevice enforces Options.MaxInFlightPerDevice: when the ops in
+// flight over all tasks reach it, it waits on the host for the older half
+// of the busiest timeline. Called every maxPerDevice/2 ops.
+func (d *Device) throttleDevice(sinks syncstate.Sinks) error {
+	for {
+		var busiest *Task
+		var busiestTL syncstate.Timeline
+		var most, total uint64
+		d.mu.Lock()
+		for _, t := range d.tasks {
+			if !t.lifeMu.TryLock() {
+				continue // closing: it drains itself
+			}
+			if !t.released {
+				k, l := t.drv.KernelTimeline(), t.drv.LibraryTimeline()
+				for i, tl := range [2]syncstate.Timeline{k, l} {
+					if i == 1 && l == k {
+						break
+					}
+					n := tl.LastTicket() - min(tl.Completed(), tl.LastTicket())
+					total += n
+					if n > most {
+						most, busiest, busiestTL = n, t, tl
+					}
+				}
+			}
+			t.lifeMu.Unlock()
+		}
+		d.mu.Unlock()
+		if total < d.maxPerDevice || busiest == nil {
+			return nil
+		}
+		busiest.lifeMu.Lock()
+		var err error
+		if !busiest.released {
+			target := busiestTL.LastTicket() - most/2
+			if d.syncDebug != SyncDebugOff {
+				err = d.implicitWait("submit", fmt.Sprintf("%s#%d (device cap %d)", busiestTL.Name(), target, d.maxPerDevice), ReasonThrottle)
+			}
+			if err == nil {
+				sinks.HostWait(ReasonThrottle)
+				err = busiestTL.WaitHost(target)
+			}
+		}
+		busiest.lifeMu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// implicitHostWait is sync-debug mode's report of a host wait that is not
+// a read-back or an explicit Synchronize.
+func (d *Device) implicitHostWait(op string, consumer syncstate.Timeline, f syncstate.Fence, r Reason) error {
+	return d.implicitWait(op, f.String()+" -> "+consumer.Name(), r)
+}
+
+func (d *Device) implicitWait(op, crossing string, r Reason) error {
+	if d.syncDebug == SyncDebugFail {
+		return &Error{Op: op, Kind: ErrHostWait, Detail: fmt.Sprintf("%s host wait for %s", r, crossing), Err: syncstate.ErrWaitRefused}
+	}
+	d.log.Warn().Str("op", op).Str("crossing", crossing).Stringer("reason", r).Msg("rocsync: implicit host wait")
+	return nil
 }
 
 // Open opens one GPU. With Backend Auto it uses the real ROCm stack when it
@@ -62,13 +134,17 @@ func logger(o Options) zerolog.Logger {
 
 // family is one opened backend: its devices and what to call it.
 type family struct {
-	name    string
-	devs    []driver.Device
-	machine *emu.Machine
-	stats   []*syncstate.Stats
+	name     string
+	devs     []driver.Device
+	machine  *emu.Machine
+	stats    []*syncstate.Stats
+	throttle []*atomic.Pointer[Device]
 }
 
 func open(o Options, all bool) ([]*Device, error) {
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
 	log := logger(o)
 	var fam family
 	var err error
@@ -117,9 +193,17 @@ func open(o Options, all bool) ([]*Device, error) {
 			_ = dd.Close()
 			continue
 		}
-		out = append(out, &Device{drv: dd, backend: fam.name, machine: fam.machine, index: i, log: log,
+		d := &Device{drv: dd, backend: fam.name, machine: fam.machine, index: i, log: log,
 			engine: syncstate.Engine{Policy: o.Policy, DisableWaits: o.disableWaits}, stats: fam.stats[i],
-			cache: newMemCache(o.MemoryCache)})
+			cache: newMemCache(o.MemoryCache), launchBlocking: o.launchBlocking(), syncDebug: o.SyncDebug,
+			maxPerDevice: uint64(o.MaxInFlightPerDevice)}
+		if o.SyncDebug != SyncDebugOff {
+			d.engine.OnHostWait = d.implicitHostWait
+			if i < len(fam.throttle) {
+				fam.throttle[i].Store(d)
+			}
+		}
+		out = append(out, d)
 	}
 	return out, nil
 }
@@ -133,22 +217,39 @@ func closeAll(devs []driver.Device) {
 // configs hands each device its driver configuration and keeps the stats
 // the device's counters will live in.
 type configs struct {
-	o     Options
-	stats []*syncstate.Stats
+	o        Options
+	stats    []*syncstate.Stats
+	throttle []*atomic.Pointer[Device] // sync-debug's throttle hooks find their device here
 }
 
 func (c *configs) configFor(i int) driver.DeviceConfig {
 	for len(c.stats) <= i {
 		c.stats = append(c.stats, new(syncstate.Stats))
 	}
-	return driver.DeviceConfig{Policy: c.o.Policy, QueueSize: c.o.QueueSize, MaxQueues: c.o.MaxQueues, Stats: c.stats[i]}
+	cfg := driver.DeviceConfig{Policy: c.o.Policy, QueueSize: c.o.QueueSize, MaxQueues: c.o.MaxQueues, Stats: c.stats[i],
+		WaitTimeout: c.o.waitTimeout(), MaxInFlight: c.o.maxInFlight()}
+	if c.o.SyncDebug != SyncDebugOff {
+		// The Device is made after its driver: the hook finds it later.
+		for len(c.throttle) <= i {
+			c.throttle = append(c.throttle, new(atomic.Pointer[Device]))
+		}
+		slot := c.throttle[i]
+		cfg.OnThrottle = func(f syncstate.Fence) error {
+			if d := slot.Load(); d != nil {
+				return d.implicitWait("submit", f.String()+" (oldest in flight on its own timeline)", ReasonThrottle)
+			}
+			return nil
+		}
+	}
+	return cfg
 }
 
 func openEmulator(o Options, log zerolog.Logger) (family, error) {
 	e := o.Emulator
 	m := emu.New(emu.Options{Devices: e.Devices, ISA: e.ISA, MemoryPerDevice: e.MemoryPerDevice,
 		Hazards: e.HazardChecker, MaxDelay: e.MaxDelay, Seed: e.Seed, HIPVersion: e.HIPVersion,
-		HIPVisibleDevices: e.HIPVisibleDevices, KernelGroupSegmentSize: e.KernelGroupSegmentSize})
+		HIPVisibleDevices: e.HIPVisibleDevices, KernelGroupSegmentSize: e.KernelGroupSegmentSize,
+		FaultInjector: e.FaultInjector})
 	if err := m.HSA().Init(); err != nil {
 		return family{}, err
 	}
@@ -164,7 +265,7 @@ func openROCmFamily(o Options, rt rocmdev.Runtimes) (family, error) {
 	if err != nil {
 		return family{}, err
 	}
-	return family{name: "rocm", devs: devs, stats: c.stats}, nil
+	return family{name: "rocm", devs: devs, stats: c.stats, throttle: c.throttle}, nil
 }
 
 // openROCm loads and initialises the real libraries.
@@ -218,7 +319,12 @@ func (d *Device) Policy() Policy { return d.engine.Policy }
 
 // Stats returns the device's counters: every task's work and every host
 // wait, including read-backs and frees.
-func (d *Device) Stats() Stats { return d.stats.Snapshot() }
+func (d *Device) Stats() Stats {
+	if d == nil {
+		return Stats{}
+	}
+	return d.stats.Snapshot()
+}
 
 // Stats is a snapshot of counters.
 type Stats = syncstate.Snapshot
@@ -228,13 +334,14 @@ type Reason = syncstate.Reason
 
 // The host-wait reasons.
 const (
-	ReasonBoundary   = syncstate.ReasonBoundary
-	ReasonCrossQueue = syncstate.ReasonCrossQueue
-	ReasonReadBack   = syncstate.ReasonReadBack
-	ReasonSync       = syncstate.ReasonSync
-	ReasonFree       = syncstate.ReasonFree
-	ReasonThrottle   = syncstate.ReasonThrottle
-	ReasonWaitAlways = syncstate.ReasonWaitAlways
+	ReasonBoundary       = syncstate.ReasonBoundary
+	ReasonCrossQueue     = syncstate.ReasonCrossQueue
+	ReasonReadBack       = syncstate.ReasonReadBack
+	ReasonSync           = syncstate.ReasonSync
+	ReasonFree           = syncstate.ReasonFree
+	ReasonThrottle       = syncstate.ReasonThrottle
+	ReasonWaitAlways     = syncstate.ReasonWaitAlways
+	ReasonLaunchBlocking = syncstate.ReasonLaunchBlocking
 )
 
 // Hazards returns what the emulator's hazard checker found (nil on real
@@ -261,6 +368,9 @@ func (d *Device) SignalsCreated() uint64 { return d.drv.SignalsCreated() }
 func (d *Device) EventsCreated() uint64 { return d.drv.EventsCreated() }
 
 func (d *Device) enter(op string) error {
+	if d == nil {
+		return newErr(op, ErrInvalid, "nil device")
+	}
 	d.closeMu.RLock()
 	if d.closed.Load() {
 		d.closeMu.RUnlock()
@@ -296,8 +406,20 @@ func (d *Device) NewTask() (*Task, error) {
 // DefaultTask returns the device's shared default task, for simple
 // programs that use one goroutine.
 func (d *Device) DefaultTask() *Task {
+	if d == nil {
+		return &Task{err: newErr("DefaultTask", ErrInvalid, "nil device")}
+	}
 	d.mu.Lock()
 	t := d.defaultTask
+	d.mu.Unlock()
+	if t != nil {
+		return t
+	}
+	// One maker at a time, so concurrent first calls share one task.
+	d.defaultMu.Lock()
+	defer d.defaultMu.Unlock()
+	d.mu.Lock()
+	t = d.defaultTask
 	d.mu.Unlock()
 	if t != nil {
 		return t
@@ -307,30 +429,38 @@ func (d *Device) DefaultTask() *Task {
 		return &Task{dev: d, err: err}
 	}
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.defaultTask == nil {
-		d.defaultTask = t
-	}
-	return d.defaultTask
+	d.defaultTask = t
+	d.mu.Unlock()
+	return t
 }
 
 // Synchronize waits on the host for all work of every task, then releases
 // freed memory whose work is done.
-func (d *Device) Synchronize() error {
+func (d *Device) Synchronize() error { return d.SynchronizeContext(nil) }
+
+// SynchronizeContext is Synchronize that also returns when ctx is done. It
+// cancels the wait, not the GPU work.
+func (d *Device) SynchronizeContext(ctx context.Context) error {
 	if err := d.enter("Synchronize"); err != nil {
 		return err
 	}
 	defer d.leave()
-	return d.synchronize()
+	return d.synchronize(ctx)
 }
 
-func (d *Device) synchronize() error {
+func (d *Device) synchronize(ctx context.Context) error {
 	d.mu.Lock()
 	tasks := append([]*Task(nil), d.tasks...)
 	d.mu.Unlock()
 	var errs []error
 	for _, t := range tasks {
-		errs = append(errs, t.drain())
+		// A task closing meanwhile has drained itself (lifeMu orders the
+		// two), and its timelines are gone.
+		t.lifeMu.Lock()
+		if !t.released {
+			errs = append(errs, t.drain(ctx))
+		}
+		t.lifeMu.Unlock()
 	}
 	errs = append(errs, d.frees.poll(d, true))
 	return errors.Join(errs...)
@@ -339,19 +469,38 @@ func (d *Device) synchronize() error {
 // Close waits for all work, frees every pending array and releases the
 // device's queues, streams and pools. Using its arrays afterwards returns
 // ErrClosed.
-func (d *Device) Close() error {
+func (d *Device) Close() error { return d.CloseContext(nil) }
+
+// CloseContext is Close whose drain also ends when ctx is done. A drain
+// that runs out of time (ctx, or Options.WaitTimeout) leaves the device
+// open, returning an ErrTimeout error: resources the GPU may still use
+// are not released under it. Work that failed does not stop Close.
+func (d *Device) CloseContext(ctx context.Context) error {
+	if d == nil {
+		return newErr("Close", ErrInvalid, "nil device")
+	}
 	d.closeMu.Lock()
 	defer d.closeMu.Unlock()
-	if d.closed.Swap(true) {
+	if d.closed.Load() {
 		return nil
 	}
-	errs := []error{d.synchronize()}
+	drained := d.synchronize(ctx)
+	if drained != nil && waitKind(drained) == ErrTimeout {
+		return &Error{Op: "Close", Kind: ErrTimeout, Detail: "work still in flight; the device stays open", Err: drained}
+	}
+	d.closed.Store(true)
+	errs := []error{drained}
 	d.mu.Lock()
 	tasks := d.tasks
 	d.tasks = nil
 	d.mu.Unlock()
 	for _, t := range tasks {
-		errs = append(errs, t.drv.Close())
+		t.lifeMu.Lock()
+		if !t.released {
+			t.released = true
+			errs = append(errs, t.drv.Close())
+		}
+		t.lifeMu.Unlock()
 	}
 	errs = append(errs, d.cache.trim(d.drv), d.drv.Close())
 	if err := errors.Join(errs...); err != nil {

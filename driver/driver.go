@@ -7,6 +7,7 @@
 package driver
 
 import (
+	"time"
 	"unsafe"
 
 	"github.com/rocsync/rocsync/kernels"
@@ -25,6 +26,13 @@ type DeviceConfig struct {
 	MaxQueues int
 	// Stats receives the device-level counts (throttle waits and the like).
 	Stats *syncstate.Stats
+	// WaitTimeout bounds every host wait (0: none).
+	WaitTimeout time.Duration
+	// MaxInFlight caps the ops in flight per timeline (0: the family's
+	// own limit, such as the ring size).
+	MaxInFlight int
+	// OnThrottle, if set, is told of every throttle wait (sync-debug).
+	OnThrottle func(f syncstate.Fence) error
 }
 
 // Device is one GPU of a family.

@@ -10,10 +10,12 @@
 package queue
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/rocsync/rocsync/hsa"
@@ -57,6 +59,9 @@ type Queue struct {
 	kernarg     unsafe.Pointer
 	sinks       syncstate.Sinks
 	mask        uint64
+	timeout     time.Duration
+	maxInFlight uint64
+	onThrottle  func(syncstate.Fence) error
 
 	mu         sync.Mutex
 	lastTicket atomic.Uint64
@@ -67,6 +72,9 @@ type Queue struct {
 	inflight  []entry
 	readIndex uint64 // the packet processor's read index as last loaded, under mu
 	brokenErr atomic.Pointer[error]
+	// health says which tickets failed: from the queue's own fault on, or
+	// behind a barrier that waited for a fence that failed.
+	health syncstate.Health
 
 	// bridge, when set, turns a fence of another domain into a signal
 	// that reaches 0 once the fence completes (the DeviceBridge policy).
@@ -90,6 +98,16 @@ type Config struct {
 	KernargPool hsa.MemoryPool
 	Signals     *SignalPool
 	Sinks       syncstate.Sinks
+	// WaitTimeout bounds every host wait (0: none); past it the wait
+	// returns a *syncstate.TimeoutError naming the fence.
+	WaitTimeout time.Duration
+	// MaxInFlight caps the packets in flight (0: the ring size - 1):
+	// past it, submitting waits on the host for the oldest (a throttle
+	// wait).
+	MaxInFlight int
+	// OnThrottle, if set, is told of every throttle wait before it is
+	// made; an error refuses it and the submission fails with it.
+	OnThrottle func(f syncstate.Fence) error
 }
 
 // New creates the HSA queue and its kernarg ring.
@@ -97,7 +115,8 @@ func New(rt hsa.Runtime, c Config) (*Queue, error) {
 	if c.Size == 0 || c.Size&(c.Size-1) != 0 {
 		return nil, fmt.Errorf("queue: size %d is not a power of two", c.Size)
 	}
-	q := &Queue{rt: rt, name: c.Name, signals: c.Signals, sinks: c.Sinks, kernargPool: c.KernargPool}
+	q := &Queue{rt: rt, name: c.Name, signals: c.Signals, sinks: c.Sinks, kernargPool: c.KernargPool, timeout: c.WaitTimeout,
+		onThrottle: c.OnThrottle}
 	hq, err := rt.QueueCreate(c.Agent, c.Size, hsa.QueueTypeSingle, q.onError)
 	if err != nil {
 		return nil, err
@@ -105,6 +124,10 @@ func New(rt hsa.Runtime, c Config) (*Queue, error) {
 	q.hq = hq
 	q.mask = uint64(hq.Size - 1)
 	q.inflight = make([]entry, hq.Size)
+	q.maxInFlight = uint64(hq.Size - 1)
+	if c.MaxInFlight > 0 && uint64(c.MaxInFlight) < q.maxInFlight {
+		q.maxInFlight = uint64(c.MaxInFlight)
+	}
 	q.kernarg, err = rt.MemoryPoolAllocate(c.KernargPool, uint64(hq.Size)*KernargSlot)
 	if err != nil {
 		_ = rt.QueueDestroy(hq)
@@ -126,16 +149,43 @@ func New(rt hsa.Runtime, c Config) (*Queue, error) {
 func (q *Queue) onError(s hsa.Status) {
 	err := fmt.Errorf("%w on %s: %w", ErrQueueBroken, q.name,
 		&hsa.Error{Func: "queue", Status: s, Text: q.rt.StatusString(s)})
-	q.brokenErr.CompareAndSwap(nil, &err)
+	if !q.brokenErr.CompareAndSwap(nil, &err) {
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.hq == nil {
+		return
+	}
+	// The packet that faulted is the oldest one not complete; it and every
+	// packet after it fail.
+	q.retireLocked()
+	from := q.completed.Load() + 1
+	q.health.Fail(from, err)
+	// A broken queue never completes its packets' signals, and barrier
+	// packets on other queues, HIP streams (DeviceBridge) and host
+	// waiters wait for them. Completing them here releases every such
+	// waiter; each of them learns from Failed that the work failed, and
+	// a queue or stream that waited on the device breaks in turn.
+	for t := from; t <= q.lastTicket.Load(); t++ {
+		if e := q.slot(t); e.sig != nil {
+			q.rt.SignalStoreScrelease(e.sig.H, 0)
+		}
+	}
 }
 
-// Err returns the asynchronous error that broke the queue, if any.
+// Err returns the error that broke the queue, if any: its own
+// asynchronous error, or the failure of a fence it waited for on the
+// device.
 func (q *Queue) Err() error {
 	if p := q.brokenErr.Load(); p != nil {
 		return *p
 	}
-	return nil
+	return q.health.Err()
 }
+
+// Failed implements syncstate.Timeline.
+func (q *Queue) Failed(t uint64) error { return q.health.Failed(t) }
 
 // Domain implements syncstate.Timeline.
 func (q *Queue) Domain() syncstate.Domain { return syncstate.DomainKernel }
@@ -169,7 +219,7 @@ func (q *Queue) retireLocked() {
 	for c := q.completed.Load(); c < q.lastTicket.Load(); c++ {
 		e := q.slot(c + 1)
 		if q.rt.SignalLoadScacquire(e.sig.H) >= 1 {
-			return
+			break
 		}
 		q.completed.Store(c + 1)
 		e.sig.Release()
@@ -181,6 +231,7 @@ func (q *Queue) retireLocked() {
 		}
 		e.sig = nil
 	}
+	q.health.Prune(q.completed.Load())
 }
 
 // signalFor returns a retained completion signal for ticket t, or nil when
@@ -200,15 +251,19 @@ func (q *Queue) signalFor(t uint64) *Signal {
 }
 
 // WaitHost implements syncstate.Timeline.
-func (q *Queue) WaitHost(t uint64) error {
+func (q *Queue) WaitHost(t uint64) error { return q.WaitHostContext(nil, t) }
+
+// WaitHostContext implements syncstate.ContextWaiter: WaitHost that also
+// ends when ctx is done (nil: never).
+func (q *Queue) WaitHostContext(ctx context.Context, t uint64) error {
 	if t <= q.completed.Load() {
-		return nil
+		return q.health.Failed(t)
 	}
 	s := q.signalFor(t)
 	if s == nil {
-		return nil
+		return q.health.Failed(t)
 	}
-	err := q.waitSignal(s)
+	err := q.waitSignal(ctx, s, t)
 	s.Release()
 	q.mu.Lock()
 	q.retireLocked()
@@ -220,12 +275,27 @@ func (q *Queue) WaitHost(t uint64) error {
 // signals never complete, is noticed instead of hanging forever.
 const waitTimeoutHint = 10_000_000
 
-func (q *Queue) waitSignal(s *Signal) error {
+// waitSignal waits for ticket t's signal s. It returns t's failure, if it
+// failed: its own, or that of a producer the queue waited for on the
+// device, which is checked while waiting so that a wait behind a producer
+// that will never signal ends.
+func (q *Queue) waitSignal(ctx context.Context, s *Signal, t uint64) error {
+	b := syncstate.Bound{Ctx: ctx, Timeout: q.timeout}
+	if q.timeout > 0 {
+		b.Start = time.Now()
+	}
 	for {
 		if q.rt.SignalWaitScacquire(s.H, hsa.ConditionLt, 1, waitTimeoutHint, hsa.WaitStateBlocked) < 1 {
-			return nil
+			return q.health.Failed(t)
 		}
-		if err := q.Err(); err != nil {
+		q.health.Probe()
+		if err := q.health.Failed(t); err != nil {
+			return err
+		}
+		if p := q.brokenErr.Load(); p != nil {
+			return *p
+		}
+		if err := b.Check(syncstate.Fence{TL: q, Ticket: t}); err != nil {
 			return err
 		}
 	}
@@ -257,6 +327,7 @@ func (q *Queue) WaitDevice(fences []syncstate.Fence) error {
 			return fmt.Errorf("queue: %s cannot wait on the device for %s (%s)", q.name, f.TL.Name(), f.TL.Domain())
 		}
 		if s != nil {
+			q.health.AddUpstream(q.name, f, q.lastTicket.Load()+1)
 			if n == len(sigs) {
 				releaseAll(sigs[:n])
 				return fmt.Errorf("queue: too many fences (%d) for one device wait", len(fences))
@@ -381,11 +452,17 @@ func (q *Queue) reserveWithLocked(sig *Signal) (uint64, *Signal, error) {
 		return fail(err)
 	}
 	q.retireLocked()
-	for q.lastTicket.Load()-q.completed.Load() >= uint64(len(q.inflight)-1) {
+	for q.lastTicket.Load()-q.completed.Load() >= q.maxInFlight {
+		t := q.completed.Load() + 1
+		if q.onThrottle != nil {
+			if err := q.onThrottle(syncstate.Fence{TL: q, Ticket: t}); err != nil {
+				return 0, nil, err
+			}
+		}
 		q.sinks.HostWait(syncstate.ReasonThrottle)
-		oldest := q.slot(q.completed.Load() + 1).sig
+		oldest := q.slot(t).sig
 		oldest.Retain()
-		err := q.waitSignal(oldest)
+		err := q.waitSignal(nil, oldest, t)
 		oldest.Release()
 		if err != nil {
 			return fail(err)

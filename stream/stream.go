@@ -7,9 +7,13 @@
 package stream
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/rocsync/rocsync/syncstate"
 )
@@ -113,12 +117,20 @@ type Stream struct {
 	// crossDomain lets the stream wait with events for streams of the
 	// other domain too (DeviceBridge on CUDA, where both are streams).
 	crossDomain bool
+	timeout     time.Duration
+	maxInFlight uint64
+	onThrottle  func(syncstate.Fence) error
 
 	mu         sync.Mutex
 	lastTicket atomic.Uint64
 	completed  atomic.Uint64
 	marks      []mark     // events in ticket order, oldest first
 	after      []deferred // work to run once a ticket completes
+	onFailure  []deferred // work to run if the stream fails before a ticket completes
+	// health says which tickets failed: from the stream's own error on
+	// (learned from the runtime at a query or wait), or behind a device
+	// wait for a fence that failed.
+	health syncstate.Health
 
 	// bridge, when set, makes this stream wait on the device for a fence
 	// of a timeline that is not a Stream (HSA→HIP under DeviceBridge).
@@ -126,6 +138,10 @@ type Stream struct {
 }
 
 var _ syncstate.Timeline = (*Stream)(nil)
+
+// ErrClosed is returned by Submit on a closed stream. Close drained it, so
+// every fence of the stream is complete (or failed: see Failed).
+var ErrClosed = errors.New("stream: closed")
 
 // Config describes a Stream.
 type Config struct {
@@ -138,11 +154,21 @@ type Config struct {
 	Domain syncstate.Domain
 	// CrossDomain: waits for streams of the other domain use events too.
 	CrossDomain bool
+	// WaitTimeout bounds every host wait (0: none, and waits are the
+	// runtime's blocking synchronize calls); with it, host waits poll.
+	WaitTimeout time.Duration
+	// MaxInFlight caps the ops in flight (0: no cap): past it, Submit
+	// first waits on the host for older ops (a throttle wait).
+	MaxInFlight int
+	// OnThrottle, if set, is told of every throttle wait before it is
+	// made; an error refuses it and Submit fails with it.
+	OnThrottle func(f syncstate.Fence) error
 }
 
 // New makes a Stream of the runtime stream s, which it then owns.
 func New(api API, s uintptr, c Config) *Stream {
-	return &Stream{api: api, s: s, name: c.Name, domain: c.Domain, events: c.Events, sinks: c.Sinks, crossDomain: c.CrossDomain}
+	return &Stream{api: api, s: s, name: c.Name, domain: c.Domain, events: c.Events, sinks: c.Sinks, crossDomain: c.CrossDomain,
+		timeout: c.WaitTimeout, maxInFlight: uint64(max(c.MaxInFlight, 0)), onThrottle: c.OnThrottle}
 }
 
 // Handle returns the runtime stream.
@@ -164,14 +190,61 @@ func (s *Stream) SetBridge(bridge func(s *Stream, f syncstate.Fence) error) { s.
 // Submit runs enqueue (which must put exactly one op on the stream) under
 // the stream's lock, and returns the op's ticket.
 func (s *Stream) Submit(enqueue func(stream uintptr) error) (uint64, error) {
+	if s.maxInFlight > 0 && s.lastTicket.Load()-s.Completed() >= s.maxInFlight {
+		// Back-pressure: wait for the older half of what is in flight
+		// (a periodic mark covers it), counted as a throttle wait.
+		t := s.lastTicket.Load() - s.maxInFlight/2
+		if s.onThrottle != nil {
+			if err := s.onThrottle(syncstate.Fence{TL: s, Ticket: t}); err != nil {
+				return 0, err
+			}
+		}
+		s.sinks.HostWait(syncstate.ReasonThrottle)
+		if err := s.WaitHost(t); err != nil {
+			return 0, err
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.health.Err(); err != nil {
+		// Like a broken HSA queue, a failed stream takes no more work:
+		// it would run behind work that never completed.
+		return 0, err
+	}
+	if s.s == 0 {
+		return 0, fmt.Errorf("%w: %s", ErrClosed, s.name)
+	}
 	if err := enqueue(s.s); err != nil {
 		return 0, err
 	}
 	t := s.lastTicket.Load() + 1
 	s.lastTicket.Store(t)
+	if s.maxInFlight >= 4 && t%(s.maxInFlight/4) == 0 {
+		s.markLocked(t)
+	}
 	return t, nil
+}
+
+// markLocked records an event after ticket t (the newest), which nobody
+// holds yet, so that the throttle can wait for part of what is in flight
+// and Completed can learn progress without a host wait.
+func (s *Stream) markLocked(t uint64) {
+	if len(s.marks) >= maxMarks {
+		s.recycleLocked(true)
+		if len(s.marks) >= maxMarks {
+			return
+		}
+	}
+	ev, err := s.events.get()
+	if err != nil {
+		return
+	}
+	if err := s.api.EventRecord(ev, s.s); err != nil {
+		s.events.put(ev)
+		return
+	}
+	s.sinks.EventRecorded()
+	s.marks = append(s.marks, mark{ticket: t, ev: ev})
 }
 
 // AfterComplete runs fn once ticket t is known complete (at a later poll,
@@ -180,6 +253,41 @@ func (s *Stream) AfterComplete(t uint64, fn func()) {
 	s.mu.Lock()
 	s.after = append(s.after, deferred{t, fn})
 	s.mu.Unlock()
+}
+
+// OnFailure runs fn if the stream is found to fail before ticket t is
+// known complete; it is dropped once t completes. The bridge uses it to
+// complete the signals that waiters on other queues would otherwise wait
+// for forever.
+func (s *Stream) OnFailure(t uint64, fn func()) {
+	s.mu.Lock()
+	if s.health.Failure() != nil {
+		s.mu.Unlock()
+		fn()
+		return
+	}
+	s.onFailure = append(s.onFailure, deferred{t, fn})
+	s.mu.Unlock()
+}
+
+// Failed implements syncstate.Timeline.
+func (s *Stream) Failed(t uint64) error { return s.health.Failed(t) }
+
+// Err returns the error that broke the stream, if any.
+func (s *Stream) Err() error { return s.health.Err() }
+
+// failLocked records a runtime error of the stream: every op not known
+// complete failed, and so is every op up to ticket upTo now complete.
+func (s *Stream) failLocked(err error, upTo uint64) {
+	s.health.Fail(s.completed.Load()+1, fmt.Errorf("stream: %s: %w", s.name, err))
+	if upTo > s.completed.Load() {
+		s.completed.Store(upTo)
+	}
+	hooks := s.onFailure
+	s.onFailure = nil
+	for _, d := range hooks {
+		d.fn()
+	}
 }
 
 // Completed implements syncstate.Timeline. It never blocks (on contention
@@ -200,6 +308,9 @@ func (s *Stream) Completed() uint64 {
 			if ok, err := s.api.EventQuery(m.ev); err == nil && ok {
 				s.completed.Store(m.ticket)
 				s.recycleLocked(false)
+			} else if err != nil {
+				s.failLocked(err, m.ticket)
+				s.recycleLocked(false)
 			}
 		}
 	}
@@ -219,7 +330,9 @@ func (s *Stream) recycleLocked(query bool) {
 				break
 			}
 			ok, err := s.api.EventQuery(m.ev)
-			if err != nil || !ok {
+			if err != nil {
+				s.failLocked(err, m.ticket)
+			} else if !ok {
 				break
 			}
 			s.completed.Store(m.ticket)
@@ -234,6 +347,18 @@ func (s *Stream) recycleLocked(query bool) {
 		clear(s.marks[n:])
 		s.marks = s.marks[:n]
 	}
+	if len(s.onFailure) > 0 {
+		c := s.completed.Load()
+		kept := s.onFailure[:0]
+		for _, d := range s.onFailure {
+			if d.ticket > c {
+				kept = append(kept, d)
+			}
+		}
+		clear(s.onFailure[len(kept):])
+		s.onFailure = kept
+	}
+	s.health.Prune(s.completed.Load())
 	if len(s.after) > 0 {
 		c := s.completed.Load()
 		kept := s.after[:0]
@@ -255,9 +380,11 @@ func (s *Stream) Poll() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	last := s.lastTicket.Load()
-	if s.completed.Load() < last {
+	if s.completed.Load() < last && s.s != 0 {
 		if ok, err := s.api.StreamQuery(s.s); err == nil && ok {
 			s.completed.Store(last)
+		} else if err != nil {
+			s.failLocked(err, last)
 		}
 	}
 	s.recycleLocked(true)
@@ -331,37 +458,105 @@ func (s *Stream) releaseEvent(ev uintptr) {
 // WaitAlways, Drain) is one stream synchronize; otherwise it synchronizes
 // an event recorded (or reused) for ticket t, which does not also wait for
 // the ops submitted after t.
-func (s *Stream) WaitHost(t uint64) error {
+func (s *Stream) WaitHost(t uint64) error { return s.WaitHostContext(nil, t) }
+
+// poll waits for query to report done, polling with a growing pause,
+// until b ends the wait or the stream is found to fail.
+func (s *Stream) poll(b *syncstate.Bound, t uint64, h, ev uintptr) error {
+	pause := time.Microsecond
+	for {
+		var ok bool
+		var err error
+		if ev != 0 {
+			ok, err = s.api.EventQuery(ev)
+		} else {
+			ok, err = s.api.StreamQuery(h)
+		}
+		if err != nil || ok {
+			return err
+		}
+		if err := b.Check(syncstate.Fence{TL: s, Ticket: t}); err != nil {
+			return &boundErr{err}
+		}
+		s.health.Probe()
+		if err := s.health.Failed(t); err != nil {
+			return &boundErr{err}
+		}
+		if pause < 16*time.Microsecond {
+			runtime.Gosched()
+		} else {
+			time.Sleep(pause)
+		}
+		pause = min(2*pause, 200*time.Microsecond)
+	}
+}
+
+// boundErr ends a wait without saying anything about the stream itself.
+type boundErr struct{ err error }
+
+func (e *boundErr) Error() string { return e.err.Error() }
+func (e *boundErr) Unwrap() error { return e.err }
+
+// WaitHostContext implements syncstate.ContextWaiter: WaitHost that also
+// ends when ctx is done (nil: never), leaving the work running.
+func (s *Stream) WaitHostContext(ctx context.Context, t uint64) error {
+	var bound syncstate.Bound
+	var b *syncstate.Bound
+	if ctx != nil || s.timeout > 0 {
+		bound = syncstate.Bound{Ctx: ctx, Timeout: s.timeout, Start: time.Now()}
+		b = &bound
+	}
 	if last, ok := s.wholeStream(t); ok {
 		// Ops another goroutine submits meanwhile may be waited for too,
 		// which is harmless; only tickets up to last are claimed done.
-		if err := s.api.StreamSynchronize(s.s); err != nil {
-			return err
+		var err error
+		if b == nil {
+			err = s.api.StreamSynchronize(s.s)
+		} else {
+			err = s.poll(b, t, s.s, 0)
+			if be, ok := err.(*boundErr); ok {
+				return be.err
+			}
 		}
 		s.mu.Lock()
+		if err != nil {
+			s.failLocked(err, last)
+		}
 		if last > s.completed.Load() {
 			s.completed.Store(last)
 		}
 		s.recycleLocked(false)
 		s.mu.Unlock()
-		return nil
+		return s.health.Failed(t)
 	}
 	ev, ok, err := s.eventFor(t)
-	if err != nil || !ok {
+	if err != nil {
 		return err
 	}
-	err = s.api.EventSynchronize(ev)
-	if err == nil {
-		s.mu.Lock()
-		for _, m := range s.marks {
-			if m.ev == ev && m.ticket > s.completed.Load() {
-				s.completed.Store(m.ticket)
-			}
-		}
-		s.mu.Unlock()
+	if !ok {
+		return s.health.Failed(t)
 	}
+	if b == nil {
+		err = s.api.EventSynchronize(ev)
+	} else {
+		err = s.poll(b, t, 0, ev)
+		if be, ok := err.(*boundErr); ok {
+			s.releaseEvent(ev)
+			return be.err
+		}
+	}
+	s.mu.Lock()
+	for _, m := range s.marks {
+		if m.ev == ev && m.ticket > s.completed.Load() {
+			if err != nil {
+				s.failLocked(err, m.ticket)
+			}
+			s.completed.Store(m.ticket)
+		}
+	}
+	s.mu.Unlock()
 	s.releaseEvent(ev)
-	return err
+	return s.health.Failed(t)
 }
 
 // wholeStream reports whether waiting for t means waiting for the whole
@@ -371,7 +566,7 @@ func (s *Stream) wholeStream(t uint64) (last uint64, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	last = s.lastTicket.Load()
-	if t <= s.completed.Load() || t != last {
+	if t <= s.completed.Load() || t != last || s.s == 0 {
 		return 0, false
 	}
 	for _, m := range s.marks {
@@ -396,6 +591,7 @@ func (s *Stream) CanWaitDevice(d syncstate.Domain) bool {
 // passed it.
 func (s *Stream) WaitDevice(fences []syncstate.Fence) error {
 	for _, f := range fences {
+		s.health.AddUpstream(s.name, f, s.lastTicket.Load()+1)
 		p, ok := f.TL.(*Stream)
 		if !ok || (p.domain != s.domain && !s.crossDomain) {
 			if s.bridge == nil {
@@ -432,19 +628,22 @@ func (s *Stream) Close() error {
 	err := s.Drain()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err == nil {
-		s.completed.Store(s.lastTicket.Load())
+	if err != nil {
+		s.failLocked(err, s.lastTicket.Load())
 	}
-	s.recycleLocked(false)
-	for _, m := range s.marks {
-		s.events.put(m.ev)
-	}
-	s.marks = nil
 	if s.s != 0 {
+		// hipStreamDestroy lets pending work finish, so after it every
+		// ticket is complete.
 		if e := s.api.StreamDestroy(s.s); e != nil && err == nil {
 			err = e
 		}
 		s.s = 0
 	}
+	s.completed.Store(s.lastTicket.Load())
+	s.recycleLocked(false)
+	for _, m := range s.marks {
+		s.events.put(m.ev)
+	}
+	s.marks = nil
 	return err
 }

@@ -22,9 +22,14 @@ var stateIDs atomic.Uint64
 // Readers are cleared by every write, so any reader present is ordered
 // after the current writer.
 type State struct {
-	mu      sync.Mutex
-	id      uint64 // lock order across the operands of one op
-	writer  Fence
+	mu       sync.Mutex
+	id       uint64 // lock order across the operands of one op
+	writer   Fence
+	writerOp string // the name of the op that wrote it, for errors
+	// err poisons the array: an op that was to write it failed before it
+	// ran, so its contents are not what the program says. The next
+	// complete write clears it.
+	err     error
 	readers []Fence
 	// inline holds the first readers, so that a State embedded in its
 	// array needs no allocation of its own in the common case (one or
@@ -107,8 +112,10 @@ func (s *State) recordRead(f Fence) {
 	s.readers = append(kept, f)
 }
 
-func (s *State) recordWrite(f Fence) {
+func (s *State) recordWrite(f Fence, op string) {
 	s.writer = f
+	s.writerOp = op
+	s.err = nil
 	clear(s.readers)
 	s.readers = s.readers[:0]
 }
@@ -119,6 +126,45 @@ var ErrTooManyOperands = errors.New("syncstate: too many operands")
 type access struct {
 	s     *State
 	write bool
+	read  bool
+}
+
+// DependencyError is the error of an op that was not submitted because
+// work it depends on failed. errors.Is and errors.As see the original
+// failure through it.
+type DependencyError struct {
+	Fence    Fence  // the failed fence
+	WriterOp string // the op at Fence, when it wrote the array
+	Err      error  // its failure
+}
+
+func (e *DependencyError) Error() string {
+	if e.WriterOp != "" {
+		return fmt.Sprintf("depends on %s at %v, which failed: %v", e.WriterOp, e.Fence, e.Err)
+	}
+	return fmt.Sprintf("depends on %v, which failed: %v", e.Fence, e.Err)
+}
+
+func (e *DependencyError) Unwrap() error { return e.Err }
+
+// PoisonLocked is the array's failure: the error of a failed op that wrote
+// it (or was to), nil if its contents are sound as far as is known. The
+// caller holds the lock.
+func (s *State) PoisonLocked() error {
+	if s.err != nil {
+		return s.err
+	}
+	if err := s.writer.Err(); err != nil {
+		return &DependencyError{Fence: s.writer, WriterOp: s.writerOp, Err: err}
+	}
+	return nil
+}
+
+// Poison is PoisonLocked for a caller that does not hold the lock.
+func (s *State) Poison() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.PoisonLocked()
 }
 
 // Op orders one op on a timeline against earlier work on its operands. Use
@@ -133,6 +179,8 @@ type access struct {
 // Begin locks the operands (in a global order, so ops never deadlock),
 // waits for what the op must follow, and Commit records the op's fence.
 type Op struct {
+	// Name names the op in the arrays it writes, for errors.
+	Name   string
 	acc    [MaxOperands]access
 	n      int
 	tooMny bool
@@ -153,6 +201,7 @@ func (o *Op) add(s *State, write bool) {
 	for i := 0; i < o.n; i++ {
 		if o.acc[i].s == s {
 			o.acc[i].write = o.acc[i].write || write
+			o.acc[i].read = o.acc[i].read || !write
 			return
 		}
 	}
@@ -160,7 +209,7 @@ func (o *Op) add(s *State, write bool) {
 		o.tooMny = true
 		return
 	}
-	o.acc[o.n] = access{s: s, write: write}
+	o.acc[o.n] = access{s: s, write: write, read: !write}
 	o.n++
 }
 
@@ -170,6 +219,11 @@ type Engine struct {
 	// DisableWaits skips every wait the policy would emit. It exists only
 	// so tests can prove that the hazard checker catches missing waits.
 	DisableWaits bool
+	// OnHostWait, if set, is told of every host wait the engine is about
+	// to make (op names the op, consumer its timeline, f what it waits
+	// for); an error refuses the wait, and the op fails with it
+	// (sync-debug mode).
+	OnHostWait func(op string, consumer Timeline, f Fence, r Reason) error
 }
 
 var depBufs = sync.Pool{New: func() any { return new([maxDeps]Fence) }}
@@ -210,6 +264,14 @@ func (o *Op) Begin(e *Engine, tl Timeline, sinks Sinks) error {
 		// the producer and order the op after it.
 		return nil
 	}
+	// Errors travel with fences: an op whose input is poisoned, or that
+	// must follow work that failed and may still run, fails here and is
+	// not submitted; what it was to write is poisoned in turn.
+	if err := o.failedDependency(); err != nil {
+		o.poison(err)
+		o.unlock()
+		return err
+	}
 	var deps depSet
 	var skipped uint64
 	var waitErr error
@@ -224,7 +286,7 @@ func (o *Op) Begin(e *Engine, tl Timeline, sinks Sinks) error {
 			// More producer timelines than one op tracks: the excess
 			// are waited for on the host, which is always correct.
 			if waitErr == nil {
-				waitErr = e.hostWait(tl, f, sinks)
+				waitErr = e.hostWait(o.Name, tl, f, sinks)
 			}
 		}
 	}
@@ -249,15 +311,68 @@ func (o *Op) Begin(e *Engine, tl Timeline, sinks Sinks) error {
 		consider(a.s.writer)
 	}
 	sinks.Skipped(skipped)
+	if waitErr == nil {
+		waitErr = e.resolve(o.Name, tl, deps.f[:deps.n], sinks)
+	}
 	if waitErr != nil {
+		// The op will not run: what it was to write no longer holds
+		// what the program says, unless the wait was only refused (the
+		// arrays then hold what they held before the op).
+		if !errors.Is(waitErr, ErrWaitRefused) {
+			o.poison(waitErr)
+		}
 		o.unlock()
 		return waitErr
 	}
-	if err := e.resolve(tl, deps.f[:deps.n], sinks); err != nil {
-		o.unlock()
-		return err
+	return nil
+}
+
+// ErrWaitRefused is wrapped by an OnHostWait error that refuses a wait:
+// the op fails without poisoning what it was to write.
+var ErrWaitRefused = errors.New("syncstate: host wait refused")
+
+// failedDependency returns the failure the op depends on: a poisoned or
+// failed input, or a failed write or read of an output that has not
+// completed (it may still touch the memory). The caller holds the locks.
+func (o *Op) failedDependency() error {
+	for i := 0; i < o.n; i++ {
+		a := &o.acc[i]
+		if a.read {
+			if err := a.s.PoisonLocked(); err != nil {
+				return err
+			}
+		}
+		if !a.write {
+			continue
+		}
+		if err := a.s.writer.Err(); err != nil && !a.s.writer.Done() {
+			return &DependencyError{Fence: a.s.writer, WriterOp: a.s.writerOp, Err: err}
+		}
+		for _, r := range a.s.readers {
+			if err := r.Err(); err != nil && !r.Done() {
+				return &DependencyError{Fence: r, Err: err}
+			}
+		}
 	}
 	return nil
+}
+
+// poison marks what the op writes as failed with err.
+func (o *Op) poison(err error) {
+	for i := 0; i < o.n; i++ {
+		if o.acc[i].write {
+			o.acc[i].s.err = err
+		}
+	}
+}
+
+// Fail unlocks the operands after the op could not be submitted, poisoning
+// what it was to write: the arrays no longer hold what the program says.
+func (o *Op) Fail(err error) {
+	if o.locked {
+		o.poison(err)
+	}
+	o.unlock()
 }
 
 func readerOn(s *State, tl Timeline) bool {
@@ -271,7 +386,7 @@ func readerOn(s *State, tl Timeline) bool {
 
 // resolve emits the waits for deps: on the device where the policy and the
 // consumer allow, otherwise on the host.
-func (e *Engine) resolve(tl Timeline, deps []Fence, sinks Sinks) error {
+func (e *Engine) resolve(op string, tl Timeline, deps []Fence, sinks Sinks) error {
 	if len(deps) == 0 || e.DisableWaits {
 		return nil
 	}
@@ -288,7 +403,7 @@ func (e *Engine) resolve(tl Timeline, deps []Fence, sinks Sinks) error {
 			nd++
 			continue
 		}
-		if err := e.hostWait(tl, f, sinks); err != nil {
+		if err := e.hostWait(op, tl, f, sinks); err != nil {
 			return err
 		}
 	}
@@ -301,7 +416,7 @@ func (e *Engine) resolve(tl Timeline, deps []Fence, sinks Sinks) error {
 	return nil
 }
 
-func (e *Engine) hostWait(tl Timeline, f Fence, sinks Sinks) error {
+func (e *Engine) hostWait(op string, tl Timeline, f Fence, sinks Sinks) error {
 	if e.DisableWaits {
 		return nil
 	}
@@ -309,8 +424,16 @@ func (e *Engine) hostWait(tl Timeline, f Fence, sinks Sinks) error {
 	if f.TL.Domain() != tl.Domain() {
 		r = ReasonBoundary
 	}
+	if e.OnHostWait != nil {
+		if err := e.OnHostWait(op, tl, f, r); err != nil {
+			return err
+		}
+	}
 	sinks.HostWait(r)
-	return f.TL.WaitHost(f.Ticket)
+	if err := f.TL.WaitHost(f.Ticket); err != nil {
+		return &DependencyError{Fence: f, Err: err}
+	}
+	return nil
 }
 
 // Commit records the op, submitted as ticket on the Begin timeline, on its
@@ -319,13 +442,18 @@ func (o *Op) Commit(ticket uint64, sinks Sinks) error {
 	f := Fence{TL: o.tl, Ticket: ticket}
 	for i := 0; i < o.n; i++ {
 		if o.acc[i].write {
-			o.acc[i].s.recordWrite(f)
+			o.acc[i].s.recordWrite(f, o.Name)
 		} else {
 			o.acc[i].s.recordRead(f)
 		}
 	}
 	o.unlock()
 	if o.e.Policy == WaitAlways && !o.e.DisableWaits {
+		if o.e.OnHostWait != nil {
+			if err := o.e.OnHostWait(o.Name, o.tl, f, ReasonWaitAlways); err != nil {
+				return err
+			}
+		}
 		sinks.HostWait(ReasonWaitAlways)
 		return o.tl.WaitHost(ticket)
 	}

@@ -281,9 +281,15 @@ func (s *hstream) actor(c *cmd) *actor {
 
 func (s *hstream) exec(c cmd) {
 	s.mu.Lock()
-	failed := s.err != nil
+	failed := s.err
 	s.mu.Unlock()
-	if failed {
+	if failed != nil {
+		if c.kind == cmdRecord {
+			// The record is reached, but carries the stream's error, so
+			// whoever waits for the event learns of the fault instead of
+			// waiting forever.
+			c.ev.completeErr(c.gen, failed)
+		}
 		return
 	}
 	a := s.actor(&c)
@@ -291,7 +297,12 @@ func (s *hstream) exec(c cmd) {
 	case cmdWork, cmdGemm:
 		s.m.waitGate()
 		s.delay.sleep()
-		err := s.work(&c, a)
+		var err error
+		if s.m.injectFault(c.what) {
+			err = errors.New(injectedFault + " in " + c.what)
+		} else {
+			err = s.work(&c, a)
+		}
 		if err != nil {
 			code := hip.ErrorLaunchFailure
 			if errors.Is(err, ErrNoAccess) {
@@ -305,7 +316,14 @@ func (s *hstream) exec(c cmd) {
 	case cmdRecord:
 		c.ev.complete(c.gen, a)
 	case cmdWaitEvent:
-		vc := c.ev.waitGen(c.gen)
+		vc, err := c.ev.waitGen(c.gen)
+		if err != nil {
+			// A stream waiting for faulted work inherits the fault.
+			s.mu.Lock()
+			s.err = err
+			s.mu.Unlock()
+			return
+		}
 		if a != nil {
 			a.vc.join(vc)
 		}
@@ -381,6 +399,13 @@ func (h *HIP) StreamSynchronize(id hip.Stream) error {
 	return s.synchronize()
 }
 
+// The not-ready answers are made once: callers poll with them, and the
+// real binding does not allocate for them either.
+var (
+	errStreamNotReady = hipErr("hipStreamQuery", hip.ErrorNotReady, "")
+	errEventNotReady  = hipErr("hipEventQuery", hip.ErrorNotReady, "")
+)
+
 func (h *HIP) StreamQuery(id hip.Stream) error {
 	s, err := h.stream("hipStreamQuery", id)
 	if err != nil {
@@ -392,7 +417,7 @@ func (h *HIP) StreamQuery(id hip.Stream) error {
 	vc := s.vc.clone()
 	s.mu.Unlock()
 	if !done {
-		return hipErr("hipStreamQuery", hip.ErrorNotReady, "")
+		return errStreamNotReady
 	}
 	s.m.hostAcquire(vc)
 	return err
@@ -407,12 +432,14 @@ type hevent struct {
 	gen     uint64 // records made
 	doneGen uint64 // records executed
 	vc      vclock
+	err     error // set when the newest executed record was on a broken stream
 }
 
 func (e *hevent) complete(gen uint64, a *actor) {
 	e.mu.Lock()
 	if gen > e.doneGen {
 		e.doneGen = gen
+		e.err = nil
 		if a != nil {
 			e.vc = a.vc.clone()
 		}
@@ -421,14 +448,29 @@ func (e *hevent) complete(gen uint64, a *actor) {
 	e.mu.Unlock()
 }
 
-// waitGen blocks until record gen has executed and returns its clock.
-func (e *hevent) waitGen(gen uint64) vclock {
+// completeErr marks record gen reached on a stream broken by err.
+func (e *hevent) completeErr(gen uint64, err error) {
+	e.mu.Lock()
+	if gen > e.doneGen {
+		e.doneGen = gen
+		e.err = err
+	}
+	e.cond.Broadcast()
+	e.mu.Unlock()
+}
+
+// waitGen blocks until record gen has executed and returns its clock, or
+// the error of the broken stream it was recorded on.
+func (e *hevent) waitGen(gen uint64) (vclock, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for e.doneGen < gen {
 		e.cond.Wait()
 	}
-	return e.vc.clone()
+	if e.err != nil {
+		return nil, e.err
+	}
+	return e.vc.clone(), nil
 }
 
 func (h *HIP) EventCreate(hd int, flags uint32) (hip.Event, error) {
@@ -490,9 +532,13 @@ func (h *HIP) EventQuery(id hip.Event) error {
 	e.mu.Lock()
 	done := e.doneGen >= e.gen
 	vc := e.vc.clone()
+	ferr := e.err
 	e.mu.Unlock()
 	if !done {
-		return hipErr("hipEventQuery", hip.ErrorNotReady, "")
+		return errEventNotReady
+	}
+	if ferr != nil {
+		return ferr
 	}
 	h.m.hostAcquire(vc)
 	return nil
@@ -506,7 +552,11 @@ func (h *HIP) EventSynchronize(id hip.Event) error {
 	e.mu.Lock()
 	g := e.gen
 	e.mu.Unlock()
-	h.m.hostAcquire(e.waitGen(g))
+	vc, ferr := e.waitGen(g)
+	if ferr != nil {
+		return ferr
+	}
+	h.m.hostAcquire(vc)
 	return nil
 }
 

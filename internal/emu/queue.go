@@ -251,6 +251,10 @@ func (q *queue) dispatch(p *hsa.DispatchPacket, a *actor) {
 		q.fail(hsa.StatusErrorInvalidAllocation, fmt.Sprintf("group segment %d bytes (kernel needs %d, limit %d)", p.GroupSegmentSize, k.groupSize, LDSPerWorkgroup))
 		return
 	}
+	if q.m.injectFault(k.symbol) {
+		q.fail(hsa.StatusErrorMemoryFault, injectedFault+" in "+k.symbol)
+		return
+	}
 	args, err := q.m.gpuSpan(q.dev, p.KernargAddress, uint64(k.kernargSize), false, nil)
 	if err != nil {
 		q.fail(faultStatus(err), err.Error())

@@ -298,7 +298,8 @@ func newDevice(rt Runtimes, cfg driver.DeviceConfig, index int, agent hsa.Agent,
 	d.events = stream.NewEventPool(d.streamAPI)
 	d.queues = tls.QueuePool{Max: cfg.MaxQueues, Create: func(i int) (*queue.Queue, error) {
 		q, err := queue.New(rt.HSA, queue.Config{Name: fmt.Sprintf("gpu%d/hsa-q%d", index, i), Agent: agent,
-			Size: cfg.QueueSize, KernargPool: kernarg, Signals: d.signals, Sinks: syncstate.Sinks{cfg.Stats}})
+			Size: cfg.QueueSize, KernargPool: kernarg, Signals: d.signals, Sinks: syncstate.Sinks{cfg.Stats},
+			WaitTimeout: cfg.WaitTimeout, MaxInFlight: cfg.MaxInFlight, OnThrottle: cfg.OnThrottle})
 		if err == nil && bridge {
 			q.SetBridge(d.hipToHSA)
 		}
@@ -456,7 +457,8 @@ func (d *Device) NewTask(sinks syncstate.Sinks) (driver.Task, error) {
 		return nil, fmt.Errorf("creating a HIP stream: %w", err)
 	}
 	t.st.Stream = stream.New(d.streamAPI, uintptr(hs), stream.Config{Name: fmt.Sprintf("gpu%d/hip-s%d", d.index, n),
-		Events: d.events, Sinks: sinks, Domain: syncstate.DomainLibrary})
+		Events: d.events, Sinks: sinks, Domain: syncstate.DomainLibrary,
+		WaitTimeout: d.cfg.WaitTimeout, MaxInFlight: d.cfg.MaxInFlight, OnThrottle: d.cfg.OnThrottle})
 	if d.bridge {
 		t.st.Stream.SetBridge(d.hsaToHIP)
 	}
@@ -627,10 +629,23 @@ func (d *Device) hipToHSA(f syncstate.Fence) (*queue.Signal, error) {
 		return nil, err
 	}
 	hp := d.rt.HIP
-	if _, err := p.Submit(func(s uintptr) error { return hp.StreamWriteValue64(hip.Stream(s), ptr, 0, 0) }); err != nil {
+	t, err := p.Submit(func(s uintptr) error { return hp.StreamWriteValue64(hip.Stream(s), ptr, 0, 0) })
+	if err != nil {
 		sig.Release()
+		if errors.Is(err, stream.ErrClosed) {
+			// The producer's task closed meanwhile (Completed read a
+			// stale value while Close held the lock): Close drained the
+			// stream, so the fence is complete, or failed.
+			return nil, p.Failed(f.Ticket)
+		}
 		return nil, err
 	}
+	// A failed stream never runs the write, and the barrier waiting for
+	// the signal would never pass: complete it then, and the consumer
+	// learns of the failure from its upstream record.
+	sig.Retain()
+	p.OnFailure(t, func() { d.rt.HSA.SignalStoreScrelease(sig.H, 0) })
+	p.AfterComplete(t, sig.Release)
 	return sig, nil
 }
 

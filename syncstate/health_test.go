@@ -1,0 +1,59 @@
+package syncstate
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// healthTL is a fake timeline whose failures come from a Health.
+type healthTL struct {
+	fakeTL
+	h Health
+}
+
+func (f *healthTL) Failed(t uint64) error { return f.h.Failed(t) }
+
+// A timeline that waited on the device for a fence that failed breaks from
+// the first ticket behind that wait, transitively, and the error wraps the
+// producer's; a wait for a fence before the failure does not break it.
+func TestHealthPropagatesUpstreamFailures(t *testing.T) {
+	a := &healthTL{fakeTL: fakeTL{name: "a"}}
+	b := &healthTL{fakeTL: fakeTL{name: "b"}}
+	c := &healthTL{fakeTL: fakeTL{name: "c"}}
+	b.h.AddUpstream("b", Fence{TL: a, Ticket: 3}, 10) // b#10.. wait for a#3
+	c.h.AddUpstream("c", Fence{TL: b, Ticket: 12}, 5) // c#5.. wait for b#12
+	c.h.AddUpstream("c", Fence{TL: a, Ticket: 1}, 2)  // c#2.. wait for a#1
+	require.NoError(t, c.h.Failed(100))
+	cause := errors.New("fault")
+	a.h.Fail(2, cause) // a#1 succeeded, a#2.. failed
+	require.NoError(t, a.h.Failed(1))
+	require.ErrorIs(t, a.h.Failed(2), cause)
+	require.NoError(t, b.h.Failed(9), "before the wait")
+	require.ErrorIs(t, b.h.Failed(10), cause)
+	require.NoError(t, c.h.Failed(4), "c#2..4 waited only for a#1, which succeeded")
+	err := c.h.Failed(5)
+	require.ErrorIs(t, err, cause)
+	var ue *UpstreamError
+	require.True(t, errors.As(err, &ue))
+	require.Equal(t, "c", ue.Consumer)
+	require.Equal(t, b, ue.Producer.TL)
+}
+
+// Prune forgets waits that completed on good data, oldest first, and keeps
+// Failed O(1) while nothing fails.
+func TestHealthPrunes(t *testing.T) {
+	a := &healthTL{fakeTL: fakeTL{name: "a"}}
+	b := &healthTL{fakeTL: fakeTL{name: "b"}}
+	for i := uint64(1); i <= 10; i++ {
+		b.h.AddUpstream("b", Fence{TL: a, Ticket: i}, i)
+	}
+	a.completed = 6
+	b.h.Prune(4)
+	require.EqualValues(t, 6, b.h.n.Load(), "waits 1-4 passed on good data")
+	b.h.Prune(8)
+	require.EqualValues(t, 4, b.h.n.Load(), "wait 7 is not known complete at its producer")
+	allocs := testing.AllocsPerRun(100, func() { _ = b.h.Failed(9) })
+	require.Zero(t, allocs)
+}
