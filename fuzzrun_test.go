@@ -32,6 +32,10 @@ type fuzzConfig struct {
 	serial bool
 	// timeout bounds every wait of the harness itself.
 	timeout time.Duration
+	// fault, if set, makes one op fault (see fuzzfault_test.go): errors
+	// no longer stop a task, and every outcome is recorded for the
+	// fault checker instead of being judged here.
+	fault *faultSpec
 }
 
 // fuzzReport is what a run found.
@@ -41,6 +45,12 @@ type fuzzReport struct {
 	errs       []string
 	hazards    []error
 	hung       bool
+
+	// With a fault: each op's outcome, the final Device.Synchronize's
+	// error and the final read of every slot.
+	faultOuts  []outcome
+	faultSync  error
+	faultFinal []outcome
 }
 
 func (r *fuzzReport) mismatch(format string, args ...any) {
@@ -186,7 +196,11 @@ func elementwiseNew(tk *Task, kop kernels.Op, a, b *Array, alpha float64, shape 
 // predecessors lists, per op, the earlier ops on other tasks that it
 // conflicts with: the last writer of every slot it touches, and for a
 // write, the reads since. Same-task order is the goroutine's own.
-func predecessors(p *program, serial bool) [][]int {
+//
+// With serial, every op follows the one before it. With allBeforeSync,
+// a Device.Synchronize follows every earlier op (the fault checker needs
+// to know whether it came after the fault).
+func predecessors(p *program, serial, allBeforeSync bool) [][]int {
 	preds := make([][]int, len(p.ops))
 	lastWrite := make([]int, len(p.shape))
 	readsSince := make([][]int, len(p.shape))
@@ -203,6 +217,11 @@ func predecessors(p *program, serial bool) [][]int {
 		add := func(j int) {
 			if j >= 0 && p.ops[j].task != o.task {
 				preds[i] = append(preds[i], j)
+			}
+		}
+		if allBeforeSync && o.kind == pkDevSync {
+			for j := 0; j < i; j++ {
+				add(j)
 			}
 		}
 		for _, s := range o.reads() {
@@ -260,7 +279,11 @@ func runFuzzProgram(p *program, want *model, cfg fuzzConfig) *fuzzReport {
 		}
 	}
 
-	preds := predecessors(p, cfg.serial)
+	preds := predecessors(p, cfg.serial, cfg.fault != nil)
+	var outs []outcome
+	if cfg.fault != nil {
+		outs = make([]outcome, len(p.ops))
+	}
 	done := make([]chan struct{}, len(p.ops))
 	for i := range done {
 		done[i] = make(chan struct{})
@@ -289,6 +312,9 @@ func runFuzzProgram(p *program, want *model, cfg fuzzConfig) *fuzzReport {
 		if uses(o.out) {
 			out = slots[o.out]
 		}
+		if cfg.fault != nil && cfg.fault.op == i {
+			x = unmappedLike(x) // the op reads memory that is not mapped
+		}
 		switch o.kind {
 		case pkElemInto:
 			return elementwiseInto(tk, o.kop, out, x, y, o.alpha)
@@ -313,6 +339,10 @@ func runFuzzProgram(p *program, want *model, cfg fuzzConfig) *fuzzReport {
 			got, err := readBack(x)
 			if err != nil {
 				return err
+			}
+			if outs != nil {
+				outs[i].got = got
+				return nil
 			}
 			if diff := compare(want.readsAt[i], got); diff != "" {
 				rep.mismatch("op %d (%v): %s", i, o, diff)
@@ -356,7 +386,11 @@ func runFuzzProgram(p *program, want *model, cfg fuzzConfig) *fuzzReport {
 					}
 				}
 				if !failed {
-					if err := exec(i, tasks[ti]); err != nil {
+					err := exec(i, tasks[ti])
+					switch {
+					case outs != nil:
+						outs[i] = outcome{err: err, got: outs[i].got, done: true}
+					case err != nil:
 						rep.fail("op %d (%v): %v", i, o, err)
 						failed = true // later results would be garbage
 					}
@@ -373,15 +407,39 @@ func runFuzzProgram(p *program, want *model, cfg fuzzConfig) *fuzzReport {
 		rep.fail("the tasks did not finish within %v", 2*cfg.timeout)
 		return rep
 	}
-	if len(rep.errs) == 0 {
-		if err := d.Synchronize(); err != nil {
-			rep.fail("final Synchronize: %v", err)
+	switch {
+	case outs != nil:
+		var hung bool
+		rep.faultSync, hung = within(cfg.timeout, d.Synchronize)
+		if hung {
+			rep.hung = true
+			rep.fail("the final Device.Synchronize did not return within %v", cfg.timeout)
+			return rep
+		}
+		rep.faultOuts = outs
+		for s, a := range slots {
+			var got []float64
+			err, hung := within(cfg.timeout, func() (err error) { got, err = readBack(a); return err })
+			if hung {
+				rep.hung = true
+				rep.fail("the final read of s%d did not return within %v", s, cfg.timeout)
+				return rep
+			}
+			rep.faultFinal = append(rep.faultFinal, outcome{err: err, got: got, done: true})
+		}
+	case len(rep.errs) == 0:
+		if err, hung := within(cfg.timeout, d.Synchronize); hung || err != nil {
+			rep.hung = hung
+			rep.fail("final Synchronize: %v (returned: %v)", err, !hung)
+			return rep
 		}
 		for s, a := range slots {
-			got, err := readBack(a)
-			if err != nil {
-				rep.fail("final read of s%d: %v", s, err)
-				continue
+			var got []float64
+			err, hung := within(cfg.timeout, func() (err error) { got, err = readBack(a); return err })
+			if hung || err != nil {
+				rep.hung = hung
+				rep.fail("final read of s%d: %v (returned: %v)", s, err, !hung)
+				return rep
 			}
 			if diff := compare(want.slots[s], got); diff != "" {
 				rep.mismatch("final s%d: %s", s, diff)
@@ -390,10 +448,14 @@ func runFuzzProgram(p *program, want *model, cfg fuzzConfig) *fuzzReport {
 	}
 	closed = true
 	if err := closeWithin(d, cfg.timeout); err != nil {
-		rep.fail("Close: %v", err)
-		if errors.Is(err, errCloseTimeout) {
+		switch {
+		case errors.Is(err, errCloseTimeout):
 			rep.hung = true
+			rep.fail("Close: %v", err)
+		case cfg.fault == nil:
+			rep.fail("Close: %v", err)
 		}
+		// After a fault, Close may report it; it must only return.
 	}
 	if cfg.hazards {
 		rep.hazards = d.Hazards()
@@ -412,6 +474,19 @@ func closeWithin(d *Device, timeout time.Duration) error {
 		return err
 	case <-time.After(timeout):
 		return fmt.Errorf("%w within %v", errCloseTimeout, timeout)
+	}
+}
+
+// within runs f, giving up waiting for it after timeout (hung is then
+// true and f is abandoned).
+func within(timeout time.Duration, f func() error) (err error, hung bool) {
+	ch := make(chan error, 1)
+	go func() { ch <- f() }()
+	select {
+	case err := <-ch:
+		return err, false
+	case <-time.After(timeout):
+		return nil, true
 	}
 }
 
