@@ -147,7 +147,7 @@ func (c *configs) configFor(i int) driver.DeviceConfig {
 func openEmulator(o Options) (family, error) {
 	e := o.Emulator
 	m := emu.New(emu.Options{Devices: e.Devices, ISA: e.ISA, MemoryPerDevice: e.MemoryPerDevice,
-		Hazards: e.HazardChecker, MaxDelay: e.MaxDelay, Seed: e.Seed})
+		Hazards: e.HazardChecker, MaxDelay: e.MaxDelay, Seed: e.Seed, FaultInjector: e.FaultInjector})
 	if err := m.HSA().Init(); err != nil {
 		return family{}, err
 	}

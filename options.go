@@ -69,6 +69,13 @@ type EmulatorOptions struct {
 	MaxDelay time.Duration
 	// Seed seeds the delays.
 	Seed uint64
+	// FaultInjector, if set, is asked before every kernel and library op
+	// the emulated device runs (op is the kernel symbol, such as
+	// "rocsync_mul_f32", or "rocblas_sgemm"/"rocblas_dgemm") and makes it
+	// fault when it returns true: an HSA dispatch breaks its queue like a
+	// memory fault, a HIP op breaks its stream. It is called from emulator
+	// goroutines, possibly concurrently.
+	FaultInjector func(op string) bool
 }
 
 // Options configure Open.

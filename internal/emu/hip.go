@@ -1,6 +1,7 @@
 package emu
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -225,9 +226,15 @@ func (s *hstream) actor(c *cmd) *actor {
 
 func (s *hstream) exec(c cmd) {
 	s.mu.Lock()
-	failed := s.err != nil
+	failed := s.err
 	s.mu.Unlock()
-	if failed {
+	if failed != nil {
+		if c.kind == cmdRecord {
+			// The record is reached, but carries the stream's error, so
+			// whoever waits for the event learns of the fault instead of
+			// waiting forever.
+			c.ev.completeErr(c.gen, failed)
+		}
 		return
 	}
 	a := s.actor(&c)
@@ -235,7 +242,12 @@ func (s *hstream) exec(c cmd) {
 	case cmdWork, cmdGemm:
 		s.m.waitGate()
 		s.delay.sleep()
-		err := s.work(&c, a)
+		var err error
+		if s.m.injectFault(c.what) {
+			err = errors.New(injectedFault + " in " + c.what)
+		} else {
+			err = s.work(&c, a)
+		}
 		if err != nil {
 			s.mu.Lock()
 			s.err = hipErr(c.what, hip.ErrorLaunchFailure, err.Error())
@@ -245,7 +257,14 @@ func (s *hstream) exec(c cmd) {
 	case cmdRecord:
 		c.ev.complete(c.gen, a)
 	case cmdWaitEvent:
-		vc := c.ev.waitGen(c.gen)
+		vc, err := c.ev.waitGen(c.gen)
+		if err != nil {
+			// A stream waiting for faulted work inherits the fault.
+			s.mu.Lock()
+			s.err = err
+			s.mu.Unlock()
+			return
+		}
 		if a != nil {
 			a.vc.join(vc)
 		}
@@ -347,12 +366,14 @@ type hevent struct {
 	gen     uint64 // records made
 	doneGen uint64 // records executed
 	vc      vclock
+	err     error // set when the newest executed record was on a broken stream
 }
 
 func (e *hevent) complete(gen uint64, a *actor) {
 	e.mu.Lock()
 	if gen > e.doneGen {
 		e.doneGen = gen
+		e.err = nil
 		if a != nil {
 			e.vc = a.vc.clone()
 		}
@@ -361,14 +382,29 @@ func (e *hevent) complete(gen uint64, a *actor) {
 	e.mu.Unlock()
 }
 
-// waitGen blocks until record gen has executed and returns its clock.
-func (e *hevent) waitGen(gen uint64) vclock {
+// completeErr marks record gen reached on a stream broken by err.
+func (e *hevent) completeErr(gen uint64, err error) {
+	e.mu.Lock()
+	if gen > e.doneGen {
+		e.doneGen = gen
+		e.err = err
+	}
+	e.cond.Broadcast()
+	e.mu.Unlock()
+}
+
+// waitGen blocks until record gen has executed and returns its clock, or
+// the error of the broken stream it was recorded on.
+func (e *hevent) waitGen(gen uint64) (vclock, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for e.doneGen < gen {
 		e.cond.Wait()
 	}
-	return e.vc.clone()
+	if e.err != nil {
+		return nil, e.err
+	}
+	return e.vc.clone(), nil
 }
 
 func (h *HIP) EventCreate(d int, flags uint32) (hip.Event, error) {
@@ -429,9 +465,13 @@ func (h *HIP) EventQuery(id hip.Event) error {
 	e.mu.Lock()
 	done := e.doneGen >= e.gen
 	vc := e.vc.clone()
+	ferr := e.err
 	e.mu.Unlock()
 	if !done {
 		return hipErr("hipEventQuery", hip.ErrorNotReady, "")
+	}
+	if ferr != nil {
+		return ferr
 	}
 	h.m.hostAcquire(vc)
 	return nil
@@ -445,7 +485,11 @@ func (h *HIP) EventSynchronize(id hip.Event) error {
 	e.mu.Lock()
 	g := e.gen
 	e.mu.Unlock()
-	h.m.hostAcquire(e.waitGen(g))
+	vc, ferr := e.waitGen(g)
+	if ferr != nil {
+		return ferr
+	}
+	h.m.hostAcquire(vc)
 	return nil
 }
 

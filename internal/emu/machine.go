@@ -20,7 +20,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 )
@@ -42,6 +44,46 @@ type Options struct {
 	// OnHazard, if set, is called for every hazard as it is found (from an
 	// emulator goroutine). Hazards are also kept for Hazards().
 	OnHazard func(*HazardError)
+	// FaultInjector, if set, is asked before every kernel dispatch, HIP
+	// kernel launch and rocBLAS gemm whether that op faults (see
+	// Machine.SetFaultInjector).
+	FaultInjector func(op string) bool
+}
+
+// FaultInjector decides whether an op faults. op names it: the kernel
+// symbol for an HSA dispatch or a HIP launch (e.g. "rocsync_mul_f32"),
+// "rocblas_sgemm"/"rocblas_dgemm" for a gemm, the HIP call for other
+// stream work ("hipMemcpyDtoDAsync"). It is called from emulator
+// goroutines, possibly concurrently, just before the op would run.
+//
+// A faulting HSA dispatch behaves like a memory fault on hardware: its
+// queue breaks (the error callback fires with HSA_STATUS_ERROR_MEMORY_FAULT),
+// its completion signal is never decremented, and no later packet of that
+// queue runs. A faulting HIP op makes its stream's error sticky
+// (hipErrorLaunchFailure): later commands do not run, later event records
+// complete carrying the error, and streams that wait on such an event
+// inherit it.
+type FaultInjector = func(op string) bool
+
+// ErrInjectedFault is the cause named by injected faults.
+const injectedFault = "emu: injected fault"
+
+// SetFaultInjector replaces the machine's fault injector (nil: none) while
+// it runs, so a test can fault ops submitted after some setup.
+func (m *Machine) SetFaultInjector(f FaultInjector) {
+	if f == nil {
+		m.faults.Store(nil)
+		return
+	}
+	m.faults.Store(&f)
+}
+
+// injectFault reports whether op is to fault.
+func (m *Machine) injectFault(op string) bool {
+	if f := m.faults.Load(); f != nil {
+		return (*f)(strings.TrimSuffix(op, ".kd"))
+	}
+	return false
 }
 
 // Machine is one emulated system: a CPU agent and Options.Devices GPUs.
@@ -71,6 +113,8 @@ type Machine struct {
 	blas *BLAS
 
 	gate sync.RWMutex // held by Hold; every op takes it for reading
+
+	faults atomic.Pointer[FaultInjector]
 }
 
 // Hold stops every queue and stream before its next op until release is
@@ -126,6 +170,7 @@ func New(o Options) *Machine {
 	for i := 0; i < o.Devices; i++ {
 		m.devices = append(m.devices, &device{index: i, next: deviceBase + uint64(i)*deviceSpan})
 	}
+	m.SetFaultInjector(o.FaultInjector)
 	m.hsa = &HSA{m: m}
 	m.hip = &HIP{m: m}
 	m.blas = &BLAS{m: m}

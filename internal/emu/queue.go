@@ -244,6 +244,10 @@ func (q *queue) dispatch(p *hsa.DispatchPacket, a *actor) {
 	if a != nil {
 		a.what = fmt.Sprintf("%s (%s)", k.symbol, a.what)
 	}
+	if q.m.injectFault(k.symbol) {
+		q.fail(hsa.StatusErrorMemoryFault, injectedFault+" in "+k.symbol)
+		return
+	}
 	args, err := q.m.span(p.KernargAddress, uint64(k.kernargSize), false, nil)
 	if err != nil {
 		q.fail(hsa.StatusErrorMemoryFault, err.Error())
