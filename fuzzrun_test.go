@@ -7,9 +7,11 @@ package rocsync
 import (
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -200,7 +202,10 @@ func elementwiseNew(tk *Task, kop kernels.Op, a, b *Array, alpha float64, shape 
 // With serial, every op follows the one before it. With allBeforeSync,
 // a Device.Synchronize follows every earlier op (the fault checker needs
 // to know whether it came after the fault).
-func predecessors(p *program, serial, allBeforeSync bool) [][]int {
+//
+// With a barrier at op b (>= 0), op b follows every earlier op and every
+// later op follows it.
+func predecessors(p *program, serial, allBeforeSync bool, barrier int) [][]int {
 	preds := make([][]int, len(p.ops))
 	lastWrite := make([]int, len(p.shape))
 	readsSince := make([][]int, len(p.shape))
@@ -218,6 +223,14 @@ func predecessors(p *program, serial, allBeforeSync bool) [][]int {
 			if j >= 0 && p.ops[j].task != o.task {
 				preds[i] = append(preds[i], j)
 			}
+		}
+		switch {
+		case barrier >= 0 && i == barrier:
+			for j := 0; j < i; j++ {
+				add(j)
+			}
+		case barrier >= 0 && i > barrier:
+			add(barrier)
 		}
 		if allBeforeSync && o.kind == pkDevSync {
 			for j := 0; j < i; j++ {
@@ -252,8 +265,20 @@ func runFuzzProgram(p *program, want *model, cfg fuzzConfig) *fuzzReport {
 		cfg.timeout = 30 * time.Second
 	}
 	nop := zerolog.Nop()
+	// The emulator's fault injector faults the first device op it is asked
+	// about once armed; the harness arms it only while the faulting op is
+	// the one op that can run (see the barrier below).
+	var armed atomic.Bool
+	var faultedOp atomic.Value
+	inject := func(op string) bool {
+		if armed.CompareAndSwap(true, false) {
+			faultedOp.Store(op)
+			return true
+		}
+		return false
+	}
 	d, err := Open(Options{Backend: Emulator, Policy: cfg.policy, Logger: &nop, disableWaits: cfg.disableWaits,
-		Emulator: EmulatorOptions{HazardChecker: cfg.hazards, MaxDelay: cfg.maxDelay, Seed: cfg.seed}})
+		Emulator: EmulatorOptions{HazardChecker: cfg.hazards, MaxDelay: cfg.maxDelay, Seed: cfg.seed, FaultInjector: inject}})
 	if err != nil {
 		rep.fail("Open: %v", err)
 		return rep
@@ -279,7 +304,11 @@ func runFuzzProgram(p *program, want *model, cfg fuzzConfig) *fuzzReport {
 		}
 	}
 
-	preds := predecessors(p, cfg.serial, cfg.fault != nil)
+	barrier := -1
+	if cfg.fault != nil && cfg.fault.injector {
+		barrier = cfg.fault.op
+	}
+	preds := predecessors(p, cfg.serial, cfg.fault != nil, barrier)
 	var outs []outcome
 	if cfg.fault != nil {
 		outs = make([]outcome, len(p.ops))
@@ -313,7 +342,20 @@ func runFuzzProgram(p *program, want *model, cfg fuzzConfig) *fuzzReport {
 			out = slots[o.out]
 		}
 		if cfg.fault != nil && cfg.fault.op == i {
-			x = unmappedLike(x) // the op reads memory that is not mapped
+			if !cfg.fault.injector {
+				x = unmappedLike(x) // the op reads memory that is not mapped
+			} else {
+				// Every earlier op has been submitted (the barrier) and
+				// now runs to completion; later ones wait for this one.
+				d.machine.Quiesce()
+				armed.Store(true)
+				defer func() {
+					d.machine.Quiesce()
+					if armed.Swap(false) {
+						rep.fail("op %d (%v): the fault injector was never asked", i, o)
+					}
+				}()
+			}
 		}
 		switch o.kind {
 		case pkElemInto:
@@ -367,6 +409,10 @@ func runFuzzProgram(p *program, want *model, cfg fuzzConfig) *fuzzReport {
 		return nil
 	}
 
+	current := make([]atomic.Int64, len(tasks)) // the op each task is in, for hang reports
+	for i := range current {
+		current[i].Store(-1)
+	}
 	var wg sync.WaitGroup
 	for ti := range tasks {
 		wg.Add(1)
@@ -386,7 +432,9 @@ func runFuzzProgram(p *program, want *model, cfg fuzzConfig) *fuzzReport {
 					}
 				}
 				if !failed {
-					err := exec(i, tasks[ti])
+					current[ti].Store(int64(i))
+					err := execRecovered(i, tasks[ti], exec)
+					current[ti].Store(-1)
 					switch {
 					case outs != nil:
 						outs[i] = outcome{err: err, got: outs[i].got, done: true}
@@ -405,6 +453,11 @@ func runFuzzProgram(p *program, want *model, cfg fuzzConfig) *fuzzReport {
 	if !waitGroupWithin(&wg, 2*cfg.timeout) {
 		rep.hung = true
 		rep.fail("the tasks did not finish within %v", 2*cfg.timeout)
+		for ti := range current {
+			if i := current[ti].Load(); i >= 0 {
+				rep.fail("task %d is stuck in op %d (%v)", ti, i, p.ops[i])
+			}
+		}
 		return rep
 	}
 	switch {
@@ -476,6 +529,19 @@ func closeWithin(d *Device, timeout time.Duration) error {
 		return fmt.Errorf("%w within %v", errCloseTimeout, timeout)
 	}
 }
+
+// execRecovered runs one op, turning a panic inside rocsync into an error
+// so that the failure names the program instead of killing the binary.
+func execRecovered(i int, tk *Task, exec func(int, *Task) error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: %v\n%s", errPanic, r, debug.Stack())
+		}
+	}()
+	return exec(i, tk)
+}
+
+var errPanic = errors.New("PANIC")
 
 // within runs f, giving up waiting for it after timeout (hung is then
 // true and f is abandoned).
