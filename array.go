@@ -175,8 +175,12 @@ func (a *Array) copyTo(op string, dt DType, n int, dst unsafe.Pointer) error {
 	if w := a.st.WriterLocked(); !w.Done() {
 		d.countHostWait(ReasonReadBack)
 		if err := w.TL.WaitHost(w.Ticket); err != nil {
-			return &Error{Op: op, Kind: ErrUnavailable, Detail: "waiting for the writer", Err: err}
+			return &Error{Op: op, Kind: ErrFault, Detail: "waiting for the writer " + w.String(), Err: err}
 		}
+	}
+	if err := a.st.PoisonLocked(); err != nil {
+		// Nothing is copied: dst keeps what it held.
+		return &Error{Op: op, Kind: ErrFault, Detail: a.String(), Err: err}
 	}
 	if err := d.drv.CopyDtoH(dst, a.ptr, a.bytes()); err != nil {
 		return &Error{Op: op, Kind: ErrUnavailable, Detail: "copying to the host", Err: err}

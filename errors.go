@@ -17,6 +17,12 @@ var (
 	ErrClosed         = errors.New("closed")
 	ErrUnavailable    = errors.New("backend unavailable")
 	ErrInvalid        = errors.New("invalid argument")
+	// ErrFault: work on the device failed (a kernel fault, a queue or
+	// library error), or the op depends on work that did. The error wraps
+	// the original failure, which errors.Is and errors.As find.
+	ErrFault = errors.New("device work failed")
+	// ErrTimeout: a host wait ran past Options.WaitTimeout.
+	ErrTimeout = errors.New("wait timed out")
 )
 
 // Error is a failed rocsync call: which operation, what kind of failure,

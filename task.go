@@ -56,10 +56,22 @@ func (t *Task) drain() error {
 func (t *Task) drainOne(tl syncstate.Timeline) error {
 	last := tl.LastTicket()
 	if tl.Completed() >= last {
-		return nil
+		return faultIn("Synchronize", tl, tl.Failed(last))
 	}
 	t.sinks.HostWait(ReasonSync)
-	return tl.WaitHost(last)
+	return faultIn("Synchronize", tl, tl.WaitHost(last))
+}
+
+// faultIn wraps the error of a wait on tl: ErrFault, naming the timeline.
+func faultIn(op string, tl syncstate.Timeline, err error) error {
+	if err == nil {
+		return nil
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return err
+	}
+	return &Error{Op: op, Kind: ErrFault, Detail: "waiting for " + tl.Name(), Err: err}
 }
 
 // Close waits for the task's work and releases its resources. The default
@@ -131,13 +143,16 @@ func (t *Task) submit(name string, tl syncstate.Timeline, reads []*Array, write 
 		return err
 	}
 	defer d.leave()
-	var sop syncstate.Op
+	sop := syncstate.Op{Name: name}
 	for _, x := range reads {
 		sop.Read(&x.st)
 	}
 	sop.Write(&write.st)
 	if err := sop.Begin(&d.engine, tl, t.sinks); err != nil {
-		return &Error{Op: name, Kind: ErrUnavailable, Detail: "ordering", Err: err}
+		if errors.Is(err, syncstate.ErrTooManyOperands) {
+			return &Error{Op: name, Kind: ErrInvalid, Err: err}
+		}
+		return &Error{Op: name, Kind: ErrFault, Detail: "not submitted on " + tl.Name(), Err: err}
 	}
 	if err := freedIn(name, write); err != nil {
 		sop.Abort()
@@ -149,12 +164,16 @@ func (t *Task) submit(name string, tl syncstate.Timeline, reads []*Array, write 
 	}
 	ticket, err := c.submit(t.drv)
 	if err != nil {
-		sop.Abort()
-		return &Error{Op: name, Kind: ErrUnavailable, Err: err}
+		kind := ErrUnavailable
+		if tl.Failed(math.MaxUint64) != nil {
+			kind = ErrFault
+		}
+		sop.Fail(err)
+		return &Error{Op: name, Kind: kind, Detail: "submitting to " + tl.Name(), Err: err}
 	}
 	t.sinks.Dispatch()
 	if err := sop.Commit(ticket, t.sinks); err != nil {
-		return &Error{Op: name, Kind: ErrUnavailable, Err: err}
+		return &Error{Op: name, Kind: ErrFault, Detail: "on " + tl.Name(), Err: err}
 	}
 	if d.frees.n.Load() != 0 {
 		_ = d.frees.poll(d, false)

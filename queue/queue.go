@@ -66,6 +66,9 @@ type Queue struct {
 	inflight  []entry
 	readIndex uint64 // the packet processor's read index as last loaded, under mu
 	brokenErr atomic.Pointer[error]
+	// health says which tickets failed: from the queue's own fault on, or
+	// behind a barrier that waited for a fence that failed.
+	health syncstate.Health
 
 	// bridge, when set, turns a fence of another domain into a signal
 	// that reaches 0 once the fence completes (the DeviceBridge policy).
@@ -115,16 +118,43 @@ func New(rt hsa.Runtime, c Config) (*Queue, error) {
 func (q *Queue) onError(s hsa.Status) {
 	err := fmt.Errorf("%w on %s: %w", ErrQueueBroken, q.name,
 		&hsa.Error{Func: "queue", Status: s, Text: q.rt.StatusString(s)})
-	q.brokenErr.CompareAndSwap(nil, &err)
+	if !q.brokenErr.CompareAndSwap(nil, &err) {
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.hq == nil {
+		return
+	}
+	// The packet that faulted is the oldest one not complete; it and every
+	// packet after it fail.
+	q.retireLocked()
+	from := q.completed.Load() + 1
+	q.health.Fail(from, err)
+	// A broken queue never completes its packets' signals, and barrier
+	// packets on other queues, HIP streams (DeviceBridge) and host
+	// waiters wait for them. Completing them here releases every such
+	// waiter; each of them learns from Failed that the work failed, and
+	// a queue or stream that waited on the device breaks in turn.
+	for t := from; t <= q.lastTicket.Load(); t++ {
+		if e := q.slot(t); e.sig != nil {
+			q.rt.SignalStoreScrelease(e.sig.H, 0)
+		}
+	}
 }
 
-// Err returns the asynchronous error that broke the queue, if any.
+// Err returns the error that broke the queue, if any: its own
+// asynchronous error, or the failure of a fence it waited for on the
+// device.
 func (q *Queue) Err() error {
 	if p := q.brokenErr.Load(); p != nil {
 		return *p
 	}
-	return nil
+	return q.health.Err()
 }
+
+// Failed implements syncstate.Timeline.
+func (q *Queue) Failed(t uint64) error { return q.health.Failed(t) }
 
 // Domain implements syncstate.Timeline.
 func (q *Queue) Domain() syncstate.Domain { return syncstate.DomainKernel }
@@ -158,7 +188,7 @@ func (q *Queue) retireLocked() {
 	for c := q.completed.Load(); c < q.lastTicket.Load(); c++ {
 		e := q.slot(c + 1)
 		if q.rt.SignalLoadScacquire(e.sig.H) >= 1 {
-			return
+			break
 		}
 		q.completed.Store(c + 1)
 		e.sig.Release()
@@ -170,6 +200,7 @@ func (q *Queue) retireLocked() {
 		}
 		e.sig = nil
 	}
+	q.health.Prune(q.completed.Load())
 }
 
 // signalFor returns a retained completion signal for ticket t, or nil when
@@ -191,13 +222,13 @@ func (q *Queue) signalFor(t uint64) *Signal {
 // WaitHost implements syncstate.Timeline.
 func (q *Queue) WaitHost(t uint64) error {
 	if t <= q.completed.Load() {
-		return nil
+		return q.health.Failed(t)
 	}
 	s := q.signalFor(t)
 	if s == nil {
-		return nil
+		return q.health.Failed(t)
 	}
-	err := q.waitSignal(s)
+	err := q.waitSignal(s, t)
 	s.Release()
 	q.mu.Lock()
 	q.retireLocked()
@@ -209,13 +240,21 @@ func (q *Queue) WaitHost(t uint64) error {
 // signals never complete, is noticed instead of hanging forever.
 const waitTimeoutHint = 10_000_000
 
-func (q *Queue) waitSignal(s *Signal) error {
+// waitSignal waits for ticket t's signal s. It returns t's failure, if it
+// failed: its own, or that of a producer the queue waited for on the
+// device, which is checked while waiting so that a wait behind a producer
+// that will never signal ends.
+func (q *Queue) waitSignal(s *Signal, t uint64) error {
 	for {
 		if q.rt.SignalWaitScacquire(s.H, hsa.ConditionLt, 1, waitTimeoutHint, hsa.WaitStateBlocked) < 1 {
-			return nil
+			return q.health.Failed(t)
 		}
-		if err := q.Err(); err != nil {
+		q.health.Probe()
+		if err := q.health.Failed(t); err != nil {
 			return err
+		}
+		if p := q.brokenErr.Load(); p != nil {
+			return *p
 		}
 	}
 }
@@ -246,6 +285,7 @@ func (q *Queue) WaitDevice(fences []syncstate.Fence) error {
 			return fmt.Errorf("queue: %s cannot wait on the device for %s (%s)", q.name, f.TL.Name(), f.TL.Domain())
 		}
 		if s != nil {
+			q.health.AddUpstream(q.name, f, q.lastTicket.Load()+1)
 			if n == len(sigs) {
 				releaseAll(sigs[:n])
 				return fmt.Errorf("queue: too many fences (%d) for one device wait", len(fences))
@@ -343,9 +383,10 @@ func (q *Queue) reserveLocked() (uint64, *Signal, error) {
 	q.retireLocked()
 	for q.lastTicket.Load()-q.completed.Load() >= uint64(len(q.inflight)-1) {
 		q.sinks.HostWait(syncstate.ReasonThrottle)
-		oldest := q.slot(q.completed.Load() + 1).sig
+		t := q.completed.Load() + 1
+		oldest := q.slot(t).sig
 		oldest.Retain()
-		err := q.waitSignal(oldest)
+		err := q.waitSignal(oldest, t)
 		oldest.Release()
 		if err != nil {
 			return 0, nil, err

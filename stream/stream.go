@@ -7,6 +7,7 @@
 package stream
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -119,6 +120,11 @@ type Stream struct {
 	completed  atomic.Uint64
 	marks      []mark     // events in ticket order, oldest first
 	after      []deferred // work to run once a ticket completes
+	onFailure  []deferred // work to run if the stream fails before a ticket completes
+	// health says which tickets failed: from the stream's own error on
+	// (learned from the runtime at a query or wait), or behind a device
+	// wait for a fence that failed.
+	health syncstate.Health
 
 	// bridge, when set, makes this stream wait on the device for a fence
 	// of a timeline that is not a Stream (HSA→HIP under DeviceBridge).
@@ -126,6 +132,10 @@ type Stream struct {
 }
 
 var _ syncstate.Timeline = (*Stream)(nil)
+
+// ErrClosed is returned by Submit on a closed stream. Close drained it, so
+// every fence of the stream is complete (or failed: see Failed).
+var ErrClosed = errors.New("stream: closed")
 
 // Config describes a Stream.
 type Config struct {
@@ -166,6 +176,14 @@ func (s *Stream) SetBridge(bridge func(s *Stream, f syncstate.Fence) error) { s.
 func (s *Stream) Submit(enqueue func(stream uintptr) error) (uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.health.Err(); err != nil {
+		// Like a broken HSA queue, a failed stream takes no more work:
+		// it would run behind work that never completed.
+		return 0, err
+	}
+	if s.s == 0 {
+		return 0, fmt.Errorf("%w: %s", ErrClosed, s.name)
+	}
 	if err := enqueue(s.s); err != nil {
 		return 0, err
 	}
@@ -180,6 +198,41 @@ func (s *Stream) AfterComplete(t uint64, fn func()) {
 	s.mu.Lock()
 	s.after = append(s.after, deferred{t, fn})
 	s.mu.Unlock()
+}
+
+// OnFailure runs fn if the stream is found to fail before ticket t is
+// known complete; it is dropped once t completes. The bridge uses it to
+// complete the signals that waiters on other queues would otherwise wait
+// for forever.
+func (s *Stream) OnFailure(t uint64, fn func()) {
+	s.mu.Lock()
+	if s.health.Failure() != nil {
+		s.mu.Unlock()
+		fn()
+		return
+	}
+	s.onFailure = append(s.onFailure, deferred{t, fn})
+	s.mu.Unlock()
+}
+
+// Failed implements syncstate.Timeline.
+func (s *Stream) Failed(t uint64) error { return s.health.Failed(t) }
+
+// Err returns the error that broke the stream, if any.
+func (s *Stream) Err() error { return s.health.Err() }
+
+// failLocked records a runtime error of the stream: every op not known
+// complete failed, and so is every op up to ticket upTo now complete.
+func (s *Stream) failLocked(err error, upTo uint64) {
+	s.health.Fail(s.completed.Load()+1, fmt.Errorf("stream: %s: %w", s.name, err))
+	if upTo > s.completed.Load() {
+		s.completed.Store(upTo)
+	}
+	hooks := s.onFailure
+	s.onFailure = nil
+	for _, d := range hooks {
+		d.fn()
+	}
 }
 
 // Completed implements syncstate.Timeline. It never blocks (on contention
@@ -200,6 +253,9 @@ func (s *Stream) Completed() uint64 {
 			if ok, err := s.api.EventQuery(m.ev); err == nil && ok {
 				s.completed.Store(m.ticket)
 				s.recycleLocked(false)
+			} else if err != nil {
+				s.failLocked(err, m.ticket)
+				s.recycleLocked(false)
 			}
 		}
 	}
@@ -219,7 +275,9 @@ func (s *Stream) recycleLocked(query bool) {
 				break
 			}
 			ok, err := s.api.EventQuery(m.ev)
-			if err != nil || !ok {
+			if err != nil {
+				s.failLocked(err, m.ticket)
+			} else if !ok {
 				break
 			}
 			s.completed.Store(m.ticket)
@@ -234,6 +292,18 @@ func (s *Stream) recycleLocked(query bool) {
 		clear(s.marks[n:])
 		s.marks = s.marks[:n]
 	}
+	if len(s.onFailure) > 0 {
+		c := s.completed.Load()
+		kept := s.onFailure[:0]
+		for _, d := range s.onFailure {
+			if d.ticket > c {
+				kept = append(kept, d)
+			}
+		}
+		clear(s.onFailure[len(kept):])
+		s.onFailure = kept
+	}
+	s.health.Prune(s.completed.Load())
 	if len(s.after) > 0 {
 		c := s.completed.Load()
 		kept := s.after[:0]
@@ -255,9 +325,11 @@ func (s *Stream) Poll() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	last := s.lastTicket.Load()
-	if s.completed.Load() < last {
+	if s.completed.Load() < last && s.s != 0 {
 		if ok, err := s.api.StreamQuery(s.s); err == nil && ok {
 			s.completed.Store(last)
+		} else if err != nil {
+			s.failLocked(err, last)
 		}
 	}
 	s.recycleLocked(true)
@@ -335,33 +407,38 @@ func (s *Stream) WaitHost(t uint64) error {
 	if last, ok := s.wholeStream(t); ok {
 		// Ops another goroutine submits meanwhile may be waited for too,
 		// which is harmless; only tickets up to last are claimed done.
-		if err := s.api.StreamSynchronize(s.s); err != nil {
-			return err
-		}
+		err := s.api.StreamSynchronize(s.s)
 		s.mu.Lock()
+		if err != nil {
+			s.failLocked(err, last)
+		}
 		if last > s.completed.Load() {
 			s.completed.Store(last)
 		}
 		s.recycleLocked(false)
 		s.mu.Unlock()
-		return nil
+		return s.health.Failed(t)
 	}
 	ev, ok, err := s.eventFor(t)
-	if err != nil || !ok {
+	if err != nil {
 		return err
 	}
-	err = s.api.EventSynchronize(ev)
-	if err == nil {
-		s.mu.Lock()
-		for _, m := range s.marks {
-			if m.ev == ev && m.ticket > s.completed.Load() {
-				s.completed.Store(m.ticket)
-			}
-		}
-		s.mu.Unlock()
+	if !ok {
+		return s.health.Failed(t)
 	}
+	err = s.api.EventSynchronize(ev)
+	s.mu.Lock()
+	for _, m := range s.marks {
+		if m.ev == ev && m.ticket > s.completed.Load() {
+			if err != nil {
+				s.failLocked(err, m.ticket)
+			}
+			s.completed.Store(m.ticket)
+		}
+	}
+	s.mu.Unlock()
 	s.releaseEvent(ev)
-	return err
+	return s.health.Failed(t)
 }
 
 // wholeStream reports whether waiting for t means waiting for the whole
@@ -371,7 +448,7 @@ func (s *Stream) wholeStream(t uint64) (last uint64, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	last = s.lastTicket.Load()
-	if t <= s.completed.Load() || t != last {
+	if t <= s.completed.Load() || t != last || s.s == 0 {
 		return 0, false
 	}
 	for _, m := range s.marks {
@@ -396,6 +473,7 @@ func (s *Stream) CanWaitDevice(d syncstate.Domain) bool {
 // passed it.
 func (s *Stream) WaitDevice(fences []syncstate.Fence) error {
 	for _, f := range fences {
+		s.health.AddUpstream(s.name, f, s.lastTicket.Load()+1)
 		p, ok := f.TL.(*Stream)
 		if !ok || (p.domain != s.domain && !s.crossDomain) {
 			if s.bridge == nil {
@@ -432,19 +510,22 @@ func (s *Stream) Close() error {
 	err := s.Drain()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err == nil {
-		s.completed.Store(s.lastTicket.Load())
+	if err != nil {
+		s.failLocked(err, s.lastTicket.Load())
 	}
-	s.recycleLocked(false)
-	for _, m := range s.marks {
-		s.events.put(m.ev)
-	}
-	s.marks = nil
 	if s.s != 0 {
+		// hipStreamDestroy lets pending work finish, so after it every
+		// ticket is complete.
 		if e := s.api.StreamDestroy(s.s); e != nil && err == nil {
 			err = e
 		}
 		s.s = 0
 	}
+	s.completed.Store(s.lastTicket.Load())
+	s.recycleLocked(false)
+	for _, m := range s.marks {
+		s.events.put(m.ev)
+	}
+	s.marks = nil
 	return err
 }

@@ -22,9 +22,14 @@ var stateIDs atomic.Uint64
 // Readers are cleared by every write, so any reader present is ordered
 // after the current writer.
 type State struct {
-	mu      sync.Mutex
-	id      uint64 // lock order across the operands of one op
-	writer  Fence
+	mu       sync.Mutex
+	id       uint64 // lock order across the operands of one op
+	writer   Fence
+	writerOp string // the name of the op that wrote it, for errors
+	// err poisons the array: an op that was to write it failed before it
+	// ran, so its contents are not what the program says. The next
+	// complete write clears it.
+	err     error
 	readers []Fence
 	// inline holds the first readers, so that a State embedded in its
 	// array needs no allocation of its own in the common case (one or
@@ -107,8 +112,10 @@ func (s *State) recordRead(f Fence) {
 	s.readers = append(kept, f)
 }
 
-func (s *State) recordWrite(f Fence) {
+func (s *State) recordWrite(f Fence, op string) {
 	s.writer = f
+	s.writerOp = op
+	s.err = nil
 	clear(s.readers)
 	s.readers = s.readers[:0]
 }
@@ -119,6 +126,45 @@ var ErrTooManyOperands = errors.New("syncstate: too many operands")
 type access struct {
 	s     *State
 	write bool
+	read  bool
+}
+
+// DependencyError is the error of an op that was not submitted because
+// work it depends on failed. errors.Is and errors.As see the original
+// failure through it.
+type DependencyError struct {
+	Fence    Fence  // the failed fence
+	WriterOp string // the op at Fence, when it wrote the array
+	Err      error  // its failure
+}
+
+func (e *DependencyError) Error() string {
+	if e.WriterOp != "" {
+		return fmt.Sprintf("depends on %s at %v, which failed: %v", e.WriterOp, e.Fence, e.Err)
+	}
+	return fmt.Sprintf("depends on %v, which failed: %v", e.Fence, e.Err)
+}
+
+func (e *DependencyError) Unwrap() error { return e.Err }
+
+// PoisonLocked is the array's failure: the error of a failed op that wrote
+// it (or was to), nil if its contents are sound as far as is known. The
+// caller holds the lock.
+func (s *State) PoisonLocked() error {
+	if s.err != nil {
+		return s.err
+	}
+	if err := s.writer.Err(); err != nil {
+		return &DependencyError{Fence: s.writer, WriterOp: s.writerOp, Err: err}
+	}
+	return nil
+}
+
+// Poison is PoisonLocked for a caller that does not hold the lock.
+func (s *State) Poison() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.PoisonLocked()
 }
 
 // Op orders one op on a timeline against earlier work on its operands. Use
@@ -133,6 +179,8 @@ type access struct {
 // Begin locks the operands (in a global order, so ops never deadlock),
 // waits for what the op must follow, and Commit records the op's fence.
 type Op struct {
+	// Name names the op in the arrays it writes, for errors.
+	Name   string
 	acc    [MaxOperands]access
 	n      int
 	tooMny bool
@@ -153,6 +201,7 @@ func (o *Op) add(s *State, write bool) {
 	for i := 0; i < o.n; i++ {
 		if o.acc[i].s == s {
 			o.acc[i].write = o.acc[i].write || write
+			o.acc[i].read = o.acc[i].read || !write
 			return
 		}
 	}
@@ -160,7 +209,7 @@ func (o *Op) add(s *State, write bool) {
 		o.tooMny = true
 		return
 	}
-	o.acc[o.n] = access{s: s, write: write}
+	o.acc[o.n] = access{s: s, write: write, read: !write}
 	o.n++
 }
 
@@ -210,6 +259,14 @@ func (o *Op) Begin(e *Engine, tl Timeline, sinks Sinks) error {
 		// the producer and order the op after it.
 		return nil
 	}
+	// Errors travel with fences: an op whose input is poisoned, or that
+	// must follow work that failed and may still run, fails here and is
+	// not submitted; what it was to write is poisoned in turn.
+	if err := o.failedDependency(); err != nil {
+		o.poison(err)
+		o.unlock()
+		return err
+	}
 	var deps depSet
 	var skipped uint64
 	var waitErr error
@@ -249,15 +306,61 @@ func (o *Op) Begin(e *Engine, tl Timeline, sinks Sinks) error {
 		consider(a.s.writer)
 	}
 	sinks.Skipped(skipped)
+	if waitErr == nil {
+		waitErr = e.resolve(tl, deps.f[:deps.n], sinks)
+	}
 	if waitErr != nil {
+		// The op will not run: what it was to write no longer holds
+		// what the program says.
+		o.poison(waitErr)
 		o.unlock()
 		return waitErr
 	}
-	if err := e.resolve(tl, deps.f[:deps.n], sinks); err != nil {
-		o.unlock()
-		return err
+	return nil
+}
+
+// failedDependency returns the failure the op depends on: a poisoned or
+// failed input, or a failed write or read of an output that has not
+// completed (it may still touch the memory). The caller holds the locks.
+func (o *Op) failedDependency() error {
+	for i := 0; i < o.n; i++ {
+		a := &o.acc[i]
+		if a.read {
+			if err := a.s.PoisonLocked(); err != nil {
+				return err
+			}
+		}
+		if !a.write {
+			continue
+		}
+		if err := a.s.writer.Err(); err != nil && !a.s.writer.Done() {
+			return &DependencyError{Fence: a.s.writer, WriterOp: a.s.writerOp, Err: err}
+		}
+		for _, r := range a.s.readers {
+			if err := r.Err(); err != nil && !r.Done() {
+				return &DependencyError{Fence: r, Err: err}
+			}
+		}
 	}
 	return nil
+}
+
+// poison marks what the op writes as failed with err.
+func (o *Op) poison(err error) {
+	for i := 0; i < o.n; i++ {
+		if o.acc[i].write {
+			o.acc[i].s.err = err
+		}
+	}
+}
+
+// Fail unlocks the operands after the op could not be submitted, poisoning
+// what it was to write: the arrays no longer hold what the program says.
+func (o *Op) Fail(err error) {
+	if o.locked {
+		o.poison(err)
+	}
+	o.unlock()
 }
 
 func readerOn(s *State, tl Timeline) bool {
@@ -310,7 +413,10 @@ func (e *Engine) hostWait(tl Timeline, f Fence, sinks Sinks) error {
 		r = ReasonBoundary
 	}
 	sinks.HostWait(r)
-	return f.TL.WaitHost(f.Ticket)
+	if err := f.TL.WaitHost(f.Ticket); err != nil {
+		return &DependencyError{Fence: f, Err: err}
+	}
+	return nil
 }
 
 // Commit records the op, submitted as ticket on the Begin timeline, on its
@@ -319,7 +425,7 @@ func (o *Op) Commit(ticket uint64, sinks Sinks) error {
 	f := Fence{TL: o.tl, Ticket: ticket}
 	for i := 0; i < o.n; i++ {
 		if o.acc[i].write {
-			o.acc[i].s.recordWrite(f)
+			o.acc[i].s.recordWrite(f, o.Name)
 		} else {
 			o.acc[i].s.recordRead(f)
 		}

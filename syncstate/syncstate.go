@@ -60,6 +60,11 @@ type Timeline interface {
 	// wait, on the device, for the fences. Each fence is on another
 	// timeline, one per timeline, of a domain CanWaitDevice accepts.
 	WaitDevice(fences []Fence) error
+	// Failed returns the error of ticket t when the op is known to have
+	// failed (a fault, a queue or library error, or a device wait for a
+	// fence that failed), nil otherwise. A failed ticket may still count
+	// as complete: it will not touch memory any more. It never blocks.
+	Failed(t uint64) error
 }
 
 // Fence is a point on a timeline. The zero Fence is no fence.
@@ -71,8 +76,17 @@ type Fence struct {
 // IsZero reports whether f is no fence.
 func (f Fence) IsZero() bool { return f.TL == nil }
 
-// Done reports whether the fence is known to be complete.
+// Done reports whether the fence is known to be complete (possibly
+// failed: see Err).
 func (f Fence) Done() bool { return f.TL == nil || f.Ticket <= f.TL.Completed() }
+
+// Err is the fence's failure, nil unless it is known to have failed.
+func (f Fence) Err() error {
+	if f.TL == nil {
+		return nil
+	}
+	return f.TL.Failed(f.Ticket)
+}
 
 func (f Fence) String() string {
 	if f.TL == nil {

@@ -13,6 +13,8 @@ type fakeTL struct {
 	completed uint64
 	hostWaits []uint64
 	devWaits  [][]Fence
+	failFrom  uint64
+	failErr   error
 }
 
 func (f *fakeTL) Domain() Domain              { return f.domain }
@@ -20,6 +22,12 @@ func (f *fakeTL) Name() string                { return f.name }
 func (f *fakeTL) Completed() uint64           { return f.completed }
 func (f *fakeTL) LastTicket() uint64          { return f.completed }
 func (f *fakeTL) CanWaitDevice(d Domain) bool { return d == f.domain }
+func (f *fakeTL) Failed(t uint64) error {
+	if f.failFrom != 0 && t >= f.failFrom {
+		return f.failErr
+	}
+	return nil
+}
 func (f *fakeTL) WaitHost(t uint64) error {
 	f.hostWaits = append(f.hostWaits, t)
 	f.completed = max(f.completed, t)

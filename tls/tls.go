@@ -41,12 +41,18 @@ func (p *QueuePool) Acquire() (*queue.Queue, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	best := -1
+	healthy := 0
 	for i, u := range p.users {
+		if p.queues[i].Err() != nil {
+			// A broken queue takes no more work: never hand it out.
+			continue
+		}
+		healthy++
 		if best < 0 || u < p.users[best] {
 			best = i
 		}
 	}
-	if (best < 0 || p.users[best] > 0) && len(p.queues) < max(p.Max, 1) {
+	if (best < 0 || p.users[best] > 0) && healthy < max(p.Max, 1) {
 		q, err := p.Create(len(p.queues))
 		if err != nil {
 			if best < 0 {

@@ -254,6 +254,7 @@ func (foreign) Name() string                              { return "hsa-q0" }
 func (foreign) Completed() uint64                         { return 0 }
 func (foreign) LastTicket() uint64                        { return 1 }
 func (foreign) WaitHost(uint64) error                     { return nil }
+func (foreign) Failed(uint64) error                       { return nil }
 func (foreign) CanWaitDevice(syncstate.Domain) bool       { return false }
 func (foreign) WaitDevice(fences []syncstate.Fence) error { return nil }
 

@@ -454,10 +454,23 @@ func (d *Device) hipToHSA(f syncstate.Fence) (*queue.Signal, error) {
 		return nil, err
 	}
 	hp := d.rt.HIP
-	if _, err := p.Submit(func(s uintptr) error { return hp.StreamWriteValue64(hip.Stream(s), ptr, 0, 0) }); err != nil {
+	t, err := p.Submit(func(s uintptr) error { return hp.StreamWriteValue64(hip.Stream(s), ptr, 0, 0) })
+	if err != nil {
 		sig.Release()
+		if errors.Is(err, stream.ErrClosed) {
+			// The producer's task closed meanwhile (Completed read a
+			// stale value while Close held the lock): Close drained the
+			// stream, so the fence is complete, or failed.
+			return nil, p.Failed(f.Ticket)
+		}
 		return nil, err
 	}
+	// A failed stream never runs the write, and the barrier waiting for
+	// the signal would never pass: complete it then, and the consumer
+	// learns of the failure from its upstream record.
+	sig.Retain()
+	p.OnFailure(t, func() { d.rt.HSA.SignalStoreScrelease(sig.H, 0) })
+	p.AfterComplete(t, sig.Release)
 	return sig, nil
 }
 

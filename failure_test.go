@@ -1,0 +1,124 @@
+package rocsync
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rocsync/rocsync/kernels"
+	"github.com/rocsync/rocsync/syncstate"
+)
+
+// hangLimit is how long a test lets a call run before calling it a hang.
+const hangLimit = 20 * time.Second
+
+// within runs fn and fails the test if it does not return in hangLimit.
+func within[T any](t *testing.T, what string, fn func() T) T {
+	t.Helper()
+	ch := make(chan T, 1)
+	go func() { ch <- fn() }()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(hangLimit):
+		t.Fatalf("%s hangs", what)
+		panic("unreachable")
+	}
+}
+
+// openFaulty opens an emulated device whose fault injector the test
+// controls.
+func openFaulty(t *testing.T, p Policy, mod ...func(*Options)) *Device {
+	t.Helper()
+	nop := zerolog.Nop()
+	o := Options{Backend: Emulator, Policy: p, Logger: &nop,
+		Emulator: EmulatorOptions{HazardChecker: true, MaxDelay: 30 * time.Microsecond, Seed: 11}}
+	for _, f := range mod {
+		f(&o)
+	}
+	d, err := Open(o)
+	require.NoError(t, err)
+	return d
+}
+
+func faultOn(d *Device, op string) {
+	d.machine.SetFaultInjector(func(o string) bool { return o == op })
+}
+
+// producer and consumer ops for the fault tests: a kernel (HSA queue, or
+// the stream under Unified) or a gemm (HIP stream).
+type faultOp struct {
+	name   string
+	symbol string // what the emulator calls it
+	run    func(tk *Task, out, in *Array) error
+}
+
+var faultOps = []faultOp{
+	{"kernel", kernels.Mul.KernelName(kernels.F32), func(tk *Task, out, in *Array) error { return tk.MulInto(out, in, in) }},
+	{"gemm", "rocblas_sgemm", func(tk *Task, out, in *Array) error { return tk.MatMulInto(out, in, in, false, false) }},
+}
+
+// A fault in one task reaches every dependent op and wait of another
+// task, under every policy and for every crossing, and nothing hangs:
+// the consumer's op, its read-back, both tasks' Synchronize and the
+// device's Close all return, with an ErrFault that wraps the original.
+func TestFaultReachesEveryDependent(t *testing.T) {
+	for _, p := range syncstate.Policies {
+		for _, prod := range faultOps {
+			for _, cons := range faultOps {
+				t.Run(fmt.Sprintf("%v/%s-to-%s", p, prod.name, cons.name), func(t *testing.T) {
+					d := openFaulty(t, p)
+					closed := false
+					defer func() {
+						if !closed {
+							_ = d.Close()
+						}
+					}()
+					a, err := d.NewTask()
+					require.NoError(t, err)
+					b, err := d.NewTask()
+					require.NoError(t, err)
+					x, err := d.FromFloat32(8, 8, randMatrix(1, 8))
+					require.NoError(t, err)
+					y, _ := d.Empty(8, 8, Float32)
+					z, _ := d.Empty(8, 8, Float32)
+					w, _ := d.Empty(8, 8, Float32)
+					require.NoError(t, b.Fill(z, 3))
+					require.NoError(t, b.Synchronize())
+					faultOn(d, prod.symbol)
+					// Hold the device so that the consumer is submitted
+					// while the producer is still pending: device-side
+					// waits are emitted, then the producer faults.
+					release := d.machine.Hold()
+					go func() { time.Sleep(50 * time.Millisecond); release() }()
+					if err := prod.run(a, y, x); err != nil {
+						require.Equal(t, WaitAlways, p, "only WaitAlways waits for the producer itself")
+						require.ErrorIs(t, err, ErrFault)
+					}
+					consErr := within(t, "the consumer op", func() error { return cons.run(b, z, y) })
+					if consErr != nil {
+						require.ErrorIs(t, consErr, ErrFault)
+					}
+					// A second op on b behind the consumer, on another array.
+					_ = within(t, "a later op", func() error { return b.AddInto(w, z, z) })
+					readErr := within(t, "the consumer's read-back", func() error { _, err := z.Float32s(); return err })
+					require.ErrorIs(t, readErr, ErrFault, "the consumer's output is poisoned")
+					require.Contains(t, readErr.Error(), "failed")
+					_, yErr := y.Float32s()
+					require.ErrorIs(t, yErr, ErrFault, "the faulted op's output is poisoned")
+					require.Error(t, within(t, "the producer's Synchronize", a.Synchronize))
+					_ = within(t, "the consumer's Synchronize", b.Synchronize)
+					require.Error(t, within(t, "Device.Synchronize", d.Synchronize))
+					closed = true
+					require.Error(t, within(t, "Device.Close", d.Close))
+					var e *Error
+					require.True(t, errors.As(readErr, &e))
+				})
+			}
+		}
+	}
+}

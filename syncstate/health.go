@@ -1,0 +1,173 @@
+package syncstate
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+)
+
+// Failure is what broke a timeline: the error, and the first ticket it
+// covers. Every ticket from From on fails with Err.
+type Failure struct {
+	From uint64
+	Err  error
+}
+
+// UpstreamError is the failure of a timeline that waited on the device for
+// a fence that failed: the work behind that wait ran, if at all, on inputs
+// that were never produced. errors.Is and errors.As see the producer's
+// error through it.
+type UpstreamError struct {
+	Consumer string // the timeline that waited
+	Producer Fence  // the fence it waited for
+	Err      error  // the producer's failure
+}
+
+func (e *UpstreamError) Error() string {
+	return fmt.Sprintf("%s waited on the device for %v, which failed: %v", e.Consumer, e.Producer, e.Err)
+}
+
+func (e *UpstreamError) Unwrap() error { return e.Err }
+
+// Health tracks whether a timeline is broken: by a fault of its own
+// (Fail), or because it waited on the device for a fence that failed
+// (AddUpstream records each such wait until it is known to have passed on
+// good data). Queues and streams embed one; Failed is their
+// Timeline.Failed.
+//
+// Failed never blocks and never calls the runtime: it reads an atomic,
+// and only when device waits are in flight asks their producers, with
+// TryLock so that timelines waiting on each other cannot deadlock.
+type Health struct {
+	failure atomic.Pointer[Failure]
+	mu      sync.Mutex
+	ups     []upstream
+	n       atomic.Int32
+	name    string // the timeline's, for errors; under mu
+}
+
+type upstream struct {
+	f  Fence  // what the timeline waited for
+	at uint64 // the first ticket behind the wait
+}
+
+// Fail breaks the timeline from ticket from on; the first failure wins.
+func (h *Health) Fail(from uint64, err error) {
+	h.failure.CompareAndSwap(nil, &Failure{From: from, Err: err})
+}
+
+// Failure returns what broke the timeline, or nil.
+func (h *Health) Failure() *Failure {
+	if p := h.failure.Load(); p != nil {
+		return p
+	}
+	if h.n.Load() != 0 {
+		h.check(math.MaxUint64)
+	}
+	return h.failure.Load()
+}
+
+// Err is the timeline's error, nil while it is healthy.
+func (h *Health) Err() error {
+	if p := h.Failure(); p != nil {
+		return p.Err
+	}
+	return nil
+}
+
+// Failed returns the error of ticket t, nil if t is not known to fail.
+func (h *Health) Failed(t uint64) error {
+	p := h.failure.Load()
+	if p == nil {
+		if h.n.Load() == 0 {
+			return nil
+		}
+		h.check(t)
+		if p = h.failure.Load(); p == nil {
+			return nil
+		}
+	}
+	if t < p.From {
+		return nil
+	}
+	return p.Err
+}
+
+// AddUpstream records that the timeline's tickets from at on wait on the
+// device for f.
+func (h *Health) AddUpstream(name string, f Fence, at uint64) {
+	h.mu.Lock()
+	h.ups = append(h.ups, upstream{f: f, at: at})
+	h.n.Store(int32(len(h.ups)))
+	h.name = name
+	h.mu.Unlock()
+}
+
+// check breaks the timeline if a producer it waits for, at or before
+// ticket t, failed.
+func (h *Health) check(t uint64) {
+	if !h.mu.TryLock() {
+		return
+	}
+	defer h.mu.Unlock()
+	for _, u := range h.ups {
+		if u.at > t {
+			continue
+		}
+		if err := u.f.TL.Failed(u.f.Ticket); err != nil {
+			h.Fail(u.at, &UpstreamError{Consumer: h.name, Producer: u.f, Err: err})
+			return
+		}
+	}
+}
+
+// Prune forgets the device waits behind which the timeline completed up to
+// ticket completed on good data, and breaks it if a producer failed.
+func (h *Health) Prune(completed uint64) {
+	if h.n.Load() == 0 || !h.mu.TryLock() {
+		return
+	}
+	defer h.mu.Unlock()
+	kept := h.ups[:0]
+	for _, u := range h.ups {
+		if err := u.f.TL.Failed(u.f.Ticket); err != nil {
+			h.Fail(u.at, &UpstreamError{Consumer: h.name, Producer: u.f, Err: err})
+			kept = append(kept, u)
+			continue
+		}
+		if u.at <= completed && u.f.Done() {
+			continue
+		}
+		kept = append(kept, u)
+	}
+	clear(h.ups[len(kept):])
+	h.ups = kept
+	h.n.Store(int32(len(kept)))
+}
+
+// poller is a timeline that can ask its runtime whether its work is done,
+// learning of a failure as it does (streams: hipStreamQuery).
+type poller interface{ Poll() uint64 }
+
+// Probe asks the producers of the device waits in flight whether they
+// failed, at a runtime call each. Waiters call it between bounded waits: a
+// stream's failure is learned only by asking, and until it is, a consumer
+// waiting behind it would wait forever.
+func (h *Health) Probe() {
+	if h.n.Load() == 0 || !h.mu.TryLock() {
+		return
+	}
+	var buf [8]poller
+	n := 0
+	for _, u := range h.ups {
+		if p, ok := u.f.TL.(poller); ok && n < len(buf) && u.f.TL.Failed(u.f.Ticket) == nil {
+			buf[n] = p
+			n++
+		}
+	}
+	h.mu.Unlock()
+	for _, p := range buf[:n] {
+		p.Poll()
+	}
+}
