@@ -315,8 +315,14 @@ func TestFuzzFaults(t *testing.T) {
 		t.Skip("needs the emulator: faults are injected through unmapped device memory")
 	}
 	if os.Getenv("ROCSYNC_FUZZ_FAULTS") != "1" {
-		t.Skip("issue 10 is open: on this code a fault behind a device-side wait hangs, and ops after a failed op " +
-			"read its stale output without an error; set ROCSYNC_FUZZ_FAULTS=1 to run it")
+		// Against branch failure at ae2725e (errors travel with fences)
+		// most seeds still fail: hangs under DeviceSide and DeviceBridge
+		// (seeds 2, 3, 7, 8, 9), independent work failing with the fault
+		// (seeds 2, 8: work that completed before the fault is reported
+		// as failed), and hazards where memory of a broken stream's work
+		// is reused without the host observing it (seeds 1, 8).
+		t.Skip("issue 10 is open: faults still hang some device-side waits, fail independent work and " +
+			"release memory early (see the comment above); set ROCSYNC_FUZZ_FAULTS=1 to run it")
 	}
 	for seed := uint64(1); seed <= uint64(faultSeeds()); seed++ {
 		ok := t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {

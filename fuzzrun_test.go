@@ -463,7 +463,7 @@ func runFuzzProgram(p *program, want *model, cfg fuzzConfig) *fuzzReport {
 	switch {
 	case outs != nil:
 		var hung bool
-		rep.faultSync, hung = within(cfg.timeout, d.Synchronize)
+		rep.faultSync, hung = returnsWithin(cfg.timeout, d.Synchronize)
 		if hung {
 			rep.hung = true
 			rep.fail("the final Device.Synchronize did not return within %v", cfg.timeout)
@@ -472,7 +472,7 @@ func runFuzzProgram(p *program, want *model, cfg fuzzConfig) *fuzzReport {
 		rep.faultOuts = outs
 		for s, a := range slots {
 			var got []float64
-			err, hung := within(cfg.timeout, func() (err error) { got, err = readBack(a); return err })
+			err, hung := returnsWithin(cfg.timeout, func() (err error) { got, err = readBack(a); return err })
 			if hung {
 				rep.hung = true
 				rep.fail("the final read of s%d did not return within %v", s, cfg.timeout)
@@ -481,14 +481,14 @@ func runFuzzProgram(p *program, want *model, cfg fuzzConfig) *fuzzReport {
 			rep.faultFinal = append(rep.faultFinal, outcome{err: err, got: got, done: true})
 		}
 	case len(rep.errs) == 0:
-		if err, hung := within(cfg.timeout, d.Synchronize); hung || err != nil {
+		if err, hung := returnsWithin(cfg.timeout, d.Synchronize); hung || err != nil {
 			rep.hung = hung
 			rep.fail("final Synchronize: %v (returned: %v)", err, !hung)
 			return rep
 		}
 		for s, a := range slots {
 			var got []float64
-			err, hung := within(cfg.timeout, func() (err error) { got, err = readBack(a); return err })
+			err, hung := returnsWithin(cfg.timeout, func() (err error) { got, err = readBack(a); return err })
 			if hung || err != nil {
 				rep.hung = hung
 				rep.fail("final read of s%d: %v (returned: %v)", s, err, !hung)
@@ -543,9 +543,9 @@ func execRecovered(i int, tk *Task, exec func(int, *Task) error) (err error) {
 
 var errPanic = errors.New("PANIC")
 
-// within runs f, giving up waiting for it after timeout (hung is then
+// returnsWithin runs f, giving up waiting for it after timeout (hung is then
 // true and f is abandoned).
-func within(timeout time.Duration, f func() error) (err error, hung bool) {
+func returnsWithin(timeout time.Duration, f func() error) (err error, hung bool) {
 	ch := make(chan error, 1)
 	go func() { ch <- f() }()
 	select {
