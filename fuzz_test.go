@@ -23,8 +23,9 @@ import (
 const fuzzSeedInputLen = 400
 
 // fuzzCISeeds is how many seeds the bounded run checks under every
-// policy: about a minute under -race on a 2-core machine (see
-// TestFuzzPrograms), a few seconds with -short.
+// policy: about a minute under -race on a 2-core machine, a couple of
+// seconds with -short. ROCSYNC_FUZZ_SEED replays one seed and
+// ROCSYNC_FUZZ_SEEDS runs more.
 func fuzzCISeeds() (first, n uint64) {
 	if s := os.Getenv("ROCSYNC_FUZZ_SEED"); s != "" {
 		v, err := strconv.ParseUint(s, 10, 64)
@@ -40,9 +41,10 @@ func fuzzCISeeds() (first, n uint64) {
 	if testing.Short() {
 		return 1, 20
 	}
-	// Measured on the 2-core development machine: 600 seeds took 42 s
-	// under -race, 100 took 7 s without.
-	return 1, 800
+	// Measured on the shared 2-core development machine under -race:
+	// 800 seeds took 55–66 s, so 700 is about a minute (without -race,
+	// 100 seeds take about 7 s).
+	return 1, 700
 }
 
 // checkProgram runs one program under every policy and fails t with the
