@@ -1,6 +1,7 @@
 package rocsync
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -33,18 +34,76 @@ type Array struct {
 	freed bool            // guarded by st's lock
 }
 
-// Rows, Cols and DType describe the array.
-func (a *Array) Rows() int       { return a.rows }
-func (a *Array) Cols() int       { return a.cols }
-func (a *Array) DType() DType    { return a.dtype }
-func (a *Array) Len() int        { return a.rows * a.cols }
-func (a *Array) Device() *Device { return a.dev }
-func (a *Array) bytes() uint64   { return uint64(a.Len() * a.dtype.Size()) }
+// Rows, Cols and DType describe the array; a nil array has none.
+func (a *Array) Rows() int {
+	if a == nil {
+		return 0
+	}
+	return a.rows
+}
 
-// PendingFences is how many fences of the array are not yet known complete.
-func (a *Array) PendingFences() int { return a.st.PendingCount() }
+// Cols is the number of columns.
+func (a *Array) Cols() int {
+	if a == nil {
+		return 0
+	}
+	return a.cols
+}
+
+// DType is the element type.
+func (a *Array) DType() DType {
+	if a == nil {
+		return 0
+	}
+	return a.dtype
+}
+
+// Len is Rows()*Cols().
+func (a *Array) Len() int {
+	if a == nil {
+		return 0
+	}
+	return a.rows * a.cols
+}
+
+// Device is the array's device.
+func (a *Array) Device() *Device {
+	if a == nil {
+		return nil
+	}
+	return a.dev
+}
+
+func (a *Array) bytes() uint64 { return uint64(a.Len() * a.dtype.Size()) }
+
+// PendingFences is how many fences of the array are not yet known
+// complete: 0 for a nil array and once the device is closed (Close
+// drained everything).
+func (a *Array) PendingFences() int {
+	if a == nil || a.dev.enter("PendingFences") != nil {
+		return 0
+	}
+	defer a.dev.leave()
+	return a.st.PendingCount()
+}
+
+// Err is the array's failure: an ErrFault wrapping the error of a failed op
+// that wrote it (or was to), nil while its contents are sound as far as
+// is known. It does not wait.
+func (a *Array) Err() error {
+	if a == nil {
+		return newErr("Err", ErrNilArray, "")
+	}
+	if err := a.st.Poison(); err != nil {
+		return &Error{Op: "Err", Kind: ErrFault, Detail: a.String(), Err: err}
+	}
+	return nil
+}
 
 func (a *Array) String() string {
+	if a == nil {
+		return "Array(nil)"
+	}
 	return fmt.Sprintf("Array(%dx%d %s on gpu%d)", a.rows, a.cols, a.dtype, a.dev.index)
 }
 
@@ -126,12 +185,24 @@ func fromSlice(d *Device, op string, rows, cols int, dt DType, n int, src unsafe
 // CopyToFloat32 copies the array into dst (len rows*cols). It waits on the
 // host only for the array's last writer; pending readers do not matter.
 func (a *Array) CopyToFloat32(dst []float32) error {
-	return a.copyTo("CopyToFloat32", Float32, len(dst), unsafe.Pointer(unsafe.SliceData(dst)))
+	return a.copyTo(nil, "CopyToFloat32", Float32, len(dst), unsafe.Pointer(unsafe.SliceData(dst)))
 }
 
 // CopyToFloat64 is CopyToFloat32 for float64.
 func (a *Array) CopyToFloat64(dst []float64) error {
-	return a.copyTo("CopyToFloat64", Float64, len(dst), unsafe.Pointer(unsafe.SliceData(dst)))
+	return a.copyTo(nil, "CopyToFloat64", Float64, len(dst), unsafe.Pointer(unsafe.SliceData(dst)))
+}
+
+// CopyToFloat32Context is CopyToFloat32 whose wait for the writer also
+// ends when ctx is done (dst is then left as it was). It cancels the wait,
+// not the GPU work.
+func (a *Array) CopyToFloat32Context(ctx context.Context, dst []float32) error {
+	return a.copyTo(ctx, "CopyToFloat32", Float32, len(dst), unsafe.Pointer(unsafe.SliceData(dst)))
+}
+
+// CopyToFloat64Context is CopyToFloat32Context for float64.
+func (a *Array) CopyToFloat64Context(ctx context.Context, dst []float64) error {
+	return a.copyTo(ctx, "CopyToFloat64", Float64, len(dst), unsafe.Pointer(unsafe.SliceData(dst)))
 }
 
 // Float32s returns the array's values in a new slice.
@@ -152,7 +223,7 @@ func (a *Array) Float64s() ([]float64, error) {
 	return out, a.CopyToFloat64(out)
 }
 
-func (a *Array) copyTo(op string, dt DType, n int, dst unsafe.Pointer) error {
+func (a *Array) copyTo(ctx context.Context, op string, dt DType, n int, dst unsafe.Pointer) error {
 	if a == nil {
 		return newErr(op, ErrNilArray, "")
 	}
@@ -174,8 +245,8 @@ func (a *Array) copyTo(op string, dt DType, n int, dst unsafe.Pointer) error {
 	}
 	if w := a.st.WriterLocked(); !w.Done() {
 		d.countHostWait(ReasonReadBack)
-		if err := w.TL.WaitHost(w.Ticket); err != nil {
-			return &Error{Op: op, Kind: ErrFault, Detail: "waiting for the writer " + w.String(), Err: err}
+		if err := syncstate.WaitHostContext(ctx, w); err != nil {
+			return &Error{Op: op, Kind: waitKind(err), Detail: "waiting for the writer " + w.String(), Err: err}
 		}
 	}
 	if err := a.st.PoisonLocked(); err != nil {

@@ -1,6 +1,7 @@
 package rocsync
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -32,11 +33,26 @@ type Device struct {
 
 	mu          sync.Mutex
 	tasks       []*Task
+	defaultMu   sync.Mutex // held while the default task is made
 	defaultTask *Task
 	frees       pendingFrees
 	cache       *memCache
 	closed      atomic.Bool
 	closeMu     sync.RWMutex // held for reading by every op, for writing by Close
+
+	launchBlocking bool
+	syncDebug      SyncDebugMode
+}
+
+// implicitHostWait is sync-debug mode's report of a host wait that is not
+// a read-back or an explicit Synchronize.
+func (d *Device) implicitHostWait(op string, consumer syncstate.Timeline, f syncstate.Fence, r Reason) error {
+	crossing := f.String() + " -> " + consumer.Name()
+	if d.syncDebug == SyncDebugFail {
+		return &Error{Op: op, Kind: ErrHostWait, Detail: fmt.Sprintf("%s host wait for %s", r, crossing), Err: syncstate.ErrWaitRefused}
+	}
+	d.log.Warn().Str("op", op).Str("crossing", crossing).Stringer("reason", r).Msg("rocsync: implicit host wait")
+	return nil
 }
 
 // Open opens one GPU. With Backend Auto it uses the real ROCm stack when it
@@ -69,6 +85,9 @@ type family struct {
 }
 
 func open(o Options, all bool) ([]*Device, error) {
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
 	log := logger(o)
 	var fam family
 	var err error
@@ -117,9 +136,13 @@ func open(o Options, all bool) ([]*Device, error) {
 			_ = dd.Close()
 			continue
 		}
-		out = append(out, &Device{drv: dd, backend: fam.name, machine: fam.machine, index: i, log: log,
+		d := &Device{drv: dd, backend: fam.name, machine: fam.machine, index: i, log: log,
 			engine: syncstate.Engine{Policy: o.Policy, DisableWaits: o.disableWaits}, stats: fam.stats[i],
-			cache: newMemCache(o.MemoryCache)})
+			cache: newMemCache(o.MemoryCache), launchBlocking: o.launchBlocking(), syncDebug: o.SyncDebug}
+		if o.SyncDebug != SyncDebugOff {
+			d.engine.OnHostWait = d.implicitHostWait
+		}
+		out = append(out, d)
 	}
 	return out, nil
 }
@@ -141,7 +164,8 @@ func (c *configs) configFor(i int) driver.DeviceConfig {
 	for len(c.stats) <= i {
 		c.stats = append(c.stats, new(syncstate.Stats))
 	}
-	return driver.DeviceConfig{Policy: c.o.Policy, QueueSize: c.o.QueueSize, MaxQueues: c.o.MaxQueues, Stats: c.stats[i]}
+	return driver.DeviceConfig{Policy: c.o.Policy, QueueSize: c.o.QueueSize, MaxQueues: c.o.MaxQueues, Stats: c.stats[i],
+		WaitTimeout: c.o.waitTimeout(), MaxInFlight: c.o.maxInFlight()}
 }
 
 func openEmulator(o Options) (family, error) {
@@ -211,7 +235,12 @@ func (d *Device) Policy() Policy { return d.engine.Policy }
 
 // Stats returns the device's counters: every task's work and every host
 // wait, including read-backs and frees.
-func (d *Device) Stats() Stats { return d.stats.Snapshot() }
+func (d *Device) Stats() Stats {
+	if d == nil {
+		return Stats{}
+	}
+	return d.stats.Snapshot()
+}
 
 // Stats is a snapshot of counters.
 type Stats = syncstate.Snapshot
@@ -221,13 +250,14 @@ type Reason = syncstate.Reason
 
 // The host-wait reasons.
 const (
-	ReasonBoundary   = syncstate.ReasonBoundary
-	ReasonCrossQueue = syncstate.ReasonCrossQueue
-	ReasonReadBack   = syncstate.ReasonReadBack
-	ReasonSync       = syncstate.ReasonSync
-	ReasonFree       = syncstate.ReasonFree
-	ReasonThrottle   = syncstate.ReasonThrottle
-	ReasonWaitAlways = syncstate.ReasonWaitAlways
+	ReasonBoundary       = syncstate.ReasonBoundary
+	ReasonCrossQueue     = syncstate.ReasonCrossQueue
+	ReasonReadBack       = syncstate.ReasonReadBack
+	ReasonSync           = syncstate.ReasonSync
+	ReasonFree           = syncstate.ReasonFree
+	ReasonThrottle       = syncstate.ReasonThrottle
+	ReasonWaitAlways     = syncstate.ReasonWaitAlways
+	ReasonLaunchBlocking = syncstate.ReasonLaunchBlocking
 )
 
 // Hazards returns what the emulator's hazard checker found (nil on real
@@ -254,6 +284,9 @@ func (d *Device) SignalsCreated() uint64 { return d.drv.SignalsCreated() }
 func (d *Device) EventsCreated() uint64 { return d.drv.EventsCreated() }
 
 func (d *Device) enter(op string) error {
+	if d == nil {
+		return newErr(op, ErrInvalid, "nil device")
+	}
 	d.closeMu.RLock()
 	if d.closed.Load() {
 		d.closeMu.RUnlock()
@@ -289,8 +322,20 @@ func (d *Device) NewTask() (*Task, error) {
 // DefaultTask returns the device's shared default task, for simple
 // programs that use one goroutine.
 func (d *Device) DefaultTask() *Task {
+	if d == nil {
+		return &Task{err: newErr("DefaultTask", ErrInvalid, "nil device")}
+	}
 	d.mu.Lock()
 	t := d.defaultTask
+	d.mu.Unlock()
+	if t != nil {
+		return t
+	}
+	// One maker at a time, so concurrent first calls share one task.
+	d.defaultMu.Lock()
+	defer d.defaultMu.Unlock()
+	d.mu.Lock()
+	t = d.defaultTask
 	d.mu.Unlock()
 	if t != nil {
 		return t
@@ -300,30 +345,38 @@ func (d *Device) DefaultTask() *Task {
 		return &Task{dev: d, err: err}
 	}
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.defaultTask == nil {
-		d.defaultTask = t
-	}
-	return d.defaultTask
+	d.defaultTask = t
+	d.mu.Unlock()
+	return t
 }
 
 // Synchronize waits on the host for all work of every task, then releases
 // freed memory whose work is done.
-func (d *Device) Synchronize() error {
+func (d *Device) Synchronize() error { return d.SynchronizeContext(nil) }
+
+// SynchronizeContext is Synchronize that also returns when ctx is done. It
+// cancels the wait, not the GPU work.
+func (d *Device) SynchronizeContext(ctx context.Context) error {
 	if err := d.enter("Synchronize"); err != nil {
 		return err
 	}
 	defer d.leave()
-	return d.synchronize()
+	return d.synchronize(ctx)
 }
 
-func (d *Device) synchronize() error {
+func (d *Device) synchronize(ctx context.Context) error {
 	d.mu.Lock()
 	tasks := append([]*Task(nil), d.tasks...)
 	d.mu.Unlock()
 	var errs []error
 	for _, t := range tasks {
-		errs = append(errs, t.drain())
+		// A task closing meanwhile has drained itself (lifeMu orders the
+		// two), and its timelines are gone.
+		t.lifeMu.Lock()
+		if !t.released {
+			errs = append(errs, t.drain(ctx))
+		}
+		t.lifeMu.Unlock()
 	}
 	errs = append(errs, d.frees.poll(d, true))
 	return errors.Join(errs...)
@@ -332,19 +385,38 @@ func (d *Device) synchronize() error {
 // Close waits for all work, frees every pending array and releases the
 // device's queues, streams and pools. Using its arrays afterwards returns
 // ErrClosed.
-func (d *Device) Close() error {
+func (d *Device) Close() error { return d.CloseContext(nil) }
+
+// CloseContext is Close whose drain also ends when ctx is done. A drain
+// that runs out of time (ctx, or Options.WaitTimeout) leaves the device
+// open, returning an ErrTimeout error: resources the GPU may still use
+// are not released under it. Work that failed does not stop Close.
+func (d *Device) CloseContext(ctx context.Context) error {
+	if d == nil {
+		return newErr("Close", ErrInvalid, "nil device")
+	}
 	d.closeMu.Lock()
 	defer d.closeMu.Unlock()
-	if d.closed.Swap(true) {
+	if d.closed.Load() {
 		return nil
 	}
-	errs := []error{d.synchronize()}
+	drained := d.synchronize(ctx)
+	if drained != nil && waitKind(drained) == ErrTimeout {
+		return &Error{Op: "Close", Kind: ErrTimeout, Detail: "work still in flight; the device stays open", Err: drained}
+	}
+	d.closed.Store(true)
+	errs := []error{drained}
 	d.mu.Lock()
 	tasks := d.tasks
 	d.tasks = nil
 	d.mu.Unlock()
 	for _, t := range tasks {
-		errs = append(errs, t.drv.Close())
+		t.lifeMu.Lock()
+		if !t.released {
+			t.released = true
+			errs = append(errs, t.drv.Close())
+		}
+		t.lifeMu.Unlock()
 	}
 	errs = append(errs, d.cache.trim(d.drv), d.drv.Close())
 	if err := errors.Join(errs...); err != nil {

@@ -23,4 +23,13 @@
 //	y, _ := t.Mul(x, x)                  // a kernel on the task's HSA queue
 //	z, _ := t.MatMul(y, x, false, false) // rocBLAS on its HIP stream
 //	vals, _ := z.Float32s()              // waits for z's writer only
+//
+// Failures travel with fences: an op whose device work fails (ErrFault)
+// poisons the arrays it writes, every op and wait that depends on it
+// returns an error wrapping the cause, and no wait hangs behind it. After a
+// fault the other tasks and untouched arrays remain usable, a poisoned
+// array is recovered by overwriting it completely, the task whose queue or
+// stream broke is not, and the device can be closed and opened again.
+// Host waits are bounded by Options.WaitTimeout (ErrTimeout), and
+// Options.MaxInFlight bounds how far a task runs ahead.
 package rocsync

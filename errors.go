@@ -3,6 +3,8 @@ package rocsync
 import (
 	"errors"
 	"fmt"
+
+	"github.com/rocsync/rocsync/syncstate"
 )
 
 // Sentinel errors. Every error rocsync returns for bad input is an *Error
@@ -21,8 +23,12 @@ var (
 	// library error), or the op depends on work that did. The error wraps
 	// the original failure, which errors.Is and errors.As find.
 	ErrFault = errors.New("device work failed")
-	// ErrTimeout: a host wait ran past Options.WaitTimeout.
-	ErrTimeout = errors.New("wait timed out")
+	// ErrTimeout: a host wait ran past Options.WaitTimeout (the error
+	// wraps a *syncstate.TimeoutError naming the fence).
+	ErrTimeout = syncstate.ErrWaitTimeout
+	// ErrHostWait: sync-debug mode (SyncDebugFail) refused an implicit
+	// host wait.
+	ErrHostWait = errors.New("implicit host wait refused by sync-debug mode")
 )
 
 // Error is a failed rocsync call: which operation, what kind of failure,

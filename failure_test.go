@@ -122,3 +122,58 @@ func TestFaultReachesEveryDependent(t *testing.T) {
 		}
 	}
 }
+
+// What a user can still do after a fault (the README's "After a fault"):
+// read arrays the failed work did not touch, use other tasks, overwrite a
+// poisoned array completely to recover it, and open the device again.
+func TestAfterAFault(t *testing.T) {
+	for _, p := range syncstate.Policies {
+		t.Run(p.String(), func(t *testing.T) {
+			d := openFaulty(t, p)
+			a, err := d.NewTask()
+			require.NoError(t, err)
+			x, err := d.FromFloat32(4, 4, randMatrix(9, 4))
+			require.NoError(t, err)
+			clean, err := a.Add(x, x)
+			require.NoError(t, err)
+			require.NoError(t, a.Synchronize())
+			faultOn(d, kernels.Mul.KernelName(kernels.F32))
+			y, _ := d.Empty(4, 4, Float32)
+			if err := a.MulInto(y, x, x); err != nil {
+				require.Equal(t, WaitAlways, p, "only WaitAlways reports the fault at the op")
+			}
+			require.ErrorIs(t, within(t, "Synchronize", a.Synchronize), ErrFault)
+			d.machine.SetFaultInjector(nil)
+			// The failed task's queue takes no more kernels (and what the
+			// refused op was to write is poisoned).
+			scratch, _ := d.Empty(4, 4, Float32)
+			require.ErrorIs(t, a.Fill(scratch, 0), ErrFault)
+			require.ErrorIs(t, scratch.Err(), ErrFault)
+			// Arrays the failed work did not touch are intact.
+			got, err := clean.Float32s()
+			require.NoError(t, err)
+			require.Equal(t, 2*randMatrix(9, 4)[5], got[5])
+			require.ErrorIs(t, y.Err(), ErrFault)
+			// Another task works, and can recover the poisoned array by
+			// overwriting it completely.
+			b, err := d.NewTask()
+			require.NoError(t, err)
+			_, err = b.Add(y, y)
+			require.ErrorIs(t, err, ErrFault, "reading a poisoned array fails fast")
+			require.NoError(t, b.Fill(y, 7))
+			require.NoError(t, y.Err())
+			got, err = y.Float32s()
+			require.NoError(t, err)
+			require.Equal(t, float32(7), got[0])
+			require.Error(t, within(t, "Close", d.Close), "Close reports the fault")
+			// The device can be opened again.
+			d2 := openFaulty(t, p)
+			z, err := d2.DefaultTask().Full(2, 2, Float32, 3)
+			require.NoError(t, err)
+			got, err = z.Float32s()
+			require.NoError(t, err)
+			require.Equal(t, []float32{3, 3, 3, 3}, got)
+			require.NoError(t, d2.Close())
+		})
+	}
+}

@@ -2,6 +2,7 @@ package rocsync
 
 import (
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -96,7 +97,108 @@ type Options struct {
 	Emulator EmulatorOptions
 	// Logger receives rocsync's logs; nil logs info and above to stderr.
 	Logger *zerolog.Logger
+	// WaitTimeout bounds every host wait: past it the wait returns an
+	// error of kind ErrTimeout naming the fence it waited for (the GPU
+	// work goes on). 0 means DefaultWaitTimeout; negative, no bound (host
+	// waits then use the runtime's blocking synchronize calls).
+	WaitTimeout time.Duration
+	// MaxInFlight caps the ops in flight on each of a task's queues and
+	// streams (0: DefaultMaxInFlight; it cannot exceed QueueSize-1 on
+	// an HSA queue). Past it, submitting waits on the host for the
+	// oldest ops, counted as a throttle wait. Cross-queue waits never
+	// deadlock with it: a timeline only ever waits for its own older
+	// work, which depends on nothing submitted later.
+	MaxInFlight int
+	// LaunchBlocking makes every op wait on the host for its own
+	// completion, so that a fault is reported by the op that caused it
+	// (like CUDA_LAUNCH_BLOCKING). The environment variable
+	// ROCSYNC_LAUNCH_BLOCKING=1 turns it on too. For debugging only: it
+	// costs a round trip per op.
+	LaunchBlocking bool
+	// SyncDebug reports host waits that are neither a read-back nor an
+	// explicit Synchronize (crossings the device could not wait for,
+	// WaitAlways waits, waits to reclaim freed memory), naming the op,
+	// the crossing and the reason: SyncDebugWarn logs each one,
+	// SyncDebugFail refuses it, and the op fails with ErrHostWait.
+	SyncDebug SyncDebugMode
 
 	// disableWaits skips every wait (checker self-test only).
 	disableWaits bool
+}
+
+// DefaultWaitTimeout is the bound on a host wait when Options.WaitTimeout is 0.
+const DefaultWaitTimeout = 60 * time.Second
+
+// DefaultMaxInFlight is the run-ahead cap when Options.MaxInFlight is 0.
+const DefaultMaxInFlight = 1024
+
+func (o Options) maxInFlight() int {
+	if o.MaxInFlight == 0 {
+		return DefaultMaxInFlight
+	}
+	return o.MaxInFlight
+}
+
+func (o Options) waitTimeout() time.Duration {
+	switch {
+	case o.WaitTimeout == 0:
+		return DefaultWaitTimeout
+	case o.WaitTimeout < 0:
+		return 0
+	}
+	return o.WaitTimeout
+}
+
+// validate rejects options that would fail later, at first use.
+func (o Options) validate() error {
+	if o.Policy > DeviceBridge {
+		return newErr("Open", ErrInvalid, "unknown policy %v", o.Policy)
+	}
+	if o.QueueSize != 0 && o.QueueSize&(o.QueueSize-1) != 0 {
+		return newErr("Open", ErrInvalid, "QueueSize %d is not a power of two", o.QueueSize)
+	}
+	if o.QueueSize != 0 && o.QueueSize < 4 {
+		return newErr("Open", ErrInvalid, "QueueSize %d is below the minimum of 4", o.QueueSize)
+	}
+	if o.SyncDebug > SyncDebugFail {
+		return newErr("Open", ErrInvalid, "unknown SyncDebug mode %v", o.SyncDebug)
+	}
+	if o.MaxInFlight < 0 {
+		return newErr("Open", ErrInvalid, "negative MaxInFlight")
+	}
+	if o.MaxQueues < 0 || o.Device < 0 || o.Emulator.Devices < 0 {
+		return newErr("Open", ErrInvalid, "negative MaxQueues, Device or Emulator.Devices")
+	}
+	return nil
+}
+
+// SyncDebugMode says what to do about implicit host waits.
+type SyncDebugMode uint8
+
+const (
+	// SyncDebugOff reports nothing (the default).
+	SyncDebugOff SyncDebugMode = iota
+	// SyncDebugWarn logs every implicit host wait at warn level.
+	SyncDebugWarn
+	// SyncDebugFail refuses every implicit host wait: the op fails with
+	// an ErrHostWait error and is not submitted.
+	SyncDebugFail
+)
+
+func (m SyncDebugMode) String() string {
+	switch m {
+	case SyncDebugOff:
+		return "off"
+	case SyncDebugWarn:
+		return "warn"
+	case SyncDebugFail:
+		return "fail"
+	}
+	return fmt.Sprintf("SyncDebugMode(%d)", uint8(m))
+}
+
+// launchBlocking reports whether launch-blocking mode is on, by option
+// or by ROCSYNC_LAUNCH_BLOCKING=1.
+func (o Options) launchBlocking() bool {
+	return o.LaunchBlocking || os.Getenv("ROCSYNC_LAUNCH_BLOCKING") == "1"
 }

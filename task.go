@@ -1,8 +1,11 @@
 package rocsync
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"math"
+	"sync"
 	"sync/atomic"
 
 	"github.com/rocsync/rocsync/driver"
@@ -21,16 +24,37 @@ type Task struct {
 	sinks  syncstate.Sinks
 	err    error // set when the default task could not be made
 	closed atomic.Bool
+	// lifeMu orders draining (Synchronize, Device.Synchronize) with
+	// releasing the driver task (Close); released is set under it.
+	lifeMu   sync.Mutex
+	released bool
 }
 
-// Stats returns the task's counters.
-func (t *Task) Stats() Stats { return t.stats.Snapshot() }
+// Stats returns the task's counters (zero for a nil task).
+func (t *Task) Stats() Stats {
+	if t == nil {
+		return Stats{}
+	}
+	return t.stats.Snapshot()
+}
 
 // Device returns the task's device.
-func (t *Task) Device() *Device { return t.dev }
+func (t *Task) Device() *Device {
+	if t == nil {
+		return nil
+	}
+	return t.dev
+}
 
-// Synchronize waits on the host for all work the task submitted.
-func (t *Task) Synchronize() error {
+// Synchronize waits on the host for all work the task submitted. It
+// returns an ErrFault error if any of that work failed (and keeps
+// returning it: the task's queue or stream is broken), and an ErrTimeout
+// error past Options.WaitTimeout.
+func (t *Task) Synchronize() error { return t.SynchronizeContext(nil) }
+
+// SynchronizeContext is Synchronize that also returns when ctx is done,
+// with an error that wraps ctx's. It cancels the wait, not the GPU work.
+func (t *Task) SynchronizeContext(ctx context.Context) error {
 	if err := t.check("Synchronize"); err != nil {
 		return err
 	}
@@ -38,31 +62,38 @@ func (t *Task) Synchronize() error {
 		return err
 	}
 	defer t.dev.leave()
-	err := t.drain()
+	t.lifeMu.Lock()
+	var err error
+	if t.released {
+		err = newErr("Synchronize", ErrClosed, "task is closed")
+	} else {
+		err = t.drain(ctx)
+	}
+	t.lifeMu.Unlock()
 	return errors.Join(err, t.dev.frees.poll(t.dev, false))
 }
 
 // drain host-waits for the task's timelines (one wait each, counted as a
 // sync wait, only where work is pending).
-func (t *Task) drain() error {
+func (t *Task) drain(ctx context.Context) error {
 	k, l := t.drv.KernelTimeline(), t.drv.LibraryTimeline()
-	err := t.drainOne(k)
+	err := t.drainOne(ctx, k)
 	if l != k {
-		err = errors.Join(err, t.drainOne(l))
+		err = errors.Join(err, t.drainOne(ctx, l))
 	}
 	return err
 }
 
-func (t *Task) drainOne(tl syncstate.Timeline) error {
+func (t *Task) drainOne(ctx context.Context, tl syncstate.Timeline) error {
 	last := tl.LastTicket()
 	if tl.Completed() >= last {
 		return faultIn("Synchronize", tl, tl.Failed(last))
 	}
 	t.sinks.HostWait(ReasonSync)
-	return faultIn("Synchronize", tl, tl.WaitHost(last))
+	return faultIn("Synchronize", tl, syncstate.WaitHostContext(ctx, syncstate.Fence{TL: tl, Ticket: last}))
 }
 
-// faultIn wraps the error of a wait on tl: ErrFault, naming the timeline.
+// faultIn wraps the error of a wait on tl, naming the timeline.
 func faultIn(op string, tl syncstate.Timeline, err error) error {
 	if err == nil {
 		return nil
@@ -71,7 +102,16 @@ func faultIn(op string, tl syncstate.Timeline, err error) error {
 	if errors.As(err, &e) {
 		return err
 	}
-	return &Error{Op: op, Kind: ErrFault, Detail: "waiting for " + tl.Name(), Err: err}
+	return &Error{Op: op, Kind: waitKind(err), Detail: "waiting for " + tl.Name(), Err: err}
+}
+
+// waitKind classifies the error of a host wait: it ran out of time (or its
+// context ended), or the work failed.
+func waitKind(err error) error {
+	if errors.Is(err, ErrTimeout) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return ErrTimeout
+	}
+	return ErrFault
 }
 
 // Close waits for the task's work and releases its resources. The default
@@ -91,7 +131,9 @@ func (t *Task) Close() error {
 	if t.closed.Swap(true) {
 		return newErr("Close", ErrClosed, "task already closed")
 	}
-	err := t.drain()
+	t.lifeMu.Lock()
+	defer t.lifeMu.Unlock()
+	err := t.drain(nil)
 	d.mu.Lock()
 	for i, x := range d.tasks {
 		if x == t {
@@ -100,6 +142,7 @@ func (t *Task) Close() error {
 		}
 	}
 	d.mu.Unlock()
+	t.released = true
 	return errors.Join(err, t.drv.Close())
 }
 
@@ -152,6 +195,9 @@ func (t *Task) submit(name string, tl syncstate.Timeline, reads []*Array, write 
 		if errors.Is(err, syncstate.ErrTooManyOperands) {
 			return &Error{Op: name, Kind: ErrInvalid, Err: err}
 		}
+		if errors.Is(err, ErrHostWait) {
+			return err
+		}
 		return &Error{Op: name, Kind: ErrFault, Detail: "not submitted on " + tl.Name(), Err: err}
 	}
 	if err := freedIn(name, write); err != nil {
@@ -173,7 +219,17 @@ func (t *Task) submit(name string, tl syncstate.Timeline, reads []*Array, write 
 	}
 	t.sinks.Dispatch()
 	if err := sop.Commit(ticket, t.sinks); err != nil {
+		var e *Error
+		if errors.As(err, &e) {
+			return err // refused by sync-debug mode
+		}
 		return &Error{Op: name, Kind: ErrFault, Detail: "on " + tl.Name(), Err: err}
+	}
+	if d.launchBlocking {
+		t.sinks.HostWait(ReasonLaunchBlocking)
+		if err := tl.WaitHost(ticket); err != nil {
+			return &Error{Op: name, Kind: waitKind(err), Detail: fmt.Sprintf("launch-blocking: the op at %s#%d", tl.Name(), ticket), Err: err}
+		}
 	}
 	if d.frees.n.Load() != 0 {
 		_ = d.frees.poll(d, false)

@@ -7,6 +7,7 @@
 package driver
 
 import (
+	"time"
 	"unsafe"
 
 	"github.com/rocsync/rocsync/kernels"
@@ -25,6 +26,11 @@ type DeviceConfig struct {
 	MaxQueues int
 	// Stats receives the device-level counts (throttle waits and the like).
 	Stats *syncstate.Stats
+	// WaitTimeout bounds every host wait (0: none).
+	WaitTimeout time.Duration
+	// MaxInFlight caps the ops in flight per timeline (0: the family's
+	// own limit, such as the ring size).
+	MaxInFlight int
 }
 
 // Device is one GPU of a family.

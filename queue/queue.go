@@ -10,10 +10,12 @@
 package queue
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/rocsync/rocsync/hsa"
@@ -56,6 +58,8 @@ type Queue struct {
 	kernarg     unsafe.Pointer
 	sinks       syncstate.Sinks
 	mask        uint64
+	timeout     time.Duration
+	maxInFlight uint64
 
 	mu         sync.Mutex
 	lastTicket atomic.Uint64
@@ -92,6 +96,13 @@ type Config struct {
 	KernargPool hsa.MemoryPool
 	Signals     *SignalPool
 	Sinks       syncstate.Sinks
+	// WaitTimeout bounds every host wait (0: none); past it the wait
+	// returns a *syncstate.TimeoutError naming the fence.
+	WaitTimeout time.Duration
+	// MaxInFlight caps the packets in flight (0: the ring size - 1):
+	// past it, submitting waits on the host for the oldest (a throttle
+	// wait).
+	MaxInFlight int
 }
 
 // New creates the HSA queue and its kernarg ring.
@@ -99,7 +110,7 @@ func New(rt hsa.Runtime, c Config) (*Queue, error) {
 	if c.Size == 0 || c.Size&(c.Size-1) != 0 {
 		return nil, fmt.Errorf("queue: size %d is not a power of two", c.Size)
 	}
-	q := &Queue{rt: rt, name: c.Name, signals: c.Signals, sinks: c.Sinks, kernargPool: c.KernargPool}
+	q := &Queue{rt: rt, name: c.Name, signals: c.Signals, sinks: c.Sinks, kernargPool: c.KernargPool, timeout: c.WaitTimeout}
 	hq, err := rt.QueueCreate(c.Agent, c.Size, hsa.QueueTypeSingle, q.onError)
 	if err != nil {
 		return nil, err
@@ -107,6 +118,10 @@ func New(rt hsa.Runtime, c Config) (*Queue, error) {
 	q.hq = hq
 	q.mask = uint64(hq.Size - 1)
 	q.inflight = make([]entry, hq.Size)
+	q.maxInFlight = uint64(hq.Size - 1)
+	if c.MaxInFlight > 0 && uint64(c.MaxInFlight) < q.maxInFlight {
+		q.maxInFlight = uint64(c.MaxInFlight)
+	}
 	q.kernarg, err = rt.MemoryPoolAllocate(c.KernargPool, uint64(hq.Size)*KernargSlot)
 	if err != nil {
 		_ = rt.QueueDestroy(hq)
@@ -220,7 +235,11 @@ func (q *Queue) signalFor(t uint64) *Signal {
 }
 
 // WaitHost implements syncstate.Timeline.
-func (q *Queue) WaitHost(t uint64) error {
+func (q *Queue) WaitHost(t uint64) error { return q.WaitHostContext(nil, t) }
+
+// WaitHostContext implements syncstate.ContextWaiter: WaitHost that also
+// ends when ctx is done (nil: never).
+func (q *Queue) WaitHostContext(ctx context.Context, t uint64) error {
 	if t <= q.completed.Load() {
 		return q.health.Failed(t)
 	}
@@ -228,7 +247,7 @@ func (q *Queue) WaitHost(t uint64) error {
 	if s == nil {
 		return q.health.Failed(t)
 	}
-	err := q.waitSignal(s, t)
+	err := q.waitSignal(ctx, s, t)
 	s.Release()
 	q.mu.Lock()
 	q.retireLocked()
@@ -244,7 +263,11 @@ const waitTimeoutHint = 10_000_000
 // failed: its own, or that of a producer the queue waited for on the
 // device, which is checked while waiting so that a wait behind a producer
 // that will never signal ends.
-func (q *Queue) waitSignal(s *Signal, t uint64) error {
+func (q *Queue) waitSignal(ctx context.Context, s *Signal, t uint64) error {
+	b := syncstate.Bound{Ctx: ctx, Timeout: q.timeout}
+	if q.timeout > 0 {
+		b.Start = time.Now()
+	}
 	for {
 		if q.rt.SignalWaitScacquire(s.H, hsa.ConditionLt, 1, waitTimeoutHint, hsa.WaitStateBlocked) < 1 {
 			return q.health.Failed(t)
@@ -255,6 +278,9 @@ func (q *Queue) waitSignal(s *Signal, t uint64) error {
 		}
 		if p := q.brokenErr.Load(); p != nil {
 			return *p
+		}
+		if err := b.Check(syncstate.Fence{TL: q, Ticket: t}); err != nil {
+			return err
 		}
 	}
 }
@@ -381,12 +407,12 @@ func (q *Queue) reserveLocked() (uint64, *Signal, error) {
 		return 0, nil, err
 	}
 	q.retireLocked()
-	for q.lastTicket.Load()-q.completed.Load() >= uint64(len(q.inflight)-1) {
+	for q.lastTicket.Load()-q.completed.Load() >= q.maxInFlight {
 		q.sinks.HostWait(syncstate.ReasonThrottle)
 		t := q.completed.Load() + 1
 		oldest := q.slot(t).sig
 		oldest.Retain()
-		err := q.waitSignal(oldest, t)
+		err := q.waitSignal(nil, oldest, t)
 		oldest.Release()
 		if err != nil {
 			return 0, nil, err

@@ -7,10 +7,13 @@
 package stream
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/rocsync/rocsync/syncstate"
 )
@@ -114,6 +117,8 @@ type Stream struct {
 	// crossDomain lets the stream wait with events for streams of the
 	// other domain too (DeviceBridge on CUDA, where both are streams).
 	crossDomain bool
+	timeout     time.Duration
+	maxInFlight uint64
 
 	mu         sync.Mutex
 	lastTicket atomic.Uint64
@@ -148,11 +153,18 @@ type Config struct {
 	Domain syncstate.Domain
 	// CrossDomain: waits for streams of the other domain use events too.
 	CrossDomain bool
+	// WaitTimeout bounds every host wait (0: none, and waits are the
+	// runtime's blocking synchronize calls); with it, host waits poll.
+	WaitTimeout time.Duration
+	// MaxInFlight caps the ops in flight (0: no cap): past it, Submit
+	// first waits on the host for older ops (a throttle wait).
+	MaxInFlight int
 }
 
 // New makes a Stream of the runtime stream s, which it then owns.
 func New(api API, s uintptr, c Config) *Stream {
-	return &Stream{api: api, s: s, name: c.Name, domain: c.Domain, events: c.Events, sinks: c.Sinks, crossDomain: c.CrossDomain}
+	return &Stream{api: api, s: s, name: c.Name, domain: c.Domain, events: c.Events, sinks: c.Sinks, crossDomain: c.CrossDomain,
+		timeout: c.WaitTimeout, maxInFlight: uint64(max(c.MaxInFlight, 0))}
 }
 
 // Handle returns the runtime stream.
@@ -174,6 +186,14 @@ func (s *Stream) SetBridge(bridge func(s *Stream, f syncstate.Fence) error) { s.
 // Submit runs enqueue (which must put exactly one op on the stream) under
 // the stream's lock, and returns the op's ticket.
 func (s *Stream) Submit(enqueue func(stream uintptr) error) (uint64, error) {
+	if s.maxInFlight > 0 && s.lastTicket.Load()-s.Completed() >= s.maxInFlight {
+		// Back-pressure: wait for the older half of what is in flight
+		// (a periodic mark covers it), counted as a throttle wait.
+		s.sinks.HostWait(syncstate.ReasonThrottle)
+		if err := s.WaitHost(s.lastTicket.Load() - s.maxInFlight/2); err != nil {
+			return 0, err
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.health.Err(); err != nil {
@@ -189,7 +209,32 @@ func (s *Stream) Submit(enqueue func(stream uintptr) error) (uint64, error) {
 	}
 	t := s.lastTicket.Load() + 1
 	s.lastTicket.Store(t)
+	if s.maxInFlight >= 4 && t%(s.maxInFlight/4) == 0 {
+		s.markLocked(t)
+	}
 	return t, nil
+}
+
+// markLocked records an event after ticket t (the newest), which nobody
+// holds yet, so that the throttle can wait for part of what is in flight
+// and Completed can learn progress without a host wait.
+func (s *Stream) markLocked(t uint64) {
+	if len(s.marks) >= maxMarks {
+		s.recycleLocked(true)
+		if len(s.marks) >= maxMarks {
+			return
+		}
+	}
+	ev, err := s.events.get()
+	if err != nil {
+		return
+	}
+	if err := s.api.EventRecord(ev, s.s); err != nil {
+		s.events.put(ev)
+		return
+	}
+	s.sinks.EventRecorded()
+	s.marks = append(s.marks, mark{ticket: t, ev: ev})
 }
 
 // AfterComplete runs fn once ticket t is known complete (at a later poll,
@@ -403,11 +448,66 @@ func (s *Stream) releaseEvent(ev uintptr) {
 // WaitAlways, Drain) is one stream synchronize; otherwise it synchronizes
 // an event recorded (or reused) for ticket t, which does not also wait for
 // the ops submitted after t.
-func (s *Stream) WaitHost(t uint64) error {
+func (s *Stream) WaitHost(t uint64) error { return s.WaitHostContext(nil, t) }
+
+// poll waits for query to report done, polling with a growing pause,
+// until b ends the wait or the stream is found to fail.
+func (s *Stream) poll(b *syncstate.Bound, t uint64, h, ev uintptr) error {
+	pause := time.Microsecond
+	for {
+		var ok bool
+		var err error
+		if ev != 0 {
+			ok, err = s.api.EventQuery(ev)
+		} else {
+			ok, err = s.api.StreamQuery(h)
+		}
+		if err != nil || ok {
+			return err
+		}
+		if err := b.Check(syncstate.Fence{TL: s, Ticket: t}); err != nil {
+			return &boundErr{err}
+		}
+		s.health.Probe()
+		if err := s.health.Failed(t); err != nil {
+			return &boundErr{err}
+		}
+		if pause < 16*time.Microsecond {
+			runtime.Gosched()
+		} else {
+			time.Sleep(pause)
+		}
+		pause = min(2*pause, 200*time.Microsecond)
+	}
+}
+
+// boundErr ends a wait without saying anything about the stream itself.
+type boundErr struct{ err error }
+
+func (e *boundErr) Error() string { return e.err.Error() }
+func (e *boundErr) Unwrap() error { return e.err }
+
+// WaitHostContext implements syncstate.ContextWaiter: WaitHost that also
+// ends when ctx is done (nil: never), leaving the work running.
+func (s *Stream) WaitHostContext(ctx context.Context, t uint64) error {
+	var bound syncstate.Bound
+	var b *syncstate.Bound
+	if ctx != nil || s.timeout > 0 {
+		bound = syncstate.Bound{Ctx: ctx, Timeout: s.timeout, Start: time.Now()}
+		b = &bound
+	}
 	if last, ok := s.wholeStream(t); ok {
 		// Ops another goroutine submits meanwhile may be waited for too,
 		// which is harmless; only tickets up to last are claimed done.
-		err := s.api.StreamSynchronize(s.s)
+		var err error
+		if b == nil {
+			err = s.api.StreamSynchronize(s.s)
+		} else {
+			err = s.poll(b, t, s.s, 0)
+			if be, ok := err.(*boundErr); ok {
+				return be.err
+			}
+		}
 		s.mu.Lock()
 		if err != nil {
 			s.failLocked(err, last)
@@ -426,7 +526,15 @@ func (s *Stream) WaitHost(t uint64) error {
 	if !ok {
 		return s.health.Failed(t)
 	}
-	err = s.api.EventSynchronize(ev)
+	if b == nil {
+		err = s.api.EventSynchronize(ev)
+	} else {
+		err = s.poll(b, t, 0, ev)
+		if be, ok := err.(*boundErr); ok {
+			s.releaseEvent(ev)
+			return be.err
+		}
+	}
 	s.mu.Lock()
 	for _, m := range s.marks {
 		if m.ev == ev && m.ticket > s.completed.Load() {

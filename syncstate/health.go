@@ -2,7 +2,6 @@ package syncstate
 
 import (
 	"fmt"
-	"math"
 	"sync"
 	"sync/atomic"
 )
@@ -44,7 +43,8 @@ type Health struct {
 	mu      sync.Mutex
 	ups     []upstream
 	n       atomic.Int32
-	name    string // the timeline's, for errors; under mu
+	name    string        // the timeline's, for errors; under mu
+	checked atomic.Uint64 // failures+1 when the producers were last found healthy
 }
 
 type upstream struct {
@@ -52,9 +52,17 @@ type upstream struct {
 	at uint64 // the first ticket behind the wait
 }
 
+// failures counts the failures of every timeline in the process. A Health
+// whose producers were all found healthy at the current count need not
+// ask them again: nothing can have failed since. This keeps Failed O(1)
+// while nothing fails, on the hot path of every op.
+var failures atomic.Uint64
+
 // Fail breaks the timeline from ticket from on; the first failure wins.
 func (h *Health) Fail(from uint64, err error) {
-	h.failure.CompareAndSwap(nil, &Failure{From: from, Err: err})
+	if h.failure.CompareAndSwap(nil, &Failure{From: from, Err: err}) {
+		failures.Add(1)
+	}
 }
 
 // Failure returns what broke the timeline, or nil.
@@ -63,7 +71,7 @@ func (h *Health) Failure() *Failure {
 		return p
 	}
 	if h.n.Load() != 0 {
-		h.check(math.MaxUint64)
+		h.check()
 	}
 	return h.failure.Load()
 }
@@ -78,17 +86,8 @@ func (h *Health) Err() error {
 
 // Failed returns the error of ticket t, nil if t is not known to fail.
 func (h *Health) Failed(t uint64) error {
-	p := h.failure.Load()
-	if p == nil {
-		if h.n.Load() == 0 {
-			return nil
-		}
-		h.check(t)
-		if p = h.failure.Load(); p == nil {
-			return nil
-		}
-	}
-	if t < p.From {
+	p := h.Failure()
+	if p == nil || t < p.From {
 		return nil
 	}
 	return p.Err
@@ -104,46 +103,49 @@ func (h *Health) AddUpstream(name string, f Fence, at uint64) {
 	h.mu.Unlock()
 }
 
-// check breaks the timeline if a producer it waits for, at or before
-// ticket t, failed.
-func (h *Health) check(t uint64) {
-	if !h.mu.TryLock() {
+// check breaks the timeline if a producer it waited for failed: from the
+// first ticket behind a wait for a failed fence.
+func (h *Health) check() {
+	epoch := failures.Load()
+	if h.checked.Load() == epoch+1 || !h.mu.TryLock() {
 		return
 	}
 	defer h.mu.Unlock()
 	for _, u := range h.ups {
-		if u.at > t {
-			continue
-		}
 		if err := u.f.TL.Failed(u.f.Ticket); err != nil {
 			h.Fail(u.at, &UpstreamError{Consumer: h.name, Producer: u.f, Err: err})
 			return
 		}
 	}
+	// Stored +1 so that the zero value means never checked.
+	h.checked.Store(epoch + 1)
 }
 
 // Prune forgets the device waits behind which the timeline completed up to
-// ticket completed on good data, and breaks it if a producer failed.
+// ticket completed on good data, oldest first, and breaks it if a
+// producer failed.
 func (h *Health) Prune(completed uint64) {
-	if h.n.Load() == 0 || !h.mu.TryLock() {
+	if h.n.Load() == 0 {
+		return
+	}
+	h.check()
+	if h.failure.Load() != nil || !h.mu.TryLock() {
 		return
 	}
 	defer h.mu.Unlock()
-	kept := h.ups[:0]
-	for _, u := range h.ups {
-		if err := u.f.TL.Failed(u.f.Ticket); err != nil {
-			h.Fail(u.at, &UpstreamError{Consumer: h.name, Producer: u.f, Err: err})
-			kept = append(kept, u)
-			continue
+	k := 0
+	for ; k < len(h.ups); k++ {
+		u := h.ups[k]
+		if u.at > completed || !u.f.Done() || u.f.TL.Failed(u.f.Ticket) != nil {
+			break
 		}
-		if u.at <= completed && u.f.Done() {
-			continue
-		}
-		kept = append(kept, u)
 	}
-	clear(h.ups[len(kept):])
-	h.ups = kept
-	h.n.Store(int32(len(kept)))
+	if k > 0 {
+		n := copy(h.ups, h.ups[k:])
+		clear(h.ups[n:])
+		h.ups = h.ups[:n]
+		h.n.Store(int32(n))
+	}
 }
 
 // poller is a timeline that can ask its runtime whether its work is done,

@@ -219,6 +219,11 @@ type Engine struct {
 	// DisableWaits skips every wait the policy would emit. It exists only
 	// so tests can prove that the hazard checker catches missing waits.
 	DisableWaits bool
+	// OnHostWait, if set, is told of every host wait the engine is about
+	// to make (op names the op, consumer its timeline, f what it waits
+	// for); an error refuses the wait, and the op fails with it
+	// (sync-debug mode).
+	OnHostWait func(op string, consumer Timeline, f Fence, r Reason) error
 }
 
 var depBufs = sync.Pool{New: func() any { return new([maxDeps]Fence) }}
@@ -281,7 +286,7 @@ func (o *Op) Begin(e *Engine, tl Timeline, sinks Sinks) error {
 			// More producer timelines than one op tracks: the excess
 			// are waited for on the host, which is always correct.
 			if waitErr == nil {
-				waitErr = e.hostWait(tl, f, sinks)
+				waitErr = e.hostWait(o.Name, tl, f, sinks)
 			}
 		}
 	}
@@ -307,17 +312,24 @@ func (o *Op) Begin(e *Engine, tl Timeline, sinks Sinks) error {
 	}
 	sinks.Skipped(skipped)
 	if waitErr == nil {
-		waitErr = e.resolve(tl, deps.f[:deps.n], sinks)
+		waitErr = e.resolve(o.Name, tl, deps.f[:deps.n], sinks)
 	}
 	if waitErr != nil {
 		// The op will not run: what it was to write no longer holds
-		// what the program says.
-		o.poison(waitErr)
+		// what the program says, unless the wait was only refused (the
+		// arrays then hold what they held before the op).
+		if !errors.Is(waitErr, ErrWaitRefused) {
+			o.poison(waitErr)
+		}
 		o.unlock()
 		return waitErr
 	}
 	return nil
 }
+
+// ErrWaitRefused is wrapped by an OnHostWait error that refuses a wait:
+// the op fails without poisoning what it was to write.
+var ErrWaitRefused = errors.New("syncstate: host wait refused")
 
 // failedDependency returns the failure the op depends on: a poisoned or
 // failed input, or a failed write or read of an output that has not
@@ -374,7 +386,7 @@ func readerOn(s *State, tl Timeline) bool {
 
 // resolve emits the waits for deps: on the device where the policy and the
 // consumer allow, otherwise on the host.
-func (e *Engine) resolve(tl Timeline, deps []Fence, sinks Sinks) error {
+func (e *Engine) resolve(op string, tl Timeline, deps []Fence, sinks Sinks) error {
 	if len(deps) == 0 || e.DisableWaits {
 		return nil
 	}
@@ -391,7 +403,7 @@ func (e *Engine) resolve(tl Timeline, deps []Fence, sinks Sinks) error {
 			nd++
 			continue
 		}
-		if err := e.hostWait(tl, f, sinks); err != nil {
+		if err := e.hostWait(op, tl, f, sinks); err != nil {
 			return err
 		}
 	}
@@ -404,13 +416,18 @@ func (e *Engine) resolve(tl Timeline, deps []Fence, sinks Sinks) error {
 	return nil
 }
 
-func (e *Engine) hostWait(tl Timeline, f Fence, sinks Sinks) error {
+func (e *Engine) hostWait(op string, tl Timeline, f Fence, sinks Sinks) error {
 	if e.DisableWaits {
 		return nil
 	}
 	r := ReasonCrossQueue
 	if f.TL.Domain() != tl.Domain() {
 		r = ReasonBoundary
+	}
+	if e.OnHostWait != nil {
+		if err := e.OnHostWait(op, tl, f, r); err != nil {
+			return err
+		}
 	}
 	sinks.HostWait(r)
 	if err := f.TL.WaitHost(f.Ticket); err != nil {
@@ -432,6 +449,11 @@ func (o *Op) Commit(ticket uint64, sinks Sinks) error {
 	}
 	o.unlock()
 	if o.e.Policy == WaitAlways && !o.e.DisableWaits {
+		if o.e.OnHostWait != nil {
+			if err := o.e.OnHostWait(o.Name, o.tl, f, ReasonWaitAlways); err != nil {
+				return err
+			}
+		}
 		sinks.HostWait(ReasonWaitAlways)
 		return o.tl.WaitHost(ticket)
 	}

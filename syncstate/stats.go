@@ -27,11 +27,13 @@ const (
 	ReasonThrottle
 	// ReasonWaitAlways: the WaitAlways policy waits after every op.
 	ReasonWaitAlways
+	// ReasonLaunchBlocking: launch-blocking debug mode waits after every op.
+	ReasonLaunchBlocking
 	numReasons
 )
 
 // Reasons lists every reason, in report order.
-var Reasons = []Reason{ReasonBoundary, ReasonCrossQueue, ReasonReadBack, ReasonSync, ReasonFree, ReasonThrottle, ReasonWaitAlways}
+var Reasons = []Reason{ReasonBoundary, ReasonCrossQueue, ReasonReadBack, ReasonSync, ReasonFree, ReasonThrottle, ReasonWaitAlways, ReasonLaunchBlocking}
 
 func (r Reason) String() string {
 	switch r {
@@ -49,6 +51,8 @@ func (r Reason) String() string {
 		return "throttle"
 	case ReasonWaitAlways:
 		return "wait-always"
+	case ReasonLaunchBlocking:
+		return "launch-blocking"
 	}
 	return fmt.Sprintf("Reason(%d)", uint8(r))
 }

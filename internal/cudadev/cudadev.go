@@ -308,7 +308,7 @@ func (d *Device) newStream(name string, dom syncstate.Domain, sinks syncstate.Si
 		return nil, fmt.Errorf("cudadev: creating a CUDA stream: %w", err)
 	}
 	return stream.New(d.api, s, stream.Config{Name: name, Domain: dom, Events: d.events, Sinks: sinks,
-		CrossDomain: d.cfg.Policy == syncstate.DeviceBridge}), nil
+		CrossDomain: d.cfg.Policy == syncstate.DeviceBridge, WaitTimeout: d.cfg.WaitTimeout, MaxInFlight: d.cfg.MaxInFlight}), nil
 }
 
 // KernelTimeline implements driver.Task.

@@ -340,6 +340,13 @@ func (h *HIP) StreamSynchronize(id hip.Stream) error {
 	return s.synchronize()
 }
 
+// The not-ready answers are made once: callers poll with them, and the
+// real binding does not allocate for them either.
+var (
+	errStreamNotReady = hipErr("hipStreamQuery", hip.ErrorNotReady, "")
+	errEventNotReady  = hipErr("hipEventQuery", hip.ErrorNotReady, "")
+)
+
 func (h *HIP) StreamQuery(id hip.Stream) error {
 	s, err := h.stream("hipStreamQuery", id)
 	if err != nil {
@@ -351,7 +358,7 @@ func (h *HIP) StreamQuery(id hip.Stream) error {
 	vc := s.vc.clone()
 	s.mu.Unlock()
 	if !done {
-		return hipErr("hipStreamQuery", hip.ErrorNotReady, "")
+		return errStreamNotReady
 	}
 	s.m.hostAcquire(vc)
 	return err
@@ -468,7 +475,7 @@ func (h *HIP) EventQuery(id hip.Event) error {
 	ferr := e.err
 	e.mu.Unlock()
 	if !done {
-		return hipErr("hipEventQuery", hip.ErrorNotReady, "")
+		return errEventNotReady
 	}
 	if ferr != nil {
 		return ferr

@@ -173,7 +173,8 @@ func newDevice(rt Runtimes, cfg driver.DeviceConfig, index int, agent hsa.Agent,
 	d.events = stream.NewEventPool(d.streamAPI)
 	d.queues = tls.QueuePool{Max: cfg.MaxQueues, Create: func(i int) (*queue.Queue, error) {
 		q, err := queue.New(rt.HSA, queue.Config{Name: fmt.Sprintf("gpu%d/hsa-q%d", index, i), Agent: agent,
-			Size: cfg.QueueSize, KernargPool: kernarg, Signals: d.signals, Sinks: syncstate.Sinks{cfg.Stats}})
+			Size: cfg.QueueSize, KernargPool: kernarg, Signals: d.signals, Sinks: syncstate.Sinks{cfg.Stats},
+			WaitTimeout: cfg.WaitTimeout, MaxInFlight: cfg.MaxInFlight})
 		if err == nil && cfg.Policy == syncstate.DeviceBridge {
 			q.SetBridge(d.hipToHSA)
 		}
@@ -306,7 +307,8 @@ func (d *Device) NewTask(sinks syncstate.Sinks) (driver.Task, error) {
 		return nil, fmt.Errorf("creating a HIP stream: %w", err)
 	}
 	t.st.Stream = stream.New(d.streamAPI, uintptr(hs), stream.Config{Name: fmt.Sprintf("gpu%d/hip-s%d", d.index, n),
-		Events: d.events, Sinks: sinks, Domain: syncstate.DomainLibrary})
+		Events: d.events, Sinks: sinks, Domain: syncstate.DomainLibrary,
+		WaitTimeout: d.cfg.WaitTimeout, MaxInFlight: d.cfg.MaxInFlight})
 	if d.cfg.Policy == syncstate.DeviceBridge {
 		t.st.Stream.SetBridge(d.hsaToHIP)
 	}

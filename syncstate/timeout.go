@@ -1,0 +1,65 @@
+package syncstate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrWaitTimeout is matched (errors.Is) by every host wait that ran past
+// its timeout.
+var ErrWaitTimeout = errors.New("wait timed out")
+
+// TimeoutError is a host wait that ran past its timeout: the fence it
+// waited for, and for how long. The GPU work is not cancelled.
+type TimeoutError struct {
+	Fence Fence
+	After time.Duration
+}
+
+func (e *TimeoutError) Error() string {
+	return fmt.Sprintf("waited %v for %v, which has not completed", e.After, e.Fence)
+}
+
+// Is makes errors.Is(err, ErrWaitTimeout) true.
+func (e *TimeoutError) Is(target error) bool { return target == ErrWaitTimeout }
+
+// ContextWaiter is a timeline whose host waits can be cancelled: the wait
+// returns ctx's error (wrapped) when ctx is done, leaving the GPU work
+// running. Queues and streams implement it.
+type ContextWaiter interface {
+	WaitHostContext(ctx context.Context, t uint64) error
+}
+
+// WaitHostContext waits for f with ctx when its timeline supports it, and
+// plainly otherwise.
+func WaitHostContext(ctx context.Context, f Fence) error {
+	if cw, ok := f.TL.(ContextWaiter); ok && ctx != nil {
+		return cw.WaitHostContext(ctx, f.Ticket)
+	}
+	return f.TL.WaitHost(f.Ticket)
+}
+
+// Bound is the limit of one host wait: a timeout (0: none) and a context
+// (nil: none). Check costs a clock read; it allocates only on failure.
+type Bound struct {
+	Ctx     context.Context
+	Timeout time.Duration
+	Start   time.Time
+}
+
+// Check returns the error that ends the wait for f, or nil to go on.
+func (b *Bound) Check(f Fence) error {
+	if b.Ctx != nil {
+		if err := b.Ctx.Err(); err != nil {
+			return fmt.Errorf("waiting for %v: %w", f, err)
+		}
+	}
+	if b.Timeout > 0 {
+		if el := time.Since(b.Start); el > b.Timeout {
+			return &TimeoutError{Fence: f, After: el}
+		}
+	}
+	return nil
+}
