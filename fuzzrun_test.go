@@ -458,6 +458,12 @@ func runFuzzProgram(p *program, want *model, cfg fuzzConfig) *fuzzReport {
 				rep.fail("task %d is stuck in op %d (%v)", ti, i, p.ops[i])
 			}
 		}
+		// A panic recovered earlier may have left a lock held.
+		for i := range outs {
+			if errors.Is(outs[i].err, errPanic) {
+				rep.fail("op %d (%v): %v", i, p.ops[i], outs[i].err)
+			}
+		}
 		return rep
 	}
 	switch {
