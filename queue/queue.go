@@ -341,7 +341,7 @@ func (q *Queue) WaitDevice(fences []syncstate.Fence) error {
 		copy(deps[:], sigs[i:min(n, i+hsa.BarrierAndMaxDependencies)])
 		if _, err := q.BarrierAnd(deps); err != nil {
 			// The rest were not handed to a packet.
-			releaseAll(sigs[i+hsa.BarrierAndMaxDependencies : n])
+			releaseAll(sigs[min(n, i+hsa.BarrierAndMaxDependencies):n])
 			return err
 		}
 	}

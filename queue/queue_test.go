@@ -180,3 +180,36 @@ func TestMarkerCompletesAForeignSignal(t *testing.T) {
 	require.EqualValues(t, 1, gpuOnly.Created())
 	require.NoError(t, gpuOnly.Destroy())
 }
+
+// A device wait on a broken consumer queue returns the queue's error and
+// gives back the producers' signals, whatever their number; it once sliced
+// past the end when fewer signals than one packet holds were left over.
+func TestWaitDeviceOnBrokenQueueReturnsItsError(t *testing.T) {
+	for _, producers := range []int{1, 4, 5, 7} {
+		r := newRig(t, emu.Options{})
+		consumer := r.queue(t, "consumer", 64)
+		var ka [kernels.KernargSize]byte
+		bad, err := consumer.Dispatch(&queue.Dispatch{KernelObject: 0xbad, Grid: 1, Workgroup: 1, Kernarg: ka[:]})
+		require.NoError(t, err)
+		require.ErrorIs(t, consumer.WaitHost(bad), queue.ErrQueueBroken)
+
+		release := r.m.Hold()
+		var fences []syncstate.Fence
+		for i := 0; i < producers; i++ {
+			p := r.queue(t, "producer", 64)
+			b, _ := r.m.HIP().Malloc(0, 64)
+			fences = append(fences, syncstate.Fence{TL: p, Ticket: r.fillDispatch(t, p, uint64(b), 1)})
+		}
+		panicked := func() (v any) {
+			defer func() { v = recover() }()
+			err = consumer.WaitDevice(fences)
+			return nil
+		}()
+		release() // before any assertion, or a failure would leave the producers held
+		require.Nil(t, panicked, "%d producers", producers)
+		require.ErrorIs(t, err, queue.ErrQueueBroken, "%d producers", producers)
+		for _, f := range fences {
+			require.NoError(t, f.TL.WaitHost(f.Ticket))
+		}
+	}
+}
