@@ -28,6 +28,25 @@ func restoreNVLS(t *testing.T) {
 	})
 }
 
+// os.Setenv and os.Unsetenv reach the C environment, with cgo and without:
+// purego's fake runtime/cgo (CGO_ENABLED=0) installs libc's setenv and
+// unsetenv as the runtime's hooks, as runtime/cgo does. CI runs this
+// package both ways. DisableNVLS does not rely on it (see below).
+func TestOsSetenvReachesC(t *testing.T) {
+	if err := loadLibcEnv(); err != nil {
+		t.Fatal(err)
+	}
+	const probe = "ROCSYNC_NCCL_SETENV_PROBE"
+	t.Setenv(probe, "x1")
+	if v, ok := cGetenv(probe); !ok || v != "x1" {
+		t.Fatalf("os.Setenv: C sees %q (%v)", v, ok)
+	}
+	os.Unsetenv(probe)
+	if v, ok := cGetenv(probe); ok {
+		t.Fatalf("os.Unsetenv: C still sees %q", v)
+	}
+}
+
 // DisableNVLS sets the variable where C code reads it, from unset, from
 // empty, and when only the C environment lacks it (as if os.Setenv did
 // not reach libc).
