@@ -85,6 +85,9 @@ func fakeLib(t testing.TB) *Lib {
 }
 
 func TestMain(m *testing.M) {
+	if os.Getenv(envChildGPU) == "1" {
+		os.Exit(childGPUMain())
+	}
 	if os.Getenv(envChild) != "" {
 		os.Exit(childMain())
 	}

@@ -1,8 +1,11 @@
 package nccl
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
 	"runtime"
 	"testing"
 	"unsafe"
@@ -228,4 +231,144 @@ func TestGPUInitRankGroup(t *testing.T) {
 		}
 	}
 	checkCollectives(t, rig, comms)
+}
+
+// The variable that makes a child of TestGPUInitRankTwoProcesses use its
+// GPU instead of the fake.
+const envChildGPU = "ROCSYNC_NCCL_TEST_CHILD_GPU"
+
+// gpuXPRank is rank `rank` of a communicator over processes, on GPU
+// `rank`: all-reduce (sum) of 1 Mi floats, checked on the host. It
+// returns the number of wrong elements.
+func gpuXPRank(l *Lib, id UniqueID, nranks, rank int) (int, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	cu, err := cuda.Open()
+	if err != nil {
+		return 0, err
+	}
+	if err := cu.Init(); err != nil {
+		return 0, err
+	}
+	dev, err := cu.DeviceGet(rank)
+	if err != nil {
+		return 0, err
+	}
+	ctx, err := cu.PrimaryCtxRetain(dev)
+	if err != nil {
+		return 0, err
+	}
+	if err := ctx.MakeCurrent(); err != nil {
+		return 0, err
+	}
+	s, err := ctx.StreamCreate(cuda.StreamNonBlocking)
+	if err != nil {
+		return 0, err
+	}
+	c, err := l.CommInitRank(nranks, id, rank)
+	if err != nil {
+		return 0, err
+	}
+	defer l.CommDestroy(c)
+	if d, err := l.CommCuDevice(c); err != nil || d != rank {
+		return 0, errors.Join(err, errors.New("communicator on the wrong device"))
+	}
+	const count = 1 << 20
+	host := make([]float32, count)
+	for i := range host {
+		host[i] = float32(rank+1) * float32(i%1000)
+	}
+	p, err := ctx.MemAlloc(4 * count)
+	if err != nil {
+		return 0, err
+	}
+	defer ctx.MemFree(p)
+	if err := ctx.MemcpyHtoD(p, unsafe.Pointer(&host[0]), 4*count); err != nil {
+		return 0, err
+	}
+	if err := l.AllReduce(uintptr(p), uintptr(p), count, Float32, Sum, c, uintptr(s)); err != nil {
+		return 0, err
+	}
+	if err := ctx.StreamSynchronize(s); err != nil {
+		return 0, err
+	}
+	if err := l.AsyncError(c); err != nil {
+		return 0, err
+	}
+	if err := ctx.MemcpyDtoH(unsafe.Pointer(&host[0]), p, 4*count); err != nil {
+		return 0, err
+	}
+	tri := float32(nranks * (nranks + 1) / 2)
+	wrong := 0
+	for i, v := range host {
+		if v != tri*float32(i%1000) {
+			wrong++
+		}
+	}
+	return wrong, nil
+}
+
+// Two processes with one GPU each meet through the unique id in text
+// form (the issue's "2 processes with one GPU each" run). The child's
+// environment goes through ChildEnv.
+func TestGPUInitRankTwoProcesses(t *testing.T) {
+	rig := gpuSetup(t)
+	if len(rig.ctxs) < 2 {
+		t.Skip("needs 2 GPUs")
+	}
+	l := rig.nccl
+	id, err := l.GetUniqueID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := ChildEnv(append(os.Environ(), envChild+"="+id.String(), envChildRank+"=1", envChildGPU+"=1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = env
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	wrong, myErr := gpuXPRank(l, id, 2, 0)
+	if myErr != nil {
+		cmd.Process.Kill() // it would wait for rank 0 for ever
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("child: %v\n%s%s", err, stdout.String(), stderr.String())
+	}
+	if myErr != nil || wrong != 0 {
+		t.Fatalf("rank 0: %d wrong, %v", wrong, myErr)
+	}
+	var theirs childReport
+	if err := json.Unmarshal(stdout.Bytes(), &theirs); err != nil || theirs.Err != "" || theirs.Count != 0 {
+		t.Fatalf("rank 1: %q, %v", stdout.String(), err)
+	}
+}
+
+// childGPUMain is rank 1 of TestGPUInitRankTwoProcesses; Count is the
+// number of wrong elements.
+func childGPUMain() int {
+	var rep childReport
+	err := func() error {
+		id, err := ParseUniqueID(os.Getenv(envChild))
+		if err != nil {
+			return err
+		}
+		l, err := OpenNCCL()
+		if err != nil {
+			return err
+		}
+		rep.Count, err = gpuXPRank(l, id, 2, 1)
+		return err
+	}()
+	if err != nil {
+		rep.Err = err.Error()
+	}
+	if err := json.NewEncoder(os.Stdout).Encode(&rep); err != nil {
+		return 2
+	}
+	return 0
 }
