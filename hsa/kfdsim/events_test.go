@@ -48,8 +48,8 @@ func (k *thunk) wait(t *testing.T, ev uintptr, ms uint32) uint32 {
 }
 
 // The thunk's events, driven directly: timeouts, blocking waits woken from
-// another thread, auto and manual reset, wait-any/all, and the VM-fault data
-// a MEMORY event returns.
+// another thread, KFD's wake-all on set, auto and manual reset,
+// wait-any/all, and the VM-fault data a MEMORY event returns.
 func TestEventsBlockWakeAndReset(t *testing.T) {
 	if !kfdsim.InChild(t) {
 		kfdsim.Run(t, "gfx90a", t.Name(), kfdsim.Options{})
@@ -92,6 +92,24 @@ func TestEventsBlockWakeAndReset(t *testing.T) {
 		t.Errorf("auto-reset event still signalled after a wait: %d", st)
 	}
 
+	// KFD's set_event: one set of an auto-reset event wakes EVERY thread
+	// waiting on it (hsa_queue_destroy depends on this: it and ROCr's async
+	// handler thread wait on the same queue event).
+	both := make(chan uint32, 2)
+	for i := 0; i < 2; i++ {
+		go func() { both <- k.wait(t, ev, 5000) }()
+	}
+	time.Sleep(100 * time.Millisecond)
+	k.call(t, "hsaKmtSetEvent", ev)
+	for i := 0; i < 2; i++ {
+		if st := <-both; st != kmtSuccess {
+			t.Errorf("waiter %d of 2 on one auto-reset event: %d, want SUCCESS from a single SetEvent", i, st)
+		}
+	}
+	if st := k.wait(t, ev, 0); st != kmtWaitTimeout {
+		t.Errorf("auto-reset event set while waited on stayed signalled: %d", st)
+	}
+
 	manual := k.createEvent(t, 0, true, true)
 	for i := 0; i < 2; i++ {
 		if st := k.wait(t, manual, 0); st != kmtSuccess {
@@ -109,6 +127,8 @@ func TestEventsBlockWakeAndReset(t *testing.T) {
 	if st := k.call(t, "hsaKmtWaitOnMultipleEvents", uintptr(unsafe.Pointer(&list[0])), 2, 1, 20); st != kmtWaitTimeout {
 		t.Errorf("wait-all with one of two set: %d", st)
 	}
+	// As in KFD, the timed-out wait consumed b's set: set it again.
+	k.call(t, "hsaKmtSetEvent", b)
 	if st := k.call(t, "hsaKmtWaitOnMultipleEvents", uintptr(unsafe.Pointer(&list[0])), 2, 0, 20); st != kmtSuccess {
 		t.Errorf("wait-any with one of two set: %d", st)
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -155,6 +156,30 @@ func TestMappingFollowsAllowAccess(t *testing.T) {
 	if want := uint64(1<<node(gpu0) | 1<<node(gpu1)); rec.MappedMask != want {
 		t.Errorf("after allow_access(gpu0, gpu1): mapped mask %#x, want %#x", rec.MappedMask, want)
 	}
+	// hsa_amd_memory_lock registers user memory (RegisterMemoryWithFlags)
+	// and maps it; unlock removes the record.
+	user, err := syscall.Mmap(-1, 0, 8192, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Munmap(user)
+	agents := []hsa.Agent{gpu1}
+	var agentPtr uintptr
+	if st, _, _ := purego.SyscallN(r.sym("hsa_amd_memory_lock"), uintptr(unsafe.Pointer(&user[0])), 8192,
+		uintptr(unsafe.Pointer(&agents[0])), 1, uintptr(unsafe.Pointer(&agentPtr))); uint32(st) != 0 {
+		t.Fatalf("hsa_amd_memory_lock: %#x", uint32(st))
+	}
+	rec, ok = r.k.lookup(t, unsafe.Pointer(&user[100]))
+	if !ok || rec.MappedMask&(1<<node(gpu1)) == 0 || rec.HomeNode != 0 {
+		t.Errorf("locked user memory: record %+v (found %v), want system memory mapped to node %d", rec, ok, node(gpu1))
+	}
+	if st, _, _ := purego.SyscallN(r.sym("hsa_amd_memory_unlock"), uintptr(unsafe.Pointer(&user[0]))); uint32(st) != 0 {
+		t.Fatalf("hsa_amd_memory_unlock: %#x", uint32(st))
+	}
+	if _, ok := r.k.lookup(t, unsafe.Pointer(&user[100])); ok {
+		t.Error("unlocked user memory still has a record")
+	}
+
 	other, err := r.lib.MemoryPoolAllocate(r.pool(r.cpu, hsa.GlobalFlagKernargInit), 4096)
 	if err != nil {
 		t.Fatal(err)
@@ -324,6 +349,46 @@ func TestUnknownKernelFaultsQueue(t *testing.T) {
 	ok, st, gotErr := r.waitOrError(done, qe, 10*time.Second)
 	if ok || !gotErr || st != hsa.StatusErrorInvalidCodeObject {
 		t.Fatalf("completed=%v error=%v status %#x, want INVALID_CODE_OBJECT", ok, gotErr, st)
+	}
+}
+
+// Malformed dispatches stop the queue with the error the CP reports for
+// each: bad dimensions, a workgroup over 1024 work-items, more group
+// memory than the LDS has.
+func TestMalformedDispatchFaultsQueue(t *testing.T) {
+	if !runInChild(t, twoGPUs) {
+		return
+	}
+	r := initRuntime(t)
+	code := r.alloc(r.pool(r.gpus[0], hsa.GlobalFlagCoarseGrained), 4096)
+	for _, c := range []struct {
+		name string
+		edit func(p *packet)
+		want hsa.Status
+	}{
+		{"zero dimensions", func(p *packet) { p.put16(2, 0) }, 0x100D /* INCOMPATIBLE_ARGUMENTS */},
+		{"workgroup of 2048", func(p *packet) { p.put16(4, 2048) }, hsa.StatusErrorInvalidArgument},
+		{"128 KiB of group memory", func(p *packet) { p.put32(28, 128<<10) }, hsa.StatusErrorInvalidAllocation},
+	} {
+		q, qe := r.queue(r.gpus[0])
+		done := r.signal(1)
+		var p packet
+		p.put16(0, hsa.Header(hsa.PacketTypeKernelDispatch, true, hsa.FenceScopeSystem, hsa.FenceScopeSystem))
+		p.put16(2, 1)
+		p.put16(4, 64)
+		p.put16(6, 1)
+		p.put16(8, 1)
+		p.put32(12, 64)
+		p.put32(16, 1)
+		p.put32(20, 1)
+		p.put64(32, uint64(uintptr(code)))
+		p.put64(56, uint64(done))
+		c.edit(&p)
+		r.submit(q, p)
+		ok, st, gotErr := r.waitOrError(done, qe, 10*time.Second)
+		if ok || !gotErr || st != c.want {
+			t.Errorf("%s: completed=%v error=%v status %#x, want %#x", c.name, ok, gotErr, st, c.want)
+		}
 	}
 }
 
@@ -497,6 +562,88 @@ func hipChild(t *testing.T) {
 	for _, want := range []string{"0000:83:00.0", "0000:03:00.0"} {
 		if !got[want] {
 			t.Errorf("no HIP device at %s (got %v)", want, got)
+		}
+	}
+}
+
+// Barrier-OR completes when any dependency reaches 0, not before.
+func TestBarrierOrWaitsForAny(t *testing.T) {
+	if !runInChild(t, twoGPUs) {
+		return
+	}
+	r := initRuntime(t)
+	q, qe := r.queue(r.gpus[1])
+	a, b, done := r.signal(1), r.signal(1), r.signal(1)
+	p := barrierAnd(done, uint64(a), 0, uint64(b))
+	p.put16(0, hsa.Header(hsa.PacketTypeBarrierOr, true, hsa.FenceScopeSystem, hsa.FenceScopeSystem))
+	r.submit(q, p)
+	time.Sleep(100 * time.Millisecond)
+	if v := r.lib.SignalLoadScacquire(done); v != 1 {
+		t.Fatalf("barrier-OR completed with no dependency at 0 (signal %d)", v)
+	}
+	r.lib.SignalStoreScrelease(b, 0)
+	if ok, st, bad := r.waitOrError(done, qe, 10*time.Second); !ok {
+		t.Fatalf("barrier-OR did not complete after one dependency reached 0 (queue error %v %#x)", bad, st)
+	}
+	if v := r.lib.SignalLoadScacquire(a); v != 1 {
+		t.Errorf("the other dependency changed: %d", v)
+	}
+}
+
+// hsa_shut_down closes the simulated KFD (queues stopped, events and
+// mapping records dropped) and a second hsa_init opens it again cleanly,
+// with the GPUs kfdsim_configure set in between; kfdsim_configure is refused
+// while KFD is open.
+func TestShutDownAndReinit(t *testing.T) {
+	if !runInChild(t, twoGPUs) {
+		return
+	}
+	k := openThunk(t)
+	lib, err := hsa.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := 0; round < 2; round++ {
+		if err := lib.Init(); err != nil {
+			t.Fatalf("round %d: hsa_init: %v", round, err)
+		}
+		spec := []byte("gfx908\x00")
+		if r, _, _ := purego.SyscallN(k.sym(t, "kfdsim_configure"), uintptr(unsafe.Pointer(&spec[0]))); int32(r) != -1 {
+			t.Errorf("round %d: kfdsim_configure while open = %d, want -1", round, int32(r))
+		}
+		agents, err := lib.Agents()
+		if want := 3 - round; err != nil || len(agents) != want {
+			t.Fatalf("round %d: %d agents (%v), want %d", round, len(agents), err, want)
+		}
+		var gpu hsa.Agent
+		for _, a := range agents {
+			if typ, _ := lib.AgentInfoUint32(a, hsa.AgentInfoDevice); hsa.DeviceType(typ) == hsa.DeviceTypeGPU {
+				gpu = a
+				break
+			}
+		}
+		if name, _ := lib.AgentInfoString(gpu, hsa.AgentInfoName); round == 1 && name != "gfx908" {
+			t.Errorf("after kfdsim_configure(gfx908) and re-init: first GPU is %s", name)
+		}
+		q, err := lib.QueueCreate(gpu, 64, hsa.QueueTypeMulti, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done, _ := lib.SignalCreate(1, nil)
+		r := &rt{t: t, lib: lib}
+		r.submit(q, barrierAnd(done))
+		if v := lib.SignalWaitScacquire(done, hsa.ConditionLt, 1, uint64(10*time.Second), hsa.WaitStateBlocked); v != 0 {
+			t.Fatalf("round %d: barrier did not complete (%d)", round, v)
+		}
+		_ = lib.SignalDestroy(done)
+		if err := lib.QueueDestroy(q); err != nil {
+			t.Fatal(err)
+		}
+		if err := lib.ShutDown(); err != nil {
+			t.Fatalf("round %d: hsa_shut_down: %v", round, err)
+		}
+		if r, _, _ := purego.SyscallN(k.sym(t, "kfdsim_configure"), uintptr(unsafe.Pointer(&spec[0]))); int32(r) != 0 {
+			t.Fatalf("round %d: kfdsim_configure after hsa_shut_down = %d, want 0 (KFD closed)", round, int32(r))
 		}
 	}
 }

@@ -62,9 +62,10 @@ void backoff_wait(backoff *b)
 		b->idle_since = now;
 	}
 	uint64_t idle = now - b->idle_since;
-	if (idle < 200000) sleep_ns(20000);       /* first 0.2 ms: 20 us */
-	else if (idle < 20000000) sleep_ns(200000); /* up to 20 ms: 0.2 ms */
-	else sleep_ns(2000000);                     /* then 2 ms */
+	if (idle < 200000) sleep_ns(20000);          /* first 0.2 ms: 20 us */
+	else if (idle < 20000000) sleep_ns(200000);  /* up to 20 ms: 0.2 ms */
+	else if (idle < 1000000000) sleep_ns(2000000); /* up to 1 s: 2 ms */
+	else sleep_ns(5000000);                      /* then 5 ms */
 }
 
 int kfdsim_queue_stopping(kfdsim_queue *q)
@@ -172,6 +173,18 @@ static int process_packet(kfdsim_queue *q, uint8_t *slot, uint16_t header)
 			kfdsim_queue_fault(q, KFDSIM_QERR_INVALID_CODE, "dispatch with a NULL kernel object");
 			return -1;
 		}
+		uint64_t wg = (uint64_t)p.workgroup_size_x * p.workgroup_size_y * p.workgroup_size_z;
+		if (wg > 1024) {
+			kfdsim_queue_fault(q, KFDSIM_QERR_GROUP_TOO_LARGE, "workgroup of more than 1024 work-items");
+			return -1;
+		}
+		if (p.group_segment_size > 64 * 1024) {
+			kfdsim_queue_fault(q, KFDSIM_QERR_INVALID_GROUP_MEMORY, "group segment larger than the 64 KiB of LDS");
+			return -1;
+		}
+		/* The CP fetches the 64-byte kernel descriptor through the GPU's
+		 * page tables before it launches anything. */
+		if (!kfdsim_gpu_access(q->node, p.kernel_object, 64, false)) return -1;
 		kfdsim_dispatch d;
 		memset(&d, 0, sizeof d);
 		d.gpu_node = q->node;

@@ -10,6 +10,12 @@
  * handler here (kfdsim_event_fire) then signals the event and wakes its
  * waiters, as KFD's does.
  *
+ * Signalling follows KFD's set_event: an auto-reset event set while threads
+ * wait on it activates all of them (each returns) and does not stay set; set
+ * with no waiter it stays set until one wait consumes it. (ROCr relies on
+ * this: hsa_queue_destroy waits on the queue event that its async-handler
+ * thread is also waiting on, and both must see the set.)
+ *
  * MEMORY events carry VM faults: kfdsim_event_memory_fault signals every one,
  * and a wait that returns copies the HsaMemoryAccessFault (with Flags =
  * HSA_EVENTID_MEMORY_FATAL_PROCESS) into the caller's HsaEvent, as the real
@@ -31,6 +37,11 @@ typedef struct sim_event {
 	HSA_EVENTTYPE type;
 	int manual_reset;
 	int signaled;
+	/* KFD's waiter activation: setting an auto-reset event that has
+	 * waiters activates every one of them and leaves it unsignalled; with
+	 * no waiters it stays signalled for the next wait to consume. */
+	uint32_t nwaiters;
+	uint64_t set_gen; /* bumped by each set: activates the current waiters */
 	int fault_pending;
 	HsaMemoryAccessFault fault;
 } sim_event;
@@ -71,17 +82,13 @@ void kfdsim_events_init(void)
 	pthread_mutex_unlock(&ev_lock);
 }
 
+/* Events outlive hsaKmtCloseKFD, as on real KFD, where they belong to the
+ * process's KFD context (which lives as long as the process), not to the
+ * /dev/kfd file descriptor: ROCr keeps pooled HsaEvents across hsa_shut_down
+ * and hsa_init and uses them again. Only waiters are woken. */
 void kfdsim_events_fini(void)
 {
 	pthread_mutex_lock(&ev_lock);
-	for (uint32_t i = 0; i < MAX_EVENTS; i++) {
-		if (events[i]) {
-			free(events[i]->pub);
-			free(events[i]);
-			events[i] = NULL;
-		}
-	}
-	next_id = 1;
 	pthread_cond_broadcast(&ev_cond);
 	pthread_mutex_unlock(&ev_lock);
 }
@@ -177,6 +184,14 @@ HSAKMT_STATUS HSAKMTAPI hsaKmtDestroyEvent(HsaEvent *pub)
 	return HSAKMT_STATUS_SUCCESS;
 }
 
+/* KFD's set_event; caller holds ev_lock. */
+static void set_locked(sim_event *e)
+{
+	e->signaled = !(!e->manual_reset && e->nwaiters > 0);
+	e->set_gen++;
+	pthread_cond_broadcast(&ev_cond);
+}
+
 HSAKMT_STATUS HSAKMTAPI hsaKmtSetEvent(HsaEvent *pub)
 {
 	if (!kfdsim_is_open()) return HSAKMT_STATUS_KERNEL_IO_CHANNEL_NOT_OPENED;
@@ -186,8 +201,7 @@ HSAKMT_STATUS HSAKMTAPI hsaKmtSetEvent(HsaEvent *pub)
 		pthread_mutex_unlock(&ev_lock);
 		return HSAKMT_STATUS_INVALID_HANDLE;
 	}
-	e->signaled = 1;
-	pthread_cond_broadcast(&ev_cond);
+	set_locked(e);
 	pthread_mutex_unlock(&ev_lock);
 	return HSAKMT_STATUS_SUCCESS;
 }
@@ -220,10 +234,7 @@ HSAKMT_STATUS HSAKMTAPI hsaKmtQueryEventState(HsaEvent *pub)
 void kfdsim_event_fire(uint32_t id)
 {
 	pthread_mutex_lock(&ev_lock);
-	if (id > 0 && id < MAX_EVENTS && events[id]) {
-		events[id]->signaled = 1;
-		pthread_cond_broadcast(&ev_cond);
-	}
+	if (id > 0 && id < MAX_EVENTS && events[id]) set_locked(events[id]);
 	pthread_mutex_unlock(&ev_lock);
 }
 
@@ -242,7 +253,7 @@ void kfdsim_event_memory_fault(uint32_t node, uint64_t va, int write, int not_pr
 		e->fault.Failure.ReadOnly = not_present ? 0 : 1;
 		e->fault.Flags = HSA_EVENTID_MEMORY_FATAL_PROCESS;
 		e->fault_pending = 1;
-		e->signaled = 1;
+		set_locked(e);
 		n++;
 	}
 	pthread_cond_broadcast(&ev_cond);
@@ -270,27 +281,49 @@ HSAKMT_STATUS HSAKMTAPI hsaKmtWaitOnMultipleEvents(HsaEvent *list[], HSAuint32 n
 		}
 	}
 	pthread_mutex_lock(&ev_lock);
-	for (;;) {
-		HSAuint32 nsig = 0;
-		for (HSAuint32 i = 0; i < n; i++) {
-			sim_event *e = ids[i] < MAX_EVENTS ? events[ids[i]] : NULL;
-			if (e == NULL || e->pub != list[i]) {
-				pthread_mutex_unlock(&ev_lock);
-				return HSAKMT_STATUS_INVALID_HANDLE;
-			}
-			if (e->signaled) nsig++;
+	/* KFD's init_event_waiter: a signalled event activates the waiter at
+	 * once, and an auto-reset one is consumed by it. */
+	int activated[n];
+	uint64_t gen[n];
+	for (HSAuint32 i = 0; i < n; i++) {
+		sim_event *e = ids[i] < MAX_EVENTS ? events[ids[i]] : NULL;
+		if (e == NULL || e->pub != list[i]) {
+			for (HSAuint32 j = 0; j < i; j++) events[ids[j]]->nwaiters--;
+			pthread_mutex_unlock(&ev_lock);
+			return HSAKMT_STATUS_INVALID_HANDLE;
 		}
-		if (all ? nsig == n : nsig > 0) {
+		activated[i] = e->signaled;
+		if (!e->manual_reset) e->signaled = 0;
+		gen[i] = e->set_gen;
+		e->nwaiters++;
+	}
+	HSAKMT_STATUS result = HSAKMT_STATUS_WAIT_TIMEOUT;
+	for (;;) {
+		HSAuint32 nact = 0;
+		int gone = 0;
+		for (HSAuint32 i = 0; i < n; i++) {
+			sim_event *e = events[ids[i]];
+			if (e == NULL || e->pub != list[i]) {
+				gone = 1;
+				break;
+			}
+			if (!activated[i] && (e->set_gen != gen[i] || (e->manual_reset && e->signaled))) activated[i] = 1;
+			if (activated[i]) nact++;
+		}
+		if (gone) {
+			result = HSAKMT_STATUS_INVALID_HANDLE; /* destroyed while waited on */
+			break;
+		}
+		if (all ? nact == n : nact > 0) {
 			for (HSAuint32 i = 0; i < n; i++) {
 				sim_event *e = events[ids[i]];
 				if (e->type == HSA_EVENTTYPE_MEMORY && e->fault_pending) {
 					e->pub->EventData.EventData.MemoryAccessFault = e->fault;
 					e->fault_pending = 0;
 				}
-				if (e->signaled && !e->manual_reset) e->signaled = 0;
 			}
-			pthread_mutex_unlock(&ev_lock);
-			return HSAKMT_STATUS_SUCCESS;
+			result = HSAKMT_STATUS_SUCCESS;
+			break;
 		}
 		if (ms == 0) break;
 		__atomic_fetch_add(&blocked_waits, 1, __ATOMIC_RELEASE);
@@ -298,8 +331,12 @@ HSAKMT_STATUS HSAKMTAPI hsaKmtWaitOnMultipleEvents(HsaEvent *list[], HSAuint32 n
 							  : pthread_cond_timedwait(&ev_cond, &ev_lock, &deadline);
 		if (rc == ETIMEDOUT) break;
 	}
+	for (HSAuint32 i = 0; i < n; i++) {
+		sim_event *e = events[ids[i]];
+		if (e != NULL && e->pub == list[i] && e->nwaiters > 0) e->nwaiters--;
+	}
 	pthread_mutex_unlock(&ev_lock);
-	return HSAKMT_STATUS_WAIT_TIMEOUT;
+	return result;
 }
 
 HSAKMT_STATUS HSAKMTAPI hsaKmtWaitOnEvent(HsaEvent *e, HSAuint32 ms)

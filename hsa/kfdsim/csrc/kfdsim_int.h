@@ -119,7 +119,9 @@ void kfdsim_sdma_loop(kfdsim_queue *q);
 /* The queue error codes the CP writes to amd_queue_t.queue_inactive_signal,
  * as ROCr 5.2's AqlQueue::DynamicScratchHandler decodes them. */
 enum {
-	KFDSIM_QERR_INVALID_DIM = 2,
+	KFDSIM_QERR_INVALID_DIM = 2,           /* -> HSA_STATUS_ERROR_INCOMPATIBLE_ARGUMENTS */
+	KFDSIM_QERR_INVALID_GROUP_MEMORY = 4,  /* -> HSA_STATUS_ERROR_INVALID_ALLOCATION */
+	KFDSIM_QERR_GROUP_TOO_LARGE = 64,      /* -> HSA_STATUS_ERROR_INVALID_ARGUMENT */
 	KFDSIM_QERR_INVALID_CODE = 8,          /* -> HSA_STATUS_ERROR_INVALID_CODE_OBJECT */
 	KFDSIM_QERR_INVALID_PACKET = 32,       /* -> HSA_STATUS_ERROR_INVALID_PACKET_FORMAT */
 	KFDSIM_QERR_INVALID_VENDOR = 256,      /* -> HSA_STATUS_ERROR_INVALID_PACKET_FORMAT */

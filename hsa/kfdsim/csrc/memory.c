@@ -282,10 +282,10 @@ static HSAKMT_STATUS map_nodes(void *addr, HSAuint64 *alt, uint64_t mask, const 
 		for (uint32_t i = 0; i < r->n_registered; i++) mask |= 1ull << r->registered_nodes[i];
 	}
 	set_mapping(r, mask);
-	pthread_rwlock_unlock(&mem_lock);
-	if (alt) *alt = (HSAuint64)(uintptr_t)addr;
 	KFDSIM_DEBUG("%s %p (allocation %#llx+%#llx) -> mapped to nodes mask %#llx", call, addr,
 		     (unsigned long long)r->a.base, (unsigned long long)r->a.size, (unsigned long long)mask);
+	pthread_rwlock_unlock(&mem_lock);
+	if (alt) *alt = (HSAuint64)(uintptr_t)addr;
 	return HSAKMT_STATUS_SUCCESS;
 }
 
