@@ -6,12 +6,14 @@ import (
 	"sync"
 
 	"github.com/ebitengine/purego"
+
+	"github.com/rocsync/rocsync/internal/cmem"
 )
 
 // C-to-Go callbacks.
 //
 // purego can make at most 2000 callbacks per process and never frees them,
-// so the binding makes exactly two, once, and multiplexes: the C "void*
+// so the binding makes exactly three, once, and multiplexes: the C "void*
 // data" argument carries an integer id that selects the Go function in a
 // registry. The id is a plain number, never a Go pointer, so C holds nothing
 // the garbage collector needs to know about.
@@ -20,12 +22,14 @@ var (
 	callbacksOnce sync.Once
 	iterCallback  uintptr // hsa_status_t (*)(uint64 handle, void* data)
 	queueCallback uintptr // void (*)(hsa_status_t, hsa_queue_t*, void* data)
+	eventCallback uintptr // hsa_status_t (*)(const hsa_amd_event_t*, void* data)
 )
 
 func initCallbacks() {
 	callbacksOnce.Do(func() {
 		iterCallback = purego.NewCallback(iterTrampoline)
 		queueCallback = purego.NewCallback(queueErrorTrampoline)
+		eventCallback = purego.NewCallback(systemEventTrampoline)
 	})
 }
 
@@ -108,4 +112,22 @@ func queueErrorTrampoline(st, queue, data uintptr) {
 	if fn, ok := queueErrors.get(data); ok {
 		fn(Status(uint32(st)))
 	}
+}
+
+// systemEvents maps ids to the SystemEventFunc of each live registration.
+var systemEvents registry[SystemEventFunc]
+
+// systemEventTrampoline runs on ROCr's event thread. A registration that
+// was cancelled (or an event type the binding cannot decode) answers
+// HSA_STATUS_ERROR, "not handled": the binding never claims a fault that
+// no Go code looked at, so ROCr's own report and abort still happen.
+func systemEventTrampoline(event, data uintptr) uintptr {
+	fn, ok := systemEvents.get(data)
+	if !ok || event == 0 {
+		return uintptr(StatusError)
+	}
+	if fn(decodeSystemEvent(cmem.Ptr(event))) {
+		return uintptr(StatusSuccess)
+	}
+	return uintptr(StatusError)
 }

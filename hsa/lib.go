@@ -79,6 +79,7 @@ const (
 	symExecutableDestroy
 	symExecutableGetSymbolByName
 	symExecutableSymbolGetInfo
+	symAMDRegisterSystemEventHandler
 	numSyms
 )
 
@@ -126,6 +127,7 @@ var BoundSymbols = []string{
 	symExecutableDestroy:                "hsa_executable_destroy",
 	symExecutableGetSymbolByName:        "hsa_executable_get_symbol_by_name",
 	symExecutableSymbolGetInfo:          "hsa_executable_symbol_get_info",
+	symAMDRegisterSystemEventHandler:    "hsa_amd_register_system_event_handler",
 }
 
 // Library names for dl.Open. The soname has been .so.1 from ROCm 5 to 7.

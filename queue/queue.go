@@ -67,6 +67,11 @@ type Queue struct {
 	inflight  []entry
 	readIndex uint64 // the packet processor's read index as last loaded, under mu
 	brokenErr atomic.Pointer[error]
+	// brokenMu guards the two reports brokenErr is made of: the queue's
+	// own error callback and a cause reported outside it (Break).
+	brokenMu    sync.Mutex
+	queueErr    error
+	externalErr error
 
 	// bridge, when set, turns a fence of another domain into a signal
 	// that reaches 0 once the fence completes (the DeviceBridge policy).
@@ -124,9 +129,39 @@ func New(rt hsa.Runtime, c Config) (*Queue, error) {
 }
 
 func (q *Queue) onError(s hsa.Status) {
-	err := fmt.Errorf("%w on %s: %w", ErrQueueBroken, q.name,
-		&hsa.Error{Func: "queue", Status: s, Text: q.rt.StatusString(s)})
-	q.brokenErr.CompareAndSwap(nil, &err)
+	q.setBroken(&hsa.Error{Func: "queue", Status: s, Text: q.rt.StatusString(s)}, nil)
+}
+
+// Break marks the queue broken by a failure reported outside it: a GPU
+// memory fault arrives as a system event, and real KFD without the
+// debugger interface evicts the faulting queues without a queue error.
+// From then on every submission and every wait returns ErrQueueBroken
+// wrapping cause; a waiter already blocked on a signal notices within one
+// bounded wait (waitTimeoutHint). The first cause is kept.
+func (q *Queue) Break(cause error) { q.setBroken(nil, cause) }
+
+// setBroken records the queue's own error and an outside cause (either may
+// be nil; the first of each kind is kept) and publishes the error waiters
+// return, which names both once both have arrived, whatever their order.
+func (q *Queue) setBroken(queueErr, external error) {
+	q.brokenMu.Lock()
+	defer q.brokenMu.Unlock()
+	if q.queueErr == nil {
+		q.queueErr = queueErr
+	}
+	if q.externalErr == nil {
+		q.externalErr = external
+	}
+	var err error
+	switch {
+	case q.externalErr != nil && q.queueErr != nil:
+		err = fmt.Errorf("%w on %s: %w (queue error: %w)", ErrQueueBroken, q.name, q.externalErr, q.queueErr)
+	case q.externalErr != nil:
+		err = fmt.Errorf("%w on %s: %w", ErrQueueBroken, q.name, q.externalErr)
+	default:
+		err = fmt.Errorf("%w on %s: %w", ErrQueueBroken, q.name, q.queueErr)
+	}
+	q.brokenErr.Store(&err)
 }
 
 // Err returns the asynchronous error that broke the queue, if any.
