@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 
 	"github.com/rocsync/rocsync/hsa"
 )
@@ -22,7 +23,18 @@ type sysEvents struct {
 	next     int
 	handlers map[int]hsa.SystemEventFunc
 	order    []int // registration order, the order ROCr calls them in
+	// noQueueError models real KFD without the debugger interface: a VM
+	// fault evicts the faulting queue without a queue error, so the
+	// system event is the only report (see SetVMFaultQueueErrors).
+	noQueueError atomic.Bool
 }
+
+// SetVMFaultQueueErrors says whether a VM fault also reaches the faulting
+// HSA queue's error callback (HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION),
+// as on the simulated driver and with KFD's debugger interface (the
+// default), or only the system event, as on KFD without it: the queue then
+// stops silently and its packets never complete.
+func (m *Machine) SetVMFaultQueueErrors(report bool) { m.hsa.events.noQueueError.Store(!report) }
 
 // RegisterSystemEventHandler implements hsa.Runtime. ROCr keeps handlers
 // until hsa_shut_down releases the runtime; the emulator drops them then

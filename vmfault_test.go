@@ -1,0 +1,117 @@
+package rocsync
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rocsync/rocsync/hsa"
+	"github.com/rocsync/rocsync/internal/testhooks"
+	"github.com/rocsync/rocsync/queue"
+)
+
+// A GPU VM fault is an error on its device, never an abort and never a
+// hang. ROCr reports the fault to hsa_amd_register_system_event_handler
+// handlers (and aborts the process when none handles it); rocsync's
+// handler breaks every queue of the faulting device, so a read-back
+// already blocked on the faulted packet returns an error naming the fault,
+// later work on that device is refused, the other device goes on working,
+// and Close returns. gpuMemoryFault runs that on devs (two GPUs); hold
+// pauses the GPUs' command processors until the returned function is
+// called, so the read-back is blocked before the fault happens.
+func gpuMemoryFault(t *testing.T, devs []*Device, hold func() (release func())) {
+	require.Len(t, devs, 2)
+	faulty, healthy := devs[0], devs[1]
+	// gpu0's task queue gets a kernarg ring its GPU may not read: its first
+	// dispatch faults on the kernarg fetch. (Queues are made with the task.)
+	testhooks.SkipKernargAllowAccess.Store(true)
+	t.Cleanup(func() { testhooks.SkipKernargAllowAccess.Store(false) })
+	tk := faulty.DefaultTask()
+	testhooks.SkipKernargAllowAccess.Store(false)
+	tk1 := healthy.DefaultTask()
+
+	x, err := faulty.FromFloat32(1, 4, []float32{1, 2, 3, 4})
+	require.NoError(t, err)
+	x1, err := healthy.FromFloat32(1, 4, []float32{1, 2, 3, 4})
+	require.NoError(t, err)
+
+	release := hold()
+	y, err := tk.Mul(x, x)
+	require.NoError(t, err)
+	readBack := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		_, err := y.Float32s()
+		readBack <- err
+	}()
+	select {
+	case err := <-readBack:
+		release()
+		t.Fatalf("the read-back returned before the dispatch ran: %v", err)
+	case <-time.After(300 * time.Millisecond): // blocked in the signal wait
+	}
+	release()
+	select {
+	case err = <-readBack:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the read-back hung on a faulted GPU")
+	}
+	took := time.Since(start)
+	require.Less(t, took, 10*time.Second, "the fault reached the waiter late")
+	var re *Error
+	require.ErrorAs(t, err, &re, "read-back error %v", err)
+	require.ErrorIs(t, err, hsa.ErrMemoryFault)
+	require.ErrorIs(t, err, queue.ErrQueueBroken)
+	require.ErrorIs(t, err, &hsa.Error{Status: hsa.StatusErrorMemoryApertureViolation})
+	var mf *hsa.MemoryFaultError
+	require.ErrorAs(t, err, &mf)
+	require.NotZero(t, mf.Fault.Address, "the fault names the address")
+	require.NotZero(t, mf.Fault.Reason&hsa.MemoryFaultPageNotPresent, "reason %v", mf.Fault.Reason)
+	require.Contains(t, err.Error(), "gpu0")
+	t.Logf("read-back after the fault (%v): %v", took.Round(time.Millisecond), err)
+
+	// The faulted device takes no more work; the error names the fault.
+	_, err = tk.Add(x, x)
+	require.ErrorIs(t, err, hsa.ErrMemoryFault)
+
+	// The other GPU is unaffected.
+	y1, err := tk1.Mul(x1, x1)
+	require.NoError(t, err)
+	got, err := y1.Float32s()
+	require.NoError(t, err)
+	require.Equal(t, []float32{1, 4, 9, 16}, got)
+
+	for i, d := range devs {
+		closed := make(chan error, 1)
+		go func() { closed <- d.Close() }()
+		select {
+		case err := <-closed:
+			if d == healthy {
+				require.NoError(t, err, "closing the healthy gpu%d", i)
+			} else if err != nil {
+				require.ErrorIs(t, err, hsa.ErrMemoryFault, "closing the faulted gpu%d reports its fault", i)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("Close of gpu%d hung", i)
+		}
+	}
+}
+
+func TestGPUMemoryFaultIsAnError(t *testing.T) {
+	devs := openEmu(t, DeviceSide, EmulatorOptions{Devices: 2})
+	m := devs[0].machine
+	gpuMemoryFault(t, devs, m.Hold)
+	require.Zero(t, m.HSA().SystemEventHandlers(), "the handler is retired with the runtime")
+	require.Zero(t, m.HSA().InitCount())
+	require.Empty(t, devs[1].Hazards())
+}
+
+// On real KFD without the debugger interface the faulting queue is evicted
+// with no queue error: the system event alone must wake the waiters.
+func TestGPUMemoryFaultWithoutQueueError(t *testing.T) {
+	devs := openEmu(t, DeviceSide, EmulatorOptions{Devices: 2})
+	m := devs[0].machine
+	m.SetVMFaultQueueErrors(false)
+	gpuMemoryFault(t, devs, m.Hold)
+}
