@@ -259,8 +259,8 @@ type Device struct {
 	// faultErr is set by the first GPU memory fault of this GPU; every
 	// queue of the device is broken with it and nothing new is accepted.
 	faultErr atomic.Pointer[error]
-	bridge        bool        // DeviceBridge crosses the HSA/HIP boundary on the device
-	closed        atomic.Bool
+	bridge   bool // DeviceBridge crosses the HSA/HIP boundary on the device
+	closed   atomic.Bool
 
 	kernelsOnce sync.Once
 	kernelsErr  error
