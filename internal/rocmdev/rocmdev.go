@@ -255,12 +255,13 @@ type Device struct {
 	queues        tls.QueuePool
 	tasks         atomic.Int64
 	ref           *runtimeRef // the shared hsa_init reference
-	faults        *faultRouter
+	bridge        bool        // DeviceBridge crosses the HSA/HIP boundary on the device
+	closed        atomic.Bool
+
+	faults *faultRouter // the system event handler of this device's Open
 	// faultErr is set by the first GPU memory fault of this GPU; every
 	// queue of the device is broken with it and nothing new is accepted.
 	faultErr atomic.Pointer[error]
-	bridge   bool // DeviceBridge crosses the HSA/HIP boundary on the device
-	closed   atomic.Bool
 
 	kernelsOnce sync.Once
 	kernelsErr  error
