@@ -23,18 +23,28 @@ import (
 func gpuMemoryFault(t *testing.T, devs []*Device, hold func() (release func())) {
 	require.Len(t, devs, 2)
 	faulty, healthy := devs[0], devs[1]
-	// gpu0's task queue gets a kernarg ring its GPU may not read: its first
-	// dispatch faults on the kernarg fetch. (Queues are made with the task.)
-	testhooks.SkipKernargAllowAccess.Store(true)
-	t.Cleanup(func() { testhooks.SkipKernargAllowAccess.Store(false) })
-	tk := faulty.DefaultTask()
-	testhooks.SkipKernargAllowAccess.Store(false)
-	tk1 := healthy.DefaultTask()
-
 	x, err := faulty.FromFloat32(1, 4, []float32{1, 2, 3, 4})
 	require.NoError(t, err)
 	x1, err := healthy.FromFloat32(1, 4, []float32{1, 2, 3, 4})
 	require.NoError(t, err)
+	// A healthy task on gpu0 first: the device works (and has loaded its
+	// kernels, which on ROCr runs blit kernels that hold would stop).
+	good, err := faulty.NewTask()
+	require.NoError(t, err)
+	sq, err := good.Mul(x, x)
+	require.NoError(t, err)
+	got, err := sq.Float32s()
+	require.NoError(t, err)
+	require.Equal(t, []float32{1, 4, 9, 16}, got)
+	// Then a task whose queue has a kernarg ring gpu0 may not read: its
+	// first dispatch faults on the kernarg fetch. (Queues are made with
+	// the task; the pool gives the second task a queue of its own.)
+	testhooks.SkipKernargAllowAccess.Store(true)
+	t.Cleanup(func() { testhooks.SkipKernargAllowAccess.Store(false) })
+	tk, err := faulty.NewTask()
+	testhooks.SkipKernargAllowAccess.Store(false)
+	require.NoError(t, err)
+	tk1 := healthy.DefaultTask()
 
 	release := hold()
 	y, err := tk.Mul(x, x)
@@ -71,14 +81,17 @@ func gpuMemoryFault(t *testing.T, devs []*Device, hold func() (release func())) 
 	require.Contains(t, err.Error(), "gpu0")
 	t.Logf("read-back after the fault (%v): %v", took.Round(time.Millisecond), err)
 
-	// The faulted device takes no more work; the error names the fault.
+	// The faulted device takes no more work, on any of its tasks: a VM
+	// fault evicts every queue of the process on that GPU.
 	_, err = tk.Add(x, x)
+	require.ErrorIs(t, err, hsa.ErrMemoryFault)
+	_, err = good.Add(x, x)
 	require.ErrorIs(t, err, hsa.ErrMemoryFault)
 
 	// The other GPU is unaffected.
 	y1, err := tk1.Mul(x1, x1)
 	require.NoError(t, err)
-	got, err := y1.Float32s()
+	got, err = y1.Float32s()
 	require.NoError(t, err)
 	require.Equal(t, []float32{1, 4, 9, 16}, got)
 
