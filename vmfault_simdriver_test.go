@@ -43,3 +43,25 @@ func TestGPUMemoryFaultOnSimulatedDriver(t *testing.T) {
 		t.Log(out)
 	}
 }
+
+// The same with the simulated driver evicting the faulting queue silently,
+// as KFD without the debugger interface does: ROCr's system event alone
+// must wake the read-back.
+func TestGPUMemoryFaultWithoutQueueErrorOnSimulatedDriver(t *testing.T) {
+	if kfdsim.InChild(t) {
+		e, err := kfdsim.RegisterExecutor("")
+		require.NoError(t, err)
+		defer e.Close()
+		nop := zerolog.Nop()
+		devs, err := OpenAll(Options{Backend: ROCm, Policy: DeviceSide, Logger: &nop})
+		require.NoError(t, err)
+		gpuMemoryFault(t, devs, func() func() { return holdSimulatedGPU(t) })
+		return
+	}
+	parentOfSimulatedDriver(t)
+	out := kfdsim.Run(t, twoSimulatedGPUs, t.Name(),
+		kfdsim.Options{Env: append(simblasEnv(t), kfdsim.EnvVMFaultQueueError+"=0")})
+	require.Contains(t, out, "rocmdev: gpu0: hsa: GPU memory access fault", "the read-back's error")
+	require.NotContains(t, out, "queue error: hsa: queue", "the queue reported the fault after all")
+	require.NotContains(t, out, "Memory access fault by GPU", "ROCr's abort path ran")
+}
