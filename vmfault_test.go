@@ -9,6 +9,7 @@ import (
 	"github.com/rocsync/rocsync/hsa"
 	"github.com/rocsync/rocsync/internal/testhooks"
 	"github.com/rocsync/rocsync/queue"
+	"github.com/rocsync/rocsync/syncstate"
 )
 
 // A GPU VM fault is an error on its device, never an abort and never a
@@ -47,18 +48,21 @@ func gpuMemoryFault(t *testing.T, devs []*Device, hold func() (release func())) 
 	tk1 := healthy.DefaultTask()
 
 	release := hold()
-	y, err := tk.Mul(x, x)
-	require.NoError(t, err)
 	readBack := make(chan error, 1)
 	start := time.Now()
 	go func() {
-		_, err := y.Float32s()
+		// Under WaitAlways the op itself waits on the host, and reports
+		// the fault; under the other policies the read-back does.
+		y, err := tk.Mul(x, x)
+		if err == nil {
+			_, err = y.Float32s()
+		}
 		readBack <- err
 	}()
 	select {
 	case err := <-readBack:
 		release()
-		t.Fatalf("the read-back returned before the dispatch ran: %v", err)
+		t.Fatalf("the op and read-back returned before the dispatch ran: %v", err)
 	case <-time.After(300 * time.Millisecond): // blocked in the signal wait
 	}
 	release()
@@ -111,13 +115,22 @@ func gpuMemoryFault(t *testing.T, devs []*Device, hold func() (release func())) 
 	}
 }
 
+// Under every policy that puts rocsync's kernels on HSA queues (Unified
+// launches them on HIP streams, where the kernarg ring is not used).
 func TestGPUMemoryFaultIsAnError(t *testing.T) {
-	devs := openEmu(t, DeviceSide, EmulatorOptions{Devices: 2})
-	m := devs[0].machine
-	gpuMemoryFault(t, devs, m.Hold)
-	require.Zero(t, m.HSA().SystemEventHandlers(), "the handler is retired with the runtime")
-	require.Zero(t, m.HSA().InitCount())
-	require.Empty(t, devs[1].Hazards())
+	for _, p := range syncstate.Policies {
+		if p == Unified {
+			continue
+		}
+		t.Run(p.String(), func(t *testing.T) {
+			devs := openEmu(t, p, EmulatorOptions{Devices: 2})
+			m := devs[0].machine
+			gpuMemoryFault(t, devs, m.Hold)
+			require.Zero(t, m.HSA().SystemEventHandlers(), "the handler is retired with the runtime")
+			require.Zero(t, m.HSA().InitCount())
+			require.Empty(t, devs[1].Hazards())
+		})
+	}
 }
 
 // On real KFD without the debugger interface the faulting queue is evicted
