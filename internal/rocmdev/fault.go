@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/rocsync/rocsync/hsa"
+	"github.com/rocsync/rocsync/queue"
 )
 
 // GPU memory faults.
@@ -71,9 +72,25 @@ func (d *Device) memoryFault(f hsa.MemoryFault) {
 			Str("reason", f.Reason.String()).
 			Msg("rocsync: GPU memory access fault; the device's work fails from here on, reopen it to continue")
 	}
-	for _, q := range d.queues.Queues() {
+	// Not d.queues' lock: Close holds it while draining the queues, which
+	// only this Break can end when the queue reports nothing itself.
+	d.madeMu.Lock()
+	defer d.madeMu.Unlock()
+	for _, q := range d.made {
 		q.Break(err)
 	}
+}
+
+// trackQueue records a new queue for memoryFault, or breaks it at once
+// when the fault came first: whichever of the two takes madeMu second
+// sees the other's work.
+func (d *Device) trackQueue(q *queue.Queue) {
+	d.madeMu.Lock()
+	defer d.madeMu.Unlock()
+	if p := d.faultErr.Load(); p != nil {
+		q.Break(*p)
+	}
+	d.made = append(d.made, q)
 }
 
 // Fault returns the GPU memory fault that broke the device, or nil. The

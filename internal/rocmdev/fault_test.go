@@ -3,6 +3,7 @@ package rocmdev_test
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/rocsync/rocsync/hsa"
 	"github.com/rocsync/rocsync/internal/emu"
 	"github.com/rocsync/rocsync/internal/rocmdev"
+	"github.com/rocsync/rocsync/internal/testhooks"
 	"github.com/rocsync/rocsync/kernels"
 	"github.com/rocsync/rocsync/syncstate"
 )
@@ -102,4 +104,34 @@ func TestOpenFailsWithoutFaultHandler(t *testing.T) {
 	_, err := rocmdev.Open(rt, func(int) driver.DeviceConfig { return driver.DeviceConfig{Stats: new(syncstate.Stats)} })
 	require.ErrorIs(t, err, &hsa.Error{Status: hsa.StatusError})
 	require.Zero(t, m.HSA().InitCount())
+}
+
+// A fault that arrives while Close drains the device's queues (holding the
+// queue pool's lock) still breaks them: with no queue error, as on KFD
+// without the debugger interface, the handler's Break is the only thing
+// that can end the drain, so it must not need that lock.
+func TestFaultDuringCloseEndsTheDrain(t *testing.T) {
+	m := emu.New(emu.Options{})
+	m.SetVMFaultQueueErrors(false)
+	devs := openAll(t, m, runtimes(m))
+	d := devs[0].(*rocmdev.Device)
+	testhooks.SkipKernargAllowAccess.Store(true)
+	task, err := d.NewTask(syncstate.Sinks{})
+	testhooks.SkipKernargAllowAccess.Store(false)
+	require.NoError(t, err)
+	out, err := d.Malloc(64)
+	require.NoError(t, err)
+	release := m.Hold()
+	_, err = task.Launch(kernels.Fill, kernels.F32, kernels.Args{Out: uint64(out), N: 16, Alpha: 1})
+	require.NoError(t, err)
+	closed := make(chan error, 1)
+	go func() { closed <- d.Close() }()
+	time.Sleep(100 * time.Millisecond) // Close is draining the held queue
+	release()
+	select {
+	case err := <-closed:
+		require.ErrorIs(t, err, hsa.ErrMemoryFault)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close hung: the fault handler could not break the queue it drains")
+	}
 }

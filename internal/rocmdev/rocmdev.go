@@ -262,6 +262,10 @@ type Device struct {
 	// faultErr is set by the first GPU memory fault of this GPU; every
 	// queue of the device is broken with it and nothing new is accepted.
 	faultErr atomic.Pointer[error]
+	// made lists every queue the device made, for the fault handler: not
+	// the pool's list, whose lock Close holds while it drains.
+	madeMu sync.Mutex
+	made   []*queue.Queue
 
 	kernelsOnce sync.Once
 	kernelsErr  error
@@ -320,12 +324,7 @@ func newDevice(rt Runtimes, cfg driver.DeviceConfig, index int, agent hsa.Agent,
 			q.SetBridge(d.hipToHSA)
 		}
 		if err == nil {
-			// A queue made after the fault's broadcast is broken here;
-			// one made before is in the list the broadcast walks (both
-			// hold the pool's lock).
-			if p := d.faultErr.Load(); p != nil {
-				q.Break(*p)
-			}
+			d.trackQueue(q)
 		}
 		return q, err
 	}}
