@@ -277,12 +277,6 @@ func openROCm(o Options, log zerolog.Logger) (family, error) {
 	if err := h.Init(); err != nil {
 		return family{}, err
 	}
-	// A GPU memory fault (an unmapped buffer, a bad pointer) must come back
-	// as a typed error from the next wait, not abort the process.
-	if err := h.TakeGPUMemoryFaults(); err != nil {
-		_ = h.ShutDown()
-		return family{}, err
-	}
 	hp, err := hip.Open()
 	if err != nil {
 		_ = h.ShutDown()

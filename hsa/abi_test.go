@@ -134,6 +134,26 @@ func abiTable() []abiEntry {
 		c("StatusErrorMemoryFault", "HSA_STATUS_ERROR_MEMORY_FAULT", uint64(StatusErrorMemoryFault)),
 		c("StatusErrorMemoryApertureViolation", "HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION", uint64(StatusErrorMemoryApertureViolation)),
 
+		// System events: hsa_amd_event_t and hsa_amd_gpu_memory_fault_info_t,
+		// decoded by decodeSystemEvent.
+		c("eventSizeof", "sizeof(hsa_amd_event_t)", eventSizeof),
+		c("eventOffType", off("hsa_amd_event_t", "event_type"), eventOffType),
+		c("eventOffMemoryFault", off("hsa_amd_event_t", "memory_fault"), eventOffMemoryFault),
+		c("memoryFaultSizeof", "sizeof(hsa_amd_gpu_memory_fault_info_t)", memoryFaultSizeof),
+		c("memoryFaultOffAgent", off("hsa_amd_gpu_memory_fault_info_t", "agent"), memoryFaultOffAgent),
+		c("memoryFaultOffVirtualAddress", off("hsa_amd_gpu_memory_fault_info_t", "virtual_address"), memoryFaultOffVirtualAddress),
+		c("memoryFaultOffReasonMask", off("hsa_amd_gpu_memory_fault_info_t", "fault_reason_mask"), memoryFaultOffReasonMask),
+		lit("sizeof(hsa_amd_event_type_t)", uint64(unsafe.Sizeof(EventType(0))), "EventType"),
+		c("EventGPUMemoryFault", "HSA_AMD_GPU_MEMORY_FAULT_EVENT", uint64(EventGPUMemoryFault)),
+		c("MemoryFaultPageNotPresent", "HSA_AMD_MEMORY_FAULT_PAGE_NOT_PRESENT", uint64(MemoryFaultPageNotPresent)),
+		c("MemoryFaultReadOnly", "HSA_AMD_MEMORY_FAULT_READ_ONLY", uint64(MemoryFaultReadOnly)),
+		c("MemoryFaultNX", "HSA_AMD_MEMORY_FAULT_NX", uint64(MemoryFaultNX)),
+		c("MemoryFaultHostOnly", "HSA_AMD_MEMORY_FAULT_HOST_ONLY", uint64(MemoryFaultHostOnly)),
+		c("MemoryFaultDRAMECC", "HSA_AMD_MEMORY_FAULT_DRAMECC", uint64(MemoryFaultDRAMECC)),
+		c("MemoryFaultImprecise", "HSA_AMD_MEMORY_FAULT_IMPRECISE", uint64(MemoryFaultImprecise)),
+		c("MemoryFaultSRAMECC", "HSA_AMD_MEMORY_FAULT_SRAMECC", uint64(MemoryFaultSRAMECC)),
+		c("MemoryFaultHang", "(uint32_t)HSA_AMD_MEMORY_FAULT_HANG", uint64(MemoryFaultHang)),
+
 		// hsa_device_type_t, hsa_agent_info_t
 		c("DeviceTypeCPU", "HSA_DEVICE_TYPE_CPU", uint64(DeviceTypeCPU)),
 		c("DeviceTypeGPU", "HSA_DEVICE_TYPE_GPU", uint64(DeviceTypeGPU)),

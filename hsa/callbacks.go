@@ -13,7 +13,7 @@ import (
 // C-to-Go callbacks.
 //
 // purego can make at most 2000 callbacks per process and never frees them,
-// so the binding makes exactly two, once, and multiplexes: the C "void*
+// so the binding makes exactly three, once, and multiplexes: the C "void*
 // data" argument carries an integer id that selects the Go function in a
 // registry. The id is a plain number, never a Go pointer, so C holds nothing
 // the garbage collector needs to know about.
@@ -22,15 +22,14 @@ var (
 	callbacksOnce sync.Once
 	iterCallback  uintptr // hsa_status_t (*)(uint64 handle, void* data)
 	queueCallback uintptr // void (*)(hsa_status_t, hsa_queue_t*, void* data)
-	// systemEventCallback is hsa_status_t (*)(const hsa_amd_event_t*, void*).
-	systemEventCallback uintptr
+	eventCallback uintptr // hsa_status_t (*)(const hsa_amd_event_t*, void* data)
 )
 
 func initCallbacks() {
 	callbacksOnce.Do(func() {
 		iterCallback = purego.NewCallback(iterTrampoline)
 		queueCallback = purego.NewCallback(queueErrorTrampoline)
-		systemEventCallback = purego.NewCallback(systemEventTrampoline)
+		eventCallback = purego.NewCallback(systemEventTrampoline)
 	})
 }
 
@@ -115,15 +114,19 @@ func queueErrorTrampoline(st, queue, data uintptr) {
 	}
 }
 
-// amdGPUMemoryFaultEvent is HSA_AMD_GPU_MEMORY_FAULT_EVENT, the event_type
-// at offset 0 of hsa_amd_event_t.
-const amdGPUMemoryFaultEvent = 0
+// systemEvents maps ids to the SystemEventFunc of each live registration.
+var systemEvents registry[SystemEventFunc]
 
-// systemEventTrampoline takes GPU memory faults (so ROCr does not abort the
-// process: the faulting queue reports the fault through its error callback)
-// and declines every other system event.
+// systemEventTrampoline runs on ROCr's event thread. A registration that
+// was cancelled (or an event type the binding cannot decode) answers
+// HSA_STATUS_ERROR, "not handled": the binding never claims a fault that
+// no Go code looked at, so ROCr's own report and abort still happen.
 func systemEventTrampoline(event, data uintptr) uintptr {
-	if event != 0 && *(*int32)(cmem.Ptr(event)) == amdGPUMemoryFaultEvent {
+	fn, ok := systemEvents.get(data)
+	if !ok || event == 0 {
+		return uintptr(StatusError)
+	}
+	if fn(decodeSystemEvent(cmem.Ptr(event))) {
 		return uintptr(StatusSuccess)
 	}
 	return uintptr(StatusError)

@@ -125,10 +125,7 @@ func runFakeRuntime(t *testing.T) {
 		t.Errorf("Agents before Init = %v", err)
 	}
 	must(l.Init())
-	must(l.TakeGPUMemoryFaults())
-	// GPU memory faults are taken (HSA_STATUS_SUCCESS: ROCr does not abort),
-	// other system events declined (HSA_STATUS_ERROR).
-	wantLog("init", "hsa_init", "hsa_amd_register_system_event_handler(callback=set,data=(nil)) fault->0 other->4096")
+	wantLog("init", "hsa_init")
 
 	// Discovery.
 	agents, err := l.Agents()
@@ -348,6 +345,49 @@ func runFakeRuntime(t *testing.T) {
 	wantLog("queue without callback", "hsa_queue_create(agent=0x200,size=64,type=0,callback=NULL,data=(nil),private=4294967295,group=4294967295)")
 	must(l.QueueDestroy(q2))
 
+	// System events: ROCr calls the handler from its event thread with an
+	// hsa_amd_event_t; the binding decodes it by the header's layout and
+	// answers SUCCESS only when the Go handler handled the fault.
+	fakeFault, fakeOther := sym("fake_memory_fault"), sym("fake_other_event")
+	var seen []SystemEvent
+	handled := true
+	cancel, err := l.RegisterSystemEventHandler(func(ev SystemEvent) bool {
+		seen = append(seen, ev) // the C side joins its thread before returning
+		return handled
+	})
+	must(err)
+	wantLog("system event handler", "hsa_amd_register_system_event_handler(callback=set,data=0x"+hexs(uint64(systemEventIDs(t)[0]))+")")
+	reason := MemoryFaultPageNotPresent | MemoryFaultHostOnly
+	fault := func() int32 {
+		r, _, _ := purego.SyscallN(fakeFault, uintptr(gpu), 0x7f0012345678, uintptr(reason))
+		return int32(r)
+	}
+	if r := fault(); r != 1 {
+		t.Errorf("fake_memory_fault = %d with a handler that handles it, want 1 (handled)", r)
+	}
+	want := SystemEvent{Type: EventGPUMemoryFault, MemoryFault: MemoryFault{Agent: gpu, Address: 0x7f0012345678, Reason: reason}}
+	if len(seen) != 1 || seen[0] != want {
+		t.Errorf("handler saw %+v, want [%+v]", seen, want)
+	}
+	if s := reason.String(); s != "PAGE_NOT_PRESENT|HOST_ONLY" {
+		t.Errorf("reason = %q", s)
+	}
+	handled = false
+	if r := fault(); r != 0 {
+		t.Errorf("fake_memory_fault = %d with a handler that declines, want 0 (ROCr aborts)", r)
+	}
+	handled = true
+	if r, _, _ := purego.SyscallN(fakeOther); int32(r) != 1 || len(seen) != 3 || seen[2].Type != 7 || seen[2].MemoryFault != (MemoryFault{}) {
+		t.Errorf("unknown event type: handled %d, seen %+v", int32(r), seen)
+	}
+	cancel()
+	if r := fault(); r != 0 || len(seen) != 3 {
+		t.Errorf("after cancel: fake_memory_fault = %d, handler calls %d; want 0 (not handled) and no call", r, len(seen))
+	}
+	if n := systemEvents.len(); n != 0 {
+		t.Errorf("%d system event registrations left after cancel", n)
+	}
+
 	// Code objects: the reader keeps pointing at the bytes, so the binding
 	// must hold its own copy until the reader is destroyed.
 	code := []byte("FAKEELF-saxpy")
@@ -412,3 +452,18 @@ func queueCallbackID(t *testing.T, q *Queue) string {
 }
 
 func hexs(v uint64) string { return strconv.FormatUint(v, 16) }
+
+// systemEventIDs returns the ids of the live system event registrations.
+func systemEventIDs(t *testing.T) []uintptr {
+	t.Helper()
+	systemEvents.mu.Lock()
+	defer systemEvents.mu.Unlock()
+	var ids []uintptr
+	for id := range systemEvents.m {
+		ids = append(ids, id)
+	}
+	if len(ids) == 0 {
+		t.Fatal("no system event registration")
+	}
+	return ids
+}

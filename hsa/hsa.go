@@ -249,4 +249,11 @@ type Runtime interface {
 	ExecutableSymbolByName(e Executable, name string, a Agent) (ExecutableSymbol, error)
 	SymbolInfoUint32(s ExecutableSymbol, attr uint32) (uint32, error)
 	SymbolInfoUint64(s ExecutableSymbol, attr uint32) (uint64, error)
+
+	// RegisterSystemEventHandler is hsa_amd_register_system_event_handler:
+	// fn receives system events (GPU memory faults) on a runtime thread
+	// until cancel is called. ROCr cannot unregister a handler, so cancel
+	// makes the registration inert: the runtime's callback then reports
+	// every event as not handled.
+	RegisterSystemEventHandler(fn SystemEventFunc) (cancel func(), err error)
 }

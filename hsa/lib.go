@@ -217,19 +217,6 @@ func (l *Lib) Init() error {
 	return err
 }
 
-// TakeGPUMemoryFaults registers a system event handler
-// (hsa_amd_register_system_event_handler) that takes GPU memory faults.
-// Without one, ROCr 5.2.3 prints "Memory access fault by GPU node-N" and
-// aborts the process on a fault; taken, the fault reaches the program as
-// the faulting queue's error. It declines every other system event. The
-// handler lives as long as the runtime (until the last hsa_shut_down), so
-// call it after each Init.
-func (l *Lib) TakeGPUMemoryFaults() error {
-	initCallbacks()
-	r, _, _ := purego.SyscallN(l.fn[symAMDRegisterSystemEventHandler], systemEventCallback, 0)
-	return l.check("hsa_amd_register_system_event_handler", r)
-}
-
 // kfdPath is the kernel driver node ROCr opens first.
 const kfdPath = "/dev/kfd"
 

@@ -75,6 +75,13 @@ type Queue struct {
 	// health says which tickets failed: from the queue's own fault on, or
 	// behind a barrier that waited for a fence that failed.
 	health syncstate.Health
+	// brokenMu guards the two reports brokenErr is made of: the queue's
+	// own error callback and a cause reported outside it (Break).
+	brokenMu    sync.Mutex
+	queueErr    error
+	externalErr error
+	// brokenFrom is the first ticket the break failed (0: not broken).
+	brokenFrom atomic.Uint64
 
 	// bridge, when set, turns a fence of another domain into a signal
 	// that reaches 0 once the fence completes (the DeviceBridge policy).
@@ -147,11 +154,48 @@ func New(rt hsa.Runtime, c Config) (*Queue, error) {
 }
 
 func (q *Queue) onError(s hsa.Status) {
-	err := fmt.Errorf("%w on %s: %w", ErrQueueBroken, q.name,
-		&hsa.Error{Func: "queue", Status: s, Text: q.rt.StatusString(s)})
-	if !q.brokenErr.CompareAndSwap(nil, &err) {
-		return
+	q.setBroken(&hsa.Error{Func: "queue", Status: s, Text: q.rt.StatusString(s)}, nil)
+}
+
+// Break marks the queue broken by a failure reported outside it: a GPU
+// memory fault arrives as a system event, and real KFD without the
+// debugger interface evicts the faulting queues without a queue error.
+// From then on every submission and every wait returns ErrQueueBroken
+// wrapping cause; a waiter already blocked on a signal notices within one
+// bounded wait (waitTimeoutHint). The first cause is kept.
+func (q *Queue) Break(cause error) { q.setBroken(nil, cause) }
+
+// setBroken records the queue's own error and an outside cause (either may
+// be nil; the first of each kind is kept) and publishes the error waiters
+// return, which names both once both have arrived, whatever their order.
+// The first report, whichever kind, also fails the packets in flight.
+func (q *Queue) setBroken(queueErr, external error) {
+	q.brokenMu.Lock()
+	first := q.queueErr == nil && q.externalErr == nil
+	if q.queueErr == nil {
+		q.queueErr = queueErr
 	}
+	if q.externalErr == nil {
+		q.externalErr = external
+	}
+	var err error
+	switch {
+	case q.externalErr != nil && q.queueErr != nil:
+		err = fmt.Errorf("%w on %s: %w (queue error: %w)", ErrQueueBroken, q.name, q.externalErr, q.queueErr)
+	case q.externalErr != nil:
+		err = fmt.Errorf("%w on %s: %w", ErrQueueBroken, q.name, q.externalErr)
+	default:
+		err = fmt.Errorf("%w on %s: %w", ErrQueueBroken, q.name, q.queueErr)
+	}
+	q.brokenErr.Store(&err)
+	q.brokenMu.Unlock()
+	if first {
+		q.failInFlight(err)
+	}
+}
+
+// failInFlight fails the packets not yet complete when the queue broke.
+func (q *Queue) failInFlight(err error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.hq == nil {
@@ -161,6 +205,7 @@ func (q *Queue) onError(s hsa.Status) {
 	// packet after it fail.
 	q.retireLocked()
 	from := q.completed.Load() + 1
+	q.brokenFrom.Store(from)
 	q.health.Fail(from, err)
 	// A broken queue never completes its packets' signals, and barrier
 	// packets on other queues, HIP streams (DeviceBridge) and host
@@ -185,7 +230,17 @@ func (q *Queue) Err() error {
 }
 
 // Failed implements syncstate.Timeline.
-func (q *Queue) Failed(t uint64) error { return q.health.Failed(t) }
+func (q *Queue) Failed(t uint64) error {
+	// A ticket the queue's own break failed reports the break as it stands
+	// now: a queue error and a system event's cause may arrive in either
+	// order, and the waiter should learn both.
+	if from := q.brokenFrom.Load(); from != 0 && t >= from {
+		if p := q.brokenErr.Load(); p != nil {
+			return *p
+		}
+	}
+	return q.health.Failed(t)
+}
 
 // Domain implements syncstate.Timeline.
 func (q *Queue) Domain() syncstate.Domain { return syncstate.DomainKernel }
@@ -257,11 +312,11 @@ func (q *Queue) WaitHost(t uint64) error { return q.WaitHostContext(nil, t) }
 // ends when ctx is done (nil: never).
 func (q *Queue) WaitHostContext(ctx context.Context, t uint64) error {
 	if t <= q.completed.Load() {
-		return q.health.Failed(t)
+		return q.Failed(t)
 	}
 	s := q.signalFor(t)
 	if s == nil {
-		return q.health.Failed(t)
+		return q.Failed(t)
 	}
 	err := q.waitSignal(ctx, s, t)
 	s.Release()
@@ -286,10 +341,10 @@ func (q *Queue) waitSignal(ctx context.Context, s *Signal, t uint64) error {
 	}
 	for {
 		if q.rt.SignalWaitScacquire(s.H, hsa.ConditionLt, 1, waitTimeoutHint, hsa.WaitStateBlocked) < 1 {
-			return q.health.Failed(t)
+			return q.Failed(t)
 		}
 		q.health.Probe()
-		if err := q.health.Failed(t); err != nil {
+		if err := q.Failed(t); err != nil {
 			return err
 		}
 		if p := q.brokenErr.Load(); p != nil {

@@ -213,3 +213,54 @@ func TestWaitDeviceOnBrokenQueueReturnsItsError(t *testing.T) {
 		}
 	}
 }
+
+// A failure reported outside the queue (a GPU memory fault's system event)
+// breaks it: a host waiter already blocked on a packet that will never
+// complete returns the cause promptly, and later submissions fail with it.
+func TestBreakWakesBlockedWaiter(t *testing.T) {
+	r := newRig(t, emu.Options{})
+	q := r.queue(t, "q", 64)
+	buf, err := r.m.HIP().Malloc(0, 64)
+	require.NoError(t, err)
+	release := r.m.Hold() // the packet never runs: like an evicted queue
+	defer release()
+	ticket := r.fillDispatch(t, q, uint64(buf), 1)
+	done := make(chan error, 1)
+	go func() { done <- q.WaitHost(ticket) }()
+	select {
+	case err := <-done:
+		t.Fatalf("WaitHost returned %v before the packet ran", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	cause := errors.New("gpu0 faulted")
+	q.Break(cause)
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, queue.ErrQueueBroken)
+		require.ErrorIs(t, err, cause)
+	case <-time.After(5 * time.Second):
+		t.Fatal("a waiter blocked on the signal did not notice Break")
+	}
+	_, err = q.Dispatch(&queue.Dispatch{KernelObject: r.fill, Grid: 16, Workgroup: 16})
+	require.ErrorIs(t, err, cause)
+	q.Break(errors.New("second cause")) // the first is kept
+	require.ErrorIs(t, q.Err(), cause)
+	require.NotContains(t, q.Err().Error(), "second cause")
+}
+
+// Whichever of the queue's own error and the outside cause arrives first,
+// the error waiters get names both.
+func TestBreakAfterQueueErrorNamesBoth(t *testing.T) {
+	r := newRig(t, emu.Options{})
+	q := r.queue(t, "q", 64)
+	var ka [kernels.KernargSize]byte
+	ticket, err := q.Dispatch(&queue.Dispatch{KernelObject: 0xbad, Grid: 1, Workgroup: 1, Kernarg: ka[:]})
+	require.NoError(t, err)
+	require.ErrorIs(t, q.WaitHost(ticket), &hsa.Error{Status: hsa.StatusErrorMemoryFault})
+	cause := errors.New("gpu0 faulted")
+	q.Break(cause)
+	err = q.WaitHost(ticket)
+	require.ErrorIs(t, err, queue.ErrQueueBroken)
+	require.ErrorIs(t, err, cause)
+	require.ErrorIs(t, err, &hsa.Error{Status: hsa.StatusErrorMemoryFault})
+}

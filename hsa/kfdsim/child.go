@@ -24,6 +24,10 @@ const (
 	EnvGPUs = "KFDSIM_GPUS"
 	// EnvDebug set to 1 makes the thunk trace every call to stderr.
 	EnvDebug = "KFDSIM_DEBUG"
+	// EnvVMFaultQueueError set to 0 makes a VM fault stop the faulting
+	// queue without a queue error, as KFD without the debugger interface
+	// evicts it: the MEMORY event (ROCr's system event) is the only report.
+	EnvVMFaultQueueError = "KFDSIM_VMFAULT_QUEUE_ERROR"
 )
 
 // ChildTimeout bounds one child process: a simulated-driver test that hangs

@@ -42,7 +42,9 @@
 // 0000:03:00.0.
 //
 // Environment: KFDSIM_GPUS (the spec), KFDSIM_DEBUG=1 (trace every thunk
-// call, queue packet and fault to stderr), and, for the Go side,
+// call, queue packet and fault to stderr), KFDSIM_VMFAULT_QUEUE_ERROR=0 (a
+// VM fault stops its queue without a queue error, as on KFD without the
+// debugger interface), and, for the Go side,
 // ROCSYNC_KFDSIM_CHILD (set in child test processes) and
 // ROCSYNC_KFDSIM_REQUIRED=1 (CI: a machine that cannot build the library
 // fails instead of skipping).
@@ -65,7 +67,7 @@
 //     the queue's error callback with HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION.
 //     (Real KFD without the debugger interface evicts the queues without a
 //     queue error; the callback here makes the failure visible to code that
-//     only watches its queue.)
+//     only watches its queue. KFDSIM_VMFAULT_QUEUE_ERROR=0 leaves it out.)
 //   - Malformed packets stop the queue too: invalid type or vendor format
 //     (INVALID_PACKET_FORMAT), bad dimensions (INCOMPATIBLE_ARGUMENTS),
 //     workgroup over 1024 (INVALID_ARGUMENT), group segment over 64 KiB

@@ -270,5 +270,23 @@ int main(void) {
   bo.dep_signal[1].handle = 0x9192939495969798ULL;
   bo.dep_signal[4].handle = 0xa1a2a3a4a5a6a7a8ULL;
   dump("hsa_barrier_or_packet_t", &bo, sizeof bo);
+  /* System events (hsa_amd_register_system_event_handler). */
+  SIZE(hsa_amd_event_t);
+  OFF(hsa_amd_event_t, event_type);
+  OFF(hsa_amd_event_t, memory_fault);
+  SIZE(hsa_amd_gpu_memory_fault_info_t);
+  OFF(hsa_amd_gpu_memory_fault_info_t, agent);
+  OFF(hsa_amd_gpu_memory_fault_info_t, virtual_address);
+  OFF(hsa_amd_gpu_memory_fault_info_t, fault_reason_mask);
+  SIZE(hsa_amd_event_type_t);
+  V(HSA_AMD_GPU_MEMORY_FAULT_EVENT);
+  V(HSA_AMD_MEMORY_FAULT_PAGE_NOT_PRESENT);
+  V(HSA_AMD_MEMORY_FAULT_READ_ONLY);
+  V(HSA_AMD_MEMORY_FAULT_NX);
+  V(HSA_AMD_MEMORY_FAULT_HOST_ONLY);
+  V(HSA_AMD_MEMORY_FAULT_DRAMECC);
+  V(HSA_AMD_MEMORY_FAULT_IMPRECISE);
+  V(HSA_AMD_MEMORY_FAULT_SRAMECC);
+  V((uint32_t)HSA_AMD_MEMORY_FAULT_HANG);
   return 0;
 }

@@ -62,19 +62,6 @@ static int refcount;
   do { if (refcount == 0) return HSA_STATUS_ERROR_NOT_INITIALIZED; } while (0)
 
 hsa_status_t hsa_init() { refcount++; logf_("hsa_init"); return HSA_STATUS_SUCCESS; }
-/* Calls the handler at once with a memory fault and with another event, and
- * logs what it answered, so the test sees the binding's policy. */
-hsa_status_t hsa_amd_register_system_event_handler(hsa_amd_system_event_callback_t callback, void* data) {
-  OPEN();
-  hsa_amd_event_t fault = {.event_type = HSA_AMD_GPU_MEMORY_FAULT_EVENT};
-  fault.memory_fault.virtual_address = 0x1000;
-  hsa_amd_event_t other = {.event_type = (hsa_amd_event_type_t)1};
-  logf_("hsa_amd_register_system_event_handler(callback=%s,data=%p) fault->%d other->%d",
-        callback ? "set" : "NULL", data, callback ? (int)callback(&fault, data) : -1,
-        callback ? (int)callback(&other, data) : -1);
-  return HSA_STATUS_SUCCESS;
-}
-
 hsa_status_t hsa_shut_down() {
   OPEN();
   refcount--;
@@ -439,6 +426,67 @@ int fake_queue_error(hsa_queue_t *queue, hsa_status_t status) {
   pthread_t t;
   if (pthread_create(&t, NULL, run_callback, &c) != 0) return -2;
   return pthread_join(t, NULL);
+}
+
+/* ---- system events ---- */
+
+/* Registered handlers, called in order like ROCr 5.2's VMFaultHandler. */
+#define MAX_EVENT_HANDLERS 8
+static struct {
+  hsa_amd_system_event_callback_t cb;
+  void *data;
+} event_handlers[MAX_EVENT_HANDLERS];
+static int n_event_handlers;
+
+hsa_status_t hsa_amd_register_system_event_handler(hsa_amd_system_event_callback_t callback, void *data) {
+  OPEN();
+  logf_("hsa_amd_register_system_event_handler(callback=%s,data=%p)", callback ? "set" : "NULL", data);
+  if (callback == NULL || n_event_handlers == MAX_EVENT_HANDLERS) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+  event_handlers[n_event_handlers].cb = callback;
+  event_handlers[n_event_handlers].data = data;
+  n_event_handlers++;
+  return HSA_STATUS_SUCCESS;
+}
+
+struct fault_call {
+  hsa_amd_event_t event;
+  int handled;
+};
+static void *run_fault(void *p) {
+  struct fault_call *c = p;
+  for (int i = 0; i < n_event_handlers; i++)
+    if (event_handlers[i].cb(&c->event, event_handlers[i].data) == HSA_STATUS_SUCCESS) c->handled = 1;
+  return NULL;
+}
+
+/* fake_memory_fault reports a GPU memory fault to every handler from a
+   runtime thread, as ROCr's event thread does, and returns 1 if one of
+   them handled it (ROCr would abort the process on 0), or -1 when the
+   thread could not start. The event's stack copy dies with the call, as
+   ROCr's does. */
+int fake_memory_fault(uint64_t agent, uint64_t address, uint32_t reason) {
+  struct fault_call c;
+  memset(&c, 0xee, sizeof c); /* padding and the union's tail are garbage */
+  c.event.event_type = HSA_AMD_GPU_MEMORY_FAULT_EVENT;
+  c.event.memory_fault.agent.handle = agent;
+  c.event.memory_fault.virtual_address = address;
+  c.event.memory_fault.fault_reason_mask = reason;
+  c.handled = 0;
+  pthread_t t;
+  if (pthread_create(&t, NULL, run_fault, &c) != 0) return -1;
+  pthread_join(t, NULL);
+  return c.handled;
+}
+
+/* fake_other_event sends an event of a type the binding does not know. */
+int fake_other_event(void) {
+  struct fault_call c;
+  memset(&c, 0, sizeof c);
+  c.event.event_type = (hsa_amd_event_type_t)7;
+  pthread_t t;
+  if (pthread_create(&t, NULL, run_fault, &c) != 0) return -1;
+  pthread_join(t, NULL);
+  return c.handled;
 }
 
 /* ---- code objects and executables ---- */

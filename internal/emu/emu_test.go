@@ -278,6 +278,7 @@ func TestGemmTransposedShapes(t *testing.T) {
 // the status ROCr's callback reports for a VM fault.
 func TestKernargNeedsAllowAccess(t *testing.T) {
 	r := newRig(t, Options{})
+	faults := handleFaults(t, r.h)
 	karg, err := r.h.MemoryPoolAllocate(kernargPool, 64*64)
 	require.NoError(t, err)
 	r.karg = karg // not allowed to gpu0
@@ -290,6 +291,10 @@ func TestKernargNeedsAllowAccess(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("no queue error")
 	}
+	f := nextFault(t, faults)
+	require.Equal(t, gpuAgent(0), f.Agent)
+	require.Equal(t, uint64(uintptr(karg)), f.Address, "the fault names the kernarg address read")
+	require.Equal(t, hsa.MemoryFaultPageNotPresent, f.Reason)
 	require.ErrorIs(t, r.h.AgentsAllowAccess([]hsa.Agent{99}, karg), &hsa.Error{Status: hsa.StatusErrorInvalidAgent})
 	require.ErrorIs(t, r.h.AgentsAllowAccess([]hsa.Agent{gpuAgent(0)}, unsafe.Pointer(&buf)), &hsa.Error{Status: hsa.StatusErrorInvalidArgument})
 }
@@ -298,6 +303,7 @@ func TestKernargNeedsAllowAccess(t *testing.T) {
 // and so does a gemm on another GPU's stream.
 func TestDeviceMemoryIsPrivateToItsGPU(t *testing.T) {
 	r := newRig(t, Options{Devices: 2})
+	faults := handleFaults(t, r.h)
 	other, err := r.m.HIP().Malloc(1, 4)
 	require.NoError(t, err)
 	r.submit(t, kernels.Fill.String(), true, kernels.Args{Out: uint64(other), N: 1, Alpha: 1})
@@ -307,6 +313,7 @@ func TestDeviceMemoryIsPrivateToItsGPU(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("no queue error")
 	}
+	require.Equal(t, hsa.MemoryFault{Agent: gpuAgent(0), Address: uint64(other), Reason: hsa.MemoryFaultPageNotPresent}, nextFault(t, faults))
 
 	hp, b := r.m.HIP(), r.m.BLAS()
 	s, err := hp.StreamCreate(0, 0)
@@ -318,6 +325,8 @@ func TestDeviceMemoryIsPrivateToItsGPU(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, b.Sgemm(h, rocblas.OperationNone, rocblas.OperationNone, 1, 1, 1, 1, mine, 1, other, 1, 0, mine, 1))
 	require.ErrorIs(t, hp.StreamSynchronize(s), &hip.Error{Code: hip.ErrorIllegalAddress})
+	// A VM fault in a library kernel is the same KFD memory event.
+	require.Equal(t, hsa.MemoryFault{Agent: gpuAgent(0), Address: uint64(other), Reason: hsa.MemoryFaultPageNotPresent}, nextFault(t, faults))
 }
 
 // The loader keeps the reader's memory as the code object's storage: the

@@ -27,6 +27,7 @@ type HSA struct {
 
 	storageFaults []string
 	busyWaits     atomic.Uint64
+	events        sysEvents
 }
 
 // BusyHostWaits counts host waits on non-interrupt signals, which ROCr
@@ -88,6 +89,9 @@ func (h *HSA) ShutDown() error {
 		return h.err("hsa_shut_down", hsa.StatusErrorNotInitialized)
 	}
 	h.inits--
+	if h.inits == 0 {
+		h.events.clear()
+	}
 	return nil
 }
 

@@ -376,7 +376,10 @@ func (m *Machine) gpuSpan(dev int, addr, n uint64, write bool, a *actor) ([]byte
 		if r.device >= 0 {
 			owner = fmt.Sprintf("gpu%d's memory", r.device)
 		}
-		return nil, fmt.Errorf("%w: gpu%d accessed [%#x, %#x), %s", ErrNoAccess, dev, addr, addr+n, owner)
+		f := &accessFault{dev: dev, addr: addr,
+			msg: fmt.Sprintf("%v: gpu%d accessed [%#x, %#x), %s", ErrNoAccess, dev, addr, addr+n, owner)}
+		m.vmFault(f)
+		return nil, f
 	}
 	return m.span(addr, n, write, a)
 }

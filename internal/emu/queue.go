@@ -138,6 +138,9 @@ func (q *queue) process() {
 // it is processed.
 func (q *queue) fail(status hsa.Status, why string) {
 	q.broken.Store(true)
+	if status == hsa.StatusErrorMemoryApertureViolation && q.m.hsa.events.noQueueError.Load() {
+		return // evicted without a queue error: only the system event reports it
+	}
 	if q.onError != nil {
 		go q.onError(status)
 	}

@@ -60,7 +60,14 @@ func Open(rt Runtimes, configFor func(index int) driver.DeviceConfig) ([]driver.
 	if err != nil {
 		return nil, errors.Join(err, rt.HSA.ShutDown())
 	}
-	ref := &runtimeRef{rt: rt.HSA}
+	// Without a handler that handles it, ROCr aborts the process on a GPU
+	// VM fault; with one, the fault becomes an error on its device.
+	faults := &faultRouter{devs: map[hsa.Agent]*Device{}}
+	cancelEvents, err := rt.HSA.RegisterSystemEventHandler(faults.handle)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("rocmdev: registering the GPU memory fault handler: %w", err), rt.HSA.ShutDown())
+	}
+	ref := &runtimeRef{rt: rt.HSA, cancelEvents: cancelEvents}
 	ref.users.Add(int64(len(gpus)))
 	var devs []driver.Device
 	for i, g := range gpus {
@@ -82,6 +89,8 @@ func Open(rt Runtimes, configFor func(index int) driver.DeviceConfig) ([]driver.
 			return nil, err
 		}
 		d.ref = ref
+		d.faults = faults
+		faults.add(d)
 		devs = append(devs, d)
 	}
 	return devs, nil
@@ -157,13 +166,16 @@ func matchHIPDevices(rt Runtimes, agents []hsa.Agent) ([]gpu, error) {
 
 // runtimeRef counts the devices that share one hsa_init reference.
 type runtimeRef struct {
-	rt    hsa.Runtime
-	users atomic.Int64
+	rt           hsa.Runtime
+	users        atomic.Int64
+	cancelEvents func() // the system event registration of this Open
 }
 
-// release drops n users; the last one calls hsa_shut_down.
+// release drops n users; the last one retires the system event handler
+// and calls hsa_shut_down.
 func (r *runtimeRef) release(n int64) error {
 	if r.users.Add(-n) == 0 {
+		r.cancelEvents()
 		return r.rt.ShutDown()
 	}
 	return nil
@@ -246,6 +258,15 @@ type Device struct {
 	bridge        bool        // DeviceBridge crosses the HSA/HIP boundary on the device
 	closed        atomic.Bool
 
+	faults *faultRouter // the system event handler of this device's Open
+	// faultErr is set by the first GPU memory fault of this GPU; every
+	// queue of the device is broken with it and nothing new is accepted.
+	faultErr atomic.Pointer[error]
+	// made lists every queue the device made, for the fault handler: not
+	// the pool's list, whose lock Close holds while it drains.
+	madeMu sync.Mutex
+	made   []*queue.Queue
+
 	kernelsOnce sync.Once
 	kernelsErr  error
 	kernelObjs  [kernels.NumOps][2]kernelObject
@@ -303,6 +324,9 @@ func newDevice(rt Runtimes, cfg driver.DeviceConfig, index int, agent hsa.Agent,
 		if err == nil && bridge {
 			q.SetBridge(d.hipToHSA)
 		}
+		if err == nil {
+			d.trackQueue(q)
+		}
 		return q, err
 	}}
 	return d, nil
@@ -346,6 +370,9 @@ func (d *Device) Close() error {
 		return nil
 	}
 	err := errors.Join(d.queues.Close(), d.signals.Destroy(), d.bridgeSignals.Destroy(), d.events.Destroy(), d.unloadKernels())
+	if d.faults != nil {
+		d.faults.remove(d)
+	}
 	if d.ref != nil {
 		err = errors.Join(err, d.ref.release(1))
 	}
@@ -449,6 +476,9 @@ var _ driver.Task = (*Task)(nil)
 
 // NewTask implements driver.Device.
 func (d *Device) NewTask(sinks syncstate.Sinks) (driver.Task, error) {
+	if err := d.Fault(); err != nil {
+		return nil, err
+	}
 	n := d.tasks.Add(1)
 	t := &Task{d: d, sinks: sinks}
 	var err error
@@ -499,6 +529,9 @@ const maxGrid = 1 << 24
 
 // Launch implements driver.Task.
 func (t *Task) Launch(op kernels.Op, dt kernels.DType, args kernels.Args) (uint64, error) {
+	if p := t.d.faultErr.Load(); p != nil {
+		return 0, *p
+	}
 	if err := t.d.loadKernels(); err != nil {
 		return 0, err
 	}
@@ -537,6 +570,9 @@ func (t *Task) launchHIP(k *kernelObject, dt kernels.DType, args kernels.Args, g
 // Gemm implements driver.Task with rocBLAS on the task's stream.
 func (t *Task) Gemm(dt kernels.DType, transA, transB bool, m, n, k int, alpha float64,
 	a driver.DevicePtr, lda int, b driver.DevicePtr, ldb int, beta float64, c driver.DevicePtr, ldc int) (uint64, error) {
+	if p := t.d.faultErr.Load(); p != nil {
+		return 0, *p
+	}
 	blas := t.d.rt.BLAS
 	if blas == nil {
 		return 0, fmt.Errorf("%w: %w", ErrNoBLAS, t.d.rt.BLASErr)

@@ -79,6 +79,7 @@ void kfdsim_queue_fault(kfdsim_queue *q, int64_t error_code, const char *why)
 	fprintf(stderr, "kfdsim: queue %llu on GPU node %u stopped: %s (queue error %#llx)\n",
 		(unsigned long long)q->id, q->node, why, (unsigned long long)error_code);
 	if (q->type != HSA_QUEUE_COMPUTE_AQL || q->amd_queue == NULL) return;
+	if (error_code == KFDSIM_QERR_MEMORY_VIOLATION && !kfdsim_vmfault_queue_error) return; /* evicted silently */
 	uint64_t h = q->amd_queue->queue_inactive_signal.handle;
 	if (h == 0) return;
 	amd_signal_t *s = (amd_signal_t *)(uintptr_t)h;

@@ -33,6 +33,10 @@ typedef struct kfdsim_gpu {
 extern int kfdsim_num_gpus;
 extern kfdsim_gpu kfdsim_gpus[KFDSIM_MAX_GPUS];
 extern int kfdsim_debug_on;
+/* 0 when KFDSIM_VMFAULT_QUEUE_ERROR=0: a VM fault stops the faulting queue
+ * without a queue error, as KFD without the debugger interface evicts it;
+ * the MEMORY event is then the only report. */
+extern int kfdsim_vmfault_queue_error;
 
 #define KFDSIM_DEBUG(...)                                                        \
 	do {                                                                     \

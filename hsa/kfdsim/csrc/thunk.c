@@ -28,6 +28,7 @@
 int kfdsim_num_gpus;
 kfdsim_gpu kfdsim_gpus[KFDSIM_MAX_GPUS];
 int kfdsim_debug_on;
+int kfdsim_vmfault_queue_error = 1;
 
 static pthread_mutex_t state_lock = PTHREAD_MUTEX_INITIALIZER;
 static int open_count;
@@ -203,6 +204,8 @@ HSAKMT_STATUS HSAKMTAPI hsaKmtOpenKFD(void)
 {
 	const char *dbg = getenv("KFDSIM_DEBUG");
 	kfdsim_debug_on = dbg != NULL && dbg[0] != '\0' && strcmp(dbg, "0") != 0;
+	const char *qerr = getenv("KFDSIM_VMFAULT_QUEUE_ERROR");
+	kfdsim_vmfault_queue_error = qerr == NULL || strcmp(qerr, "0") != 0;
 	pthread_mutex_lock(&state_lock);
 	if (open_count > 0) {
 		open_count++;

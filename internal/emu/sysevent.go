@@ -1,0 +1,138 @@
+package emu
+
+import (
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"github.com/rocsync/rocsync/hsa"
+)
+
+// System events: a GPU touching memory not mapped to it is a VM fault,
+// which KFD reports through its memory event and ROCr 5.2 hands to every
+// handler of hsa_amd_register_system_event_handler (Runtime::VMFaultHandler)
+// on its event thread. Unless one of them returns HSA_STATUS_SUCCESS, ROCr
+// prints "Memory access fault by GPU node-N ..." and aborts the process.
+// The emulator does the same, so code that does not handle VM faults dies
+// here as it does on a GPU (shown by TestUnhandledVMFaultAborts).
+
+// sysEvents holds the registered handlers of one emulated runtime.
+type sysEvents struct {
+	mu       sync.Mutex
+	next     int
+	handlers map[int]hsa.SystemEventFunc
+	order    []int // registration order, the order ROCr calls them in
+	// noQueueError models real KFD without the debugger interface: a VM
+	// fault evicts the faulting queue without a queue error, so the
+	// system event is the only report (see SetVMFaultQueueErrors).
+	noQueueError atomic.Bool
+}
+
+// SetVMFaultQueueErrors says whether a VM fault also reaches the faulting
+// HSA queue's error callback (HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION),
+// as on the simulated driver and with KFD's debugger interface (the
+// default), or only the system event, as on KFD without it: the queue then
+// stops silently and its packets never complete.
+func (m *Machine) SetVMFaultQueueErrors(report bool) { m.hsa.events.noQueueError.Store(!report) }
+
+// RegisterSystemEventHandler implements hsa.Runtime. ROCr keeps handlers
+// until hsa_shut_down releases the runtime; the emulator drops them then
+// too, and cancel removes one at once.
+func (h *HSA) RegisterSystemEventHandler(fn hsa.SystemEventFunc) (func(), error) {
+	if !h.initialized() {
+		return nil, h.err("hsa_amd_register_system_event_handler", hsa.StatusErrorNotInitialized)
+	}
+	if fn == nil {
+		return nil, h.err("hsa_amd_register_system_event_handler", hsa.StatusErrorInvalidArgument)
+	}
+	e := &h.events
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.handlers == nil {
+		e.handlers = map[int]hsa.SystemEventFunc{}
+	}
+	e.next++
+	id := e.next
+	e.handlers[id] = fn
+	e.order = append(e.order, id)
+	var once sync.Once
+	return func() { once.Do(func() { e.remove(id) }) }, nil
+}
+
+func (e *sysEvents) remove(id int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.handlers, id)
+	for i, x := range e.order {
+		if x == id {
+			e.order = append(e.order[:i], e.order[i+1:]...)
+			break
+		}
+	}
+}
+
+// clear drops every handler: the runtime was released.
+func (e *sysEvents) clear() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.handlers, e.order = nil, nil
+}
+
+// SystemEventHandlers is how many system event handlers are registered.
+func (h *HSA) SystemEventHandlers() int {
+	h.events.mu.Lock()
+	defer h.events.mu.Unlock()
+	return len(h.events.order)
+}
+
+// accessFault is a GPU access to memory not mapped to it: ErrNoAccess with
+// where it happened, for the memory fault event.
+type accessFault struct {
+	dev  int
+	addr uint64
+	msg  string
+}
+
+func (f *accessFault) Error() string { return f.msg }
+func (f *accessFault) Unwrap() error { return ErrNoAccess }
+
+// vmFault reports an access fault of GPU dev the way KFD and ROCr do: the
+// handlers run on another goroutine (ROCr's event thread), in order; if
+// none handled it, the process aborts with ROCr's message. It returns once
+// the handlers have run, so the faulting queue reports its own error after
+// the system event, as KFD evicts the queues after signalling the fault.
+func (m *Machine) vmFault(f *accessFault) {
+	ev := hsa.SystemEvent{Type: hsa.EventGPUMemoryFault, MemoryFault: hsa.MemoryFault{
+		Agent: gpuAgent(f.dev), Address: f.addr, Reason: hsa.MemoryFaultPageNotPresent}}
+	e := &m.hsa.events
+	e.mu.Lock()
+	fns := make([]hsa.SystemEventFunc, 0, len(e.order))
+	for _, id := range e.order {
+		fns = append(fns, e.handlers[id])
+	}
+	e.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		handled := false
+		for _, fn := range fns {
+			if fn(ev) {
+				handled = true
+			}
+		}
+		if !handled {
+			abortUnhandledFault(f)
+		}
+	}()
+	<-done
+}
+
+// abortUnhandledFault ends the process as ROCr's VMFaultHandler does
+// (print, then abort: exit status 134, SIGABRT's).
+var abortUnhandledFault = func(f *accessFault) {
+	fmt.Fprintf(os.Stderr, "Memory access fault by GPU node-%d (Agent handle: %#x) on address %#x. Reason: Page not present or supervisor privilege.\n"+
+		"emu: aborting like ROCr: no hsa_amd_register_system_event_handler handler returned HSA_STATUS_SUCCESS (%v)\n",
+		f.dev+1, uint64(gpuAgent(f.dev)), f.addr, f.msg)
+	os.Exit(134)
+}

@@ -1,0 +1,103 @@
+package rocmdev
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/rocsync/rocsync/hsa"
+	"github.com/rocsync/rocsync/queue"
+)
+
+// GPU memory faults.
+//
+// A kernel that touches memory not mapped to its GPU is a VM fault. KFD
+// reports it through its memory event, which ROCr hands to the handlers of
+// hsa_amd_register_system_event_handler with the faulting agent and
+// address, and aborts the process when none handles it. The queue that
+// faulted stops; on real KFD without the debugger interface the process's
+// queues on that GPU are evicted and may report no queue error at all, so
+// the packets in flight never complete. rocmdev therefore registers one
+// handler per Open, and a fault on one of its GPUs breaks every HSA queue
+// of that device (queue.Break) with an error naming the fault: every wait
+// on the device returns it within one bounded signal wait, and the device
+// accepts no more work. Other devices are unaffected.
+
+// faultRouter is the system event handler of one Open: it finds the
+// device of the faulting agent.
+type faultRouter struct {
+	mu   sync.Mutex
+	devs map[hsa.Agent]*Device
+}
+
+func (r *faultRouter) add(d *Device) {
+	r.mu.Lock()
+	r.devs[d.agent] = d
+	r.mu.Unlock()
+}
+
+func (r *faultRouter) remove(d *Device) {
+	r.mu.Lock()
+	if r.devs[d.agent] == d {
+		delete(r.devs, d.agent)
+	}
+	r.mu.Unlock()
+}
+
+// handle runs on ROCr's event thread. It claims only memory faults of the
+// GPUs this Open drives (and has not closed): a fault elsewhere is not
+// rocsync's to swallow, and ROCr reports it as it would without rocsync.
+func (r *faultRouter) handle(ev hsa.SystemEvent) bool {
+	if ev.Type != hsa.EventGPUMemoryFault {
+		return false
+	}
+	r.mu.Lock()
+	d := r.devs[ev.MemoryFault.Agent]
+	r.mu.Unlock()
+	if d == nil {
+		return false
+	}
+	d.memoryFault(ev.MemoryFault)
+	return true
+}
+
+// memoryFault breaks the device: the first fault is kept (later ones are
+// usually its consequences) and every queue is broken with it.
+func (d *Device) memoryFault(f hsa.MemoryFault) {
+	err := fmt.Errorf("rocmdev: gpu%d: %w", d.index, &hsa.MemoryFaultError{Fault: f})
+	if !d.faultErr.CompareAndSwap(nil, &err) {
+		return
+	}
+	if d.rt.Log != nil {
+		d.rt.Log.Error().Int("gpu", d.index).Str("address", fmt.Sprintf("%#x", f.Address)).
+			Str("reason", f.Reason.String()).
+			Msg("rocsync: GPU memory access fault; the device's work fails from here on, reopen it to continue")
+	}
+	// Not d.queues' lock: Close holds it while draining the queues, which
+	// only this Break can end when the queue reports nothing itself.
+	d.madeMu.Lock()
+	defer d.madeMu.Unlock()
+	for _, q := range d.made {
+		q.Break(err)
+	}
+}
+
+// trackQueue records a new queue for memoryFault, or breaks it at once
+// when the fault came first: whichever of the two takes madeMu second
+// sees the other's work.
+func (d *Device) trackQueue(q *queue.Queue) {
+	d.madeMu.Lock()
+	defer d.madeMu.Unlock()
+	if p := d.faultErr.Load(); p != nil {
+		q.Break(*p)
+	}
+	d.made = append(d.made, q)
+}
+
+// Fault returns the GPU memory fault that broke the device, or nil. The
+// error matches hsa.ErrMemoryFault and *hsa.MemoryFaultError.
+func (d *Device) Fault() error {
+	if p := d.faultErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}

@@ -1,0 +1,67 @@
+//go:build linux && (amd64 || arm64)
+
+package rocsync
+
+import (
+	"testing"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rocsync/rocsync/hsa/kfdsim"
+)
+
+// twoSimulatedGPUs puts two gfx90a GPUs on the simulated driver, PCI order
+// equal to agent order.
+const twoSimulatedGPUs = "gfx90a@0000:03:00.0,gfx90a@0000:83:00.0"
+
+// The same fault on Debian's real ROCr 5.2.3 over the simulated kernel
+// driver: the simulated GPU faults on the unmapped kernarg fetch and
+// reports it as KFD does (the memory event, and a queue error); ROCr calls
+// rocsync's system event handler instead of aborting, and the read-back
+// blocked in hsa_signal_wait_scacquire returns the error. The child
+// process would be killed by ROCr's abort without the handler (as
+// hsa/kfdsim's TestVMFaultWithoutHandlerAborts shows).
+func TestGPUMemoryFaultOnSimulatedDriver(t *testing.T) {
+	if kfdsim.InChild(t) {
+		e, err := kfdsim.RegisterExecutor("") // before rocsync opens HSA
+		require.NoError(t, err)
+		defer e.Close()
+		nop := zerolog.Nop()
+		devs, err := OpenAll(Options{Backend: ROCm, Policy: DeviceSide, Logger: &nop})
+		require.NoError(t, err)
+		gpuMemoryFault(t, devs, func() func() { return holdSimulatedGPU(t) })
+		st := e.Stats()
+		t.Logf("executor stats: %d kernels run, %d faults", st.Runs, st.Faults)
+		require.Equal(t, uint64(1), st.Faults, "the one faulting dispatch")
+		return
+	}
+	parentOfSimulatedDriver(t)
+	out := kfdsim.Run(t, twoSimulatedGPUs, t.Name(), kfdsim.Options{Env: simblasEnv(t)})
+	require.NotContains(t, out, "Memory access fault by GPU", "ROCr's abort path ran")
+	if testing.Verbose() {
+		t.Log(out)
+	}
+}
+
+// The same with the simulated driver evicting the faulting queue silently,
+// as KFD without the debugger interface does: ROCr's system event alone
+// must wake the read-back.
+func TestGPUMemoryFaultWithoutQueueErrorOnSimulatedDriver(t *testing.T) {
+	if kfdsim.InChild(t) {
+		e, err := kfdsim.RegisterExecutor("")
+		require.NoError(t, err)
+		defer e.Close()
+		nop := zerolog.Nop()
+		devs, err := OpenAll(Options{Backend: ROCm, Policy: DeviceSide, Logger: &nop})
+		require.NoError(t, err)
+		gpuMemoryFault(t, devs, func() func() { return holdSimulatedGPU(t) })
+		return
+	}
+	parentOfSimulatedDriver(t)
+	out := kfdsim.Run(t, twoSimulatedGPUs, t.Name(),
+		kfdsim.Options{Env: append(simblasEnv(t), kfdsim.EnvVMFaultQueueError+"=0")})
+	require.Contains(t, out, "rocmdev: gpu0: hsa: GPU memory access fault", "the read-back's error")
+	require.NotContains(t, out, "queue error: hsa: queue", "the queue reported the fault after all")
+	require.NotContains(t, out, "Memory access fault by GPU", "ROCr's abort path ran")
+}
