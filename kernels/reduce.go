@@ -303,10 +303,22 @@ func ReduceBytes(r Reduction, dt DType, out, in, ws []byte, rows, cols uint64) e
 	if err := CheckZeroed(ws); err != nil {
 		return err
 	}
+	in = in[:rows*cols*size]
+	// Aligned input on a little-endian host is read in place (see
+	// RefBytes); otherwise element by element.
+	fast := hostLittleEndian && aligned(in, uintptr(size))
 	if dt == F32 {
-		reduceBytes(r, s, out, in, ws, cols, loadF32, storeF32)
+		var view []float32
+		if fast {
+			view = asF32(in)
+		}
+		reduceBytes(r, s, out, in, view, ws, cols, loadF32, storeF32)
 	} else {
-		reduceBytes(r, s, out, in, ws, cols, loadF64, storeF64)
+		var view []float64
+		if fast {
+			view = asF64(in)
+		}
+		reduceBytes(r, s, out, in, view, ws, cols, loadF64, storeF64)
 	}
 	return nil
 }
@@ -327,7 +339,7 @@ func storeF64(b []byte, i uint64, v float64) {
 // reduceBytes runs the units in order; the order the GPU runs them in does
 // not change any value, since each partial has its own slot and the
 // combination is in index order.
-func reduceBytes[T float32 | float64](r Reduction, s ReduceShape, out, in, ws []byte, cols uint64,
+func reduceBytes[T float32 | float64](r Reduction, s ReduceShape, out, in []byte, view []T, ws []byte, cols uint64,
 	load func([]byte, uint64) T, store func([]byte, uint64, T)) {
 	var outer, inner uint64 // element t of output j is in[j*outer + t*inner]
 	switch r {
@@ -349,14 +361,21 @@ func reduceBytes[T float32 | float64](r Reduction, s ReduceShape, out, in, ws []
 		for sl := uint64(0); sl < s.Slices; sl++ {
 			lo := sl * s.SliceLen
 			hi := min(lo+s.SliceLen, s.Length)
-			for l := range lanes {
+			active := int(min(hi-lo, ReduceWorkgroupSize))
+			for l := range active {
 				var acc T
-				for t := lo + uint64(l); t < hi; t += ReduceWorkgroupSize {
-					acc = acc + load(in, base+t*inner)
+				if view != nil {
+					for t := lo + uint64(l); t < hi; t += ReduceWorkgroupSize {
+						acc = acc + view[base+t*inner]
+					}
+				} else {
+					for t := lo + uint64(l); t < hi; t += ReduceWorkgroupSize {
+						acc = acc + load(in, base+t*inner)
+					}
 				}
 				lanes[l] = acc
 			}
-			v := laneTree(&lanes)
+			v := laneTree(&lanes, active)
 			if s.Slices == 1 {
 				store(out, j, v)
 				continue
@@ -370,22 +389,38 @@ func reduceBytes[T float32 | float64](r Reduction, s ReduceShape, out, in, ws []
 			}
 			// The last arrival: combine the partials in index order and
 			// clear what it used.
-			for l := range lanes {
-				var p T
-				if uint64(l) < s.Slices {
-					p = load(partials, j*s.Slices+uint64(l))
-					store(partials, j*s.Slices+uint64(l), 0)
-				}
-				lanes[l] = p
+			for l := range s.Slices {
+				lanes[l] = load(partials, j*s.Slices+l)
+				store(partials, j*s.Slices+l, 0)
 			}
-			store(out, j, laneTree(&lanes))
+			store(out, j, laneTree(&lanes, int(s.Slices)))
 			le.PutUint32(ws[4*j:], 0)
 		}
 	}
 }
 
-// laneTree combines the 256 lane values as the kernels' RS_TREE does.
-func laneTree[T float32 | float64](v *[ReduceWorkgroupSize]T) T {
+// laneTree combines the 256 lane values as the kernels' RS_TREE does,
+// given that only the first active lanes can be non-zero: the kernels'
+// other lanes hold +0, and adding +0 changes no value here (no lane sum is
+// -0, since each starts from +0, and a sum of two values that are not -0
+// is not -0; NaN payloads aside), so the steps whose upper operand is
+// such a lane are skipped. Only v[:active] is read. TestLaneTreeSkip
+// checks this against the full tree.
+func laneTree[T float32 | float64](v *[ReduceWorkgroupSize]T, active int) T {
+	if active <= 0 {
+		return 0
+	}
+	for st := ReduceWorkgroupSize / 2; st > 0; st >>= 1 {
+		for l := 0; l < st && l+st < active; l++ {
+			v[l] = v[l] + v[l+st]
+		}
+		active = min(active, st)
+	}
+	return v[0]
+}
+
+// laneTreeFull is RS_TREE step for step, over all 256 lanes.
+func laneTreeFull[T float32 | float64](v *[ReduceWorkgroupSize]T) T {
 	for st := ReduceWorkgroupSize / 2; st > 0; st >>= 1 {
 		for l := 0; l < st; l++ {
 			v[l] = v[l] + v[l+st]
@@ -428,25 +463,20 @@ func refReduce[T float32 | float64](r Reduction, out, in []T, rows, cols uint64)
 		for sl := uint64(0); sl < s.Slices; sl++ {
 			lo := sl * s.SliceLen
 			hi := min(lo+s.SliceLen, s.Length)
-			for l := range lanes {
+			active := int(min(hi-lo, ReduceWorkgroupSize))
+			for l := range active {
 				var acc T
 				for t := lo + uint64(l); t < hi; t += ReduceWorkgroupSize {
 					acc = acc + in[base+t*inner]
 				}
 				lanes[l] = acc
 			}
-			parts[sl] = laneTree(&lanes)
+			parts[sl] = laneTree(&lanes, active)
 		}
 		if s.Slices == 1 {
 			out[j] = parts[0]
 			continue
 		}
-		for l := range lanes {
-			lanes[l] = 0
-			if uint64(l) < s.Slices {
-				lanes[l] = parts[l]
-			}
-		}
-		out[j] = laneTree(&lanes)
+		out[j] = laneTree(&parts, int(s.Slices))
 	}
 }

@@ -168,6 +168,32 @@ func bytesF64(v []float64) []byte {
 	return b
 }
 
+// Unaligned input takes the element-by-element path; it gives the same bits.
+func TestReduceBytesUnalignedInput(t *testing.T) {
+	rows, cols := uint64(3), uint64(5000)
+	for _, dt := range AllDTypes() {
+		vals := reduceInputs(rows*cols, 4)
+		in := bytesF64(vals)
+		if dt == F32 {
+			in = bytesF32(vals)
+		}
+		shifted := append(make([]byte, 1, len(in)+1), in...)[1:]
+		for _, r := range AllReductions() {
+			s, _ := r.Shape(rows, cols)
+			a, b := make([]byte, s.Outputs*uint64(dt.Size())), make([]byte, s.Outputs*uint64(dt.Size()))
+			if err := ReduceBytes(r, dt, a, in, make([]byte, s.WorkspaceSize(dt)), rows, cols); err != nil {
+				t.Fatal(err)
+			}
+			if err := ReduceBytes(r, dt, b, shifted, make([]byte, s.WorkspaceSize(dt)), rows, cols); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(a, b) {
+				t.Errorf("%v %v: unaligned input gives other bits", r, dt)
+			}
+		}
+	}
+}
+
 // TestReduceBytesMatchesReference checks the workspace-protocol model
 // against the plain reference bit for bit, that both are sums (close to an
 // exactly rounded one), and that the workspace is zero afterwards.
@@ -279,6 +305,36 @@ func TestReduceOrderIsNotALeftFold(t *testing.T) {
 	}
 	if out[0] == fold {
 		t.Errorf("reference equals the left fold (%g); the test inputs do not tell the orders apart", fold)
+	}
+}
+
+// TestLaneTreeSkip: the tree that skips the all-zero lanes gives the bits of
+// the kernels' full tree, for lane values as the kernels make them (each
+// +0 plus elements, so never -0), specials included.
+func TestLaneTreeSkip(t *testing.T) {
+	g := rand.New(rand.NewPCG(7, 7))
+	specials := []float64{math.Copysign(0, -1), 0, math.Inf(1), math.Inf(-1), 1e-310, -1e-310, 1e300, -1e300}
+	for trial := range 20000 {
+		active := 1 + g.IntN(ReduceWorkgroupSize)
+		var a, b [ReduceWorkgroupSize]float64
+		var c, d [ReduceWorkgroupSize]float32
+		for l := range active {
+			x := (g.Float64() - 0.5) * math.Pow(2, float64(g.IntN(80)-40))
+			if g.IntN(10) == 0 {
+				x = specials[g.IntN(len(specials))]
+			}
+			a[l] = 0 + x // as a lane: +0 plus its elements
+			c[l] = 0 + float32(x)
+		}
+		b, d = a, c
+		got, want := laneTree(&a, active), laneTreeFull(&b)
+		if math.Float64bits(got) != math.Float64bits(want) && !(math.IsNaN(got) && math.IsNaN(want)) {
+			t.Fatalf("trial %d f64, %d active: %v, full tree %v", trial, active, got, want)
+		}
+		got32, want32 := laneTree(&c, active), laneTreeFull(&d)
+		if math.Float32bits(got32) != math.Float32bits(want32) && !(got32 != got32 && want32 != want32) {
+			t.Fatalf("trial %d f32, %d active: %v, full tree %v", trial, active, got32, want32)
+		}
 	}
 }
 
