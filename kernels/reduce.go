@@ -9,6 +9,35 @@ import (
 	"strings"
 )
 
+// Launching a reduction (the contract for the op path):
+//
+//   - Look the kernel up by Reduction.Symbol(dt) in the executable that
+//     holds the elementwise kernels (the same code object; the same PTX
+//     module, by Reduction.KernelName, on CUDA).
+//   - Shape, err := r.Shape(rows, cols); the workspace needs
+//     shape.WorkspaceSize(dt) bytes (0: pass Workspace 0; the kernel never
+//     touches it). Allocate it once per device (or per queue), zero it once,
+//     and reuse it for every later reduction: no memset per launch. A larger
+//     shape needs a larger workspace; grow it (a new zeroed allocation) and
+//     keep reusing.
+//   - One dispatch: ReduceArgs{Out, In, Workspace, Rows, Cols}.Encode into
+//     ReduceKernargSize bytes of kernarg memory; workgroup size
+//     ReduceWorkgroupSize x 1 x 1; grid shape.Workgroups() *
+//     ReduceWorkgroupSize work-items (any whole number of workgroups gives
+//     the same bits); group_segment_size at least the kernel's metadata
+//     .group_segment_fixed_size (ReduceGroupSegmentSize(dt)). On CUDA,
+//     cuLaunchKernel with shape.Workgroups() blocks of ReduceWorkgroupSize
+//     threads and a parameter block over ReduceLayout's offsets.
+//   - Declared accesses: In read; Out written; the workspace READ AND
+//     WRITTEN. The workspace is tracked like an array with its own sync
+//     state: every reduction is its writer, so two reductions on one queue
+//     follow queue order (barrier bit), and a reduction on another queue (or
+//     HIP stream) must wait for the last one that used it, like any
+//     write-after-write; it is never handed to another queue without that
+//     dependency. A debug option may read it back before a launch and call
+//     CheckZeroed (nvFuser's checkZeroed); the emulator and the simulated
+//     driver refuse a dirty workspace themselves (ReduceBytes).
+//
 // Reduction is a sum reduction of a row-major rows x cols matrix, computed
 // by the multi-workgroup kernels of src/reduce.cl. They combine per-slice
 // partials through a workspace that must be zero when a launch starts and
