@@ -7,8 +7,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"os"
+	"path/filepath"
 	"testing"
+	"unsafe"
 
+	"github.com/rocsync/rocsync/internal/cmem"
 	"github.com/rocsync/rocsync/kernels"
 )
 
@@ -145,5 +149,78 @@ func TestExecutorReductionShapeAndMapping(t *testing.T) {
 	}
 	if w.hs.faults() != before+1 || uint64(w.hs.call("harness_last_fault")) != w.ws {
 		t.Errorf("fault not raised at the workspace address")
+	}
+}
+
+// A reduction dispatch allocates nothing in the executor once its plan is
+// made (the per-dispatch path of every launch).
+func TestExecutorReductionHotPathAllocatesNothing(t *testing.T) {
+	if execRaceEnabled {
+		t.Skip("sync.Pool drops items under -race, so allocations reappear there")
+	}
+	w := newReduction(t, kernels.SumRows, kernels.F64, 4, 9000)
+	co, _ := kernels.CodeObject("gfx90a")
+	base, extent, _ := w.hs.loadImage(co, nodeMask)
+	mem := cmem.Alloc(256)
+	defer cmem.Free(mem)
+	clear(unsafe.Slice((*byte)(mem), 256))
+	name := w.red.KernelName(w.dt)
+	copy(unsafe.Slice((*byte)(unsafe.Add(mem, 128)), len(name)+1), name+"\x00")
+	call, disp := uintptr(mem), uintptr(mem)+64
+	*(*uint64)(cmem.Ptr(call + callName)) = uint64(call + 128)
+	*(*uint64)(cmem.Ptr(call + callImageBase)) = base
+	*(*uint64)(cmem.Ptr(call + callImageSize)) = extent
+	*(*uint64)(cmem.Ptr(call + callDispatch)) = uint64(disp)
+	*(*uint32)(cmem.Ptr(disp + dispGPUNode)) = gpuNode
+	*(*uint64)(cmem.Ptr(disp + dispKernarg)) = w.karg
+	*(*uint32)(cmem.Ptr(disp + dispGrid)) = 4 * kernels.ReduceWorkgroupSize
+	*(*uint32)(cmem.Ptr(disp + dispGrid + 4)) = 1
+	*(*uint32)(cmem.Ptr(disp + dispGrid + 8)) = 1
+	*(*uint16)(cmem.Ptr(disp + dispWorkgroup)) = kernels.ReduceWorkgroupSize
+	*(*uint16)(cmem.Ptr(disp + dispWorkgroup + 2)) = 1
+	*(*uint16)(cmem.Ptr(disp + dispWorkgroup + 4)) = 1
+	if r := w.e.run(call); r != execOK {
+		t.Fatalf("first run = %d (%v)", r, w.e.LastRefusal())
+	}
+	allocs := testing.AllocsPerRun(20, func() {
+		if r := w.e.run(call); r != execOK {
+			t.Fatalf("run = %d", r)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("%v allocations per dispatch, want 0", allocs)
+	}
+}
+
+// A kernel with a reduction's name but another signature, or without the
+// required 256-wide workgroup, is refused: the executor runs only what the
+// loaded code object's metadata says it can.
+func TestExecutorRefusesReductionLayoutOtherThanMetadata(t *testing.T) {
+	for name, src := range map[string]string{
+		"uint rows": "kernel __attribute__((reqd_work_group_size(256, 1, 1))) void rocsync_sum_all_f32(global float* out, " +
+			"global const float* in, global uint* workspace, uint rows, ulong cols) {}\n",
+		"no reqd_work_group_size": "kernel void rocsync_sum_all_f32(global float* out, " +
+			"global const float* in, global uint* workspace, ulong rows, ulong cols) {}\n",
+	} {
+		path := filepath.Join(t.TempDir(), "wrong.cl")
+		if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		co := buildCL(t, path)
+		hs := buildHarness(t)
+		e, err := RegisterExecutor(hs.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.logUnknown = false
+		base, _, kds := hs.loadImage(co, nodeMask)
+		karg, _ := hs.mem(64, nodeMask)
+		if r := hs.dispatch(base+kds["rocsync_sum_all_f32"], karg, [3]uint32{256, 1, 1}, [3]uint16{256, 1, 1}); r != execUnknownKernel {
+			t.Errorf("%s: dispatch = %d, want KFDSIM_UNKNOWN_KERNEL", name, r)
+		}
+		if st := e.Stats(); st.Unknown != 1 || st.Runs != 0 {
+			t.Errorf("%s: stats %+v, want one unknown", name, st)
+		}
+		e.Close()
 	}
 }
