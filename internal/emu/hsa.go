@@ -11,6 +11,7 @@ import (
 
 	"github.com/rocsync/rocsync/hsa"
 	"github.com/rocsync/rocsync/kernels"
+	"github.com/rocsync/rocsync/userkernel"
 )
 
 // HSA is the emulated HSA runtime. It implements hsa.Runtime.
@@ -508,6 +509,10 @@ type kernelImpl struct {
 	groupSize   uint32 // static LDS per workgroup
 	privateSize uint32
 	implemented bool
+	// user is the signature of a kernel that is not rocsync's (nil for
+	// rocsync's), read from its code object's metadata; it runs through
+	// Options.References.
+	user *userkernel.Kernel
 }
 
 // newKernelImpl reads one kernel's metadata.
@@ -519,6 +524,21 @@ func (m *Machine) newKernelImpl(k kernels.KernelMeta) *kernelImpl {
 	}
 	impl.op, impl.dt, impl.implemented = kernels.ParseSymbol(k.Symbol)
 	return impl
+}
+
+// userImage reads the signatures of the kernels in a code object that are
+// not rocsync's, for the references; nil if it cannot (their dispatch
+// then faults, as an unknown kernel does).
+func (m *Machine) userImage(code []byte) *userkernel.Image {
+	src, err := userkernel.CodeObjects(code)
+	if err != nil {
+		return nil
+	}
+	img, err := userkernel.NewBuilder(userkernel.Options{NoDiskCache: true}).Build(src, userkernel.Device{ISA: "amdgcn-amd-amdhsa--" + m.opts.ISA})
+	if err != nil {
+		return nil
+	}
+	return img
 }
 
 // CodeObjectReaderCreateFromMemory keeps the caller's bytes, as ROCr does:
@@ -657,8 +677,17 @@ func (h *HSA) ExecutableLoadAgentCodeObject(e hsa.Executable, a hsa.Agent, r hsa
 	h.mu.Lock()
 	x.storage = append(x.storage, rd)
 	h.mu.Unlock()
+	var user *userkernel.Image
 	for _, k := range meta.Kernels {
 		impl := h.m.newKernelImpl(k)
+		if !impl.implemented {
+			if user == nil {
+				user = h.m.userImage(code)
+			}
+			if user != nil {
+				impl.user, _ = user.Kernel(k.Symbol)
+			}
+		}
 		h.m.execMu.Lock()
 		h.m.kernels = append(h.m.kernels, impl)
 		handle := uint64(len(h.m.kernels))
