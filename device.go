@@ -37,6 +37,7 @@ type Device struct {
 	defaultMu   sync.Mutex // held while the default task is made
 	defaultTask *Task
 	frees       pendingFrees
+	staging     stagingPool // pinned memory for asynchronous copies
 	cache       *memCache
 	closed      atomic.Bool
 	closeMu     sync.RWMutex // held for reading by every op, for writing by Close
@@ -504,7 +505,7 @@ func (d *Device) CloseContext(ctx context.Context) error {
 		}
 		t.lifeMu.Unlock()
 	}
-	errs = append(errs, d.cache.trim(d.drv), d.drv.Close())
+	errs = append(errs, d.cache.trim(d.drv), d.staging.free(d), d.drv.Close())
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("rocsync: closing gpu%d: %w", d.index, err)
 	}

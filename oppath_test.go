@@ -1,6 +1,7 @@
 package rocsync
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"math"
@@ -348,4 +349,97 @@ func TestUserKernelLaunchAllocations(t *testing.T) {
 	require.LessOrEqual(t, allocs, base, "a user kernel launch allocates more than a built-in one")
 }
 
-var _ = driver.MaxArgs
+// Uploads into an existing array and asynchronous downloads are ordered
+// with kernels and gemms under every policy, reuse their staging memory
+// once the copies completed, and equal the CPU reference.
+func TestUploadDownload(t *testing.T) {
+	for _, p := range allPolicies {
+		t.Run(p.String(), func(t *testing.T) {
+			d := openOpPath(t, p)
+			tk, err := d.NewTask()
+			require.NoError(t, err)
+			const n = 16
+			x, err := d.Empty(n, n, Float32)
+			require.NoError(t, err)
+			acc, err := tk.Full(n, n, Float32, 0)
+			require.NoError(t, err)
+			want := make([]float32, n*n)
+			for it := range 20 {
+				host := seq(n*n, func(i int) float32 { return float32(i%7 + it) })
+				require.NoError(t, tk.UploadFloat32(x, host)) // waits for the AXPY reading x before
+				for i := range host {
+					host[i] = -1 // the caller may reuse its slice at once
+					want[i] += 2 * float32(i%7+it)
+				}
+				require.NoError(t, tk.AXPYInto(acc, 2, x, acc))
+			}
+			cp, err := d.Empty(n, n, Float32)
+			require.NoError(t, err)
+			require.NoError(t, tk.CopyBuffer(cp, acc))
+			got := make([]float32, n*n)
+			pend, err := tk.DownloadFloat32(cp, got)
+			require.NoError(t, err)
+			called := make(chan error, 1)
+			pend.Then(func(err error) { called <- err })
+			require.NoError(t, pend.Wait(context.Background()))
+			require.NoError(t, <-called)
+			require.Equal(t, want, got)
+			slots, _ := d.Staged()
+			require.LessOrEqual(t, slots, maxStaging, "staging memory is reused once its copies complete")
+			require.NoError(t, tk.Close())
+			require.NoError(t, d.Synchronize())
+			require.Empty(t, d.Hazards())
+		})
+	}
+}
+
+// Copies' misuse is a typed error.
+func TestCopyErrors(t *testing.T) {
+	d := openOpPath(t, DeviceSide)
+	tk := d.DefaultTask()
+	x, err := d.Empty(2, 2, Float32)
+	require.NoError(t, err)
+	y, err := d.Empty(2, 2, Float64)
+	require.NoError(t, err)
+	require.ErrorIs(t, tk.UploadFloat32(x, make([]float32, 3)), ErrShape)
+	require.ErrorIs(t, tk.UploadFloat64(x, make([]float64, 4)), ErrDType)
+	require.ErrorIs(t, tk.Upload(nil, nil), ErrNilArray)
+	require.ErrorIs(t, tk.CopyBuffer(x, y), ErrShape)
+	require.ErrorIs(t, tk.CopyBuffer(x, x), ErrInvalid)
+	_, err = tk.DownloadFloat32(y, make([]float32, 4))
+	require.ErrorIs(t, err, ErrDType)
+	// A download of a poisoned array fails at once.
+	cause := errors.New("library failed")
+	require.ErrorIs(t, tk.LibraryCall([]Arg{Out(x)}, func(uintptr) error { return cause }), ErrFault)
+	_, err = tk.DownloadFloat32(x, make([]float32, 4))
+	require.ErrorIs(t, err, ErrFault)
+	require.ErrorIs(t, err, cause)
+}
+
+// Each kind of copy, submitted without declaring what it reads or writes,
+// is a race the hazard checker reports.
+func TestCopyMissingAccessIsARace(t *testing.T) {
+	for _, kind := range []driver.Kind{driver.CopyHtoD, driver.CopyDtoH, driver.CopyDtoD} {
+		t.Run(kind.String(), func(t *testing.T) {
+			d := openOpPath(t, DeviceBridge)
+			tk := d.DefaultTask()
+			x, err := tk.Full(4, 4, Float32, 1) // written on the kernel queue
+			require.NoError(t, err)
+			y, err := d.Empty(4, 4, Float32)
+			require.NoError(t, err)
+			require.NoError(t, tk.ScaleInto(y, 2, x)) // read on the kernel queue
+			slot, err := d.staging.take(d, "test", 64)
+			require.NoError(t, err)
+			tk.op.Kind, tk.op.Lane, tk.op.Host, tk.op.Size = kind, driver.LaneLibrary, slot.p, 64
+			tk.op.Dst, tk.op.Src = x.ptr, x.ptr
+			if kind == driver.CopyDtoD {
+				tk.op.Dst = y.ptr // write-after-read on y, read-after-write on x
+			}
+			f, err := tk.submit("copy without operands", nil)
+			require.NoError(t, err)
+			d.staging.put(slot, f)
+			require.NoError(t, d.Synchronize())
+			require.NotEmpty(t, d.Hazards(), "the checker must see the undeclared access")
+		})
+	}
+}
