@@ -387,7 +387,8 @@ func (t *Task) Submit(op *driver.Op) (uint64, error) {
 		if op.Call == nil {
 			return 0, fmt.Errorf("%w: library call of no function", driver.ErrUnsupported)
 		}
-		return s.Submit(op.Call)
+		call := op.Call
+		return s.Submit(func(s uintptr) error { return t.d.b.call(call, s) })
 	case driver.CopyHtoD, driver.CopyDtoH, driver.CopyDtoD:
 		kind, dst, src, host, n := op.Kind, op.Dst, op.Src, op.Host, op.Size
 		return s.Submit(func(s uintptr) error { return t.d.b.copyAsync(kind, dst, src, host, n, s) })
