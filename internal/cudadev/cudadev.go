@@ -282,7 +282,10 @@ type Task struct {
 	op         driver.Op // filled by Launch and Gemm
 }
 
-var _ driver.Task = (*Task)(nil)
+var (
+	_ driver.Task        = (*Task)(nil)
+	_ driver.BLASHandler = (*Task)(nil)
+)
 
 // NewTask implements driver.Device.
 func (d *Device) NewTask(sinks syncstate.Sinks) (driver.Task, error) {
@@ -449,8 +452,8 @@ func (t *Task) gemm(g *driver.GemmArgs) (uint64, error) {
 	})
 }
 
-// BLASHandle is the task's cuBLAS handle (0 without cuBLAS), bound to its
-// library stream.
+// BLASHandle implements driver.BLASHandler: the task's cuBLAS handle (0
+// without cuBLAS), bound to its library stream.
 func (t *Task) BLASHandle() uintptr { return t.blas }
 
 // LoadModule implements driver.KernelLoader with cuModuleLoadData (PTX is

@@ -503,7 +503,10 @@ type Task struct {
 	sinks syncstate.Sinks
 }
 
-var _ driver.Task = (*Task)(nil)
+var (
+	_ driver.Task        = (*Task)(nil)
+	_ driver.BLASHandler = (*Task)(nil)
+)
 
 // NewTask implements driver.Device.
 func (d *Device) NewTask(sinks syncstate.Sinks) (driver.Task, error) {
@@ -638,9 +641,13 @@ func (t *Task) gemm(g *driver.GemmArgs) (uint64, error) {
 	return 0, fmt.Errorf("%w: gemm of %v", driver.ErrUnsupported, g.DType)
 }
 
-// BLASHandle is the task's rocBLAS handle (0 without rocBLAS), bound to
-// its stream: a library call may use it for calls of its own.
-func (t *Task) BLASHandle() rocblas.Handle { return t.st.BLAS }
+// BLASHandle implements driver.BLASHandler: the task's rocBLAS handle (0
+// without rocBLAS), bound to its stream, for library calls of the user's.
+func (t *Task) BLASHandle() uintptr { return uintptr(t.st.BLAS) }
+
+// Runtimes returns the libraries the device runs on (the emulated ones on
+// the emulator).
+func (d *Device) Runtimes() Runtimes { return d.rt }
 
 // Close implements driver.Task: it drains and releases.
 func (t *Task) Close() error {
