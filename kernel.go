@@ -1,6 +1,7 @@
 package rocsync
 
 import (
+	"errors"
 	"sync"
 
 	"github.com/rocsync/rocsync/driver"
@@ -166,7 +167,11 @@ func (d *Device) LoadKernel(src *userkernel.Source, name string) (*Kernel, error
 	}
 	lk, err := reg.Kernel(src, name)
 	if err != nil {
-		return nil, &Error{Op: "LoadKernel", Kind: ErrInvalid, Detail: name, Err: err}
+		kind := ErrInvalid // the source, the kernel's name or its target
+		if errors.Is(err, userkernel.ErrNoCompiler) || errors.Is(err, userkernel.ErrCache) {
+			kind = ErrUnavailable
+		}
+		return nil, &Error{Op: "LoadKernel", Kind: kind, Detail: name, Err: err}
 	}
 	dk := loader.kernel(lk.Handle)
 	if dk == nil {

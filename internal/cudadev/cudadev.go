@@ -375,8 +375,10 @@ func (t *Task) Submit(op *driver.Op) (uint64, error) {
 		g := &op.Geometry
 		var grid, block [3]uint32
 		for i := range grid {
+			// CUDA counts whole blocks: a partial last one becomes whole,
+			// and the kernel's own bounds check covers the rest.
 			block[i] = max(g.Workgroup[i], 1)
-			grid[i] = max(g.Grid[i]/block[i], 1)
+			grid[i] = (max(g.Grid[i], 1) + block[i] - 1) / block[i]
 		}
 		args := op.Args[:k.ArgsSize]
 		fn := uintptr(k.Object)

@@ -579,8 +579,11 @@ func (t *Task) Submit(op *driver.Op) (uint64, error) {
 			kernarg := op.Args[:k.ArgsSize]
 			var grid, block [3]uint32
 			for i := range grid {
+				// HIP counts whole blocks: a partial last workgroup
+				// (which AQL allows) becomes a whole one, and the kernel's
+				// own bounds check covers the rest.
 				block[i] = max(g.Workgroup[i], 1)
-				grid[i] = max(g.Grid[i], 1) / block[i]
+				grid[i] = (max(g.Grid[i], 1) + block[i] - 1) / block[i]
 			}
 			// sharedMemBytes is 0: HIP adds the kernel's static LDS (its
 			// group segment size) itself.
