@@ -141,6 +141,7 @@ func TestUserKernelMissingWriteIsARace(t *testing.T) {
 	y, err := d.FromFloat32(16, 16, seq(n, func(int) float32 { return 1 }))
 	require.NoError(t, err)
 	require.NoError(t, tk.Launch(k, userkernel.Grid1D(n, 64), In(y), In(x), F32(2), U32(n)))
+	d.machine.Quiesce() // let it finish, unobserved by the host (and ordered for Go's race detector)
 	_, err = tk.MatMul(y, x, false, false)
 	require.NoError(t, err)
 	require.NoError(t, d.Synchronize())
@@ -253,6 +254,7 @@ func TestLibraryCallMissingAccessIsARace(t *testing.T) {
 			} else {
 				ops = ops[:1]
 			}
+			d.machine.Quiesce() // the kernel finishes, unobserved by the host
 			require.NoError(t, tk.LibraryCall(ops, func(stream uintptr) error {
 				if err := blas.SetStream(h, hip.Stream(stream)); err != nil {
 					return err
@@ -260,6 +262,7 @@ func TestLibraryCallMissingAccessIsARace(t *testing.T) {
 				return blas.Sgemm(h, rocblas.OperationNone, rocblas.OperationNone, n, n, n, 1,
 					hip.DevicePtr(a.ptr), n, hip.DevicePtr(a.ptr), n, 0, hip.DevicePtr(c.ptr), n)
 			}))
+			d.machine.Quiesce()
 			require.NoError(t, tk.ScaleInto(c, 2, c))
 			require.NoError(t, d.Synchronize())
 			require.NotEmpty(t, d.Hazards(), "the checker must see the undeclared %s", drop)
@@ -431,6 +434,7 @@ func TestCopyMissingAccessIsARace(t *testing.T) {
 			y, err := d.Empty(4, 4, Float32)
 			require.NoError(t, err)
 			require.NoError(t, tk.ScaleInto(y, 2, x)) // read on the kernel queue
+			d.machine.Quiesce()
 			slot, err := d.staging.take(d, "test", 64)
 			require.NoError(t, err)
 			tk.op.Kind, tk.op.Lane, tk.op.Host, tk.op.Size = kind, driver.LaneLibrary, slot.p, 64
