@@ -607,7 +607,7 @@ func TestUnifiedHasNoBoundary(t *testing.T) {
 		t.Run(prog.name, func(t *testing.T) {
 			d := openStrict(t, Unified)
 			tk := d.DefaultTask()
-			require.Equal(t, tk.drv.KernelTimeline(), tk.drv.LibraryTimeline(), "one stream for kernels and gemms")
+			require.Equal(t, tk.drv.Timeline(driver.LaneKernel), tk.drv.Timeline(driver.LaneLibrary), "one stream for kernels and gemms")
 			host := randMatrix(1, n128)
 			x, err := d.FromFloat32(n128, n128, host)
 			require.NoError(t, err)

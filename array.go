@@ -21,17 +21,15 @@ const (
 	Float64 = kernels.F64
 )
 
-// Array is a 2-D row-major array in device memory. Its SyncState records
-// the op that last wrote it and the newest reader on each queue, so the
-// next op waits for exactly what it must.
+// Array is a 2-D row-major array in device memory: a typed view over the
+// Buffer it is built on (Array.Buffer), whose SyncState records the op
+// that last wrote it and the newest reader on each queue, so the next op
+// waits for exactly what it must.
 type Array struct {
-	dev   *Device
-	ptr   driver.DevicePtr
-	rows  int
-	cols  int
-	dtype DType
-	st    syncstate.State // embedded: one allocation per array
-	freed bool            // guarded by st's lock
+	buffer // embedded: one allocation per array
+	rows   int
+	cols   int
+	dtype  DType
 }
 
 // Rows, Cols and DType describe the array; a nil array has none.
@@ -73,8 +71,6 @@ func (a *Array) Device() *Device {
 	}
 	return a.dev
 }
-
-func (a *Array) bytes() uint64 { return uint64(a.Len() * a.dtype.Size()) }
 
 // PendingFences is how many fences of the array are not yet known
 // complete: 0 for a nil array and once the device is closed (Close
@@ -129,32 +125,42 @@ func (d *Device) alloc(op string, rows, cols int, dt DType) (*Array, error) {
 	if dt != Float32 && dt != Float64 {
 		return nil, newErr(op, ErrDType, "unsupported dtype %v", dt)
 	}
-	a := &Array{dev: d, rows: rows, cols: cols, dtype: dt}
-	a.st.Init()
-	if p, ok := d.cache.take(a.bytes()); ok {
-		a.ptr = p
-		return a, nil
+	a := &Array{rows: rows, cols: cols, dtype: dt}
+	if err := d.allocBuffer(op, &a.buffer, uint64(rows*cols*dt.Size())); err != nil {
+		return nil, err
 	}
-	p, err := d.drv.Malloc(a.bytes())
+	return a, nil
+}
+
+// allocBuffer gives b size bytes of device memory: a cached block, else
+// the driver's, waiting for freed memory when the device is full.
+func (d *Device) allocBuffer(op string, b *buffer, size uint64) error {
+	b.dev, b.size = d, size
+	b.st.Init()
+	if p, ok := d.cache.take(size); ok {
+		b.ptr = p
+		return nil
+	}
+	p, err := d.drv.Malloc(size)
 	if err != nil {
 		// Memory may be held by the cache, or by freed arrays whose work
 		// is still pending.
 		_ = d.cache.trim(d.drv)
 		if d.syncDebug != SyncDebugOff && d.frees.n.Load() != 0 {
 			if err := d.implicitWait(op, "memory of freed arrays whose work is pending", ReasonFree); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		if d.frees.poll(d, true) == nil {
 			_ = d.cache.trim(d.drv)
-			p, err = d.drv.Malloc(a.bytes())
+			p, err = d.drv.Malloc(size)
 		}
 		if err != nil {
-			return nil, &Error{Op: op, Kind: ErrUnavailable, Detail: fmt.Sprintf("allocating %dx%d %s", rows, cols, dt), Err: err}
+			return &Error{Op: op, Kind: ErrUnavailable, Detail: fmt.Sprintf("allocating %d bytes", size), Err: err}
 		}
 	}
-	a.ptr = p
-	return a, nil
+	b.ptr = p
+	return nil
 }
 
 // FromFloat32 copies a row-major host slice of rows*cols values to a new
@@ -180,7 +186,7 @@ func fromSlice(d *Device, op string, rows, cols int, dt DType, n int, src unsafe
 	if err != nil {
 		return nil, err
 	}
-	if err := d.drv.CopyHtoD(a.ptr, src, a.bytes()); err != nil {
+	if err := d.drv.CopyHtoD(a.ptr, src, a.size); err != nil {
 		_ = d.drv.Free(a.ptr)
 		return nil, &Error{Op: op, Kind: ErrUnavailable, Detail: "copying to the device", Err: err}
 	}
@@ -243,25 +249,7 @@ func (a *Array) copyTo(ctx context.Context, op string, dt DType, n int, dst unsa
 	if n != a.Len() {
 		return newErr(op, ErrShape, "destination holds %d values, array has %d", n, a.Len())
 	}
-	a.st.Lock()
-	defer a.st.Unlock()
-	if a.freed {
-		return newErr(op, ErrFreed, "%v", a)
-	}
-	if w := a.st.WriterLocked(); !w.Done() {
-		d.countHostWait(ReasonReadBack)
-		if err := syncstate.WaitHostContext(ctx, w); err != nil {
-			return &Error{Op: op, Kind: waitKind(err), Detail: "waiting for the writer " + w.String(), Err: err}
-		}
-	}
-	if err := a.st.PoisonLocked(); err != nil {
-		// Nothing is copied: dst keeps what it held.
-		return &Error{Op: op, Kind: ErrFault, Detail: a.String(), Err: err}
-	}
-	if err := d.drv.CopyDtoH(dst, a.ptr, a.bytes()); err != nil {
-		return &Error{Op: op, Kind: ErrUnavailable, Detail: "copying to the host", Err: err}
-	}
-	return nil
+	return a.buffer.download(ctx, op, dst, a)
 }
 
 // Free releases the array. It never blocks: if work on the array is still
@@ -271,24 +259,7 @@ func (a *Array) Free() error {
 	if a == nil {
 		return newErr("Free", ErrNilArray, "")
 	}
-	d := a.dev
-	if err := d.enter("Free"); err != nil {
-		return err
-	}
-	defer d.leave()
-	a.st.Lock()
-	if a.freed {
-		a.st.Unlock()
-		return newErr("Free", ErrFreed, "double free of %v", a)
-	}
-	a.freed = true
-	pending := a.st.PendingLocked(nil)
-	a.st.Unlock()
-	if len(pending) == 0 {
-		return d.release(a.ptr, a.bytes())
-	}
-	d.frees.add(a.ptr, a.bytes(), pending)
-	return nil
+	return a.buffer.free(a)
 }
 
 // release gives a block whose work is done back: to the cache, or to the

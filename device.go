@@ -17,6 +17,7 @@ import (
 	"github.com/rocsync/rocsync/internal/rocmdev"
 	"github.com/rocsync/rocsync/rocblas"
 	"github.com/rocsync/rocsync/syncstate"
+	"github.com/rocsync/rocsync/userkernel"
 )
 
 // Device is one GPU opened through one backend. It is safe for concurrent
@@ -36,9 +37,17 @@ type Device struct {
 	defaultMu   sync.Mutex // held while the default task is made
 	defaultTask *Task
 	frees       pendingFrees
+	staging     stagingPool // pinned memory for asynchronous copies
 	cache       *memCache
 	closed      atomic.Bool
 	closeMu     sync.RWMutex // held for reading by every op, for writing by Close
+
+	// User kernels: the registry (made at the first LoadKernel) and the
+	// builder it compiles with.
+	kernelsOnce   sync.Once
+	kernels       *userkernel.Registry
+	kernelLoader  *kernelLoader
+	kernelBuilder *userkernel.Builder
 
 	launchBlocking bool
 	syncDebug      SyncDebugMode
@@ -60,7 +69,7 @@ func (d *Device) throttleDevice(sinks syncstate.Sinks) error {
 				continue // closing: it drains itself
 			}
 			if !t.released {
-				k, l := t.drv.KernelTimeline(), t.drv.LibraryTimeline()
+				k, l := t.drv.Timeline(driver.LaneKernel), t.drv.Timeline(driver.LaneLibrary)
 				for i, tl := range [2]syncstate.Timeline{k, l} {
 					if i == 1 && l == k {
 						break
@@ -196,7 +205,7 @@ func open(o Options, all bool) ([]*Device, error) {
 		d := &Device{drv: dd, backend: fam.name, machine: fam.machine, index: i, log: log,
 			engine: syncstate.Engine{Policy: o.Policy, DisableWaits: o.disableWaits}, stats: fam.stats[i],
 			cache: newMemCache(o.MemoryCache), launchBlocking: o.launchBlocking(), syncDebug: o.SyncDebug,
-			maxPerDevice: uint64(o.MaxInFlightPerDevice)}
+			maxPerDevice: uint64(o.MaxInFlightPerDevice), kernelBuilder: o.KernelBuilder}
 		if o.SyncDebug != SyncDebugOff {
 			d.engine.OnHostWait = d.implicitHostWait
 			if i < len(fam.throttle) {
@@ -249,7 +258,7 @@ func openEmulator(o Options, log zerolog.Logger) (family, error) {
 	m := emu.New(emu.Options{Devices: e.Devices, ISA: e.ISA, MemoryPerDevice: e.MemoryPerDevice,
 		Hazards: e.HazardChecker, MaxDelay: e.MaxDelay, Seed: e.Seed, HIPVersion: e.HIPVersion,
 		HIPVisibleDevices: e.HIPVisibleDevices, KernelGroupSegmentSize: e.KernelGroupSegmentSize,
-		FaultInjector: e.FaultInjector})
+		FaultInjector: e.FaultInjector, References: e.KernelReferences})
 	if err := m.HSA().Init(); err != nil {
 		return family{}, err
 	}
@@ -496,7 +505,7 @@ func (d *Device) CloseContext(ctx context.Context) error {
 		}
 		t.lifeMu.Unlock()
 	}
-	errs = append(errs, d.cache.trim(d.drv), d.drv.Close())
+	errs = append(errs, d.cache.trim(d.drv), d.staging.free(d), d.drv.Close())
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("rocsync: closing gpu%d: %w", d.index, err)
 	}

@@ -57,7 +57,7 @@ const unmappedBase = 0x10_0000_0000
 // unmappedLike returns an array shaped like a whose memory is not mapped:
 // any kernel or gemm that touches it faults.
 func unmappedLike(a *Array) *Array {
-	u := &Array{dev: a.dev, ptr: driver.DevicePtr(unmappedBase), rows: a.rows, cols: a.cols, dtype: a.dtype}
+	u := &Array{buffer: buffer{dev: a.dev, ptr: driver.DevicePtr(unmappedBase), size: a.size}, rows: a.rows, cols: a.cols, dtype: a.dtype}
 	u.st.Init()
 	return u
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/rocsync/rocsync/syncstate"
+	"github.com/rocsync/rocsync/userkernel"
 )
 
 // Policy chooses how rocsync orders work across queues and streams.
@@ -88,6 +89,10 @@ type EmulatorOptions struct {
 	// memory fault, a HIP op breaks its stream. It is called from emulator
 	// goroutines, possibly concurrently.
 	FaultInjector func(op string) bool
+	// KernelReferences runs user kernels: the emulator cannot execute GPU
+	// code, so a user kernel it loads runs as the Go function registered
+	// here under the kernel's name; a kernel without one faults its queue.
+	KernelReferences *userkernel.References
 }
 
 // Options configure Open.
@@ -106,6 +111,9 @@ type Options struct {
 	MemoryCache int64
 	// Emulator configures the emulated device.
 	Emulator EmulatorOptions
+	// KernelBuilder builds and caches user kernels (Device.LoadKernel);
+	// nil: one Builder with default options, shared by the process.
+	KernelBuilder *userkernel.Builder
 	// Logger receives rocsync's logs; nil logs info and above to stderr.
 	Logger *zerolog.Logger
 	// WaitTimeout bounds every host wait: past it the wait returns an

@@ -11,6 +11,7 @@ import (
 	"github.com/rocsync/rocsync/driver"
 	"github.com/rocsync/rocsync/kernels"
 	"github.com/rocsync/rocsync/syncstate"
+	"github.com/rocsync/rocsync/userkernel"
 )
 
 // Task is the task-local state of the seed design: on ROCm one HSA queue
@@ -28,6 +29,20 @@ type Task struct {
 	// releasing the driver task (Close); released is set under it.
 	lifeMu   sync.Mutex
 	released bool
+
+	// The op being submitted and its operands: owned by the task (which
+	// serves one goroutine), so that an op passed to the driver through
+	// its interface costs no allocation.
+	op       driver.Op
+	operands [syncstate.MaxOperands]access
+	kargs    [maxKernelArgs]userkernel.Arg
+}
+
+// access is one Operand of an op: a buffer and how the op uses it.
+type access struct {
+	b      *buffer
+	who    Operand
+	access Access
 }
 
 // Stats returns the task's counters (zero for a nil task).
@@ -76,7 +91,7 @@ func (t *Task) SynchronizeContext(ctx context.Context) error {
 // drain host-waits for the task's timelines (one wait each, counted as a
 // sync wait, only where work is pending).
 func (t *Task) drain(ctx context.Context) error {
-	k, l := t.drv.KernelTimeline(), t.drv.LibraryTimeline()
+	k, l := t.drv.Timeline(driver.LaneKernel), t.drv.Timeline(driver.LaneLibrary)
 	err := t.drainOne(ctx, k)
 	if l != k {
 		err = errors.Join(err, t.drainOne(ctx, l))
@@ -168,106 +183,92 @@ func (t *Task) check(op string, arrays ...*Array) error {
 	return nil
 }
 
-// freedIn reports the first freed operand; the caller holds their locks.
-func freedIn(op string, arrays ...*Array) error {
-	for _, a := range arrays {
-		if a != nil && a.freed {
-			return newErr(op, ErrFreed, "%v", a)
+// freedIn reports the first freed Operand; the caller holds their locks.
+func freedIn(op string, operands []access) error {
+	for _, x := range operands {
+		if x.b.freed {
+			return newErr(op, ErrFreed, "%v", x.who)
 		}
 	}
 	return nil
 }
 
-// submit orders an op after what it must follow, submits it and records
-// it: the one path every op takes. reads and write are its operands.
-func (t *Task) submit(name string, tl syncstate.Timeline, reads []*Array, write *Array, c *call) error {
+// submit orders t.op after what it must follow, submits it and records
+// it: the one path every kind of op takes. operands are what it reads and
+// writes; t.op says what it does and on which lane. It returns the op's
+// fence.
+func (t *Task) submit(name string, operands []access) (syncstate.Fence, error) {
 	d := t.dev
 	if err := d.enter(name); err != nil {
-		return err
+		return syncstate.Fence{}, err
 	}
 	defer d.leave()
+	op := &t.op
+	defer func() { op.Call, op.Host = nil, nil }() // hold nothing of the caller's
+	tl := t.drv.Timeline(op.Lane)
 	sop := syncstate.Op{Name: name}
-	for _, x := range reads {
-		sop.Read(&x.st)
+	for _, x := range operands {
+		if x.access&Read != 0 {
+			sop.Read(&x.b.st)
+		}
+		if x.access&Write != 0 {
+			sop.Write(&x.b.st)
+		}
 	}
-	sop.Write(&write.st)
 	if err := sop.Begin(&d.engine, tl, t.sinks); err != nil {
 		if errors.Is(err, syncstate.ErrTooManyOperands) {
-			return &Error{Op: name, Kind: ErrInvalid, Err: err}
+			return syncstate.Fence{}, &Error{Op: name, Kind: ErrInvalid, Err: err}
 		}
 		if errors.Is(err, ErrHostWait) {
-			return err
+			return syncstate.Fence{}, err
 		}
-		return &Error{Op: name, Kind: ErrFault, Detail: "not submitted on " + tl.Name(), Err: err}
+		return syncstate.Fence{}, &Error{Op: name, Kind: ErrFault, Detail: "not submitted on " + tl.Name(), Err: err}
 	}
-	if err := freedIn(name, write); err != nil {
+	if err := freedIn(name, operands); err != nil {
 		sop.Abort()
-		return err
+		return syncstate.Fence{}, err
 	}
-	if err := freedIn(name, reads...); err != nil {
-		sop.Abort()
-		return err
-	}
-	ticket, err := c.submit(t.drv)
+	ticket, err := t.drv.Submit(op)
 	if err != nil {
 		if errors.Is(err, syncstate.ErrWaitRefused) {
 			sop.Abort() // sync-debug refused a throttle wait: nothing changed
-			return err
+			return syncstate.Fence{}, err
 		}
 		kind := ErrUnavailable
-		if tl.Failed(math.MaxUint64) != nil {
+		if tl.Failed(math.MaxUint64) != nil || op.Kind == driver.LibraryCall {
+			// A library call's function failed after it may have
+			// enqueued part of its work: what it writes is unknown.
 			kind = ErrFault
 		}
 		sop.Fail(err)
-		return &Error{Op: name, Kind: kind, Detail: "submitting to " + tl.Name(), Err: err}
+		return syncstate.Fence{}, &Error{Op: name, Kind: kind, Detail: "submitting to " + tl.Name(), Err: err}
 	}
+	f := syncstate.Fence{TL: tl, Ticket: ticket}
 	t.sinks.Dispatch()
 	if err := sop.Commit(ticket, t.sinks); err != nil {
 		var e *Error
 		if errors.As(err, &e) {
-			return err // refused by sync-debug mode
+			return f, err // refused by sync-debug mode
 		}
-		return &Error{Op: name, Kind: ErrFault, Detail: "on " + tl.Name(), Err: err}
+		return f, &Error{Op: name, Kind: ErrFault, Detail: "on " + tl.Name(), Err: err}
 	}
 	if d.maxPerDevice > 0 && d.sinceCheck.Add(1) >= max(d.maxPerDevice/2, 1) {
 		d.sinceCheck.Store(0)
 		if err := d.throttleDevice(t.sinks); err != nil {
 			// The op itself was submitted; the wait for older work failed.
-			return &Error{Op: name, Kind: waitKind(err), Detail: "device run-ahead cap", Err: err}
+			return f, &Error{Op: name, Kind: waitKind(err), Detail: "device run-ahead cap", Err: err}
 		}
 	}
 	if d.launchBlocking {
 		t.sinks.HostWait(ReasonLaunchBlocking)
 		if err := tl.WaitHost(ticket); err != nil {
-			return &Error{Op: name, Kind: waitKind(err), Detail: fmt.Sprintf("launch-blocking: the op at %s#%d", tl.Name(), ticket), Err: err}
+			return f, &Error{Op: name, Kind: waitKind(err), Detail: fmt.Sprintf("launch-blocking: the op at %s#%d", tl.Name(), ticket), Err: err}
 		}
 	}
 	if d.frees.n.Load() != 0 {
 		_ = d.frees.poll(d, false)
 	}
-	return nil
-}
-
-// call is the driver call of one op: a kernel launch or a gemm. It is a
-// plain value, not a closure or an interface, so that submitting an op
-// allocates nothing.
-type call struct {
-	gemm           bool
-	op             kernels.Op
-	dt             kernels.DType
-	args           kernels.Args
-	transA, transB bool
-	m, n, k        int
-	alpha, beta    float64
-	a, b, c        driver.DevicePtr
-	lda, ldb, ldc  int
-}
-
-func (c *call) submit(d driver.Task) (uint64, error) {
-	if c.gemm {
-		return d.Gemm(c.dt, c.transA, c.transB, c.m, c.n, c.k, c.alpha, c.a, c.lda, c.b, c.ldb, c.beta, c.c, c.ldc)
-	}
-	return d.Launch(c.op, c.dt, c.args)
+	return f, nil
 }
 
 // elementwise runs out = op(a, b, alpha) as one of rocsync's kernels.
@@ -295,14 +296,27 @@ func (t *Task) elementwise(name string, op kernels.Op, out, a, b *Array, alpha f
 			return newErr(name, ErrShape, "%v and %v", x, out)
 		}
 	}
-	c := call{op: op, dt: out.dtype, args: kernels.Args{Out: uint64(out.ptr), Alpha: alpha, N: uint64(out.Len())}}
+	k, err := t.dev.drv.Builtin(op, out.dtype)
+	if err != nil {
+		if t.dev.closed.Load() {
+			return newErr(name, ErrClosed, "device is closed")
+		}
+		return &Error{Op: name, Kind: ErrUnavailable, Detail: "loading rocsync's kernels", Err: err}
+	}
+	args := kernels.Args{Out: uint64(out.ptr), Alpha: alpha, N: uint64(out.Len())}
+	operands := t.operands[:0]
 	if readA {
-		c.args.A = uint64(a.ptr)
+		args.A = uint64(a.ptr)
+		operands = append(operands, access{&a.buffer, a, Read})
 	}
 	if readB {
-		c.args.B = uint64(b.ptr)
+		args.B = uint64(b.ptr)
+		operands = append(operands, access{&b.buffer, b, Read})
 	}
-	return t.submit(name, t.drv.KernelTimeline(), reads, out, &c)
+	operands = append(operands, access{&out.buffer, out, Write})
+	t.op.SetBuiltin(k, out.dtype, &args)
+	_, err = t.submit(name, operands)
+	return err
 }
 
 // Gemm computes c = alpha·op(a)·op(b) + beta·c with the vendor BLAS on the
@@ -335,14 +349,15 @@ func (t *Task) Gemm(transA, transB bool, alpha float64, a, b *Array, beta float6
 	if max(m, n, k) > math.MaxInt32 {
 		return newErr(name, ErrShape, "dimensions %dx%dx%d exceed BLAS's 32-bit sizes", m, n, k)
 	}
-	buf := [3]*Array{a, b, c}
-	reads := buf[:2]
+	out := Write
 	if beta != 0 {
-		reads = buf[:3]
+		out = ReadWrite
 	}
-	g := call{gemm: true, dt: c.dtype, transA: transB, transB: transA, m: n, n: m, k: k, alpha: alpha, beta: beta,
-		a: b.ptr, lda: b.cols, b: a.ptr, ldb: a.cols, c: c.ptr, ldc: c.cols}
-	return t.submit(name, t.drv.LibraryTimeline(), reads, c, &g)
+	operands := append(t.operands[:0], access{&a.buffer, a, Read}, access{&b.buffer, b, Read}, access{&c.buffer, c, out})
+	t.op = driver.Op{Kind: driver.Gemm, Lane: driver.LaneLibrary, Gemm: driver.GemmArgs{DType: c.dtype, TransA: transB, TransB: transA,
+		M: n, N: m, K: k, Alpha: alpha, Beta: beta, A: b.ptr, LDA: b.cols, B: a.ptr, LDB: a.cols, C: c.ptr, LDC: c.cols}}
+	_, err := t.submit(name, operands)
+	return err
 }
 
 // MatMulInto computes c = op(a)·op(b).

@@ -5,6 +5,8 @@ import (
 	"unsafe"
 
 	"github.com/ebitengine/purego"
+
+	"github.com/rocsync/rocsync/internal/cmem"
 )
 
 // Ctx is a context whose calls are correct from any goroutine.
@@ -159,6 +161,35 @@ func (c *Ctx) MemcpyDtoH(dst unsafe.Pointer, src DevicePtr, size uint64) error {
 	r, _, _ := purego.SyscallN(c.lib.sym[symMemcpyDtoH], uintptr(dst), uintptr(src), uintptr(size))
 	return c.lib.check(symMemcpyDtoH, r)
 }
+
+// MemcpyHtoDAsync is cuMemcpyHtoDAsync_v2 on s. src must be pinned
+// (MemHostAlloc) and unchanged until the copy completes.
+func (c *Ctx) MemcpyHtoDAsync(dst DevicePtr, src unsafe.Pointer, size uint64, s Stream) error {
+	return c.lib.invoke(c, symMemcpyHtoDAsync, uintptr(dst), uintptr(src), uintptr(size), uintptr(s))
+}
+
+// MemcpyDtoHAsync is cuMemcpyDtoHAsync_v2 on s, into pinned memory.
+func (c *Ctx) MemcpyDtoHAsync(dst unsafe.Pointer, src DevicePtr, size uint64, s Stream) error {
+	return c.lib.invoke(c, symMemcpyDtoHAsync, uintptr(dst), uintptr(src), uintptr(size), uintptr(s))
+}
+
+// MemcpyDtoDAsync is cuMemcpyDtoDAsync_v2 on s.
+func (c *Ctx) MemcpyDtoDAsync(dst, src DevicePtr, size uint64, s Stream) error {
+	return c.lib.invoke(c, symMemcpyDtoDAsync, uintptr(dst), uintptr(src), uintptr(size), uintptr(s))
+}
+
+// MemHostAlloc is cuMemHostAlloc (flags 0): page-locked host memory the
+// device's copies can use asynchronously.
+func (c *Ctx) MemHostAlloc(size uint64) (unsafe.Pointer, error) {
+	v, err := c.lib.outInvoke(c, symMemHostAlloc, uintptr(size), 0)
+	if err != nil {
+		return nil, err
+	}
+	return cmem.Ptr(uintptr(v)), nil
+}
+
+// MemFreeHost is cuMemFreeHost.
+func (c *Ctx) MemFreeHost(p unsafe.Pointer) error { return c.lib.invoke(c, symMemFreeHost, uintptr(p)) }
 
 // ModuleLoadData is cuModuleLoadData in this context (see
 // Lib.ModuleLoadData).

@@ -41,6 +41,11 @@ const (
 	symMemFree
 	symMemcpyHtoD
 	symMemcpyDtoH
+	symMemcpyHtoDAsync
+	symMemcpyDtoHAsync
+	symMemcpyDtoDAsync
+	symMemHostAlloc
+	symMemFreeHost
 	symModuleLoadData
 	symModuleUnload
 	symModuleGetFunction
@@ -80,6 +85,11 @@ var BoundSymbols = []string{
 	symMemFree:                 "cuMemFree_v2",
 	symMemcpyHtoD:              "cuMemcpyHtoD_v2",
 	symMemcpyDtoH:              "cuMemcpyDtoH_v2",
+	symMemcpyHtoDAsync:         "cuMemcpyHtoDAsync_v2",
+	symMemcpyDtoHAsync:         "cuMemcpyDtoHAsync_v2",
+	symMemcpyDtoDAsync:         "cuMemcpyDtoDAsync_v2",
+	symMemHostAlloc:            "cuMemHostAlloc",
+	symMemFreeHost:             "cuMemFreeHost",
 	symModuleLoadData:          "cuModuleLoadData",
 	symModuleUnload:            "cuModuleUnload",
 	symModuleGetFunction:       "cuModuleGetFunction",

@@ -1,12 +1,23 @@
 // Package driver is the thin interface between rocsync's front package and
 // a family of GPU runtimes, in the way database/sql/driver sits under
-// database/sql: the ROCm family (HSA queues for rocsync's kernels, HIP
-// streams and rocBLAS for library calls, real or emulated) and the CUDA
-// family implement it; the ordering logic (syncstate) and the API live
-// above it and do not change per family.
+// database/sql: the ROCm family (HSA queues for kernels, HIP streams and
+// rocBLAS for library calls, real or emulated) and the CUDA family
+// implement it; the ordering logic (syncstate) and the API live above it
+// and do not change per family.
+//
+// Every kind of work reaches a driver as one value, an Op, through one
+// method, Task.Submit: a new kind of op is a new Kind constant and one
+// case per driver, not a new method on every layer. What a driver may
+// lack is a separate optional interface (KernelLoader, HostMemory), which
+// the front package asks for with a type assertion and falls back from.
+//
+// The package refuses to know about arrays, buffers' sync states or
+// which op must wait for which: the front package orders an op (syncstate)
+// before it submits it and records it after.
 package driver
 
 import (
+	"errors"
 	"time"
 	"unsafe"
 
@@ -46,6 +57,10 @@ type Device interface {
 	// are not ordered with queued work: the front package orders them.
 	CopyHtoD(dst DevicePtr, src unsafe.Pointer, size uint64) error
 	CopyDtoH(dst unsafe.Pointer, src DevicePtr, size uint64) error
+	// Builtin returns rocsync's own elementwise kernel op for element type
+	// dt, loaded on the device (the first call loads the code): a Dispatch
+	// of it takes a kernels.Args block.
+	Builtin(op kernels.Op, dt kernels.DType) (*Kernel, error)
 	// NewTask makes one task's timelines; sinks receive its counts.
 	NewTask(sinks syncstate.Sinks) (Task, error)
 	// SignalsCreated and EventsCreated count the completion objects ever
@@ -55,21 +70,206 @@ type Device interface {
 	Close() error
 }
 
-// Task is one task's place to submit work: a timeline for rocsync's
-// kernels and one for library calls (the same timeline when the policy
-// puts everything on one stream).
+// Lane is where an op runs within a task.
+type Lane uint8
+
+const (
+	// LaneKernel is the task's kernel queue (an HSA queue on ROCm, the
+	// kernel stream on CUDA; the stream itself under Unified).
+	LaneKernel Lane = iota
+	// LaneLibrary is the task's library stream (the HIP stream its
+	// rocBLAS handle is bound to, the CUDA stream of its cuBLAS handle).
+	LaneLibrary
+	numLanes
+)
+
+func (l Lane) String() string {
+	switch l {
+	case LaneKernel:
+		return "kernel"
+	case LaneLibrary:
+		return "library"
+	}
+	return "Lane(?)"
+}
+
+// Kind says what an Op does and which of its fields it uses.
+type Kind uint8
+
+const (
+	// KindInvalid is the zero Kind: drivers refuse it.
+	KindInvalid Kind = iota
+	// Dispatch runs a loaded Kernel over Geometry with the argument block
+	// Args[:Kernel.ArgsSize]: rocsync's own kernels and user kernels alike.
+	// It runs on LaneKernel (rocsync dispatches kernels on its queue).
+	Dispatch
+	// Gemm is C = alpha·op(A)·op(B) + beta·C, column-major (BLAS
+	// convention), described by Op.Gemm, on LaneLibrary.
+	Gemm
+	// LibraryCall runs Op.Call with the raw handle of the lane's stream
+	// (hipStream_t, CUstream); the function enqueues work on it. LaneLibrary.
+	LibraryCall
+	// CopyHtoD copies Size bytes from host memory Host to device address
+	// Dst, asynchronously on the lane's stream. Host must be pinned
+	// (HostMemory) and stay untouched until the op completes.
+	CopyHtoD
+	// CopyDtoH copies Size bytes from device address Src to pinned host
+	// memory Host, asynchronously.
+	CopyDtoH
+	// CopyDtoD copies Size bytes from Src to Dst on the device.
+	CopyDtoD
+	numKinds
+)
+
+var kindNames = [...]string{KindInvalid: "invalid", Dispatch: "dispatch", Gemm: "gemm", LibraryCall: "library call",
+	CopyHtoD: "copy host to device", CopyDtoH: "copy device to host", CopyDtoD: "copy device to device"}
+
+func (k Kind) String() string {
+	if k < numKinds {
+		return kindNames[k]
+	}
+	return "Kind(?)"
+}
+
+// MaxArgs is the largest argument block a Dispatch carries (the HSA
+// queue's kernarg slot).
+const MaxArgs = 256
+
+// Kernel is a kernel loaded on one device, as a Dispatch names it. The
+// device owns it; it is immutable once returned.
+type Kernel struct {
+	Name string
+	// Object is what the kernel queue dispatches: the AQL kernel object on
+	// ROCm, the CUfunction on CUDA.
+	Object uint64
+	// Function is the same kernel as a hipFunction_t, under the Unified
+	// policy on ROCm (kernels run on the HIP stream); 0 otherwise.
+	Function uint64
+	// ArgsSize is the argument block's size (the kernarg segment size on
+	// AMD, the parameter buffer on CUDA).
+	ArgsSize uint32
+	// GroupSegmentSize and PrivateSegmentSize are the static LDS per
+	// workgroup and the scratch per work-item an AQL packet carries.
+	GroupSegmentSize, PrivateSegmentSize uint32
+	// Workgroup is the 1-D workgroup size rocsync's own kernels launch
+	// with on this device.
+	Workgroup uint32
+	// ParamOffsets are the offsets of the parameters in the argument
+	// block: cuLaunchKernel takes one pointer per parameter.
+	ParamOffsets []int
+}
+
+// Geometry is a dispatch's shape in work-items (as AQL counts them; CUDA
+// drivers divide by the workgroup).
+type Geometry struct {
+	Dims      uint8 // 1 to 3
+	Grid      [3]uint32
+	Workgroup [3]uint32
+}
+
+// GemmArgs are a Gemm's operands.
+type GemmArgs struct {
+	DType          kernels.DType
+	TransA, TransB bool
+	M, N, K        int
+	Alpha, Beta    float64
+	A, B, C        DevicePtr
+	LDA, LDB, LDC  int
+}
+
+// Op is one unit of work of any kind. The front package fills one it owns
+// per task (a task serves one goroutine) and passes it by pointer, so that
+// submitting allocates nothing; a driver reads it during Submit only.
+type Op struct {
+	Kind Kind
+	Lane Lane
+
+	// Dispatch.
+	Kernel   *Kernel
+	Geometry Geometry
+	Args     [MaxArgs]byte
+
+	// Gemm.
+	Gemm GemmArgs
+
+	// LibraryCall: called once, with the stream's raw handle, while the
+	// stream is held; it must enqueue its work on that stream only.
+	Call func(stream uintptr) error
+
+	// Copies.
+	Dst, Src DevicePtr
+	Host     unsafe.Pointer
+	Size     uint64
+}
+
+// Task is one task's place to submit work: a timeline per lane (the same
+// timeline for both when the policy puts everything on one stream).
 type Task interface {
-	KernelTimeline() syncstate.Timeline
-	LibraryTimeline() syncstate.Timeline
-	// Launch submits an elementwise kernel over args.N elements on the
-	// kernel timeline and returns its ticket. args is passed by value so
-	// that nothing of the caller's escapes through the interface: the hot
-	// path allocates nothing.
-	Launch(op kernels.Op, dt kernels.DType, args kernels.Args) (uint64, error)
-	// Gemm submits C = alpha·op(A)·op(B) + beta·C, column-major (BLAS
-	// convention), on the library timeline and returns its ticket.
-	Gemm(dt kernels.DType, transA, transB bool, m, n, k int, alpha float64,
-		a DevicePtr, lda int, b DevicePtr, ldb int, beta float64, c DevicePtr, ldc int) (uint64, error)
+	// Timeline returns the timeline of a lane.
+	Timeline(l Lane) syncstate.Timeline
+	// Submit puts op on op.Lane's timeline and returns its ticket. An op
+	// of a kind the driver does not run is an error matching
+	// ErrUnsupported; nothing is submitted then.
+	Submit(op *Op) (ticket uint64, err error)
 	// Close drains and releases the task's resources.
 	Close() error
+}
+
+// KernelLoader is a Device that loads user kernels. Image is an AMD code
+// object or a NUL-terminated PTX module for the device's target.
+type KernelLoader interface {
+	// LoadModule loads an image and returns a handle to it.
+	LoadModule(image []byte) (module uint64, err error)
+	// Kernel finds a kernel in a loaded module; argsSize and
+	// paramOffsets come from the kernel's own metadata.
+	Kernel(module uint64, name string, argsSize uint32, paramOffsets []int) (*Kernel, error)
+	// AcceptsCodeObject reports whether the device's runtimes load AMD
+	// code objects of version v (always true off AMD).
+	AcceptsCodeObject(v kernels.CodeObjectVersion) bool
+}
+
+// BLASHandler is a Task with a BLAS handle (rocblas_handle,
+// cublasHandle_t) bound to its library stream, which library calls may use.
+type BLASHandler interface {
+	BLASHandle() uintptr
+}
+
+// HostMemory is a Device with pinned host memory, which asynchronous
+// copies need (hipHostMalloc, cuMemHostAlloc; CPU-pool memory the GPU may
+// access in the emulator).
+type HostMemory interface {
+	HostAlloc(size uint64) (unsafe.Pointer, error)
+	HostFree(p unsafe.Pointer) error
+}
+
+// ErrUnsupported is matched (errors.Is) by Submit's error for an op the
+// driver does not run, such as a Gemm without a BLAS library's kind, or a
+// kind from a newer front package.
+var ErrUnsupported = errors.New("driver: op not supported")
+
+// MaxGrid caps the work-items of one dispatch of rocsync's own kernels:
+// they loop over the rest with a grid stride.
+const MaxGrid = 1 << 24
+
+// SetBuiltin makes op a Dispatch of k, one of rocsync's own kernels (from
+// Device.Builtin), over args.N elements: the argument block is args
+// encoded for dt and the grid a multiple of the kernel's workgroup, at
+// most MaxGrid. It allocates nothing.
+func (op *Op) SetBuiltin(k *Kernel, dt kernels.DType, args *kernels.Args) {
+	op.Kind, op.Lane, op.Kernel = Dispatch, LaneKernel, k
+	args.Encode(op.Args[:], dt)
+	wg := uint64(max(k.Workgroup, 1))
+	grid := min(max((args.N+wg-1)/wg*wg, wg), MaxGrid)
+	op.Geometry = Geometry{Dims: 1, Grid: [3]uint32{uint32(grid), 1, 1}, Workgroup: [3]uint32{uint32(wg), 1, 1}}
+}
+
+// LaunchBuiltin submits rocsync's kernel kop for dt over args.N elements
+// on t's kernel lane, through op (which it overwrites).
+func LaunchBuiltin(d Device, t Task, op *Op, kop kernels.Op, dt kernels.DType, args kernels.Args) (uint64, error) {
+	k, err := d.Builtin(kop, dt)
+	if err != nil {
+		return 0, err
+	}
+	op.SetBuiltin(k, dt, &args)
+	return t.Submit(op)
 }

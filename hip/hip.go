@@ -139,6 +139,12 @@ type Runtime interface {
 	MemcpyDtoH(device int, dst unsafe.Pointer, src DevicePtr, size uint64) error
 	MemcpyDtoDAsync(dst, src DevicePtr, size uint64, s Stream) error
 	MemsetAsync(dst DevicePtr, value byte, size uint64, s Stream) error
+	// MemcpyHtoDAsync and MemcpyDtoHAsync are hipMemcpyAsync with pinned
+	// host memory from HostMalloc (hipHostMalloc, freed by hipHostFree).
+	MemcpyHtoDAsync(dst DevicePtr, src unsafe.Pointer, size uint64, s Stream) error
+	MemcpyDtoHAsync(dst unsafe.Pointer, src DevicePtr, size uint64, s Stream) error
+	HostMalloc(size uint64) (unsafe.Pointer, error)
+	HostFree(p unsafe.Pointer) error
 
 	ModuleLoadData(device int, image []byte) (Module, error)
 	ModuleUnload(m Module) error

@@ -45,6 +45,8 @@ const (
 	symMemcpy
 	symMemcpyAsync
 	symMemsetAsync
+	symHostMalloc
+	symHostFree
 	symModuleLoadData
 	symModuleUnload
 	symModuleGetFunction
@@ -86,6 +88,8 @@ var BoundSymbols = []string{
 	symMemcpy:                "hipMemcpy",
 	symMemcpyAsync:           "hipMemcpyAsync",
 	symMemsetAsync:           "hipMemsetAsync",
+	symHostMalloc:            "hipHostMalloc",
+	symHostFree:              "hipHostFree",
 	symModuleLoadData:        "hipModuleLoadData",
 	symModuleUnload:          "hipModuleUnload",
 	symModuleGetFunction:     "hipModuleGetFunction",
@@ -511,6 +515,32 @@ func (l *Lib) MemcpyDtoH(device int, dst unsafe.Pointer, src DevicePtr, size uin
 func (l *Lib) MemcpyDtoDAsync(dst, src DevicePtr, size uint64, s Stream) error {
 	return l.simple(symMemcpyAsync, uintptr(dst), uintptr(src), uintptr(size), uintptr(MemcpyDeviceToDevice), uintptr(s))
 }
+
+// MemcpyHtoDAsync is hipMemcpyAsync host to device on s. src must be
+// pinned memory (HostMalloc) that stays unchanged until the copy completes:
+// HIP reads it when the stream gets there, not at the call.
+func (l *Lib) MemcpyHtoDAsync(dst DevicePtr, src unsafe.Pointer, size uint64, s Stream) error {
+	return l.simple(symMemcpyAsync, uintptr(dst), uintptr(src), uintptr(size), uintptr(MemcpyHostToDevice), uintptr(s))
+}
+
+// MemcpyDtoHAsync is hipMemcpyAsync device to host on s; dst must be
+// pinned memory (HostMalloc).
+func (l *Lib) MemcpyDtoHAsync(dst unsafe.Pointer, src DevicePtr, size uint64, s Stream) error {
+	return l.simple(symMemcpyAsync, uintptr(dst), uintptr(src), uintptr(size), uintptr(MemcpyDeviceToHost), uintptr(s))
+}
+
+// HostMalloc is hipHostMalloc (hipHostMallocDefault): pinned host memory
+// that every GPU can reach, for asynchronous copies.
+func (l *Lib) HostMalloc(size uint64) (unsafe.Pointer, error) {
+	p, err := l.outCall(noDeviceArg, symHostMalloc, uintptr(size), 0)
+	if err != nil {
+		return nil, err
+	}
+	return cmem.Ptr(uintptr(p)), nil
+}
+
+// HostFree is hipHostFree.
+func (l *Lib) HostFree(p unsafe.Pointer) error { return l.simple(symHostFree, uintptr(p)) }
 
 // MemsetAsync is hipMemsetAsync on s.
 func (l *Lib) MemsetAsync(dst DevicePtr, value byte, size uint64, s Stream) error {

@@ -25,8 +25,11 @@ import (
 
 // KernargSlot is the kernarg bytes reserved per ring slot. Kernel argument
 // blocks must be 16-byte aligned and may not change until their dispatch
-// completes; one slot per packet index gives both for free.
-const KernargSlot = 64
+// completes; one slot per packet index gives both for free. 256 bytes
+// holds rocsync's own 40-byte blocks and the user kernels whose explicit
+// arguments and hidden arguments fit (a ring of 1024 slots costs 256 KiB of
+// kernarg memory); a larger block is refused with ErrKernargTooLarge.
+const KernargSlot = 256
 
 // ErrQueueBroken wraps the asynchronous error that stopped a queue.
 var ErrQueueBroken = errors.New("queue: HSA queue error")
@@ -36,9 +39,14 @@ var ErrKernargTooLarge = errors.New("queue: kernel arguments exceed the kernarg 
 
 // Dispatch describes one kernel launch.
 type Dispatch struct {
-	KernelObject       uint64
-	Grid               uint32 // work-items (AQL counts work-items, not workgroups)
-	Workgroup          uint16
+	KernelObject uint64
+	Grid         uint32 // work-items (AQL counts work-items, not workgroups)
+	Workgroup    uint16
+	// Dims is the number of dimensions (0 means 1); GridYZ and
+	// WorkgroupYZ are the second and third (0 means 1).
+	Dims               uint16
+	GridYZ             [2]uint32
+	WorkgroupYZ        [2]uint16
 	PrivateSegmentSize uint32
 	GroupSegmentSize   uint32
 	Kernarg            []byte // copied into the queue's kernarg slot
@@ -475,9 +483,9 @@ func (q *Queue) Dispatch(d *Dispatch) (uint64, error) {
 	copy(unsafe.Slice((*byte)(ka), KernargSlot), d.Kernarg)
 	p := hsa.DispatchPacket{
 		Header:             header(hsa.PacketTypeKernelDispatch),
-		Setup:              1,
-		WorkgroupSize:      [3]uint16{d.Workgroup, 1, 1},
-		GridSize:           [3]uint32{d.Grid, 1, 1},
+		Setup:              max(d.Dims, 1),
+		WorkgroupSize:      [3]uint16{d.Workgroup, max(d.WorkgroupYZ[0], 1), max(d.WorkgroupYZ[1], 1)},
+		GridSize:           [3]uint32{d.Grid, max(d.GridYZ[0], 1), max(d.GridYZ[1], 1)},
 		PrivateSegmentSize: d.PrivateSegmentSize,
 		GroupSegmentSize:   d.GroupSegmentSize,
 		KernelObject:       d.KernelObject,

@@ -8,7 +8,7 @@ import (
 )
 
 // MaxOperands is the most arrays one op may touch.
-const MaxOperands = 4
+const MaxOperands = 8
 
 // maxDeps bounds the distinct producer timelines of one op: each operand
 // contributes its writer and one reader per timeline.

@@ -194,6 +194,30 @@ CUresult cuMemcpyDtoH_v2(void* dst, uint64_t src, size_t n) {
   return OK;
 }
 
+// The asynchronous copies run at the call: the fake's streams are
+// synchronous.
+CUresult cuMemcpyHtoDAsync_v2(uint64_t dst, const void* src, size_t n, void* s) {
+  NEED_CTX(); bump(C_HTOD);
+  memcpy((void*)(uintptr_t)dst, src, n);
+  return OK;
+}
+CUresult cuMemcpyDtoHAsync_v2(void* dst, uint64_t src, size_t n, void* s) {
+  NEED_CTX(); bump(C_DTOH);
+  memcpy(dst, (void*)(uintptr_t)src, n);
+  return OK;
+}
+CUresult cuMemcpyDtoDAsync_v2(uint64_t dst, uint64_t src, size_t n, void* s) {
+  NEED_CTX();
+  memmove((void*)(uintptr_t)dst, (void*)(uintptr_t)src, n);
+  return OK;
+}
+CUresult cuMemHostAlloc(void** p, size_t n, unsigned flags) {
+  NEED_CTX();
+  *p = calloc(1, n ? n : 1);
+  return *p ? OK : 2;
+}
+CUresult cuMemFreeHost(void* p) { NEED_CTX(); free(p); return OK; }
+
 CUresult cuModuleLoadData(void** m, const void* image) {
   NEED_CTX();
   bump(C_LOAD);

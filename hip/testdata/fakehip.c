@@ -115,13 +115,19 @@ hipError_t hipExtMallocWithFlags(void** p, size_t n, unsigned flags) {
   return hipSuccess;
 }
 hipError_t hipFree(void* p) { free(p); return hipSuccess; }
+hipError_t hipHostMalloc(void** p, size_t n, unsigned flags) {
+  if (flags != 0) return hipErrorInvalidValue;
+  *p = calloc(1, n ? n : 1);
+  return *p ? hipSuccess : hipErrorInvalidValue;
+}
+hipError_t hipHostFree(void* p) { free(p); return hipSuccess; }
 hipError_t hipMemcpy(void* dst, const void* src, size_t n, int kind) {
   if (kind != 1 && kind != 2) return hipErrorInvalidValue;
   memcpy(dst, src, n);
   return hipSuccess;
 }
 hipError_t hipMemcpyAsync(void* dst, const void* src, size_t n, int kind, void* s) {
-  if (kind != 3 || (s && !is(s, MAGIC_STREAM))) return hipErrorInvalidValue;
+  if (kind < 1 || kind > 3 || (s && !is(s, MAGIC_STREAM))) return hipErrorInvalidValue;
   memcpy(dst, src, n);
   return hipSuccess;
 }

@@ -45,7 +45,21 @@ type backend interface {
 	function(name string) (uintptr, error)
 	// launch runs fn over grid blocks of block threads on s, with the
 	// kernel arguments in pb.
-	launch(fn uintptr, grid, block uint32, s uintptr, pb *cuda.ParamBlock) error
+	launch(fn uintptr, grid, block [3]uint32, s uintptr, pb *cuda.ParamBlock) error
+	// loadImage loads a user module (PTX, NUL-terminated); functionIn
+	// looks up an entry in it.
+	loadImage(image []byte) (uint64, error)
+	functionIn(module uint64, name string) (uintptr, error)
+
+	// copyAsync enqueues an asynchronous copy on s: kind is
+	// driver.CopyHtoD, CopyDtoH or CopyDtoD; host is the pinned side.
+	copyAsync(kind driver.Kind, dst, src driver.DevicePtr, host unsafe.Pointer, size uint64, s uintptr) error
+	hostAlloc(size uint64) (unsafe.Pointer, error)
+	hostFree(p unsafe.Pointer) error
+	// call runs a library call's function with the device's context
+	// current on a locked OS thread: CUDA libraries (cuBLAS, cuFFT,
+	// cuDNN) act in the calling thread's context.
+	call(fn func(stream uintptr) error, s uintptr) error
 
 	// blasError is nil when cuBLAS is available, else why not.
 	blasError() error
@@ -71,6 +85,9 @@ type cudaBackend struct {
 	ctx   atomic.Pointer[cuda.Ctx]
 
 	module cuda.Module
+
+	userMu      sync.Mutex
+	userModules []cuda.Module // user kernels' modules, unloaded at close
 }
 
 var _ backend = (*cudaBackend)(nil)
@@ -206,10 +223,62 @@ func (b *cudaBackend) function(name string) (uintptr, error) {
 	return uintptr(f), err
 }
 
-func (b *cudaBackend) launch(fn uintptr, grid, block uint32, s uintptr, pb *cuda.ParamBlock) error {
-	return b.ctx.Load().LaunchKernel(cuda.Function(fn), cuda.Dim3{X: grid, Y: 1, Z: 1}, cuda.Dim3{X: block, Y: 1, Z: 1},
-		0, cuda.Stream(s), pb.Params())
+func (b *cudaBackend) launch(fn uintptr, grid, block [3]uint32, s uintptr, pb *cuda.ParamBlock) error {
+	return b.ctx.Load().LaunchKernel(cuda.Function(fn), cuda.Dim3{X: grid[0], Y: grid[1], Z: grid[2]},
+		cuda.Dim3{X: block[0], Y: block[1], Z: block[2]}, 0, cuda.Stream(s), pb.Params())
 }
+
+func (b *cudaBackend) loadImage(image []byte) (uint64, error) {
+	c, err := b.context()
+	if err != nil {
+		return 0, err
+	}
+	m, err := c.ModuleLoadData(image)
+	if err != nil {
+		return 0, err
+	}
+	b.userMu.Lock()
+	b.userModules = append(b.userModules, m)
+	b.userMu.Unlock()
+	return uint64(m), nil
+}
+
+func (b *cudaBackend) functionIn(module uint64, name string) (uintptr, error) {
+	f, err := b.ctx.Load().ModuleGetFunction(cuda.Module(module), name)
+	return uintptr(f), err
+}
+
+func (b *cudaBackend) copyAsync(kind driver.Kind, dst, src driver.DevicePtr, host unsafe.Pointer, size uint64, s uintptr) error {
+	c := b.ctx.Load()
+	switch kind {
+	case driver.CopyHtoD:
+		return c.MemcpyHtoDAsync(cuda.DevicePtr(dst), host, size, cuda.Stream(s))
+	case driver.CopyDtoH:
+		return c.MemcpyDtoHAsync(host, cuda.DevicePtr(src), size, cuda.Stream(s))
+	case driver.CopyDtoD:
+		return c.MemcpyDtoDAsync(cuda.DevicePtr(dst), cuda.DevicePtr(src), size, cuda.Stream(s))
+	}
+	return fmt.Errorf("%w: %v", driver.ErrUnsupported, kind)
+}
+
+func (b *cudaBackend) hostAlloc(size uint64) (unsafe.Pointer, error) {
+	c, err := b.context()
+	if err != nil {
+		return nil, err
+	}
+	return c.MemHostAlloc(size)
+}
+
+func (b *cudaBackend) call(fn func(stream uintptr) error, s uintptr) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := b.ctx.Load().MakeCurrent(); err != nil {
+		return err
+	}
+	return fn(s)
+}
+
+func (b *cudaBackend) hostFree(p unsafe.Pointer) error { return b.ctx.Load().MemFreeHost(p) }
 
 func (b *cudaBackend) blasError() error { return b.blasErr }
 
@@ -282,6 +351,12 @@ func (b *cudaBackend) close() error {
 		errs = append(errs, c.ModuleUnload(b.module))
 		b.module = 0
 	}
+	b.userMu.Lock()
+	for _, m := range b.userModules {
+		errs = append(errs, c.ModuleUnload(m))
+	}
+	b.userModules = nil
+	b.userMu.Unlock()
 	errs = append(errs, c.Release())
 	b.ctx.Store(nil)
 	return errors.Join(errs...)

@@ -146,10 +146,15 @@ type Device struct {
 	kerr    error
 	jit     time.Duration
 	funcs   [kernels.NumOps][2]uintptr // by op, then by DType (F32, F64)
+	builtin [kernels.NumOps][2]driver.Kernel
 	offsets []int
 }
 
-var _ driver.Device = (*Device)(nil)
+var (
+	_ driver.Device       = (*Device)(nil)
+	_ driver.KernelLoader = (*Device)(nil)
+	_ driver.HostMemory   = (*Device)(nil)
+)
 
 func newDevice(b backend, cfg driver.DeviceConfig, index int, name string, major, minor int) (*Device, error) {
 	arch, err := ptxArch(major, minor)
@@ -248,6 +253,8 @@ func (d *Device) loadKernels() error {
 						err = fmt.Errorf("kernel %s: %w", op.KernelName(dt), err)
 						break lookup
 					}
+					d.builtin[op][dt] = driver.Kernel{Name: op.KernelName(dt), Object: uint64(d.funcs[op][dt]),
+						ArgsSize: kernels.KernargSize, Workgroup: BlockSize, ParamOffsets: d.offsets}
 				}
 			}
 		}
@@ -267,11 +274,18 @@ type Task struct {
 	d       *Device
 	kernel  *stream.Stream
 	library *stream.Stream
-	params  *cuda.ParamBlock // kernel arguments, reused by every launch under the kernel stream's lock
-	blas    uintptr          // the cuBLAS handle bound to the library stream, or 0
+	params  *cuda.ParamBlock // rocsync's kernels' arguments, reused by every launch under the kernel stream's lock
+	// userParams are the parameter blocks of user kernels, one per
+	// kernel (their layouts differ), made at the first launch.
+	userParams map[*driver.Kernel]*cuda.ParamBlock
+	blas       uintptr   // the cuBLAS handle bound to the library stream, or 0
+	op         driver.Op // filled by Launch and Gemm
 }
 
-var _ driver.Task = (*Task)(nil)
+var (
+	_ driver.Task        = (*Task)(nil)
+	_ driver.BLASHandler = (*Task)(nil)
+)
 
 // NewTask implements driver.Device.
 func (d *Device) NewTask(sinks syncstate.Sinks) (driver.Task, error) {
@@ -312,50 +326,161 @@ func (d *Device) newStream(name string, dom syncstate.Domain, sinks syncstate.Si
 		OnThrottle: d.cfg.OnThrottle}), nil
 }
 
-// KernelTimeline implements driver.Task.
-func (t *Task) KernelTimeline() syncstate.Timeline { return t.kernel }
-
-// LibraryTimeline implements driver.Task.
-func (t *Task) LibraryTimeline() syncstate.Timeline { return t.library }
+// Timeline implements driver.Task.
+func (t *Task) Timeline(l driver.Lane) syncstate.Timeline {
+	if l == driver.LaneKernel {
+		return t.kernel
+	}
+	return t.library
+}
 
 // Kernel and Library return the task's streams.
 func (t *Task) Kernel() *stream.Stream  { return t.kernel }
 func (t *Task) Library() *stream.Stream { return t.library }
 
-// Launch implements driver.Task: cuLaunchKernel on the kernel stream with
-// ceil(n/256) blocks (at least 1, at most 2^16) of 256 threads. The
-// arguments are encoded into the stream's parameter block, whose pointer
-// array is the kernelParams; the driver copies the values, so the block is
-// reused by the next launch. It allocates nothing.
-func (t *Task) Launch(op kernels.Op, dt kernels.DType, args kernels.Args) (uint64, error) {
-	fn, err := t.d.function(op, dt)
-	if err != nil {
-		return 0, err
+func (t *Task) lane(l driver.Lane) *stream.Stream {
+	if l == driver.LaneKernel {
+		return t.kernel
 	}
-	blocks := min(max((args.N+BlockSize-1)/BlockSize, 1), maxBlocks)
-	return t.kernel.Submit(func(s uintptr) error {
-		args.Encode(t.params.Bytes(), dt)
-		return t.d.b.launch(fn, uint32(blocks), BlockSize, s, t.params)
-	})
+	return t.library
 }
 
-// Gemm implements driver.Task: cublasSgemm_v2 or cublasDgemm_v2 on the
-// library stream, column-major, alpha and beta by host pointer.
+// Builtin implements driver.Device, loading the module on first use.
+func (d *Device) Builtin(op kernels.Op, dt kernels.DType) (*driver.Kernel, error) {
+	if _, err := d.function(op, dt); err != nil {
+		return nil, err
+	}
+	return &d.builtin[op][dt], nil
+}
+
+// Submit implements driver.Task, one case per kind of op. A dispatch is
+// cuLaunchKernel on the kernel stream with the grid counted in blocks; its
+// argument block is copied into the kernel's parameter block (whose
+// pointer array is the kernelParams) under the stream's lock, and the
+// driver copies the values at the call, so the block is reused by the next
+// launch. Copies are cuMemcpy*Async on the op's lane. It allocates nothing
+// (a user kernel's parameter block is made at its first launch).
+func (t *Task) Submit(op *driver.Op) (uint64, error) {
+	s := t.lane(op.Lane)
+	switch op.Kind {
+	case driver.Dispatch:
+		k := op.Kernel
+		if k == nil || k.Object == 0 {
+			return 0, fmt.Errorf("%w: dispatch of no kernel", driver.ErrUnsupported)
+		}
+		pb, err := t.paramsFor(k)
+		if err != nil {
+			return 0, err
+		}
+		g := &op.Geometry
+		var grid, block [3]uint32
+		for i := range grid {
+			// CUDA counts whole blocks: a partial last one becomes whole,
+			// and the kernel's own bounds check covers the rest.
+			block[i] = max(g.Workgroup[i], 1)
+			grid[i] = (max(g.Grid[i], 1) + block[i] - 1) / block[i]
+		}
+		args := op.Args[:k.ArgsSize]
+		fn := uintptr(k.Object)
+		return t.kernel.Submit(func(s uintptr) error {
+			copy(pb.Bytes(), args)
+			return t.d.b.launch(fn, grid, block, s, pb)
+		})
+	case driver.Gemm:
+		return t.gemm(&op.Gemm)
+	case driver.LibraryCall:
+		if op.Call == nil {
+			return 0, fmt.Errorf("%w: library call of no function", driver.ErrUnsupported)
+		}
+		call := op.Call
+		return s.Submit(func(s uintptr) error { return t.d.b.call(call, s) })
+	case driver.CopyHtoD, driver.CopyDtoH, driver.CopyDtoD:
+		kind, dst, src, host, n := op.Kind, op.Dst, op.Src, op.Host, op.Size
+		return s.Submit(func(s uintptr) error { return t.d.b.copyAsync(kind, dst, src, host, n, s) })
+	}
+	return 0, fmt.Errorf("%w: %v", driver.ErrUnsupported, op.Kind)
+}
+
+// paramsFor returns the parameter block a kernel's launches use: the
+// task's shared one for rocsync's kernels (one layout), one per user
+// kernel otherwise.
+func (t *Task) paramsFor(k *driver.Kernel) (*cuda.ParamBlock, error) {
+	if len(k.ParamOffsets) > 0 && len(t.d.offsets) > 0 && &k.ParamOffsets[0] == &t.d.offsets[0] {
+		return t.params, nil
+	}
+	if pb := t.userParams[k]; pb != nil {
+		return pb, nil
+	}
+	pb, err := cuda.NewParamBlock(int(max(k.ArgsSize, 1)), k.ParamOffsets)
+	if err != nil {
+		return nil, err
+	}
+	if t.userParams == nil {
+		t.userParams = map[*driver.Kernel]*cuda.ParamBlock{}
+	}
+	t.userParams[k] = pb
+	return pb, nil
+}
+
+// Launch submits rocsync's kernel op for dt over args.N elements: ceil(n/256)
+// blocks (at least 1, at most 2^16) of 256 threads.
+func (t *Task) Launch(op kernels.Op, dt kernels.DType, args kernels.Args) (uint64, error) {
+	return driver.LaunchBuiltin(t.d, t, &t.op, op, dt, args)
+}
+
+// Gemm submits C = alpha·op(A)·op(B) + beta·C on the library stream.
 func (t *Task) Gemm(dt kernels.DType, transA, transB bool, m, n, k int, alpha float64,
 	a driver.DevicePtr, lda int, b driver.DevicePtr, ldb int, beta float64, c driver.DevicePtr, ldc int) (uint64, error) {
+	t.op = driver.Op{Kind: driver.Gemm, Lane: driver.LaneLibrary, Gemm: driver.GemmArgs{DType: dt, TransA: transA, TransB: transB,
+		M: m, N: n, K: k, Alpha: alpha, A: a, LDA: lda, B: b, LDB: ldb, Beta: beta, C: c, LDC: ldc}}
+	return t.Submit(&t.op)
+}
+
+// gemm is cublasSgemm_v2 or cublasDgemm_v2 on the library stream,
+// column-major, alpha and beta by host pointer.
+func (t *Task) gemm(g *driver.GemmArgs) (uint64, error) {
 	if t.blas == 0 {
 		if err := t.d.b.blasError(); err != nil {
 			return 0, err
 		}
 		return 0, ErrNoBLAS
 	}
-	if dt.Size() == 0 {
-		return 0, fmt.Errorf("cudadev: gemm of dtype %v", dt)
+	if g.DType.Size() == 0 {
+		return 0, fmt.Errorf("cudadev: gemm of dtype %v", g.DType)
 	}
+	a := *g
 	return t.library.Submit(func(uintptr) error {
-		return t.d.b.gemm(t.blas, dt, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		return t.d.b.gemm(t.blas, a.DType, a.TransA, a.TransB, a.M, a.N, a.K, a.Alpha, a.A, a.LDA, a.B, a.LDB, a.Beta, a.C, a.LDC)
 	})
 }
+
+// BLASHandle implements driver.BLASHandler: the task's cuBLAS handle (0
+// without cuBLAS), bound to its library stream.
+func (t *Task) BLASHandle() uintptr { return t.blas }
+
+// LoadModule implements driver.KernelLoader with cuModuleLoadData (PTX is
+// JIT-compiled for the device in the call).
+func (d *Device) LoadModule(image []byte) (uint64, error) { return d.b.loadImage(image) }
+
+// Kernel implements driver.KernelLoader with cuModuleGetFunction.
+func (d *Device) Kernel(module uint64, name string, argsSize uint32, paramOffsets []int) (*driver.Kernel, error) {
+	fn, err := d.b.functionIn(module, name)
+	if err != nil {
+		return nil, err
+	}
+	return &driver.Kernel{Name: name, Object: uint64(fn), ArgsSize: argsSize, Workgroup: BlockSize,
+		ParamOffsets: append([]int(nil), paramOffsets...)}, nil
+}
+
+// AcceptsCodeObject implements driver.KernelLoader: CUDA loads PTX, not
+// AMD code objects, so the question does not arise.
+func (d *Device) AcceptsCodeObject(kernels.CodeObjectVersion) bool { return true }
+
+// HostAlloc implements driver.HostMemory with cuMemHostAlloc.
+func (d *Device) HostAlloc(size uint64) (unsafe.Pointer, error) { return d.b.hostAlloc(size) }
+
+// HostFree implements driver.HostMemory with cuMemFreeHost.
+func (d *Device) HostFree(p unsafe.Pointer) error { return d.b.hostFree(p) }
 
 // Close implements driver.Task: it drains both streams and releases them
 // and the cuBLAS handle.
@@ -377,6 +502,10 @@ func (t *Task) Close() error {
 	if t.params != nil {
 		t.params.Free()
 		t.params = nil
+	}
+	for k, pb := range t.userParams {
+		pb.Free()
+		delete(t.userParams, k)
 	}
 	return errors.Join(errs...)
 }

@@ -2,6 +2,7 @@ package cudadev
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"sort"
@@ -322,12 +323,13 @@ func (f *emuBackend) function(name string) (uintptr, error) {
 
 // launch reads the arguments the way the driver does, through the
 // kernelParams pointer array, at enqueue time.
-func (f *emuBackend) launch(fn uintptr, grid, block uint32, s uintptr, pb *cuda.ParamBlock) error {
+func (f *emuBackend) launch(fn uintptr, grid3, block3 [3]uint32, s uintptr, pb *cuda.ParamBlock) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	k, ok := f.funcs[fn]
 	st := f.streams[s]
-	if !ok || st == nil || grid == 0 || block != BlockSize {
+	grid, block := grid3[0], block3[0]
+	if !ok || st == nil || grid == 0 || block != BlockSize || grid3[1] != 1 || grid3[2] != 1 || block3[1] != 1 || block3[2] != 1 {
 		return fmt.Errorf("emu: bad launch fn=%#x stream=%#x grid=%d block=%d", fn, s, grid, block)
 	}
 	ptrs := pb.Pointers()
@@ -361,6 +363,56 @@ func (f *emuBackend) launch(fn uintptr, grid, block uint32, s uintptr, pb *cuda.
 	}})
 	return nil
 }
+
+// The fake runs no user code.
+func (f *emuBackend) loadImage([]byte) (uint64, error) {
+	return 0, errors.New("emu: the fake CUDA backend runs no user kernels")
+}
+
+func (f *emuBackend) functionIn(uint64, string) (uintptr, error) {
+	return 0, errors.New("emu: the fake CUDA backend runs no user kernels")
+}
+
+// copyAsync runs the copy in stream order.
+func (f *emuBackend) copyAsync(kind driver.Kind, dst, src driver.DevicePtr, host unsafe.Pointer, size uint64, s uintptr) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st := f.streams[s]
+	if st == nil {
+		return fmt.Errorf("emu: bad stream %#x", s)
+	}
+	f.push(st, emuOp{run: func() {
+		var from, to []byte
+		var err error
+		switch kind {
+		case driver.CopyHtoD:
+			from = unsafe.Slice((*byte)(host), size)
+			to, err = f.bytesAt(uint64(dst), size)
+		case driver.CopyDtoH:
+			to = unsafe.Slice((*byte)(host), size)
+			from, err = f.bytesAt(uint64(src), size)
+		default:
+			if from, err = f.bytesAt(uint64(src), size); err == nil {
+				to, err = f.bytesAt(uint64(dst), size)
+			}
+		}
+		if err != nil {
+			f.errs = append(f.errs, fmt.Errorf("copy: %w", err))
+			return
+		}
+		copy(to, from)
+	}})
+	return nil
+}
+
+func (f *emuBackend) hostAlloc(size uint64) (unsafe.Pointer, error) {
+	b := make([]byte, max(size, 1))
+	return unsafe.Pointer(&b[0]), nil
+}
+
+func (f *emuBackend) hostFree(unsafe.Pointer) error { return nil }
+
+func (f *emuBackend) call(fn func(stream uintptr) error, s uintptr) error { return fn(s) }
 
 func cptrOf(u uintptr) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&u)) }
 

@@ -175,7 +175,7 @@ func (tk *htask) elementwise(op kernels.Op, out, a, b *harr, alpha float64) {
 		args.B = uint64(b.ptr)
 	}
 	sop.Write(out.st)
-	if err := sop.Begin(&h.eng, tk.tk.KernelTimeline(), tk.sinks); err != nil {
+	if err := sop.Begin(&h.eng, tk.tk.Timeline(driver.LaneKernel), tk.sinks); err != nil {
 		h.t.Fatal(err)
 	}
 	ticket, err := tk.tk.Launch(op, out.dt, args)
@@ -199,7 +199,7 @@ func (tk *htask) matmul(c, a, b *harr) {
 	sop.Read(a.st)
 	sop.Read(b.st)
 	sop.Write(c.st)
-	if err := sop.Begin(&h.eng, tk.tk.LibraryTimeline(), tk.sinks); err != nil {
+	if err := sop.Begin(&h.eng, tk.tk.Timeline(driver.LaneLibrary), tk.sinks); err != nil {
 		h.t.Fatal(err)
 	}
 	n := c.side

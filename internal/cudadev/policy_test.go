@@ -2,6 +2,7 @@ package cudadev
 
 import (
 	"fmt"
+	"github.com/rocsync/rocsync/driver"
 	"testing"
 
 	"github.com/rocsync/rocsync/internal/reference"
@@ -189,7 +190,7 @@ func TestPrograms(t *testing.T) {
 					}
 					if p == syncstate.Unified {
 						for _, tk := range h.tasks {
-							if tk.tk.KernelTimeline() != tk.tk.LibraryTimeline() {
+							if tk.tk.Timeline(driver.LaneKernel) != tk.tk.Timeline(driver.LaneLibrary) {
 								t.Fatal("Unified: the task has two streams")
 							}
 						}

@@ -12,6 +12,7 @@ import (
 	"github.com/rocsync/rocsync/hip"
 	"github.com/rocsync/rocsync/hsa"
 	"github.com/rocsync/rocsync/kernels"
+	"github.com/rocsync/rocsync/userkernel"
 )
 
 // HIP is the emulated HIP runtime. It implements hip.Runtime.
@@ -23,6 +24,7 @@ type HIP struct {
 	events  map[hip.Event]*hevent
 	modules map[hip.Module]map[string]*kernelImpl
 	funcs   map[hip.Function]*kernelImpl
+	pinned  map[unsafe.Pointer]bool // hipHostMalloc memory
 	next    uintptr
 
 	maxDynamicLDS atomic.Uint32 // the largest sharedMemBytes launched
@@ -713,8 +715,18 @@ func (h *HIP) ModuleLoadData(d int, image []byte) (hip.Module, error) {
 		return 0, hipErr("hipModuleLoadData", hip.ErrorInvalidImage, fmt.Sprintf("code object for %s, device is %s", meta.Target, h.m.opts.ISA))
 	}
 	fns := map[string]*kernelImpl{}
+	var user *userkernel.Image
 	for _, k := range meta.Kernels {
-		fns[k.Name] = h.m.newKernelImpl(k)
+		impl := h.m.newKernelImpl(k)
+		if !impl.implemented {
+			if user == nil {
+				user = h.m.userImage(image)
+			}
+			if user != nil {
+				impl.user, _ = user.Kernel(k.Name)
+			}
+		}
+		fns[k.Name] = impl
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -798,6 +810,22 @@ func (h *HIP) ModuleLaunchKernel(f hip.Function, grid, block [3]uint32, sharedMe
 		if lds > LDSPerWorkgroup {
 			return fmt.Errorf("no local memory available: %d static + %d dynamic LDS bytes over %d", k.groupSize, sharedMem, LDSPerWorkgroup)
 		}
+		if k.user != nil {
+			g := userkernel.Geometry{Dims: 3}
+			for i := range g.Grid {
+				g.Grid[i], g.Workgroup[i] = grid[i]*block[i], block[i]
+			}
+			if grid[2] <= 1 && block[2] <= 1 {
+				g.Dims = 2
+				if grid[1] <= 1 && block[1] <= 1 {
+					g.Dims = 1
+				}
+			}
+			return h.m.runUserKernel(s.dev, k, kernarg, g, a)
+		}
+		if !k.implemented {
+			return fmt.Errorf("kernel %s: no code the emulator can run", k.symbol)
+		}
 		gridItems := [3]uint32{uint32(min(uint64(grid[0])*uint64(block[0]), 1<<32-1)), grid[1] * max(block[1], 1), grid[2] * max(block[2], 1)}
 		if err := k.checkGeometry(gridItems, [3]uint16{uint16(min(block[0], 1<<16-1)), uint16(min(block[1], 1<<16-1)), uint16(min(block[2], 1<<16-1))}); err != nil {
 			return h.m.kernelFault(err)
@@ -870,4 +898,77 @@ func (h *HIP) StreamWriteValue64(sid hip.Stream, ptr unsafe.Pointer, value uint6
 		return err
 	}
 	return s.enqueue(cmd{kind: cmdWriteValue, sig: sig, value: value, what: "hipStreamWriteValue64"})
+}
+
+// HostMalloc is hipHostMalloc: pinned host memory that every GPU may
+// access (HIP maps it to all of them).
+func (h *HIP) HostMalloc(size uint64) (unsafe.Pointer, error) {
+	h.init()
+	if size == 0 {
+		return nil, hipErr("hipHostMalloc", hip.ErrorInvalidValue, "size 0")
+	}
+	p := h.m.hostAlloc(size)
+	for d := 0; d < h.m.opts.Devices; d++ {
+		h.m.allowAccess(uint64(uintptr(p)), d)
+	}
+	h.mu.Lock()
+	if h.pinned == nil {
+		h.pinned = map[unsafe.Pointer]bool{}
+	}
+	h.pinned[p] = true
+	h.mu.Unlock()
+	return p, nil
+}
+
+// HostFree is hipHostFree; freeing memory HostMalloc did not return is
+// hipErrorInvalidValue.
+func (h *HIP) HostFree(p unsafe.Pointer) error {
+	h.mu.Lock()
+	ok := h.pinned[p]
+	delete(h.pinned, p)
+	h.mu.Unlock()
+	if !ok || !h.m.removeHost(uint64(uintptr(p))) {
+		return hipErr("hipHostFree", hip.ErrorInvalidValue, "not from hipHostMalloc")
+	}
+	return nil
+}
+
+// MemcpyHtoDAsync is hipMemcpyAsync host to device: the stream reads the
+// host memory when it gets there, so it must be memory the GPU can reach
+// (hipHostMalloc); pageable Go memory is refused, as the copy would read
+// it after the call returned.
+func (h *HIP) MemcpyHtoDAsync(dst hip.DevicePtr, src unsafe.Pointer, size uint64, sid hip.Stream) error {
+	return h.copyAsync("hipMemcpyAsync(HtoD)", uint64(dst), uint64(uintptr(src)), size, sid)
+}
+
+// MemcpyDtoHAsync is hipMemcpyAsync device to host, into pinned memory.
+func (h *HIP) MemcpyDtoHAsync(dst unsafe.Pointer, src hip.DevicePtr, size uint64, sid hip.Stream) error {
+	return h.copyAsync("hipMemcpyAsync(DtoH)", uint64(uintptr(dst)), uint64(src), size, sid)
+}
+
+func (h *HIP) copyAsync(what string, dst, src, size uint64, sid hip.Stream) error {
+	s, err := h.stream("hipMemcpyAsync", sid)
+	if err != nil {
+		return err
+	}
+	if size == 0 {
+		return nil
+	}
+	for _, p := range [2]uint64{dst, src} {
+		if _, err := h.m.find(p, size); err != nil {
+			return hipErr("hipMemcpyAsync", hip.ErrorInvalidValue, err.Error())
+		}
+	}
+	return s.enqueue(cmd{kind: cmdWork, what: what, fn: func(a *actor) error {
+		in, err := h.m.gpuSpan(s.dev, src, size, false, a)
+		if err != nil {
+			return err
+		}
+		out, err := h.m.gpuSpan(s.dev, dst, size, true, a)
+		if err != nil {
+			return err
+		}
+		copy(out, in)
+		return nil
+	}})
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rocsync/rocsync/hsa"
 	"github.com/rocsync/rocsync/kernels"
+	"github.com/rocsync/rocsync/userkernel"
 )
 
 // HSA is the emulated HSA runtime. It implements hsa.Runtime.
@@ -515,6 +516,10 @@ type kernelImpl struct {
 	isReduction bool
 	// reqdWorkgroup is the metadata's .reqd_workgroup_size (zero: any).
 	reqdWorkgroup [3]uint32
+	// user is the signature of a kernel that is not rocsync's (nil for
+	// rocsync's), read from its code object's metadata; it runs through
+	// Options.References.
+	user *userkernel.Kernel
 }
 
 // newKernelImpl reads one kernel's metadata.
@@ -531,6 +536,21 @@ func (m *Machine) newKernelImpl(k kernels.KernelMeta) *kernelImpl {
 		impl.implemented = impl.isReduction
 	}
 	return impl
+}
+
+// userImage reads the signatures of the kernels in a code object that are
+// not rocsync's, for the references; nil if it cannot (their dispatch
+// then faults, as an unknown kernel does).
+func (m *Machine) userImage(code []byte) *userkernel.Image {
+	src, err := userkernel.CodeObjects(code)
+	if err != nil {
+		return nil
+	}
+	img, err := userkernel.NewBuilder(userkernel.Options{NoDiskCache: true}).Build(src, userkernel.Device{ISA: "amdgcn-amd-amdhsa--" + m.opts.ISA})
+	if err != nil {
+		return nil
+	}
+	return img
 }
 
 // CodeObjectReaderCreateFromMemory keeps the caller's bytes, as ROCr does:
@@ -669,8 +689,17 @@ func (h *HSA) ExecutableLoadAgentCodeObject(e hsa.Executable, a hsa.Agent, r hsa
 	h.mu.Lock()
 	x.storage = append(x.storage, rd)
 	h.mu.Unlock()
+	var user *userkernel.Image
 	for _, k := range meta.Kernels {
 		impl := h.m.newKernelImpl(k)
+		if !impl.implemented {
+			if user == nil {
+				user = h.m.userImage(code)
+			}
+			if user != nil {
+				impl.user, _ = user.Kernel(k.Symbol)
+			}
+		}
 		h.m.execMu.Lock()
 		h.m.kernels = append(h.m.kernels, impl)
 		handle := uint64(len(h.m.kernels))

@@ -26,6 +26,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/rocsync/rocsync/userkernel"
 )
 
 // Options configure an emulated machine.
@@ -65,6 +67,11 @@ type Options struct {
 	// kernel launch and rocBLAS gemm whether that op faults (see
 	// Machine.SetFaultInjector).
 	FaultInjector func(op string) bool
+	// References runs kernels that are not rocsync's own: the emulator
+	// cannot execute GPU code, so a user kernel loaded from a code object
+	// runs as the Go function registered under its name. A kernel with
+	// none faults its queue or stream when dispatched.
+	References *userkernel.References
 }
 
 // FaultInjector decides whether an op faults. op names it: the kernel

@@ -9,6 +9,7 @@ import (
 
 	"github.com/rocsync/rocsync/hsa"
 	"github.com/rocsync/rocsync/kernels"
+	"github.com/rocsync/rocsync/userkernel"
 )
 
 // queue is an emulated HSA queue: a ring of AQL packets in host memory and
@@ -241,7 +242,7 @@ func (q *queue) dispatch(p *hsa.DispatchPacket, a *actor) {
 		return
 	}
 	k := q.m.hsa.kernel(p.KernelObject)
-	if k == nil || !k.implemented {
+	if k == nil || (!k.implemented && k.user == nil) {
 		q.fail(hsa.StatusErrorMemoryFault, fmt.Sprintf("kernel object %#x", p.KernelObject))
 		return
 	}
@@ -264,12 +265,21 @@ func (q *queue) dispatch(p *hsa.DispatchPacket, a *actor) {
 		return
 	}
 	grid := uint64(p.GridSize[0]) * uint64(max(p.GridSize[1], 1)) * uint64(max(p.GridSize[2], 1))
-	if err := k.checkGeometry(p.GridSize, p.WorkgroupSize); err != nil {
-		q.m.kernelFault(err)
-		q.fail(hsa.StatusErrorInvalidPacket, err.Error())
-		return
+	if k.user != nil {
+		g := userkernel.Geometry{Dims: int(dims)}
+		for i := range g.Grid {
+			g.Grid[i], g.Workgroup[i] = p.GridSize[i], uint32(p.WorkgroupSize[i])
+		}
+		err = q.m.runUserKernel(q.dev, k, args, g, a)
+	} else {
+		if gerr := k.checkGeometry(p.GridSize, p.WorkgroupSize); gerr != nil {
+			q.m.kernelFault(gerr)
+			q.fail(hsa.StatusErrorInvalidPacket, gerr.Error())
+			return
+		}
+		err = q.m.runKernel(q.dev, k, args, grid, a)
 	}
-	if err := q.m.runKernel(q.dev, k, args, grid, a); err != nil {
+	if err != nil {
 		q.fail(faultStatus(err), err.Error())
 		return
 	}
@@ -320,6 +330,27 @@ func (m *Machine) runKernel(dev int, k *kernelImpl, kernarg []byte, grid uint64,
 	}
 	kernels.RefBytes(k.op, k.dt, out, in1, in2, args.Alpha)
 	return nil
+}
+
+// runUserKernel runs a kernel that is not rocsync's through its registered
+// reference, whose memory accesses go through the GPU's mappings and the
+// hazard checker like a kernel's.
+func (m *Machine) runUserKernel(dev int, k *kernelImpl, kernarg []byte, g userkernel.Geometry, a *actor) error {
+	if m.opts.References == nil {
+		return fmt.Errorf("%w: %s (no references registered)", userkernel.ErrNoReference, k.symbol)
+	}
+	return m.opts.References.Run(k.user, g, kernarg, gpuMemory{m, dev, a})
+}
+
+// gpuMemory is a GPU's view of memory, for user kernels' references.
+type gpuMemory struct {
+	m   *Machine
+	dev int
+	a   *actor
+}
+
+func (g gpuMemory) Bytes(ptr, size uint64, write bool) ([]byte, error) {
+	return g.m.gpuSpan(g.dev, ptr, size, write, g.a)
 }
 
 // barrier waits for the dependency signals (AND: all reach 0; OR: any

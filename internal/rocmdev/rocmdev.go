@@ -269,7 +269,7 @@ type Device struct {
 
 	kernelsOnce sync.Once
 	kernelsErr  error
-	kernelObjs  [kernels.NumOps][2]kernelObject
+	kernelObjs  [kernels.NumOps][2]driver.Kernel
 	codeObjects struct{ hsa, hip kernels.CodeObjectVersion } // what loaded; hip is 0 unless Unified
 	// The loaded code: ROCr keeps the reader's memory as the loaded code
 	// object's storage (its memory:// URI, which debuggers and profilers
@@ -278,18 +278,17 @@ type Device struct {
 	reader hsa.CodeObjectReader
 	exe    hsa.Executable
 	module hip.Module // under Unified
+
+	userMu      sync.Mutex
+	userModules []*userModule // user kernels' code, by handle-1
 }
 
 var _ driver.Device = (*Device)(nil)
 
-type kernelObject struct {
-	handle      uint64       // HSA kernel object
-	function    hip.Function // the same kernel through HIP, under Unified
-	kernargSize uint32
-	groupSize   uint32
-	privateSize uint32
-	workgroup   uint16
-}
+var (
+	_ driver.KernelLoader = (*Device)(nil)
+	_ driver.HostMemory   = (*Device)(nil)
+)
 
 func newDevice(rt Runtimes, cfg driver.DeviceConfig, index int, agent hsa.Agent, hipIndex int, kernarg hsa.MemoryPool) (*Device, error) {
 	isa, err := agentISA(rt.HSA, agent)
@@ -369,7 +368,7 @@ func (d *Device) Close() error {
 	if d.closed.Swap(true) {
 		return nil
 	}
-	err := errors.Join(d.queues.Close(), d.signals.Destroy(), d.bridgeSignals.Destroy(), d.events.Destroy(), d.unloadKernels())
+	err := errors.Join(d.queues.Close(), d.signals.Destroy(), d.bridgeSignals.Destroy(), d.events.Destroy(), d.unloadKernels(), d.unloadUserModules())
 	if d.faults != nil {
 		d.faults.remove(d)
 	}
@@ -437,31 +436,63 @@ func (d *Device) doLoadKernels() (err error) {
 			if err != nil {
 				return fmt.Errorf("kernel %s: %w", op.Symbol(dt), err)
 			}
-			k := kernelObject{workgroup: wg}
-			if k.handle, err = rt.SymbolInfoUint64(sym, hsa.SymbolInfoKernelObject); err != nil {
+			k := driver.Kernel{Name: op.KernelName(dt), Workgroup: uint32(wg)}
+			if err := d.fillKernel(&k, sym, op.Symbol(dt)); err != nil {
 				return err
 			}
-			if k.kernargSize, err = rt.SymbolInfoUint32(sym, hsa.SymbolInfoKernargSegmentSize); err != nil {
-				return err
-			}
-			if k.kernargSize < kernels.KernargSize || k.kernargSize > queue.KernargSlot {
-				return fmt.Errorf("kernel %s: kernarg segment is %d bytes, rocsync packs %d", op.Symbol(dt), k.kernargSize, kernels.KernargSize)
-			}
-			if k.groupSize, err = rt.SymbolInfoUint32(sym, hsa.SymbolInfoGroupSegmentSize); err != nil {
-				return err
-			}
-			if k.privateSize, err = rt.SymbolInfoUint32(sym, hsa.SymbolInfoPrivateSegmentSize); err != nil {
-				return err
+			if k.ArgsSize < kernels.KernargSize {
+				return fmt.Errorf("kernel %s: kernarg segment is %d bytes, rocsync packs %d", op.Symbol(dt), k.ArgsSize, kernels.KernargSize)
 			}
 			if module != 0 {
-				if k.function, err = d.rt.HIP.ModuleGetFunction(module, op.KernelName(dt)); err != nil {
+				f, err := d.rt.HIP.ModuleGetFunction(module, op.KernelName(dt))
+				if err != nil {
 					return err
 				}
+				k.Function = uint64(f)
 			}
 			d.kernelObjs[op][di] = k
 		}
 	}
 	return nil
+}
+
+// fillKernel reads a kernel symbol's object and segment sizes. A kernarg
+// segment over the queue's kernarg slot cannot be dispatched: refused here,
+// at load, rather than at every launch.
+func (d *Device) fillKernel(k *driver.Kernel, sym hsa.ExecutableSymbol, name string) error {
+	rt := d.rt.HSA
+	var err error
+	if k.Object, err = rt.SymbolInfoUint64(sym, hsa.SymbolInfoKernelObject); err != nil {
+		return err
+	}
+	if k.ArgsSize, err = rt.SymbolInfoUint32(sym, hsa.SymbolInfoKernargSegmentSize); err != nil {
+		return err
+	}
+	if k.ArgsSize > queue.KernargSlot {
+		return fmt.Errorf("kernel %s: %w: kernarg segment is %d bytes, the queue's slot %d", name, queue.ErrKernargTooLarge, k.ArgsSize, queue.KernargSlot)
+	}
+	if k.GroupSegmentSize, err = rt.SymbolInfoUint32(sym, hsa.SymbolInfoGroupSegmentSize); err != nil {
+		return err
+	}
+	if k.PrivateSegmentSize, err = rt.SymbolInfoUint32(sym, hsa.SymbolInfoPrivateSegmentSize); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Builtin implements driver.Device.
+func (d *Device) Builtin(op kernels.Op, dt kernels.DType) (*driver.Kernel, error) {
+	if err := d.loadKernels(); err != nil {
+		return nil, err
+	}
+	if !op.Valid() || dt.Size() == 0 {
+		return nil, fmt.Errorf("rocmdev: no kernel %v for %v", op, dt)
+	}
+	di := 0
+	if dt == kernels.F64 {
+		di = 1
+	}
+	return &d.kernelObjs[op][di], nil
 }
 
 // Task is one task's HSA queue (none under Unified), HIP stream and
@@ -472,7 +503,10 @@ type Task struct {
 	sinks syncstate.Sinks
 }
 
-var _ driver.Task = (*Task)(nil)
+var (
+	_ driver.Task        = (*Task)(nil)
+	_ driver.BLASHandler = (*Task)(nil)
+)
 
 // NewTask implements driver.Device.
 func (d *Device) NewTask(sinks syncstate.Sinks) (driver.Task, error) {
@@ -512,88 +546,111 @@ func (d *Device) NewTask(sinks syncstate.Sinks) (driver.Task, error) {
 	return t, nil
 }
 
-// KernelTimeline implements driver.Task.
-func (t *Task) KernelTimeline() syncstate.Timeline {
-	if t.st.Queue != nil {
+// Timeline implements driver.Task: the HSA queue for kernels (the stream
+// under Unified), the HIP stream for everything else.
+func (t *Task) Timeline(l driver.Lane) syncstate.Timeline {
+	if l == driver.LaneKernel && t.st.Queue != nil {
 		return t.st.Queue
 	}
 	return t.st.Stream
 }
 
-// LibraryTimeline implements driver.Task.
-func (t *Task) LibraryTimeline() syncstate.Timeline { return t.st.Stream }
-
-// maxGrid caps the work-items of one dispatch; the kernels loop over the
-// rest with a grid stride.
-const maxGrid = 1 << 24
-
-// Launch implements driver.Task.
-func (t *Task) Launch(op kernels.Op, dt kernels.DType, args kernels.Args) (uint64, error) {
+// Submit implements driver.Task: one case per kind of op. Dispatches go to
+// the HSA queue as AQL packets (under Unified, hipModuleLaunchKernel on
+// the stream; HIP counts the grid in blocks, AQL in work-items); every
+// other kind runs on the HIP stream. The closures passed to Stream.Submit
+// do not escape (it only calls them), so submitting allocates nothing.
+func (t *Task) Submit(op *driver.Op) (uint64, error) {
 	if p := t.d.faultErr.Load(); p != nil {
 		return 0, *p
 	}
-	if err := t.d.loadKernels(); err != nil {
-		return 0, err
-	}
-	di := 0
-	if dt == kernels.F64 {
-		di = 1
-	}
-	k := &t.d.kernelObjs[op][di]
-	wg := uint64(k.workgroup)
-	grid := min((args.N+wg-1)/wg*wg, maxGrid)
-	if t.st.Queue == nil {
-		return t.launchHIP(k, dt, args, grid)
-	}
-	var buf [queue.KernargSlot]byte
-	args.Encode(buf[:], dt)
-	return t.st.Queue.Dispatch(&queue.Dispatch{KernelObject: k.handle, Grid: uint32(grid), Workgroup: k.workgroup,
-		PrivateSegmentSize: k.privateSize, GroupSegmentSize: k.groupSize, Kernarg: buf[:k.kernargSize]})
-}
-
-// launchHIP is Launch under Unified. HIP counts the grid in blocks, AQL in
-// work-items; the runtime copies the argument block at enqueue.
-// sharedMemBytes is 0: HIP adds the kernel's static LDS (its group segment
-// size) itself, so passing it again would count it twice.
-func (t *Task) launchHIP(k *kernelObject, dt kernels.DType, args kernels.Args, grid uint64) (uint64, error) {
-	var buf [queue.KernargSlot]byte
-	args.Encode(buf[:], dt)
-	kernarg := buf[:k.kernargSize]
-	wg := uint64(k.workgroup)
 	hp := t.d.rt.HIP
-	return t.st.Stream.Submit(func(s uintptr) error {
-		return hp.ModuleLaunchKernel(k.function, [3]uint32{uint32(grid / wg), 1, 1}, [3]uint32{uint32(wg), 1, 1},
-			0, hip.Stream(s), kernarg)
-	})
+	switch op.Kind {
+	case driver.Dispatch:
+		k := op.Kernel
+		if k == nil || k.Object == 0 {
+			return 0, fmt.Errorf("%w: dispatch of no kernel", driver.ErrUnsupported)
+		}
+		g := &op.Geometry
+		if t.st.Queue == nil {
+			if k.Function == 0 {
+				return 0, fmt.Errorf("rocmdev: kernel %s has no HIP function (loaded before Unified?)", k.Name)
+			}
+			kernarg := op.Args[:k.ArgsSize]
+			var grid, block [3]uint32
+			for i := range grid {
+				// HIP counts whole blocks: a partial last workgroup
+				// (which AQL allows) becomes a whole one, and the kernel's
+				// own bounds check covers the rest.
+				block[i] = max(g.Workgroup[i], 1)
+				grid[i] = (max(g.Grid[i], 1) + block[i] - 1) / block[i]
+			}
+			// sharedMemBytes is 0: HIP adds the kernel's static LDS (its
+			// group segment size) itself.
+			return t.st.Stream.Submit(func(s uintptr) error {
+				return hp.ModuleLaunchKernel(hip.Function(k.Function), grid, block, 0, hip.Stream(s), kernarg)
+			})
+		}
+		return t.st.Queue.Dispatch(&queue.Dispatch{KernelObject: k.Object, Grid: g.Grid[0], Workgroup: uint16(g.Workgroup[0]),
+			Dims: uint16(g.Dims), GridYZ: [2]uint32{g.Grid[1], g.Grid[2]}, WorkgroupYZ: [2]uint16{uint16(g.Workgroup[1]), uint16(g.Workgroup[2])},
+			PrivateSegmentSize: k.PrivateSegmentSize, GroupSegmentSize: k.GroupSegmentSize, Kernarg: op.Args[:k.ArgsSize]})
+	case driver.Gemm:
+		return t.gemm(&op.Gemm)
+	case driver.LibraryCall:
+		call := op.Call
+		if call == nil {
+			return 0, fmt.Errorf("%w: library call of no function", driver.ErrUnsupported)
+		}
+		return t.st.Stream.Submit(call)
+	case driver.CopyHtoD:
+		dst, src, n := hip.DevicePtr(op.Dst), op.Host, op.Size
+		return t.st.Stream.Submit(func(s uintptr) error { return hp.MemcpyHtoDAsync(dst, src, n, hip.Stream(s)) })
+	case driver.CopyDtoH:
+		dst, src, n := op.Host, hip.DevicePtr(op.Src), op.Size
+		return t.st.Stream.Submit(func(s uintptr) error { return hp.MemcpyDtoHAsync(dst, src, n, hip.Stream(s)) })
+	case driver.CopyDtoD:
+		dst, src, n := hip.DevicePtr(op.Dst), hip.DevicePtr(op.Src), op.Size
+		return t.st.Stream.Submit(func(s uintptr) error { return hp.MemcpyDtoDAsync(dst, src, n, hip.Stream(s)) })
+	}
+	return 0, fmt.Errorf("%w: %v", driver.ErrUnsupported, op.Kind)
 }
 
-// Gemm implements driver.Task with rocBLAS on the task's stream.
-func (t *Task) Gemm(dt kernels.DType, transA, transB bool, m, n, k int, alpha float64,
-	a driver.DevicePtr, lda int, b driver.DevicePtr, ldb int, beta float64, c driver.DevicePtr, ldc int) (uint64, error) {
-	if p := t.d.faultErr.Load(); p != nil {
-		return 0, *p
-	}
+// gemm runs rocBLAS on the task's stream.
+func (t *Task) gemm(g *driver.GemmArgs) (uint64, error) {
 	blas := t.d.rt.BLAS
 	if blas == nil {
 		return 0, fmt.Errorf("%w: %w", ErrNoBLAS, t.d.rt.BLASErr)
 	}
 	opA, opB := rocblas.OperationNone, rocblas.OperationNone
-	if transA {
+	if g.TransA {
 		opA = rocblas.OperationTranspose
 	}
-	if transB {
+	if g.TransB {
 		opB = rocblas.OperationTranspose
 	}
 	h := t.st.BLAS
-	return t.st.Stream.Submit(func(uintptr) error {
-		if dt == kernels.F32 {
-			return blas.Sgemm(h, opA, opB, int32(m), int32(n), int32(k), float32(alpha),
-				hip.DevicePtr(a), int32(lda), hip.DevicePtr(b), int32(ldb), float32(beta), hip.DevicePtr(c), int32(ldc))
-		}
-		return blas.Dgemm(h, opA, opB, int32(m), int32(n), int32(k), alpha,
-			hip.DevicePtr(a), int32(lda), hip.DevicePtr(b), int32(ldb), beta, hip.DevicePtr(c), int32(ldc))
-	})
+	m, n, k, lda, ldb, ldc := int32(g.M), int32(g.N), int32(g.K), int32(g.LDA), int32(g.LDB), int32(g.LDC)
+	a, b, c, alpha, beta := hip.DevicePtr(g.A), hip.DevicePtr(g.B), hip.DevicePtr(g.C), g.Alpha, g.Beta
+	switch g.DType {
+	case kernels.F32:
+		return t.st.Stream.Submit(func(uintptr) error {
+			return blas.Sgemm(h, opA, opB, m, n, k, float32(alpha), a, lda, b, ldb, float32(beta), c, ldc)
+		})
+	case kernels.F64:
+		return t.st.Stream.Submit(func(uintptr) error {
+			return blas.Dgemm(h, opA, opB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		})
+	}
+	return 0, fmt.Errorf("%w: gemm of %v", driver.ErrUnsupported, g.DType)
 }
+
+// BLASHandle implements driver.BLASHandler: the task's rocBLAS handle (0
+// without rocBLAS), bound to its stream, for library calls of the user's.
+func (t *Task) BLASHandle() uintptr { return uintptr(t.st.BLAS) }
+
+// Runtimes returns the libraries the device runs on (the emulated ones on
+// the emulator).
+func (d *Device) Runtimes() Runtimes { return d.rt }
 
 // Close implements driver.Task: it drains and releases.
 func (t *Task) Close() error {

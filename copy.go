@@ -1,0 +1,328 @@
+package rocsync
+
+import (
+	"context"
+	"sync"
+	"unsafe"
+
+	"github.com/rocsync/rocsync/driver"
+	"github.com/rocsync/rocsync/syncstate"
+)
+
+// Copies between host and device are ordered ops on the task's library
+// stream that do not block the submitting goroutine: the host side goes
+// through pooled pinned staging memory (hipHostMalloc, cuMemHostAlloc),
+// which is what asynchronous copies need. A staging slot is tracked like
+// everything else: it carries the fence of the copy that last used it and
+// is reused only once that copy has completed.
+
+// minStaging is the smallest staging slot: pinned allocations cost tens of
+// microseconds and pin whole pages, so small copies share 64 KiB slots.
+const minStaging = 64 << 10
+
+// maxStaging bounds the staging slots a device keeps: past it, a copy
+// waits on the host for the oldest idle slot's copy (a throttle wait)
+// rather than pin more memory. Downloads not yet waited for hold their
+// slot and may take the pool past it.
+const maxStaging = 8
+
+type stagingSlot struct {
+	p     unsafe.Pointer
+	size  uint64
+	fence syncstate.Fence // the last copy through the slot (zero: none)
+	busy  bool            // handed to a copy not yet recorded, or a download not yet waited for
+}
+
+// stagingPool is a device's pinned staging memory.
+type stagingPool struct {
+	mu    sync.Mutex
+	slots []*stagingSlot
+}
+
+// take returns an idle slot of at least size bytes whose last copy has
+// completed, allocating one if none is.
+func (p *stagingPool) take(d *Device, op string, size uint64) (*stagingSlot, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, s := range p.slots {
+		if !s.busy && s.size >= size && (s.fence.IsZero() || done(s.fence, true)) {
+			s.busy = true
+			return s, nil
+		}
+	}
+	hm, ok := d.drv.(driver.HostMemory)
+	if !ok {
+		return nil, newErr(op, ErrUnavailable, "the %s backend has no pinned host memory for asynchronous copies", d.backend)
+	}
+	if len(p.slots) >= maxStaging {
+		for i, s := range p.slots {
+			if s.busy {
+				continue
+			}
+			if !done(s.fence, true) {
+				if d.syncDebug != SyncDebugOff {
+					if err := d.implicitWait(op, "staging memory of "+s.fence.String(), ReasonThrottle); err != nil {
+						return nil, err
+					}
+				}
+				d.countHostWait(ReasonThrottle)
+				if err := s.fence.TL.WaitHost(s.fence.Ticket); err != nil && s.fence.TL.Failed(s.fence.Ticket) == nil {
+					return nil, &Error{Op: op, Kind: waitKind(err), Detail: "waiting for staging memory", Err: err}
+				}
+			}
+			if s.size >= size {
+				s.busy = true
+				return s, nil
+			}
+			// Too small: replace it by one that fits.
+			if err := hm.HostFree(s.p); err != nil {
+				return nil, &Error{Op: op, Kind: ErrUnavailable, Detail: "freeing pinned staging memory", Err: err}
+			}
+			p.slots = append(p.slots[:i], p.slots[i+1:]...)
+			break
+		}
+	}
+	n := uint64(minStaging)
+	for n < size {
+		n *= 2
+	}
+	ptr, err := hm.HostAlloc(n)
+	if err != nil {
+		return nil, &Error{Op: op, Kind: ErrUnavailable, Detail: "allocating pinned staging memory", Err: err}
+	}
+	s := &stagingSlot{p: ptr, size: n, busy: true}
+	p.slots = append(p.slots, s)
+	return s, nil
+}
+
+// put hands a slot back with the fence of the copy that used it.
+func (p *stagingPool) put(s *stagingSlot, f syncstate.Fence) {
+	p.mu.Lock()
+	s.fence, s.busy = f, false
+	p.mu.Unlock()
+}
+
+// free releases every slot; the device has drained.
+func (p *stagingPool) free(d *Device) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	hm, ok := d.drv.(driver.HostMemory)
+	if !ok {
+		return nil
+	}
+	var errs []error
+	for _, s := range p.slots {
+		errs = append(errs, hm.HostFree(s.p))
+	}
+	p.slots = nil
+	return joinErrs(errs)
+}
+
+// Staged reports how many pinned staging slots the device holds and their
+// bytes: the pool grows only while copies are in flight together.
+func (d *Device) Staged() (slots int, bytes uint64) {
+	d.staging.mu.Lock()
+	defer d.staging.mu.Unlock()
+	for _, s := range d.staging.slots {
+		bytes += s.size
+	}
+	return len(d.staging.slots), bytes
+}
+
+func bytesOf[T float32 | float64](s []T) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), len(s)*int(unsafe.Sizeof(T(0))))
+}
+
+// Upload copies src into dst (a Buffer or an Array; len(src) must be its
+// size in bytes), ordered after the work that reads or writes dst. It
+// returns once src is copied into staging memory (src may then be reused)
+// and the copy is queued; it does not wait for the GPU.
+func (t *Task) Upload(dst Operand, src []byte) error {
+	const name = "Upload"
+	if err := t.check(name); err != nil {
+		return err
+	}
+	b, err := t.copyOperand(name, dst, len(src))
+	if err != nil {
+		return err
+	}
+	slot, err := t.dev.staging.take(t.dev, name, b.size)
+	if err != nil {
+		return err
+	}
+	copy(unsafe.Slice((*byte)(slot.p), b.size), src)
+	t.op.Kind, t.op.Lane = driver.CopyHtoD, driver.LaneLibrary
+	t.op.Dst, t.op.Host, t.op.Size = b.ptr, slot.p, b.size
+	f, err := t.submit(name, append(t.operands[:0], access{b, dst, Write}))
+	t.dev.staging.put(slot, f)
+	return err
+}
+
+// UploadFloat32 is Upload of an array's values (len rows*cols).
+func (t *Task) UploadFloat32(dst *Array, src []float32) error {
+	if err := t.check("UploadFloat32", dst); err != nil {
+		return err
+	}
+	if dst.dtype != Float32 {
+		return newErr("UploadFloat32", ErrDType, "%v", dst)
+	}
+	return t.Upload(dst, bytesOf(src))
+}
+
+// UploadFloat64 is Upload of an array's values (len rows*cols).
+func (t *Task) UploadFloat64(dst *Array, src []float64) error {
+	if err := t.check("UploadFloat64", dst); err != nil {
+		return err
+	}
+	if dst.dtype != Float64 {
+		return newErr("UploadFloat64", ErrDType, "%v", dst)
+	}
+	return t.Upload(dst, bytesOf(src))
+}
+
+// copyOperand checks a copy's device side against a host size.
+func (t *Task) copyOperand(op string, x Operand, n int) (*buffer, error) {
+	if x == nil {
+		return nil, newErr(op, ErrNilArray, "")
+	}
+	b := x.trackedBuffer()
+	if b == nil {
+		return nil, newErr(op, ErrNilArray, "")
+	}
+	if b.dev != t.dev {
+		return nil, newErr(op, ErrDeviceMismatch, "%v used on a task of gpu%d", x, t.dev.index)
+	}
+	if uint64(n) != b.size {
+		return nil, newErr(op, ErrShape, "host side has %d bytes, %v has %d", n, x, b.size)
+	}
+	return b, nil
+}
+
+// Pending is a download in flight: Wait for it, or be called back by Then.
+type Pending struct {
+	dev   *Device
+	fence syncstate.Fence
+	slot  *stagingSlot
+	dst   []byte
+	who   Operand
+
+	mu   sync.Mutex
+	done bool
+	err  error
+}
+
+// Download copies src (a Buffer or an Array) into dst (len: its size in
+// bytes), ordered after src's writer, without waiting: dst holds the data
+// once the returned Pending's Wait returns nil, and must not be touched
+// before.
+func (t *Task) Download(src Operand, dst []byte) (*Pending, error) {
+	const name = "Download"
+	if err := t.check(name); err != nil {
+		return nil, err
+	}
+	b, err := t.copyOperand(name, src, len(dst))
+	if err != nil {
+		return nil, err
+	}
+	slot, err := t.dev.staging.take(t.dev, name, b.size)
+	if err != nil {
+		return nil, err
+	}
+	t.op.Kind, t.op.Lane = driver.CopyDtoH, driver.LaneLibrary
+	t.op.Src, t.op.Host, t.op.Size = b.ptr, slot.p, b.size
+	f, err := t.submit(name, append(t.operands[:0], access{b, src, Read}))
+	if err != nil {
+		t.dev.staging.put(slot, f)
+		return nil, err
+	}
+	return &Pending{dev: t.dev, fence: f, slot: slot, dst: dst, who: src}, nil
+}
+
+// DownloadFloat32 is Download of an array's values.
+func (t *Task) DownloadFloat32(src *Array, dst []float32) (*Pending, error) {
+	if err := t.check("DownloadFloat32", src); err != nil {
+		return nil, err
+	}
+	if src.dtype != Float32 {
+		return nil, newErr("DownloadFloat32", ErrDType, "%v", src)
+	}
+	return t.Download(src, bytesOf(dst))
+}
+
+// DownloadFloat64 is Download of an array's values.
+func (t *Task) DownloadFloat64(src *Array, dst []float64) (*Pending, error) {
+	if err := t.check("DownloadFloat64", src); err != nil {
+		return nil, err
+	}
+	if src.dtype != Float64 {
+		return nil, newErr("DownloadFloat64", ErrDType, "%v", src)
+	}
+	return t.Download(src, bytesOf(dst))
+}
+
+// Wait waits on the host for the download and copies the data into the
+// destination. A done ctx (nil: none) ends the wait with an ErrTimeout
+// error and the download stays pending (Wait again); a failed copy, or
+// source, is an ErrFault error and the destination is left as it was.
+// Once it has returned anything else it returns the same again.
+func (p *Pending) Wait(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done {
+		return p.err
+	}
+	// The staging memory lives until the device closes.
+	if err := p.dev.enter("Wait"); err != nil {
+		return err
+	}
+	defer p.dev.leave()
+	if !p.fence.Done() {
+		p.dev.countHostWait(ReasonReadBack)
+	}
+	err := syncstate.WaitHostContext(ctx, p.fence)
+	if err != nil && waitKind(err) == ErrTimeout && p.fence.TL.Failed(p.fence.Ticket) == nil {
+		return &Error{Op: "Wait", Kind: ErrTimeout, Detail: "download of " + p.who.String(), Err: err}
+	}
+	if err != nil {
+		p.err = &Error{Op: "Wait", Kind: ErrFault, Detail: "download of " + p.who.String(), Err: err}
+	} else {
+		copy(p.dst, unsafe.Slice((*byte)(p.slot.p), len(p.dst)))
+	}
+	p.done = true
+	p.dev.staging.put(p.slot, p.fence)
+	p.slot, p.dst = nil, nil
+	return p.err
+}
+
+// Then calls fn with Wait's result once the download completes, on a
+// goroutine of its own; it does not block.
+func (p *Pending) Then(fn func(error)) {
+	go func() { fn(p.Wait(nil)) }()
+}
+
+// CopyBuffer copies src into dst on the device (two Buffers or Arrays of
+// the same size in bytes, not the same one), ordered like any op.
+func (t *Task) CopyBuffer(dst, src Operand) error {
+	const name = "CopyBuffer"
+	if err := t.check(name); err != nil {
+		return err
+	}
+	if src == nil || src.trackedBuffer() == nil {
+		return newErr(name, ErrNilArray, "source")
+	}
+	s := src.trackedBuffer()
+	d, err := t.copyOperand(name, dst, int(s.size))
+	if err != nil {
+		return err
+	}
+	if s.dev != t.dev {
+		return newErr(name, ErrDeviceMismatch, "%v used on a task of gpu%d", src, t.dev.index)
+	}
+	if s == d {
+		return newErr(name, ErrInvalid, "source and destination are the same buffer")
+	}
+	t.op.Kind, t.op.Lane = driver.CopyDtoD, driver.LaneLibrary
+	t.op.Dst, t.op.Src, t.op.Size = d.ptr, s.ptr, d.size
+	_, err = t.submit(name, append(t.operands[:0], access{s, src, Read}, access{d, dst, Write}))
+	return err
+}
