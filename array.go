@@ -150,7 +150,11 @@ func (d *Device) alloc(op string, rows, cols int, dt DType) (*Array, error) {
 			p, err = d.drv.Malloc(a.bytes())
 		}
 		if err != nil {
-			return nil, &Error{Op: op, Kind: ErrUnavailable, Detail: fmt.Sprintf("allocating %dx%d %s", rows, cols, dt), Err: err}
+			kind := ErrUnavailable
+			if outOfMemory(err) {
+				kind = ErrOutOfMemory
+			}
+			return nil, &Error{Op: op, Kind: kind, Detail: fmt.Sprintf("allocating %dx%d %s", rows, cols, dt), Err: err}
 		}
 	}
 	a.ptr = p
@@ -216,7 +220,7 @@ func (a *Array) Float32s() ([]float32, error) {
 		return nil, newErr("Float32s", ErrNilArray, "")
 	}
 	out := make([]float32, a.Len())
-	return out, a.CopyToFloat32(out)
+	return out, a.copyTo(nil, "Float32s", Float32, len(out), unsafe.Pointer(unsafe.SliceData(out)))
 }
 
 // Float64s returns the array's values in a new slice.
@@ -225,7 +229,7 @@ func (a *Array) Float64s() ([]float64, error) {
 		return nil, newErr("Float64s", ErrNilArray, "")
 	}
 	out := make([]float64, a.Len())
-	return out, a.CopyToFloat64(out)
+	return out, a.copyTo(nil, "Float64s", Float64, len(out), unsafe.Pointer(unsafe.SliceData(out)))
 }
 
 func (a *Array) copyTo(ctx context.Context, op string, dt DType, n int, dst unsafe.Pointer) error {
@@ -250,6 +254,7 @@ func (a *Array) copyTo(ctx context.Context, op string, dt DType, n int, dst unsa
 	}
 	if w := a.st.WriterLocked(); !w.Done() {
 		d.countHostWait(ReasonReadBack)
+		d.debugHostWait(op, w, ReasonReadBack)
 		if err := syncstate.WaitHostContext(ctx, w); err != nil {
 			return &Error{Op: op, Kind: waitKind(err), Detail: "waiting for the writer " + w.String(), Err: err}
 		}

@@ -56,5 +56,5 @@ func Example_syncDebug() {
 	fmt.Println(err)
 	// Output:
 	// refused: true
-	// rocsync: Gemm: implicit host wait refused by sync-debug mode: boundary host wait for gpu0/hsa-q0#1 -> gpu0/hip-s1: syncstate: host wait refused
+	// rocsync: MatMul: implicit host wait refused by sync-debug mode: boundary host wait for gpu0/hsa-q0#1 -> gpu0/hip-s1: syncstate: host wait refused
 }
