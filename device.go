@@ -318,26 +318,8 @@ func (d *Device) Stats() Stats {
 	if d == nil {
 		return Stats{}
 	}
-	return d.stats.Snapshot()
+	return statsOf(d.stats.Snapshot())
 }
-
-// Stats is a snapshot of counters.
-type Stats = syncstate.Snapshot
-
-// Reason says why the host waited.
-type Reason = syncstate.Reason
-
-// The host-wait reasons.
-const (
-	ReasonBoundary       = syncstate.ReasonBoundary
-	ReasonCrossQueue     = syncstate.ReasonCrossQueue
-	ReasonReadBack       = syncstate.ReasonReadBack
-	ReasonSync           = syncstate.ReasonSync
-	ReasonFree           = syncstate.ReasonFree
-	ReasonThrottle       = syncstate.ReasonThrottle
-	ReasonWaitAlways     = syncstate.ReasonWaitAlways
-	ReasonLaunchBlocking = syncstate.ReasonLaunchBlocking
-)
 
 // Hazards returns what the emulator's hazard checker found (nil on real
 // hardware or with the checker off).

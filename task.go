@@ -35,7 +35,7 @@ func (t *Task) Stats() Stats {
 	if t == nil {
 		return Stats{}
 	}
-	return t.stats.Snapshot()
+	return statsOf(t.stats.Snapshot())
 }
 
 // Device returns the task's device.
@@ -125,6 +125,9 @@ func (t *Task) Close() error {
 		return nil
 	}
 	if err := t.check("Close"); err != nil {
+		if errors.Is(err, ErrClosed) {
+			return nil // a default task asked for after its device closed
+		}
 		return err
 	}
 	d := t.dev
@@ -162,7 +165,7 @@ func (t *Task) check(op string, arrays ...*Array) error {
 		return newErr(op, ErrInvalid, "nil task")
 	}
 	if t.err != nil {
-		return &Error{Op: op, Kind: ErrUnavailable, Detail: "default task", Err: t.err}
+		return &Error{Op: op, Kind: kindOf(t.err), Detail: "the default task could not be made", Err: t.err}
 	}
 	if t.closed.Load() {
 		return newErr(op, ErrClosed, "task is closed")
