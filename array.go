@@ -100,6 +100,7 @@ func (a *Array) Err() error {
 	return nil
 }
 
+// String describes the array: "Array(2x3 float32 on gpu0)".
 func (a *Array) String() string {
 	if a == nil {
 		return "Array(nil)"

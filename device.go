@@ -25,9 +25,7 @@ type Device struct {
 	backend string
 	machine *emu.Machine // set for the emulator
 	index   int
-	openID  uint64 // which Open made it, for messages that name it
 	log     zerolog.Logger
-	debug   bool // log enables debug: sync decisions are logged
 
 	engine syncstate.Engine
 	stats  *syncstate.Stats
@@ -45,6 +43,9 @@ type Device struct {
 	syncDebug      SyncDebugMode
 	maxPerDevice   uint64        // Options.MaxInFlightPerDevice
 	sinceCheck     atomic.Uint64 // ops submitted since the last check of it
+
+	openID uint64 // which Open made it, for messages that name it
+	debug  bool   // log enables debug: sync decisions are logged
 }
 
 // throttleDevice enforces Options.MaxInFlightPerDevice: when the ops in

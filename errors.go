@@ -60,6 +60,7 @@ type Error struct {
 	Err    error  // an underlying cause, if any
 }
 
+// Error reads "rocsync: Op: kind: detail: cause".
 func (e *Error) Error() string {
 	s := "rocsync: " + e.Op + ": " + e.Kind.Error()
 	if e.Detail != "" {

@@ -43,6 +43,7 @@ const (
 	LogDebug
 )
 
+// String names the level as ParseLogLevel and ROCSYNC_LOG take it.
 func (l LogLevel) String() string {
 	switch l {
 	case LogWarn:

@@ -51,6 +51,7 @@ const (
 	CUDA
 )
 
+// String names the backend: "auto", "emulator", "rocm" or "cuda".
 func (b Backend) String() string {
 	switch b {
 	case Auto:
@@ -231,6 +232,7 @@ const (
 	SyncDebugFail
 )
 
+// String names the mode: "off", "warn" or "fail".
 func (m SyncDebugMode) String() string {
 	switch m {
 	case SyncDebugOff:
