@@ -216,3 +216,31 @@ func TestJoinedErrorsAreErrors(t *testing.T) {
 	}
 	require.NoError(t, d.Close(), "closed already")
 }
+
+// On a real GPU (ROCSYNC_GPU=1; ROCSYNC_BACKEND=cuda for NVIDIA), asking
+// for far more memory than the GPU has is ErrOutOfMemory wrapping the
+// runtime's own out-of-memory error, and the device stays usable.
+func TestOutOfMemoryOnGPU(t *testing.T) {
+	if suiteOn() != onHardware {
+		t.Skip("needs ROCSYNC_GPU=1 and a GPU")
+	}
+	d := openStrict(t, DeviceSide)
+	_, err := d.Empty(1<<17, 1<<20, Float32) // 512 GiB
+	require.ErrorIs(t, err, ErrOutOfMemory)
+	var e *Error
+	require.ErrorAs(t, err, &e)
+	require.Equal(t, "Empty", e.Op)
+	if d.Backend() == "cuda" {
+		require.ErrorIs(t, err, &cuda.Error{Code: cuda.ErrorOutOfMemory})
+	} else {
+		require.ErrorIs(t, err, &hip.Error{Code: hip.ErrorOutOfMemory})
+	}
+	t.Log(err)
+	x, err := d.FromFloat32(1, 2, []float32{1, 2})
+	require.NoError(t, err)
+	y, err := d.DefaultTask().Add(x, x)
+	require.NoError(t, err)
+	vals, err := y.Float32s()
+	require.NoError(t, err)
+	require.Equal(t, []float32{2, 4}, vals)
+}
