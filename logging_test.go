@@ -91,8 +91,8 @@ func TestDebugLogsSyncDecisions(t *testing.T) {
 	require.NoError(t, tk.MulInto(sq, sq, x)) // same queue: skipped
 	z, err := other.Add(sq, sq)               // another HSA queue: a device wait
 	require.NoError(t, err)
-	release()
-	y, err := tk.MatMul(z, x, false, false) // HSA→HIP: a boundary host wait
+	go func() { time.Sleep(20 * time.Millisecond); release() }()
+	y, err := tk.MatMul(z, x, false, false) // HSA→HIP: a boundary host wait, z still pending
 	require.NoError(t, err)
 	releaseLater := func() { // work stays pending until the host waits for it
 		release := d.machine.Hold()
