@@ -98,6 +98,7 @@ func (b *Buffer) Device() *Device {
 	return b.dev
 }
 
+// String names the buffer, its size and its device, as errors show it.
 func (b *Buffer) String() string {
 	if b == nil {
 		return "Buffer(nil)"
@@ -161,6 +162,7 @@ func (b *buffer) download(ctx context.Context, op string, dst unsafe.Pointer, wh
 	}
 	if w := b.st.WriterLocked(); !w.Done() {
 		d.countHostWait(ReasonReadBack)
+		d.debugHostWait(op, w, ReasonReadBack)
 		if err := syncstate.WaitHostContext(ctx, w); err != nil {
 			return &Error{Op: op, Kind: waitKind(err), Detail: "waiting for the writer " + w.String(), Err: err}
 		}
