@@ -246,17 +246,20 @@ func checkFaultRun(p *program, want *model, f faultSpec, pol Policy, outs []outc
 			mustFail, mayFail = *t == tlBroken, *t != tlOK
 		}
 		switch {
-		case out.err == nil && mayFail:
+		case mayFail:
 			// Accepted where it may meet the fault on the device: an
 			// op that reads faulted data and was submitted before the
 			// fault was known fails there instead, and so may a wait
 			// for a reader or writer that never ran. Either way what
 			// it writes is poisoned, and its timeline may break with
 			// it (a consumer that waited on the device breaks in turn).
+			// Refused, it may have broken its timeline all the same:
+			// the device wait is enqueued before the submission learns
+			// that the producer failed, and cannot be taken back.
 			if *t == tlOK {
 				*t = tlUnknown
 			}
-		case out.err != nil && !mayFail:
+		case out.err != nil:
 			report("%s: independent op failed: %v", name, out.err)
 		}
 		for _, s := range o.reads() {

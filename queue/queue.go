@@ -229,6 +229,9 @@ func (q *Queue) Err() error {
 	return q.health.Err()
 }
 
+// Health implements syncstate.HealthReporter.
+func (q *Queue) Health() *syncstate.Health { return &q.health }
+
 // Failed implements syncstate.Timeline.
 func (q *Queue) Failed(t uint64) error {
 	// A ticket the queue's own break failed reports the break as it stands

@@ -270,6 +270,9 @@ func (s *Stream) OnFailure(t uint64, fn func()) {
 	s.mu.Unlock()
 }
 
+// Health implements syncstate.HealthReporter.
+func (s *Stream) Health() *syncstate.Health { return &s.health }
+
 // Failed implements syncstate.Timeline.
 func (s *Stream) Failed(t uint64) error { return s.health.Failed(t) }
 

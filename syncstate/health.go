@@ -152,24 +152,63 @@ func (h *Health) Prune(completed uint64) {
 // learning of a failure as it does (streams: hipStreamQuery).
 type poller interface{ Poll() uint64 }
 
+// HealthReporter is a timeline whose Health can be read: Probe walks
+// from a timeline to the producers its producers waited for.
+type HealthReporter interface{ Health() *Health }
+
+// maxProbe bounds the timelines one Probe visits.
+const maxProbe = 32
+
 // Probe asks the producers of the device waits in flight whether they
-// failed, at a runtime call each. Waiters call it between bounded waits: a
-// stream's failure is learned only by asking, and until it is, a consumer
-// waiting behind it would wait forever.
+// failed, at a runtime call each, and their producers in turn, up the
+// chain of device waits: a stream's failure is learned only by asking, and
+// until it is, a consumer waiting behind it would wait forever. Waiters
+// call it between bounded waits. The chain matters where it crosses
+// domains (DeviceBridge): a stream that waits on the device for an HSA
+// queue, which waits for a broken stream, is blocked but not failed, so
+// asking it says nothing; only asking the broken stream, two waits away,
+// releases the signals the others wait for.
 func (h *Health) Probe() {
-	if h.n.Load() == 0 || !h.mu.TryLock() {
+	if h.n.Load() == 0 {
 		return
 	}
-	var buf [8]poller
-	n := 0
-	for _, u := range h.ups {
-		if p, ok := u.f.TL.(poller); ok && n < len(buf) && u.f.TL.Failed(u.f.Ticket) == nil {
-			buf[n] = p
-			n++
+	var hs [maxProbe]*Health
+	var seen [maxProbe]Timeline
+	var polls [maxProbe]poller
+	hs[0] = h
+	nh, ns, np := 1, 0, 0
+	for i := 0; i < nh; i++ {
+		x := hs[i]
+		if x.n.Load() == 0 || !x.mu.TryLock() {
+			continue
 		}
+		for _, u := range x.ups {
+			if ns == len(seen) || seenIn(seen[:ns], u.f.TL) || u.f.TL.Failed(u.f.Ticket) != nil {
+				continue
+			}
+			seen[ns] = u.f.TL
+			ns++
+			if p, ok := u.f.TL.(poller); ok {
+				polls[np] = p
+				np++
+			}
+			if r, ok := u.f.TL.(HealthReporter); ok && nh < len(hs) {
+				hs[nh] = r.Health()
+				nh++
+			}
+		}
+		x.mu.Unlock()
 	}
-	h.mu.Unlock()
-	for _, p := range buf[:n] {
+	for _, p := range polls[:np] {
 		p.Poll()
 	}
+}
+
+func seenIn(s []Timeline, tl Timeline) bool {
+	for _, x := range s {
+		if x == tl {
+			return true
+		}
+	}
+	return false
 }

@@ -287,8 +287,14 @@ func (s *hstream) exec(c cmd) {
 		if c.kind == cmdRecord {
 			// The record is reached, but carries the stream's error, so
 			// whoever waits for the event learns of the fault instead of
-			// waiting forever.
-			c.ev.completeErr(c.gen, failed)
+			// waiting forever. It also carries the stream's clock: every
+			// command before it has ended (the failed one included), so
+			// whoever learns of the error is ordered after their accesses,
+			// as with a successful record.
+			s.mu.Lock()
+			vc := s.vc.clone()
+			s.mu.Unlock()
+			c.ev.completeErr(c.gen, failed, vc)
 		}
 		return
 	}
@@ -310,6 +316,11 @@ func (s *hstream) exec(c cmd) {
 			}
 			s.mu.Lock()
 			s.err = hipErr(c.what, code, err.Error())
+			// The failed command has ended: what it touched before it
+			// faulted happens before whatever observes the stream's error.
+			if a != nil {
+				s.vc.join(a.vc)
+			}
 			s.mu.Unlock()
 			return
 		}
@@ -318,8 +329,13 @@ func (s *hstream) exec(c cmd) {
 	case cmdWaitEvent:
 		vc, err := c.ev.waitGen(c.gen)
 		if err != nil {
-			// A stream waiting for faulted work inherits the fault.
+			// A stream waiting for faulted work inherits the fault (and
+			// the clock of the work that ended before it).
 			s.mu.Lock()
+			if a != nil {
+				s.vc.join(a.vc)
+				s.vc.join(vc)
+			}
 			s.err = err
 			s.mu.Unlock()
 			return
@@ -449,28 +465,26 @@ func (e *hevent) complete(gen uint64, a *actor) {
 }
 
 // completeErr marks record gen reached on a stream broken by err.
-func (e *hevent) completeErr(gen uint64, err error) {
+func (e *hevent) completeErr(gen uint64, err error, vc vclock) {
 	e.mu.Lock()
 	if gen > e.doneGen {
 		e.doneGen = gen
 		e.err = err
+		e.vc = vc
 	}
 	e.cond.Broadcast()
 	e.mu.Unlock()
 }
 
-// waitGen blocks until record gen has executed and returns its clock, or
-// the error of the broken stream it was recorded on.
+// waitGen blocks until record gen has executed and returns its clock and,
+// if it was recorded on a broken stream, that stream's error.
 func (e *hevent) waitGen(gen uint64) (vclock, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for e.doneGen < gen {
 		e.cond.Wait()
 	}
-	if e.err != nil {
-		return nil, e.err
-	}
-	return e.vc.clone(), nil
+	return e.vc.clone(), e.err
 }
 
 func (h *HIP) EventCreate(hd int, flags uint32) (hip.Event, error) {
@@ -537,11 +551,10 @@ func (h *HIP) EventQuery(id hip.Event) error {
 	if !done {
 		return errEventNotReady
 	}
-	if ferr != nil {
-		return ferr
-	}
+	// Reached with or without the stream's error, the record proves the
+	// commands before it ended.
 	h.m.hostAcquire(vc)
-	return nil
+	return ferr
 }
 
 func (h *HIP) EventSynchronize(id hip.Event) error {
@@ -553,11 +566,8 @@ func (h *HIP) EventSynchronize(id hip.Event) error {
 	g := e.gen
 	e.mu.Unlock()
 	vc, ferr := e.waitGen(g)
-	if ferr != nil {
-		return ferr
-	}
 	h.m.hostAcquire(vc)
-	return nil
+	return ferr
 }
 
 // StreamWaitEvent captures the event's newest record at call time, as HIP
