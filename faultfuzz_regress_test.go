@@ -4,8 +4,11 @@ package rocsync
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/rocsync/rocsync/kernels"
 )
 
 // A fault reaches a host wait through a chain of DeviceBridge crossings
@@ -53,4 +56,59 @@ func TestFaultReachesHostThroughBridgeChain(t *testing.T) {
 	require.ErrorIs(t, err, ErrFault)
 	require.ErrorIs(t, out[3].Err(), ErrFault)
 	require.Empty(t, d.Hazards())
+}
+
+// A broken queue must not release the waiters of its packets before the
+// work those packets waited for has completed: that order is what the
+// waiters rely on. Queue q1 faults; its next packets wait on the device
+// for a kernel on q0 that writes a, then overwrite a; a kernel on q2
+// waits for that overwrite and reads a. The kernel on q0 is still
+// running when q1 breaks. Completing q1's signals at once (the old
+// failInFlight) let q2 read a while q0 still wrote it: the hazard checker
+// saw the read unordered with the write (fuzz seeds 1 and 25 under
+// DeviceBridge, with a gemm in place of q0's kernel).
+func TestBrokenQueueReleasesWaitersInOrder(t *testing.T) {
+	for _, p := range []Policy{DeviceSide, DeviceBridge} {
+		t.Run(p.String(), func(t *testing.T) {
+			d := openFaulty(t, p)
+			var tasks [3]*Task
+			for i := range tasks {
+				var err error
+				tasks[i], err = d.NewTask()
+				require.NoError(t, err)
+			}
+			x, err := d.FromFloat32(4, 4, randMatrix(22, 4))
+			require.NoError(t, err)
+			a, _ := d.Empty(4, 4, Float32)
+			y, _ := d.Empty(4, 4, Float32)
+			b, _ := d.Empty(4, 4, Float32)
+			slow := make(chan struct{})
+			add := kernels.Add.KernelName(kernels.F32)
+			mul := kernels.Mul.KernelName(kernels.F32)
+			d.machine.SetFaultInjector(func(op string) bool {
+				switch op {
+				case add:
+					<-slow // the producer on q0 runs long
+				case mul:
+					return true
+				}
+				return false
+			})
+			release := d.machine.Hold()
+			require.NoError(t, tasks[0].AddInto(a, x, x)) // slow, writes a
+			require.NoError(t, tasks[1].MulInto(y, x, x)) // faults: q1 breaks
+			require.NoError(t, tasks[1].ScaleInto(a, 2, x))
+			require.NoError(t, tasks[2].CopyInto(b, a))
+			release()
+			// q1's failure is known; q2 must still be waiting for q0.
+			require.ErrorIs(t, within(t, "Synchronize of the faulted task", tasks[1].Synchronize), ErrFault)
+			time.Sleep(20 * time.Millisecond)
+			close(slow)
+			require.ErrorIs(t, within(t, "Synchronize of the reader", tasks[2].Synchronize), ErrFault)
+			require.ErrorIs(t, b.Err(), ErrFault)
+			require.NoError(t, within(t, "Synchronize of the producer", tasks[0].Synchronize))
+			_ = within(t, "Close", d.Close)
+			require.Empty(t, d.Hazards())
+		})
+	}
 }

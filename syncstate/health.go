@@ -152,6 +152,25 @@ func (h *Health) Prune(completed uint64) {
 // learning of a failure as it does (streams: hipStreamQuery).
 type poller interface{ Poll() uint64 }
 
+// PendingUpstream returns a fence that the timeline's tickets up to t
+// waited for on the device and that is not yet known complete. A broken
+// timeline that completes its own tickets (an HSA queue's signals, which
+// the packet processor will not) must wait for these first: whoever waits
+// for ticket t relies on everything t was ordered after having completed.
+func (h *Health) PendingUpstream(t uint64) (Fence, bool) {
+	if h.n.Load() == 0 {
+		return Fence{}, false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, u := range h.ups {
+		if u.at <= t && !u.f.Done() {
+			return u.f, true
+		}
+	}
+	return Fence{}, false
+}
+
 // HealthReporter is a timeline whose Health can be read: Probe walks
 // from a timeline to the producers its producers waited for.
 type HealthReporter interface{ Health() *Health }
