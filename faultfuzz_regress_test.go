@@ -112,3 +112,37 @@ func TestBrokenQueueReleasesWaitersInOrder(t *testing.T) {
 		})
 	}
 }
+
+// A timeline's failure covers every ticket from the earliest that failed,
+// whichever report arrives first. Under Unified, task 1's stream faults at
+// y; task 2 waits on the device for y (and inherits the fault); task 1
+// then waits on the device for task 2. Learning task 2's failure first,
+// task 1 recorded an upstream failure from its later wait on, which then
+// shadowed its own, earlier fault: y read as sound, and a read-back of
+// data the faulted stream never wrote succeeded (fuzz seed 13 under
+// Unified).
+func TestEarliestFailureWins(t *testing.T) {
+	d := openFaulty(t, Unified)
+	defer func() { _ = within(t, "Close", d.Close) }()
+	t1, err := d.NewTask()
+	require.NoError(t, err)
+	t2, err := d.NewTask()
+	require.NoError(t, err)
+	x, err := d.FromFloat32(4, 4, randMatrix(23, 4))
+	require.NoError(t, err)
+	y, _ := d.Empty(4, 4, Float32)
+	z, _ := d.Empty(4, 4, Float32)
+	w, _ := d.Empty(4, 4, Float32)
+	faultOn(d, kernels.Mul.KernelName(kernels.F32))
+	release := d.machine.Hold()
+	require.NoError(t, t1.MulInto(y, x, x)) // faults
+	require.NoError(t, t2.AddInto(z, y, y)) // waits for it on the device
+	require.NoError(t, t1.AddInto(w, z, z)) // and task 1 waits for task 2
+	release()
+	require.ErrorIs(t, within(t, "Synchronize of task 2", t2.Synchronize), ErrFault)
+	require.ErrorIs(t, within(t, "Synchronize of task 1", t1.Synchronize), ErrFault)
+	require.ErrorIs(t, y.Err(), ErrFault, "the faulted op's output")
+	err = within(t, "the read-back of the faulted op's output", func() error { _, err := y.Float32s(); return err })
+	require.ErrorIs(t, err, ErrFault)
+	require.ErrorIs(t, w.Err(), ErrFault)
+}

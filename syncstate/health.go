@@ -58,10 +58,21 @@ type upstream struct {
 // while nothing fails, on the hot path of every op.
 var failures atomic.Uint64
 
-// Fail breaks the timeline from ticket from on; the first failure wins.
+// Fail breaks the timeline from ticket from on. The earliest failure wins,
+// whatever the order of the reports: a timeline may learn first that a
+// producer it waited for failed (from the ticket behind that wait), and
+// only then of its own, earlier fault, which must not be shadowed.
 func (h *Health) Fail(from uint64, err error) {
-	if h.failure.CompareAndSwap(nil, &Failure{From: from, Err: err}) {
-		failures.Add(1)
+	nf := &Failure{From: from, Err: err}
+	for {
+		old := h.failure.Load()
+		if old != nil && old.From <= from {
+			return
+		}
+		if h.failure.CompareAndSwap(old, nf) {
+			failures.Add(1)
+			return
+		}
 	}
 }
 

@@ -57,3 +57,21 @@ func TestHealthPrunes(t *testing.T) {
 	allocs := testing.AllocsPerRun(100, func() { _ = b.h.Failed(9) })
 	require.Zero(t, allocs)
 }
+
+// A failure reported for an earlier ticket replaces one reported first for
+// a later ticket: every ticket from the earliest failure on failed.
+func TestHealthEarliestFailureWins(t *testing.T) {
+	var h Health
+	late, early := errors.New("late"), errors.New("early")
+	h.Fail(10, late)
+	h.Fail(5, early)
+	h.Fail(7, errors.New("between"))
+	if err := h.Failed(4); err != nil {
+		t.Fatalf("ticket 4 failed: %v", err)
+	}
+	for _, tk := range []uint64{5, 9, 10, 11} {
+		if err := h.Failed(tk); err != early {
+			t.Fatalf("ticket %d: %v, want %v", tk, err, early)
+		}
+	}
+}
