@@ -30,6 +30,7 @@ package rocsync
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"strings"
 	"testing"
@@ -118,7 +119,36 @@ const (
 // checkFaultRun walks the program in order with the outcomes the run saw
 // and reports every outcome the failure semantics forbid.
 func checkFaultRun(p *program, want *model, f faultSpec, pol Policy, outs []outcome, final []outcome, syncErr error) []string {
+	// A stream that breaks by waiting on the device for failed work
+	// makes earlier work of its own indeterminate (see checkFaultWalk),
+	// which can make other streams break earlier in turn: walk until the
+	// points where streams break stop moving.
+	var murky map[[2]int]int
+	for range len(p.ops) + 1 {
+		bad, found := checkFaultWalk(p, want, f, pol, outs, final, syncErr, murky)
+		if maps.Equal(found, murky) {
+			return bad
+		}
+		murky = found
+	}
+	return []string{"the fault checker did not settle"}
+}
+
+// checkFaultWalk is one walk of checkFaultRun. murky gives, per HIP
+// stream (task, timeline), the op at which the previous walk saw it
+// become broken or indeterminate; it returns the same for this walk.
+func checkFaultWalk(p *program, want *model, f faultSpec, pol Policy, outs []outcome, final []outcome, syncErr error,
+	murky map[[2]int]int) ([]string, map[[2]int]int) {
 	cause := faultCause(p, f, pol)
+	found := map[[2]int]int{}
+	// A HIP stream's error is sticky and does not say which command
+	// failed: when a stream inherits a fault by waiting on the device for
+	// failed work, the commands it ran before that wait and that were not
+	// yet known complete (no Synchronize since) are reported failed too.
+	lastSync := make([]int, p.tasks)
+	for i := range lastSync {
+		lastSync[i] = -1
+	}
 	var bad []string
 	report := func(format string, args ...any) {
 		if len(bad) < 12 {
@@ -154,6 +184,14 @@ func checkFaultRun(p *program, want *model, f faultSpec, pol Policy, outs []outc
 	// exact: every packet's completion signal says whether it ran).
 	fo := p.ops[f.op]
 	hipFault := fo.kind == pkGemm || pol == Unified
+	isStream := func(o progOp) bool { return pol == Unified || tlOf(o) == 1 }
+	breaks := func(i int, o progOp) {
+		if k := [2]int{o.task, tlOf(o)}; isStream(o) {
+			if _, ok := found[k]; !ok {
+				found[k] = i
+			}
+		}
+	}
 	faulted := false
 	for i, o := range p.ops {
 		out := outs[i]
@@ -165,6 +203,7 @@ func checkFaultRun(p *program, want *model, f faultSpec, pol Policy, outs []outc
 		wrapsCause(i, name, out.err)
 		if i == f.op {
 			faulted = true
+			breaks(i, o)
 			tl[o.task][tlOf(o)] = tlBroken
 			state[o.out] = slotTainted
 			for _, s := range o.reads() {
@@ -191,6 +230,7 @@ func checkFaultRun(p *program, want *model, f faultSpec, pol Policy, outs []outc
 			if !broken && !unknown && out.err != nil {
 				report("%s: Synchronize of an unaffected task failed: %v", name, out.err)
 			}
+			lastSync[o.task] = i
 			continue
 		case pkDevSync:
 			if faulted && out.err == nil {
@@ -198,6 +238,9 @@ func checkFaultRun(p *program, want *model, f faultSpec, pol Policy, outs []outc
 			}
 			if !faulted && out.err != nil {
 				report("%s: Device.Synchronize before the fault failed: %v", name, out.err)
+			}
+			for k := range lastSync {
+				lastSync[k] = i
 			}
 			continue
 		case pkRead:
@@ -258,6 +301,7 @@ func checkFaultRun(p *program, want *model, f faultSpec, pol Policy, outs []outc
 			// that the producer failed, and cannot be taken back.
 			if *t == tlOK {
 				*t = tlUnknown
+				breaks(i, o)
 			}
 		case out.err != nil:
 			report("%s: independent op failed: %v", name, out.err)
@@ -286,6 +330,19 @@ func checkFaultRun(p *program, want *model, f faultSpec, pol Policy, outs []outc
 				warPending[s] = false // a fresh array
 			}
 		}
+		if m, ok := murky[[2]int{o.task, tlOf(o)}]; ok && isStream(o) && i < m && i > lastSync[o.task] {
+			// Ran before its stream inherited the fault, and not known
+			// complete then: it may be reported failed.
+			for _, s := range o.reads() {
+				warPending[s] = true
+			}
+			for _, s := range o.writes() {
+				if state[s] == slotClean {
+					state[s] = slotUnknown
+				}
+				warPending[s] = true
+			}
+		}
 	}
 	if syncErr == nil {
 		report("the final Device.Synchronize succeeded after a fault")
@@ -306,7 +363,7 @@ func checkFaultRun(p *program, want *model, f faultSpec, pol Policy, outs []outc
 			}
 		}
 	}
-	return bad
+	return bad, found
 }
 
 // runFaultProgram runs p with op f faulting and checks it. The returned
