@@ -146,3 +146,56 @@ func TestEarliestFailureWins(t *testing.T) {
 	require.ErrorIs(t, err, ErrFault)
 	require.ErrorIs(t, w.Err(), ErrFault)
 }
+
+// The stream form of TestBrokenQueueReleasesWaitersInOrder, under
+// DeviceBridge: stream s1 breaks at a gemm; its next gemm waits on the
+// device for a kernel on q0 that writes a, then overwrites a; a kernel on
+// q2 waits (through the bridge's signal) for that overwrite and reads a.
+// A broken stream skips its waits, so its failure says nothing about q0's
+// kernel: releasing q2's signal, and counting the stream's failed work
+// complete, as soon as the failure was known let q2 read a while q0 still
+// wrote it (fuzz seed 6 under DeviceBridge, with the emulator's fault
+// injector).
+func TestBrokenStreamReleasesWaitersInOrder(t *testing.T) {
+	d := openFaulty(t, DeviceBridge)
+	var tasks [3]*Task
+	for i := range tasks {
+		var err error
+		tasks[i], err = d.NewTask()
+		require.NoError(t, err)
+	}
+	x, err := d.FromFloat32(4, 4, randMatrix(24, 4))
+	require.NoError(t, err)
+	a, _ := d.Empty(4, 4, Float32)
+	y, _ := d.Empty(4, 4, Float32)
+	b, _ := d.Empty(4, 4, Float32)
+	slow := make(chan struct{})
+	add := kernels.Add.KernelName(kernels.F32)
+	faulted := false
+	d.machine.SetFaultInjector(func(op string) bool {
+		switch op {
+		case add:
+			<-slow // the producer on q0 runs long
+		case "rocblas_sgemm":
+			if !faulted {
+				faulted = true
+				return true
+			}
+		}
+		return false
+	})
+	release := d.machine.Hold()
+	require.NoError(t, tasks[0].AddInto(a, x, x))                  // slow, writes a
+	require.NoError(t, tasks[1].MatMulInto(y, x, x, false, false)) // faults: s1 breaks
+	require.NoError(t, tasks[1].MatMulInto(a, x, x, false, false)) // after q0's kernel
+	require.NoError(t, tasks[2].CopyInto(b, a))                    // after that
+	release()
+	require.ErrorIs(t, within(t, "Synchronize of the faulted task", tasks[1].Synchronize), ErrFault)
+	time.Sleep(20 * time.Millisecond)
+	close(slow)
+	require.ErrorIs(t, within(t, "Synchronize of the reader", tasks[2].Synchronize), ErrFault)
+	require.ErrorIs(t, b.Err(), ErrFault)
+	require.NoError(t, within(t, "Synchronize of the producer", tasks[0].Synchronize))
+	_ = within(t, "Close", d.Close)
+	require.Empty(t, d.Hazards())
+}

@@ -235,7 +235,7 @@ func (q *Queue) releaseBroken(from, last uint64, done chan struct{}) {
 	pause := 20 * time.Microsecond
 	for t := from; t <= last; t++ {
 		for !q.stopRelease.Load() {
-			if _, pending := q.health.PendingUpstream(t); !pending {
+			if q.health.Settled(t) >= t {
 				break
 			}
 			q.health.Probe()

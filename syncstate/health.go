@@ -163,23 +163,24 @@ func (h *Health) Prune(completed uint64) {
 // learning of a failure as it does (streams: hipStreamQuery).
 type poller interface{ Poll() uint64 }
 
-// PendingUpstream returns a fence that the timeline's tickets up to t
-// waited for on the device and that is not yet known complete. A broken
-// timeline that completes its own tickets (an HSA queue's signals, which
-// the packet processor will not) must wait for these first: whoever waits
-// for ticket t relies on everything t was ordered after having completed.
-func (h *Health) PendingUpstream(t uint64) (Fence, bool) {
+// Settled returns the largest ticket t ≤ limit such that every device
+// wait the timeline's tickets up to t sit behind has its producer known
+// complete. A broken timeline must not count its failed tickets complete,
+// nor release their waiters, past it: whoever waits for ticket t relies
+// on everything t was ordered after having completed, and a broken queue
+// or stream skips its device waits (or never reaches them).
+func (h *Health) Settled(limit uint64) uint64 {
 	if h.n.Load() == 0 {
-		return Fence{}, false
+		return limit
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, u := range h.ups {
-		if u.at <= t && !u.f.Done() {
-			return u.f, true
+		if u.at <= limit && !u.f.Done() {
+			limit = u.at - 1
 		}
 	}
-	return Fence{}, false
+	return limit
 }
 
 // HealthReporter is a timeline whose Health can be read: Probe walks
