@@ -199,3 +199,38 @@ func TestBrokenStreamReleasesWaitersInOrder(t *testing.T) {
 	_ = within(t, "Close", d.Close)
 	require.Empty(t, d.Hazards())
 }
+
+// A broken queue that waits (through the bridge) for a stream, while the
+// stream in turn waits for a later packet of that queue, must still
+// release its packets: the stream has written the bridge signal the queue
+// waits for, but the host cannot learn that the stream passed that point
+// without the whole stream completing, which waits for the queue. Waiting
+// for the stream's ticket to be known complete (instead of for the signal
+// itself) deadlocked until Close gave up after the wait timeout (fuzz seed
+// 49 under DeviceBridge).
+func TestBrokenQueueWaitingOnAStreamThatWaitsOnIt(t *testing.T) {
+	d := openFaulty(t, DeviceBridge)
+	q, err := d.NewTask() // its queue breaks
+	require.NoError(t, err)
+	s, err := d.NewTask() // its stream
+	require.NoError(t, err)
+	x, err := d.FromFloat32(4, 4, randMatrix(25, 4))
+	require.NoError(t, err)
+	y, _ := d.Empty(4, 4, Float32)
+	a, _ := d.Empty(4, 4, Float32)
+	b, _ := d.Empty(4, 4, Float32)
+	c, _ := d.Empty(4, 4, Float32)
+	faultOn(d, kernels.Mul.KernelName(kernels.F32))
+	release := d.machine.Hold()
+	require.NoError(t, q.MulInto(y, x, x))                  // faults: the queue breaks
+	require.NoError(t, s.MatMulInto(a, x, x, false, false)) // stream
+	require.NoError(t, q.AddInto(b, a, a))                  // the queue waits for the stream
+	require.NoError(t, s.MatMulInto(c, b, x, false, false)) // the stream waits for the queue
+	release()
+	require.ErrorIs(t, within(t, "Synchronize of the stream's task", s.Synchronize), ErrFault)
+	require.ErrorIs(t, c.Err(), ErrFault)
+	err = within(t, "the read-back of the stream's first result", func() error { _, err := a.Float32s(); return err })
+	require.NoError(t, err, "the stream's work before it waited for the queue is sound")
+	require.Error(t, within(t, "Close", d.Close))
+	require.Empty(t, d.Hazards())
+}

@@ -464,6 +464,7 @@ func runFuzzProgram(p *program, want *model, cfg fuzzConfig) *fuzzReport {
 	if !waitGroupWithin(&wg, 2*cfg.timeout) {
 		rep.hung = true
 		rep.fail("the tasks did not finish within %v", 2*cfg.timeout)
+		dumpStacks()
 		for ti := range current {
 			if i := current[ti].Load(); i >= 0 {
 				rep.fail("task %d is stuck in op %d (%v)", ti, i, p.ops[i])
@@ -484,10 +485,7 @@ func runFuzzProgram(p *program, want *model, cfg fuzzConfig) *fuzzReport {
 		if hung {
 			rep.hung = true
 			rep.fail("the final Device.Synchronize did not return within %v", cfg.timeout)
-			if f := os.Getenv("ROCSYNC_FUZZ_STACKS"); f != "" {
-				buf := make([]byte, 1<<22)
-				_ = os.WriteFile(f, buf[:runtime.Stack(buf, true)], 0o600)
-			}
+			dumpStacks()
 			return rep
 		}
 		rep.faultOuts = outs
@@ -535,6 +533,16 @@ func runFuzzProgram(p *program, want *model, cfg fuzzConfig) *fuzzReport {
 		rep.hazards = d.Hazards()
 	}
 	return rep
+}
+
+// dumpStacks writes every goroutine's stack to the file named by
+// ROCSYNC_FUZZ_STACKS, if set, when a run hangs: the hung goroutines are
+// abandoned, so the test's own timeout never shows them.
+func dumpStacks() {
+	if f := os.Getenv("ROCSYNC_FUZZ_STACKS"); f != "" {
+		buf := make([]byte, 1<<22)
+		_ = os.WriteFile(f, buf[:runtime.Stack(buf, true)], 0o600)
+	}
 }
 
 var errCloseTimeout = errors.New("Device.Close did not return")

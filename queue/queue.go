@@ -227,17 +227,18 @@ func (q *Queue) failInFlight(err error) {
 }
 
 // releaseBroken completes the signals of a broken queue's tickets from
-// from to last, in order, each once the device waits behind which it sits
-// have been satisfied. It asks the producers up the chain (Probe) while
-// it waits, as a host waiter would.
+// from to last, in order, each once the signals its packet was to wait for
+// (a barrier-AND's dependencies) have completed, as the packet processor
+// would have. It watches the signals themselves: whether a stream has
+// passed the point a bridge signal marks can be unknowable to the host
+// without waiting for the whole stream, which may in turn wait for this
+// queue. It asks the producers up the chain (Probe) while it waits, so
+// that a broken stream's bridge signals are released.
 func (q *Queue) releaseBroken(from, last uint64, done chan struct{}) {
 	defer close(done)
 	pause := 20 * time.Microsecond
 	for t := from; t <= last; t++ {
-		for !q.stopRelease.Load() {
-			if q.health.Settled(t) >= t {
-				break
-			}
+		for !q.stopRelease.Load() && !q.depsDone(t) {
 			q.health.Probe()
 			time.Sleep(pause)
 			pause = min(2*pause, time.Millisecond)
@@ -248,6 +249,19 @@ func (q *Queue) releaseBroken(from, last uint64, done chan struct{}) {
 		}
 		q.mu.Unlock()
 	}
+}
+
+// depsDone reports whether every dependency signal of ticket t's packet
+// has completed (true for a packet without any).
+func (q *Queue) depsDone(t uint64) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, d := range q.slot(t).deps {
+		if d != nil && q.rt.SignalLoadScacquire(d.H) >= 1 {
+			return false
+		}
+	}
+	return true
 }
 
 // Err returns the error that broke the queue, if any: its own
