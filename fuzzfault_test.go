@@ -404,13 +404,79 @@ func TestFuzzFaults(t *testing.T) {
 		t.Skip("needs the emulator: faults are injected through unmapped device memory")
 	}
 	n := faultSeeds()
+	var cov faultCoverage
 	for seed := uint64(1); seed <= uint64(n); seed++ {
 		ok := t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
 			checkFaultProgram(t, seedInput(seed, fuzzSeedInputLen), seed,
-				fmt.Sprintf("seed %d (replay: go test -run 'TestFuzzFaults/seed=%d$' -v .)", seed, seed))
+				fmt.Sprintf("seed %d (replay: go test -run 'TestFuzzFaults/seed=%d$' -v .)", seed, seed), &cov)
 		})
 		if !ok {
-			break // one failure says enough; a hang costs seconds per seed
+			return // one failure says enough; a hang costs seconds per seed
+		}
+	}
+	// The seeds must reach what the policies do differently after a
+	// fault: device waits behind failed work that break the consumer, on
+	// streams (Unified: every crossing is stream to stream) and across
+	// domains (DeviceBridge: HSA queues and HIP streams waiting for each
+	// other through signals).
+	t.Logf("runs where a consumer broke behind failed work: %v", cov.String())
+	if n >= 40 && !t.Failed() {
+		for _, need := range []struct {
+			pol   Policy
+			cross bool
+		}{{Unified, false}, {DeviceBridge, true}} {
+			if cov.runs[need.pol][b2i(need.cross)] == 0 {
+				t.Errorf("no seed made a consumer break behind failed work under %v (cross-domain %v)", need.pol, need.cross)
+			}
+		}
+	}
+}
+
+// faultCoverage counts, per policy, the runs in which some error of the
+// run is an UpstreamError: a consumer timeline that broke because it had
+// waited on the device for failed work, in the same domain ([0]) or
+// across domains ([1]).
+type faultCoverage struct {
+	runs [DeviceBridge + 1][2]int
+}
+
+func (c *faultCoverage) String() string {
+	var b strings.Builder
+	for _, pol := range syncstate.Policies {
+		fmt.Fprintf(&b, "%v %d same-domain, %d cross-domain; ", pol, c.runs[pol][0], c.runs[pol][1])
+	}
+	return b.String()
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// add records what the errors of one run show.
+func (c *faultCoverage) add(pol Policy, rep *fuzzReport) {
+	var seen [2]bool
+	errs := []error{rep.faultSync}
+	for _, o := range rep.faultOuts {
+		errs = append(errs, o.err)
+	}
+	for _, o := range rep.faultFinal {
+		errs = append(errs, o.err)
+	}
+	for _, err := range errs {
+		var ue *syncstate.UpstreamError
+		for err != nil && errors.As(err, &ue) {
+			consumerKernel := strings.Contains(ue.Consumer, "hsa-q")
+			producerKernel := strings.Contains(ue.Producer.TL.Name(), "hsa-q")
+			seen[b2i(consumerKernel != producerKernel)] = true
+			err = ue.Err
+		}
+	}
+	for i, s := range seen {
+		if s {
+			c.runs[pol][i]++
 		}
 	}
 }
@@ -423,11 +489,11 @@ func FuzzFaults(f *testing.F) {
 		f.Add(seedInput(seed, fuzzSeedInputLen-int(seed)))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
-		checkFaultProgram(t, in, uint64(len(in)), fmt.Sprintf("fuzz input %q", in))
+		checkFaultProgram(t, in, uint64(len(in)), fmt.Sprintf("fuzz input %q", in), nil)
 	})
 }
 
-func checkFaultProgram(t *testing.T, in []byte, seed uint64, replay string) {
+func checkFaultProgram(t *testing.T, in []byte, seed uint64, replay string, cov *faultCoverage) {
 	t.Helper()
 	p := decodeProgram(in)
 	if len(p.ops) == 0 {
@@ -446,6 +512,9 @@ func checkFaultProgram(t *testing.T, in []byte, seed uint64, replay string) {
 			maxDelay: 20 * time.Microsecond, hazards: true, timeout: 10 * time.Second})
 		if rep.hung {
 			t.Fatalf("%s under %v, fault at op %d (injector %v): HUNG\n%v\n%v", replay, pol, fi, injector, rep, p)
+		}
+		if cov != nil {
+			cov.add(pol, rep)
 		}
 		var extra []string
 		if len(rep.errs) > 0 || len(rep.hazards) > 0 || len(rep.mismatches) > 0 {
