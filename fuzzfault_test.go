@@ -399,7 +399,10 @@ func faultSeeds() int {
 //
 // Replay a seed:     go test -run 'TestFuzzFaults/seed=3$' -v .
 // Run more seeds:    ROCSYNC_FUZZ_FAULTS=500 go test -run 'TestFuzzFaults$' .
-// Fuzz:              go test -run '^$' -fuzz FuzzFaults -fuzztime 10m .
+// Fuzz:              go test -run '^$' -fuzz FuzzFaults -fuzztime 20000x .
+// (Bound it by executions: with a time bound this engine was seen to stop
+// counting after the seed corpus on the 2-core machine.)
+// A hang writes every goroutine's stack to $ROCSYNC_FUZZ_STACKS if set.
 func TestFuzzFaults(t *testing.T) {
 	if gpuRun() {
 		t.Skip("needs the emulator: faults are injected through unmapped device memory")
