@@ -491,6 +491,10 @@ func (d *Device) CloseContext(ctx context.Context) error {
 		}
 		t.lifeMu.Unlock()
 	}
+	// Memory freed while failed work still held it was quarantined (see
+	// pendingFrees); with the queues and streams destroyed, and their
+	// failed work settled, it can go back now.
+	errs = append(errs, d.frees.poll(d, false))
 	errs = append(errs, d.cache.trim(d.drv), d.staging.free(d), d.drv.Close())
 	if err := errors.Join(errs...); err != nil {
 		return &Error{Op: "Close", Kind: kindOf(err), Detail: "closing " + d.String(), Err: err}

@@ -7,6 +7,8 @@ package rocsync
 import (
 	"errors"
 	"fmt"
+	"os"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -309,6 +311,15 @@ func runFuzzProgram(p *program, want *model, cfg fuzzConfig) *fuzzReport {
 		barrier = cfg.fault.op
 	}
 	preds := predecessors(p, cfg.serial, cfg.fault != nil, barrier)
+	if f := cfg.fault; f != nil {
+		// The fault checker expects a Device.Synchronize before the fault
+		// in program order to succeed: the fault must not overtake it.
+		for j := 0; j < f.op; j++ {
+			if p.ops[j].kind == pkDevSync && p.ops[j].task != p.ops[f.op].task {
+				preds[f.op] = append(preds[f.op], j)
+			}
+		}
+	}
 	var outs []outcome
 	if cfg.fault != nil {
 		outs = make([]outcome, len(p.ops))
@@ -453,6 +464,7 @@ func runFuzzProgram(p *program, want *model, cfg fuzzConfig) *fuzzReport {
 	if !waitGroupWithin(&wg, 2*cfg.timeout) {
 		rep.hung = true
 		rep.fail("the tasks did not finish within %v", 2*cfg.timeout)
+		dumpStacks()
 		for ti := range current {
 			if i := current[ti].Load(); i >= 0 {
 				rep.fail("task %d is stuck in op %d (%v)", ti, i, p.ops[i])
@@ -473,6 +485,7 @@ func runFuzzProgram(p *program, want *model, cfg fuzzConfig) *fuzzReport {
 		if hung {
 			rep.hung = true
 			rep.fail("the final Device.Synchronize did not return within %v", cfg.timeout)
+			dumpStacks()
 			return rep
 		}
 		rep.faultOuts = outs
@@ -520,6 +533,16 @@ func runFuzzProgram(p *program, want *model, cfg fuzzConfig) *fuzzReport {
 		rep.hazards = d.Hazards()
 	}
 	return rep
+}
+
+// dumpStacks writes every goroutine's stack to the file named by
+// ROCSYNC_FUZZ_STACKS, if set, when a run hangs: the hung goroutines are
+// abandoned, so the test's own timeout never shows them.
+func dumpStacks() {
+	if f := os.Getenv("ROCSYNC_FUZZ_STACKS"); f != "" {
+		buf := make([]byte, 1<<22)
+		_ = os.WriteFile(f, buf[:runtime.Stack(buf, true)], 0o600)
+	}
 }
 
 var errCloseTimeout = errors.New("Device.Close did not return")

@@ -90,6 +90,11 @@ type Queue struct {
 	externalErr error
 	// brokenFrom is the first ticket the break failed (0: not broken).
 	brokenFrom atomic.Uint64
+	// released is closed once a broken queue has completed the signals
+	// of its failed packets (see releaseBroken); stopRelease makes it
+	// give up waiting and complete the rest at once (Close).
+	released    chan struct{}
+	stopRelease atomic.Bool
 
 	// bridge, when set, turns a fence of another domain into a signal
 	// that reaches 0 once the fence completes (the DeviceBridge policy).
@@ -217,14 +222,54 @@ func (q *Queue) failInFlight(err error) {
 	q.health.Fail(from, err)
 	// A broken queue never completes its packets' signals, and barrier
 	// packets on other queues, HIP streams (DeviceBridge) and host
-	// waiters wait for them. Completing them here releases every such
-	// waiter; each of them learns from Failed that the work failed, and
-	// a queue or stream that waited on the device breaks in turn.
-	for t := from; t <= q.lastTicket.Load(); t++ {
+	// waiters wait for them. rocsync completes them instead, releasing
+	// every such waiter; each of them learns from Failed that the work
+	// failed, and a queue or stream that waited on the device breaks in
+	// turn. It does so in order, each only once the work its packet was
+	// to wait for on the device has completed: a waiter relies on that
+	// order, and releasing it earlier lets it run beside that work (the
+	// fault fuzzer found a reader on a third queue reading what a
+	// producer the broken queue waited for was still writing).
+	q.released = make(chan struct{})
+	go q.releaseBroken(from, q.lastTicket.Load(), q.released)
+}
+
+// releaseBroken completes the signals of a broken queue's tickets from
+// from to last, in order, each once the signals its packet was to wait for
+// (a barrier-AND's dependencies) have completed, as the packet processor
+// would have. It watches the signals themselves: whether a stream has
+// passed the point a bridge signal marks can be unknowable to the host
+// without waiting for the whole stream, which may in turn wait for this
+// queue. It asks the producers up the chain (Probe) while it waits, so
+// that a broken stream's bridge signals are released.
+func (q *Queue) releaseBroken(from, last uint64, done chan struct{}) {
+	defer close(done)
+	pause := 20 * time.Microsecond
+	for t := from; t <= last; t++ {
+		for !q.stopRelease.Load() && !q.depsDone(t) {
+			q.health.Probe()
+			time.Sleep(pause)
+			pause = min(2*pause, time.Millisecond)
+		}
+		q.mu.Lock()
 		if e := q.slot(t); e.sig != nil {
 			q.rt.SignalStoreScrelease(e.sig.H, 0)
 		}
+		q.mu.Unlock()
 	}
+}
+
+// depsDone reports whether every dependency signal of ticket t's packet
+// has completed (true for a packet without any).
+func (q *Queue) depsDone(t uint64) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, d := range q.slot(t).deps {
+		if d != nil && q.rt.SignalLoadScacquire(d.H) >= 1 {
+			return false
+		}
+	}
+	return true
 }
 
 // Err returns the error that broke the queue, if any: its own
@@ -236,6 +281,9 @@ func (q *Queue) Err() error {
 	}
 	return q.health.Err()
 }
+
+// Health implements syncstate.HealthReporter.
+func (q *Queue) Health() *syncstate.Health { return &q.health }
 
 // Failed implements syncstate.Timeline.
 func (q *Queue) Failed(t uint64) error {
@@ -569,9 +617,28 @@ func (q *Queue) publishLocked(idx uint64, sig *Signal, slot *[hsa.PacketSize]byt
 // Drain waits on the host for everything submitted so far.
 func (q *Queue) Drain() error { return q.WaitHost(q.lastTicket.Load()) }
 
-// Close drains the queue and destroys it.
+// Close drains the queue and destroys it. A broken queue first completes
+// its failed packets' signals (see failInFlight), waiting for the work
+// they were to wait for up to the wait timeout, and past it at once.
 func (q *Queue) Close() error {
 	err := q.Drain()
+	q.mu.Lock()
+	released := q.released
+	q.mu.Unlock()
+	if released != nil {
+		var expired <-chan time.Time
+		if q.timeout > 0 {
+			tm := time.NewTimer(q.timeout)
+			defer tm.Stop()
+			expired = tm.C
+		}
+		select {
+		case <-released:
+		case <-expired:
+			q.stopRelease.Store(true)
+			<-released
+		}
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.hq == nil {

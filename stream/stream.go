@@ -131,6 +131,15 @@ type Stream struct {
 	// (learned from the runtime at a query or wait), or behind a device
 	// wait for a fence that failed.
 	health syncstate.Health
+	// reached is, once the stream's own error is known, the newest ticket
+	// the runtime reported reached. A broken stream skips its commands,
+	// its device waits included, so reaching a ticket says nothing about
+	// the work that ticket was ordered after on other timelines: failed
+	// tickets count as complete (and release the waiters of OnFailure)
+	// only as far as health.Settled allows, which settle keeps checking.
+	reached    atomic.Uint64
+	settling   chan struct{} // closed when settle returns; under mu
+	stopSettle atomic.Bool
 
 	// bridge, when set, makes this stream wait on the device for a fence
 	// of a timeline that is not a Stream (HSA→HIP under DeviceBridge).
@@ -256,19 +265,21 @@ func (s *Stream) AfterComplete(t uint64, fn func()) {
 }
 
 // OnFailure runs fn if the stream is found to fail before ticket t is
-// known complete; it is dropped once t completes. The bridge uses it to
+// known complete: once the failed ticket t counts as complete (see
+// reached). It is dropped once t completes normally. The bridge uses it to
 // complete the signals that waiters on other queues would otherwise wait
 // for forever.
 func (s *Stream) OnFailure(t uint64, fn func()) {
 	s.mu.Lock()
-	if s.health.Failure() != nil {
-		s.mu.Unlock()
-		fn()
-		return
-	}
 	s.onFailure = append(s.onFailure, deferred{t, fn})
+	if s.health.Failure() != nil {
+		s.recycleLocked(false)
+	}
 	s.mu.Unlock()
 }
+
+// Health implements syncstate.HealthReporter.
+func (s *Stream) Health() *syncstate.Health { return &s.health }
 
 // Failed implements syncstate.Timeline.
 func (s *Stream) Failed(t uint64) error { return s.health.Failed(t) }
@@ -277,16 +288,55 @@ func (s *Stream) Failed(t uint64) error { return s.health.Failed(t) }
 func (s *Stream) Err() error { return s.health.Err() }
 
 // failLocked records a runtime error of the stream: every op not known
-// complete failed, and so is every op up to ticket upTo now complete.
+// complete failed, and the runtime has reached ticket upTo. Failed tickets
+// count as complete as far as the device waits they sit behind allow
+// (settleLocked), and a goroutine keeps settling the rest.
 func (s *Stream) failLocked(err error, upTo uint64) {
 	s.health.Fail(s.completed.Load()+1, fmt.Errorf("stream: %s: %w", s.name, err))
-	if upTo > s.completed.Load() {
-		s.completed.Store(upTo)
+	if upTo > s.reached.Load() {
+		s.reached.Store(upTo)
 	}
-	hooks := s.onFailure
-	s.onFailure = nil
-	for _, d := range hooks {
-		d.fn()
+	s.settleLocked()
+	if s.settling == nil {
+		s.settling = make(chan struct{})
+		go s.settle(s.settling)
+	}
+}
+
+// settleLocked counts the broken stream's failed tickets complete up to
+// what the runtime reached and the device waits behind them allow, and
+// runs the failure hooks now due.
+func (s *Stream) settleLocked() {
+	if c := s.health.Settled(s.reached.Load()); c > s.completed.Load() {
+		s.completed.Store(c)
+	}
+	s.recycleLocked(false)
+}
+
+// settle runs while a broken stream has work not yet counted complete:
+// it asks the runtime how far the stream got, and waits for the producers
+// of the device waits behind that work (asking them too, as a host waiter
+// would), until everything submitted is settled or Close stops it.
+func (s *Stream) settle(done chan struct{}) {
+	defer close(done)
+	pause := 20 * time.Microsecond
+	for !s.stopSettle.Load() {
+		s.mu.Lock()
+		last := s.lastTicket.Load()
+		if s.reached.Load() < last && s.s != 0 {
+			if ok, err := s.api.StreamQuery(s.s); ok || err != nil {
+				s.reached.Store(last)
+			}
+		}
+		s.settleLocked()
+		finished := s.completed.Load() >= last
+		s.mu.Unlock()
+		if finished {
+			return
+		}
+		s.health.Probe()
+		time.Sleep(pause)
+		pause = min(2*pause, time.Millisecond)
 	}
 }
 
@@ -332,7 +382,8 @@ func (s *Stream) recycleLocked(query bool) {
 			ok, err := s.api.EventQuery(m.ev)
 			if err != nil {
 				s.failLocked(err, m.ticket)
-			} else if !ok {
+			}
+			if err != nil || !ok {
 				break
 			}
 			s.completed.Store(m.ticket)
@@ -348,11 +399,17 @@ func (s *Stream) recycleLocked(query bool) {
 		s.marks = s.marks[:n]
 	}
 	if len(s.onFailure) > 0 {
+		// Past c a hook's ticket is complete: it ran, or it failed and
+		// settled, when the hook must release its waiters.
 		c := s.completed.Load()
+		failed := s.health.Failure() != nil
 		kept := s.onFailure[:0]
 		for _, d := range s.onFailure {
-			if d.ticket > c {
+			switch {
+			case d.ticket > c:
 				kept = append(kept, d)
+			case failed:
+				d.fn()
 			}
 		}
 		clear(s.onFailure[len(kept):])
@@ -521,8 +578,7 @@ func (s *Stream) WaitHostContext(ctx context.Context, t uint64) error {
 		s.mu.Lock()
 		if err != nil {
 			s.failLocked(err, last)
-		}
-		if last > s.completed.Load() {
+		} else if last > s.completed.Load() {
 			s.completed.Store(last)
 		}
 		s.recycleLocked(false)
@@ -550,6 +606,7 @@ func (s *Stream) WaitHostContext(ctx context.Context, t uint64) error {
 		if m.ev == ev && m.ticket > s.completed.Load() {
 			if err != nil {
 				s.failLocked(err, m.ticket)
+				break
 			}
 			s.completed.Store(m.ticket)
 		}
@@ -624,8 +681,28 @@ func (s *Stream) WaitDevice(fences []syncstate.Fence) error {
 func (s *Stream) Drain() error { return s.WaitHost(s.lastTicket.Load()) }
 
 // Close drains the stream and destroys it; its events go back to the pool.
+// A broken stream first settles its failed work (see reached), waiting
+// for the producers it sits behind up to the wait timeout, and past it
+// counts it complete at once.
 func (s *Stream) Close() error {
 	err := s.Drain()
+	s.mu.Lock()
+	settling := s.settling
+	s.mu.Unlock()
+	if settling != nil {
+		var expired <-chan time.Time
+		if s.timeout > 0 {
+			tm := time.NewTimer(s.timeout)
+			defer tm.Stop()
+			expired = tm.C
+		}
+		select {
+		case <-settling:
+		case <-expired:
+			s.stopSettle.Store(true)
+			<-settling
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {

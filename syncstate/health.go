@@ -58,10 +58,21 @@ type upstream struct {
 // while nothing fails, on the hot path of every op.
 var failures atomic.Uint64
 
-// Fail breaks the timeline from ticket from on; the first failure wins.
+// Fail breaks the timeline from ticket from on. The earliest failure wins,
+// whatever the order of the reports: a timeline may learn first that a
+// producer it waited for failed (from the ticket behind that wait), and
+// only then of its own, earlier fault, which must not be shadowed.
 func (h *Health) Fail(from uint64, err error) {
-	if h.failure.CompareAndSwap(nil, &Failure{From: from, Err: err}) {
-		failures.Add(1)
+	nf := &Failure{From: from, Err: err}
+	for {
+		old := h.failure.Load()
+		if old != nil && old.From <= from {
+			return
+		}
+		if h.failure.CompareAndSwap(old, nf) {
+			failures.Add(1)
+			return
+		}
 	}
 }
 
@@ -152,24 +163,83 @@ func (h *Health) Prune(completed uint64) {
 // learning of a failure as it does (streams: hipStreamQuery).
 type poller interface{ Poll() uint64 }
 
-// Probe asks the producers of the device waits in flight whether they
-// failed, at a runtime call each. Waiters call it between bounded waits: a
-// stream's failure is learned only by asking, and until it is, a consumer
-// waiting behind it would wait forever.
-func (h *Health) Probe() {
-	if h.n.Load() == 0 || !h.mu.TryLock() {
-		return
+// Settled returns the largest ticket t ≤ limit such that every device
+// wait the timeline's tickets up to t sit behind has its producer known
+// complete. A broken timeline must not count its failed tickets complete,
+// nor release their waiters, past it: whoever waits for ticket t relies
+// on everything t was ordered after having completed, and a broken queue
+// or stream skips its device waits (or never reaches them).
+func (h *Health) Settled(limit uint64) uint64 {
+	if h.n.Load() == 0 {
+		return limit
 	}
-	var buf [8]poller
-	n := 0
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	for _, u := range h.ups {
-		if p, ok := u.f.TL.(poller); ok && n < len(buf) && u.f.TL.Failed(u.f.Ticket) == nil {
-			buf[n] = p
-			n++
+		if u.at <= limit && !u.f.Done() {
+			limit = u.at - 1
 		}
 	}
-	h.mu.Unlock()
-	for _, p := range buf[:n] {
+	return limit
+}
+
+// HealthReporter is a timeline whose Health can be read: Probe walks
+// from a timeline to the producers its producers waited for.
+type HealthReporter interface{ Health() *Health }
+
+// maxProbe bounds the timelines one Probe visits.
+const maxProbe = 32
+
+// Probe asks the producers of the device waits in flight whether they
+// failed, at a runtime call each, and their producers in turn, up the
+// chain of device waits: a stream's failure is learned only by asking, and
+// until it is, a consumer waiting behind it would wait forever. Waiters
+// call it between bounded waits. The chain matters where it crosses
+// domains (DeviceBridge): a stream that waits on the device for an HSA
+// queue, which waits for a broken stream, is blocked but not failed, so
+// asking it says nothing; only asking the broken stream, two waits away,
+// releases the signals the others wait for.
+func (h *Health) Probe() {
+	if h.n.Load() == 0 {
+		return
+	}
+	var hs [maxProbe]*Health
+	var seen [maxProbe]Timeline
+	var polls [maxProbe]poller
+	hs[0] = h
+	nh, ns, np := 1, 0, 0
+	for i := 0; i < nh; i++ {
+		x := hs[i]
+		if x.n.Load() == 0 || !x.mu.TryLock() {
+			continue
+		}
+		for _, u := range x.ups {
+			if ns == len(seen) || seenIn(seen[:ns], u.f.TL) || u.f.TL.Failed(u.f.Ticket) != nil {
+				continue
+			}
+			seen[ns] = u.f.TL
+			ns++
+			if p, ok := u.f.TL.(poller); ok {
+				polls[np] = p
+				np++
+			}
+			if r, ok := u.f.TL.(HealthReporter); ok && nh < len(hs) {
+				hs[nh] = r.Health()
+				nh++
+			}
+		}
+		x.mu.Unlock()
+	}
+	for _, p := range polls[:np] {
 		p.Poll()
 	}
+}
+
+func seenIn(s []Timeline, tl Timeline) bool {
+	for _, x := range s {
+		if x == tl {
+			return true
+		}
+	}
+	return false
 }

@@ -57,3 +57,57 @@ func TestHealthPrunes(t *testing.T) {
 	allocs := testing.AllocsPerRun(100, func() { _ = b.h.Failed(9) })
 	require.Zero(t, allocs)
 }
+
+// A failure reported for an earlier ticket replaces one reported first for
+// a later ticket: every ticket from the earliest failure on failed.
+func TestHealthEarliestFailureWins(t *testing.T) {
+	var h Health
+	late, early := errors.New("late"), errors.New("early")
+	h.Fail(10, late)
+	h.Fail(5, early)
+	h.Fail(7, errors.New("between"))
+	if err := h.Failed(4); err != nil {
+		t.Fatalf("ticket 4 failed: %v", err)
+	}
+	for _, tk := range []uint64{5, 9, 10, 11} {
+		if err := h.Failed(tk); err != early {
+			t.Fatalf("ticket %d: %v, want %v", tk, err, early)
+		}
+	}
+}
+
+// learningTL learns that its work failed when asked how far it completed,
+// as a stream does when the event it queries reports the fault.
+type learningTL struct {
+	fakeTL
+	last uint64
+	err  error
+}
+
+func (l *learningTL) Completed() uint64 {
+	if l.failFrom == 0 {
+		l.failFrom, l.failErr, l.completed = 1, l.err, l.last
+	}
+	return l.completed
+}
+
+// The producer of an input can be found failed (and complete: it will not
+// run) between the check of the inputs and the ordering: the op must still
+// fail, not skip the producer as merely complete and run on its output
+// (found by the fault fuzzer: a gemm under Unified read what a faulted
+// kernel was to write, and its own output read back as sound).
+func TestProducerFoundFailedWhileOrderingFailsTheOp(t *testing.T) {
+	cause := errors.New("fault")
+	prod := &learningTL{fakeTL: fakeTL{name: "p", domain: DomainLibrary}, last: 3, err: cause}
+	cons := &fakeTL{name: "c", domain: DomainLibrary}
+	in, out := NewState(), NewState()
+	in.recordWrite(Fence{TL: prod, Ticket: 3}, "Producer")
+	var op Op
+	op.Name = "Consumer"
+	op.Read(in)
+	op.Write(out)
+	err := op.Begin(&Engine{Policy: Unified}, cons, Sinks{})
+	require.ErrorIs(t, err, cause)
+	require.ErrorIs(t, out.Poison(), cause, "what the op was to write is poisoned")
+	require.Empty(t, cons.devWaits)
+}

@@ -284,6 +284,7 @@ func (o *Op) Begin(e *Engine, tl Timeline, sinks Sinks) error {
 	var deps depSet
 	var skipped uint64
 	var waitErr error
+	foundFailed := false
 	consider := func(f Fence) {
 		switch {
 		case f.TL == nil:
@@ -293,6 +294,10 @@ func (o *Op) Begin(e *Engine, tl Timeline, sinks Sinks) error {
 		case f.Ticket <= f.TL.Completed():
 			skipped++
 			e.decided(o.Name, tl, f, SkipComplete, 0)
+			// Asking may have just taught the producer's timeline that
+			// the fence failed (a stream learns its fault from the
+			// event it queries): the inputs are checked again below.
+			foundFailed = foundFailed || f.Err() != nil
 		case !deps.add(f):
 			// More producer timelines than one op tracks: the excess
 			// are waited for on the host, which is always correct.
@@ -323,6 +328,17 @@ func (o *Op) Begin(e *Engine, tl Timeline, sinks Sinks) error {
 		consider(a.s.writer)
 	}
 	sinks.Skipped(skipped)
+	if foundFailed {
+		// A failed producer that is complete will not run, so there is
+		// nothing to wait for; but an op that reads what it was to write
+		// must fail, not run on what it left (a complete failed writer
+		// or reader of an output is fine: the op overwrites it).
+		if err := o.failedDependency(); err != nil {
+			o.poison(err)
+			o.unlock()
+			return err
+		}
+	}
 	if waitErr == nil {
 		waitErr = e.resolve(o.Name, tl, deps.f[:deps.n], sinks)
 	}

@@ -69,3 +69,33 @@ func TestInjectedGemmFaultTravelsWithEvents(t *testing.T) {
 	require.NoError(t, hp.EventRecord(ev, s3))
 	require.NoError(t, hp.EventSynchronize(ev))
 }
+
+// hipStreamWaitEvent waits for the record the event had when it was
+// called, and inherits that record's outcome, even if the event is
+// recorded again (here on a healthy stream) and completes before the
+// waiting stream reaches the wait. The emulator used to read whatever the
+// newest record said, so the waiter missed the fault (and joined a later
+// clock): a stream behind a failed producer ran as if it had succeeded
+// (found by rocsync's fault fuzzer under Unified, where pooled events are
+// reused across streams).
+func TestStreamWaitEventKeepsTheCapturedRecord(t *testing.T) {
+	m := New(Options{FaultInjector: func(op string) bool { return op == "rocblas_sgemm" }})
+	hp, b := m.HIP(), m.BLAS()
+	s1, _ := hp.StreamCreate(0, hip.StreamNonBlocking)
+	s2, _ := hp.StreamCreate(0, hip.StreamNonBlocking)
+	s3, _ := hp.StreamCreate(0, hip.StreamNonBlocking)
+	a, _ := hp.Malloc(0, 16)
+	h, _ := b.CreateHandle(0)
+	require.NoError(t, b.SetStream(h, s1))
+	require.NoError(t, b.Sgemm(h, rocblas.OperationNone, rocblas.OperationNone, 2, 2, 2, 1, a, 2, a, 2, 0, a, 2))
+	ev, _ := hp.EventCreate(0, hip.EventDisableTiming)
+	require.NoError(t, hp.EventRecord(ev, s1))
+	require.ErrorIs(t, hp.EventSynchronize(ev), &hip.Error{Code: hip.ErrorLaunchFailure})
+	release := m.Hold()
+	require.NoError(t, hp.MemsetAsync(a, 0, 16, s2)) // held: s2 has not reached the wait
+	require.NoError(t, hp.StreamWaitEvent(s2, ev))
+	require.NoError(t, hp.EventRecord(ev, s3)) // a record is not held
+	require.NoError(t, hp.EventSynchronize(ev))
+	release()
+	require.ErrorIs(t, hp.StreamSynchronize(s2), &hip.Error{Code: hip.ErrorLaunchFailure})
+}

@@ -158,7 +158,7 @@ type cmd struct {
 	kind  cmdKind
 	host  vclock // the host's clock when it enqueued the command
 	ev    *hevent
-	gen   uint64
+	rec   *hrecord             // the record a cmdRecord completes, or a cmdWaitEvent waits for
 	fn    func(a *actor) error // the work of kernels and copies
 	what  string
 	sig   *signal
@@ -289,8 +289,14 @@ func (s *hstream) exec(c cmd) {
 		if c.kind == cmdRecord {
 			// The record is reached, but carries the stream's error, so
 			// whoever waits for the event learns of the fault instead of
-			// waiting forever.
-			c.ev.completeErr(c.gen, failed)
+			// waiting forever. It also carries the stream's clock: every
+			// command before it has ended (the failed one included), so
+			// whoever learns of the error is ordered after their accesses,
+			// as with a successful record.
+			s.mu.Lock()
+			vc := s.vc.clone()
+			s.mu.Unlock()
+			c.ev.completeErr(c.rec, failed, vc)
 		}
 		return
 	}
@@ -312,16 +318,26 @@ func (s *hstream) exec(c cmd) {
 			}
 			s.mu.Lock()
 			s.err = hipErr(c.what, code, err.Error())
+			// The failed command has ended: what it touched before it
+			// faulted happens before whatever observes the stream's error.
+			if a != nil {
+				s.vc.join(a.vc)
+			}
 			s.mu.Unlock()
 			return
 		}
 	case cmdRecord:
-		c.ev.complete(c.gen, a)
+		c.ev.complete(c.rec, a)
 	case cmdWaitEvent:
-		vc, err := c.ev.waitGen(c.gen)
+		vc, err := c.ev.wait(c.rec)
 		if err != nil {
-			// A stream waiting for faulted work inherits the fault.
+			// A stream waiting for faulted work inherits the fault (and
+			// the clock of the work that ended before it).
 			s.mu.Lock()
+			if a != nil {
+				s.vc.join(a.vc)
+				s.vc.join(vc)
+			}
 			s.err = err
 			s.mu.Unlock()
 			return
@@ -425,54 +441,56 @@ func (h *HIP) StreamQuery(id hip.Stream) error {
 	return err
 }
 
-// hevent is a HIP event: each record is a generation; it is complete when
-// the stream has executed the newest record.
+// hevent is a HIP event. Each record is an hrecord; the event is complete
+// when its newest record has executed. A stream wait captures the record
+// the event had when it was called, and inherits that record's outcome and
+// clock, whatever later records of the event do (they may be on other
+// streams, and complete first).
 type hevent struct {
-	mu      sync.Mutex
-	cond    *sync.Cond
-	dev     int
-	gen     uint64 // records made
-	doneGen uint64 // records executed
-	vc      vclock
-	err     error // set when the newest executed record was on a broken stream
+	mu   sync.Mutex
+	cond *sync.Cond
+	dev  int
+	last *hrecord // the newest record; nil: never recorded (complete)
 }
 
-func (e *hevent) complete(gen uint64, a *actor) {
+// hrecord is one record of an event; its fields are guarded by the
+// event's lock.
+type hrecord struct {
+	done bool
+	vc   vclock
+	err  error // set when the record executed on a broken stream
+}
+
+func (e *hevent) complete(r *hrecord, a *actor) {
 	e.mu.Lock()
-	if gen > e.doneGen {
-		e.doneGen = gen
-		e.err = nil
-		if a != nil {
-			e.vc = a.vc.clone()
-		}
+	r.done = true
+	if a != nil {
+		r.vc = a.vc.clone()
 	}
 	e.cond.Broadcast()
 	e.mu.Unlock()
 }
 
-// completeErr marks record gen reached on a stream broken by err.
-func (e *hevent) completeErr(gen uint64, err error) {
+// completeErr marks record r reached on a stream broken by err.
+func (e *hevent) completeErr(r *hrecord, err error, vc vclock) {
 	e.mu.Lock()
-	if gen > e.doneGen {
-		e.doneGen = gen
-		e.err = err
-	}
+	r.done, r.err, r.vc = true, err, vc
 	e.cond.Broadcast()
 	e.mu.Unlock()
 }
 
-// waitGen blocks until record gen has executed and returns its clock, or
-// the error of the broken stream it was recorded on.
-func (e *hevent) waitGen(gen uint64) (vclock, error) {
+// wait blocks until record r (nil: none) has executed and returns its
+// clock and, if it was recorded on a broken stream, that stream's error.
+func (e *hevent) wait(r *hrecord) (vclock, error) {
+	if r == nil {
+		return nil, nil
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for e.doneGen < gen {
+	for !r.done {
 		e.cond.Wait()
 	}
-	if e.err != nil {
-		return nil, e.err
-	}
-	return e.vc.clone(), nil
+	return r.vc.clone(), r.err
 }
 
 func (h *HIP) EventCreate(hd int, flags uint32) (hip.Event, error) {
@@ -519,11 +537,11 @@ func (h *HIP) EventRecord(id hip.Event, sid hip.Stream) error {
 	if err != nil {
 		return err
 	}
+	r := &hrecord{}
 	e.mu.Lock()
-	e.gen++
-	g := e.gen
+	e.last = r
 	e.mu.Unlock()
-	return s.enqueue(cmd{kind: cmdRecord, ev: e, gen: g, what: "hipEventRecord"})
+	return s.enqueue(cmd{kind: cmdRecord, ev: e, rec: r, what: "hipEventRecord"})
 }
 
 func (h *HIP) EventQuery(id hip.Event) error {
@@ -532,18 +550,21 @@ func (h *HIP) EventQuery(id hip.Event) error {
 		return err
 	}
 	e.mu.Lock()
-	done := e.doneGen >= e.gen
-	vc := e.vc.clone()
-	ferr := e.err
+	r := e.last
+	done := r == nil || r.done
+	var vc vclock
+	var ferr error
+	if r != nil {
+		vc, ferr = r.vc.clone(), r.err
+	}
 	e.mu.Unlock()
 	if !done {
 		return errEventNotReady
 	}
-	if ferr != nil {
-		return ferr
-	}
+	// Reached with or without the stream's error, the record proves the
+	// commands before it ended.
 	h.m.hostAcquire(vc)
-	return nil
+	return ferr
 }
 
 func (h *HIP) EventSynchronize(id hip.Event) error {
@@ -552,14 +573,11 @@ func (h *HIP) EventSynchronize(id hip.Event) error {
 		return err
 	}
 	e.mu.Lock()
-	g := e.gen
+	r := e.last
 	e.mu.Unlock()
-	vc, ferr := e.waitGen(g)
-	if ferr != nil {
-		return ferr
-	}
+	vc, ferr := e.wait(r)
 	h.m.hostAcquire(vc)
-	return nil
+	return ferr
 }
 
 // StreamWaitEvent captures the event's newest record at call time, as HIP
@@ -574,9 +592,9 @@ func (h *HIP) StreamWaitEvent(sid hip.Stream, id hip.Event) error {
 		return err
 	}
 	e.mu.Lock()
-	g := e.gen
+	r := e.last
 	e.mu.Unlock()
-	return s.enqueue(cmd{kind: cmdWaitEvent, ev: e, gen: g, what: "hipStreamWaitEvent"})
+	return s.enqueue(cmd{kind: cmdWaitEvent, ev: e, rec: r, what: "hipStreamWaitEvent"})
 }
 
 func (h *HIP) Malloc(hd int, size uint64) (hip.DevicePtr, error) {

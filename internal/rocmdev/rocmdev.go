@@ -725,6 +725,11 @@ func (d *Device) hipToHSA(f syncstate.Fence) (*queue.Signal, error) {
 	t, err := p.Submit(func(s uintptr) error { return hp.StreamWriteValue64(hip.Stream(s), ptr, 0, 0) })
 	if err != nil {
 		sig.Release()
+		if f.Ticket <= p.Completed() {
+			// The stream broke after the check above, after the fence
+			// had completed: there is nothing to wait for.
+			return nil, p.Failed(f.Ticket)
+		}
 		if errors.Is(err, stream.ErrClosed) {
 			// The producer's task closed meanwhile (Completed read a
 			// stale value while Close held the lock): Close drained the
@@ -769,6 +774,14 @@ func (d *Device) hsaToHIP(s *stream.Stream, f syncstate.Fence) error {
 	sig.Retain() // one reference for the marker packet, one for the stream
 	if _, err := p.Marker(sig); err != nil {
 		sig.Release()
+		if f.Ticket <= p.Completed() {
+			// The queue broke after the check above, at a later packet:
+			// the fence had completed by then (a broken queue takes no
+			// marker, and its earlier packets need none). Failing here
+			// failed an op that did not depend on the fault (found by
+			// the fault fuzzer, seed 133 under DeviceBridge with -race).
+			return p.Failed(f.Ticket)
+		}
 		return err
 	}
 	hp := d.rt.HIP
