@@ -68,7 +68,9 @@ REDUCE_SRC=src/reduce.cl
 # kernels use __local memory, and the AMDGPU backend warns ("local memory
 # global used by non-kernel function") about the copy, which no kernel
 # calls; with -Werror that is an error. Internalizing everything but the
-# rocsync_* kernels lets globaldce remove the copies.
+# rocsync_* kernels lets globaldce remove the copies. The commas separate
+# passes of one pipeline argument, not array elements.
+# shellcheck disable=SC2054
 INTERNALIZE=(-passes=internalize,globaldce -internalize-public-api-list='rocsync_*')
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
