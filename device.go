@@ -70,9 +70,9 @@ func (d *Device) throttleDevice(sinks syncstate.Sinks) error {
 			}
 			if !t.released {
 				k, l := t.drv.Timeline(driver.LaneKernel), t.drv.Timeline(driver.LaneLibrary)
-				for i, tl := range [2]syncstate.Timeline{k, l} {
+				for i, tl := range [3]syncstate.Timeline{k, l, t.hostLane()} {
 					if i == 1 && l == k {
-						break
+						continue
 					}
 					n := tl.LastTicket() - min(tl.Completed(), tl.LastTicket())
 					total += n
