@@ -94,8 +94,10 @@ func undeclaredCopy(d *Device, x *Array, write bool) error {
 
 // Leaving out a host function's declared read, or its declared write,
 // makes the hazard checker report a race with the GPU op after it. The
-// function is held until the GPU op is submitted, so the test does not
-// depend on which runs first.
+// GPU op is submitted before the function runs (so its clock cannot have
+// seen it) and runs only after the function returned (the emulator is
+// held): the test does not depend on timing, and the memory accesses
+// themselves are ordered, so it holds under -race too.
 func TestHostFuncMissingAccessIsARace(t *testing.T) {
 	for _, drop := range []string{"read", "write"} {
 		t.Run(drop, func(t *testing.T) {
@@ -106,11 +108,15 @@ func TestHostFuncMissingAccessIsARace(t *testing.T) {
 			y, err := d.Empty(4, 4, Float32)
 			require.NoError(t, err)
 			require.NoError(t, d.Synchronize())
-			gate := make(chan struct{})
+			gate, ran := make(chan struct{}), make(chan error, 1)
+			release := d.machine.Hold()
+			defer release()
 			// Declared: nothing about x. The function reads (or writes) it.
 			require.NoError(t, tk.HostFunc(nil, func(*HostAccess) error {
 				<-gate
-				return undeclaredCopy(d, x, drop == "write")
+				err := undeclaredCopy(d, x, drop == "write")
+				ran <- err
+				return err
 			}))
 			if drop == "read" {
 				require.NoError(t, tk.Fill(x, 5)) // write after the undeclared read
@@ -118,6 +124,8 @@ func TestHostFuncMissingAccessIsARace(t *testing.T) {
 				require.NoError(t, tk.ScaleInto(y, 2, x)) // read after the undeclared write
 			}
 			close(gate)
+			require.NoError(t, <-ran)
+			release()
 			require.NoError(t, d.Synchronize())
 			require.NotEmpty(t, d.Hazards(), "the checker must see the undeclared %s", drop)
 		})
@@ -137,6 +145,8 @@ func TestHostFuncDeclaredAccessIsNoRace(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, d.Synchronize())
 			gate := make(chan struct{})
+			release := d.machine.Hold()
+			defer release()
 			arg := In(x)
 			if kind == "write" {
 				arg = Out(x)
@@ -151,6 +161,7 @@ func TestHostFuncDeclaredAccessIsNoRace(t *testing.T) {
 				require.NoError(t, tk.ScaleInto(y, 2, x))
 			}
 			close(gate)
+			release()
 			require.NoError(t, d.Synchronize())
 			require.Empty(t, d.Hazards())
 		})
