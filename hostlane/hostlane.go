@@ -300,6 +300,16 @@ func (l *Lane) Close() error {
 	default:
 	}
 	<-l.finished
+	// Fences recorded for a function that was never submitted (its op
+	// failed after ordering) hold pins: let them go.
+	l.mu.Lock()
+	for _, unpin := range l.unpins {
+		unpin()
+	}
+	clear(l.pending)
+	clear(l.unpins)
+	l.pending, l.unpins = l.pending[:0], l.unpins[:0]
+	l.mu.Unlock()
 	return err
 }
 

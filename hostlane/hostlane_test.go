@@ -101,6 +101,12 @@ func TestLaneOrderAndDependencies(t *testing.T) {
 	require.Equal(t, []int{1, 2}, order)
 	require.Zero(t, p.pinned.Load(), "the pin is released after the wait")
 	require.False(t, l.OnComplete(t1, func() { t.Error("called for a completed ticket") }))
+
+	// Fences recorded for a function never submitted are unpinned at Close.
+	require.NoError(t, l.WaitDevice([]syncstate.Fence{{TL: p, Ticket: 3}}))
+	require.Equal(t, int32(1), p.pinned.Load())
+	require.NoError(t, l.Close())
+	require.Zero(t, p.pinned.Load())
 }
 
 // A function's error breaks the lane from its ticket on: later functions
