@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the rocsync elementwise kernels from src/elementwise.cl:
+# Builds the rocsync kernels from src/elementwise.cl and src/reduce.cl into
+# one code object (one PTX module) per target:
 #   <out>/co/v5/<gfx>.hsaco   AMDGPU code objects v5, one per target below
 #   <out>/co/v4/<gfx>.hsaco   code objects v4, for the targets in V4_TARGETS
 #   <out>/ptx/<sm>.ptx        NVPTX assembly for the CUDA driver
@@ -9,8 +10,8 @@
 #   refreshes the committed files; check_fresh.sh passes a temporary directory
 #   and compares.
 #
-# Tools can be overridden with CLANG, LLD and READELF; the committed files were
-# built with clang-22 / ld.lld-22 (the compiler version is recorded in each
+# Tools can be overridden with CLANG, LLD, READELF, OPT and LLVM_LINK; the
+# committed files were built with clang-22 / ld.lld-22 / opt-22 / llvm-link-22 (the compiler version is recorded in each
 # code object's .comment section).
 #
 # The output is deterministic: no build IDs, no debug info, and the source is
@@ -21,6 +22,8 @@ set -euo pipefail
 CLANG="${CLANG:-clang-22}"
 LLD="${LLD:-ld.lld-22}"
 READELF="${READELF:-llvm-readelf-22}"
+OPT="${OPT:-opt-22}"
+LLVM_LINK="${LLVM_LINK:-llvm-link-22}"
 
 # AMD targets. All were checked against `llc-22 -march=amdgcn -mcpu=help`
 # (Debian clang 22.1.8) and accepted: gfx908 gfx90a gfx942 gfx950 gfx1030
@@ -56,6 +59,17 @@ AMD_FLAGS=(--target=amdgcn-amd-amdhsa -nogpulib)
 PTX_FLAGS=(--target=nvptx64-nvidia-cuda -nogpulib -Xclang -target-feature -Xclang +ptx78)
 
 SRC=src/elementwise.cl
+REDUCE_SRC=src/reduce.cl
+
+# reduce.cl is compiled to bitcode first and its non-kernel functions are
+# internalized and dropped before code generation. clang 22 emits every
+# OpenCL kernel twice: the kernel, and an exported copy of its body
+# (__clang_ocl_kern_imp_<name>) for kernels that call kernels. The reduction
+# kernels use __local memory, and the AMDGPU backend warns ("local memory
+# global used by non-kernel function") about the copy, which no kernel
+# calls; with -Werror that is an error. Internalizing everything but the
+# rocsync_* kernels lets globaldce remove the copies.
+INTERNALIZE=(-passes=internalize,globaldce -internalize-public-api-list='rocsync_*')
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 out="${1:-$here}"
@@ -76,8 +90,18 @@ build_amd() {
     local version="$1" gfx="$2"
     local obj="$work/v$version-$gfx.o"
     local hsaco="$out/co/v$version/$gfx.hsaco"
+    # One module for both sources, linked as bitcode: a code object carries
+    # one metadata note, which the loaders read (lld would keep the notes of
+    # two objects side by side, and the second would be ignored).
+    local ebc="$work/v$version-$gfx.bc" rbc="$work/v$version-$gfx-reduce.bc" all="$work/v$version-$gfx-all.bc"
     "$CLANG" "${COMMON_FLAGS[@]}" "${AMD_FLAGS[@]}" -mcode-object-version="$version" \
-        -mcpu="$gfx" -c "$SRC" -o "$obj"
+        -mcpu="$gfx" -emit-llvm -c "$SRC" -o "$ebc"
+    "$CLANG" "${COMMON_FLAGS[@]}" "${AMD_FLAGS[@]}" -mcode-object-version="$version" \
+        -mcpu="$gfx" -emit-llvm -c "$REDUCE_SRC" -o "$rbc"
+    "$OPT" "${INTERNALIZE[@]}" "$rbc" -o "$rbc"
+    "$LLVM_LINK" "$ebc" "$rbc" -o "$all"
+    "$CLANG" -O3 -Wall -Werror "${AMD_FLAGS[@]}" -mcode-object-version="$version" \
+        -mcpu="$gfx" -c "$all" -o "$obj"
     "$LLD" -shared --build-id=none "$obj" -o "$hsaco"
     chmod 0644 "$hsaco" # data, not an executable for this host
 
@@ -94,7 +118,8 @@ build_amd() {
     # packet, so at -O3 the AMDGPU attributor marks them
     # amdgpu-no-implicitarg-ptr and the compiler emits no hidden_* entries
     # (an -O0 v4 build has seven, 56 bytes). A dispatcher fills exactly the
-    # 40 bytes of kernels.Layout; fail here if that ever changes.
+    # 40 bytes of kernels.Layout (kernels.ReduceLayout for the reductions);
+    # fail here if that ever changes.
     if "$READELF" --notes "$hsaco" | grep -q 'value_kind: *hidden_'; then
         fail "v$version $gfx: the kernels have hidden arguments"
     fi
@@ -109,7 +134,12 @@ done
 
 for sm in "${PTX_TARGETS[@]}"; do
     ptx="$out/ptx/$sm.ptx"
-    "$CLANG" "${COMMON_FLAGS[@]}" "${PTX_FLAGS[@]}" -march="$sm" -S "$SRC" -o "$ptx"
+    # One module for both sources: bitcode, linked, then PTX.
+    "$CLANG" "${COMMON_FLAGS[@]}" "${PTX_FLAGS[@]}" -march="$sm" -emit-llvm -c "$SRC" -o "$work/$sm.bc"
+    "$CLANG" "${COMMON_FLAGS[@]}" "${PTX_FLAGS[@]}" -march="$sm" -emit-llvm -c "$REDUCE_SRC" -o "$work/$sm-reduce.bc"
+    "$OPT" "${INTERNALIZE[@]}" "$work/$sm-reduce.bc" -o "$work/$sm-reduce.bc"
+    "$LLVM_LINK" "$work/$sm.bc" "$work/$sm-reduce.bc" -o "$work/$sm-all.bc"
+    "$CLANG" -O3 -Wall -Werror "${PTX_FLAGS[@]}" -march="$sm" -S "$work/$sm-all.bc" -o "$ptx"
     # An .extern declaration is a call the CUDA driver cannot resolve
     # (libdevice is not linked).
     if externs="$(grep '^[[:space:]]*\.extern' "$ptx")"; then

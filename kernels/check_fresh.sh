@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fails if the committed kernels/co/v*/*.hsaco or kernels/ptx/*.ptx differ from
-# what build.sh makes from src/elementwise.cl now: CI runs this so that a
+# what build.sh makes from src/elementwise.cl and src/reduce.cl now: CI runs this so that a
 # source edit cannot ship without its rebuilt code objects.
 #
 # Usage: check_fresh.sh   (needs the same tools as build.sh)

@@ -80,8 +80,8 @@ func normalizeISA(isa string) string {
 func Targets() []string { return slices.Clone(amdTargets) }
 
 // CodeObject returns the default-version (v5) code object (an ELF shared
-// object for hsa_code_object_reader_create_from_memory) holding all 26
-// kernels for the given AMD GPU. isa may be a bare processor name
+// object for hsa_code_object_reader_create_from_memory) holding all 32
+// kernels (26 elementwise, 6 reductions) for the given AMD GPU. isa may be a bare processor name
 // ("gfx90a"), carry feature settings ("gfx90a:sramecc+:xnack-"), or be a
 // full HSA ISA name ("amdgcn-amd-amdhsa--gfx90a:sramecc+:xnack-"). The
 // result is a fresh copy the caller may keep. An unknown target gives an
@@ -94,11 +94,12 @@ func CodeObject(isa string) ([]byte, error) {
 // embedded PTX, sorted.
 func PTXTargets() []string { return slices.Clone(ptxTargets) }
 
-// PTX returns the PTX module holding all 24 kernels for an NVIDIA
+// PTX returns the PTX module holding all 32 kernels for an NVIDIA
 // architecture such as "sm_90", with a terminating NUL byte added because
 // cuModuleLoadData takes a C string. The CUDA driver JIT-compiles PTX for
 // the device it loads on, so sm_80 PTX also runs on later GPUs. Kernel entry
-// names are Op.KernelName; the parameters are those of Layout. An unknown
+// names are Op.KernelName and Reduction.KernelName; the parameters are
+// those of Layout and ReduceLayout. An unknown
 // architecture gives an *UnsupportedTargetError.
 func PTX(arch string) ([]byte, error) {
 	if _, found := slices.BinarySearch(ptxTargets, arch); !found {

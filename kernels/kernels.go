@@ -1,9 +1,11 @@
-// Package kernels holds rocsync's elementwise GPU kernels: their OpenCL C
-// source, the code objects built from it for each AMD GPU target, the single
-// kernarg layout shared by the real dispatcher and the emulator, and CPU
-// reference implementations.
+// Package kernels holds rocsync's GPU kernels: the elementwise ops and the
+// sum reductions (reduce.go). It has their OpenCL C source, the code
+// objects built from it for each AMD GPU target, the kernarg layouts shared
+// by the real dispatchers, the emulator and the simulated driver (Layout,
+// ReduceLayout), and CPU reference implementations.
 //
-// The source is src/elementwise.cl; build.sh compiles it into
+// The sources are src/elementwise.cl and src/reduce.cl; build.sh compiles
+// both into one module per target:
 // co/v5/<gfx>.hsaco for every target, co/v4/<gfx>.hsaco for the targets that
 // ROCm 5.0-5.2 runtimes (which cannot load v5) know, and ptx/<sm>.ptx; they
 // are committed and embedded. check_fresh.sh tells whether the committed

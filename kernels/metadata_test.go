@@ -40,12 +40,24 @@ func TestEmbeddedKernelMetadata(t *testing.T) {
 				if !slices.Equal(meta.Version, metaVersion[v]) {
 					t.Errorf("amdhsa.version = %v, want %v (code object %s)", meta.Version, metaVersion[v], v)
 				}
-				if len(meta.Kernels) != len(AllOps())*len(AllDTypes()) {
-					t.Errorf("%d kernels, want %d", len(meta.Kernels), len(AllOps())*len(AllDTypes()))
+				if want := (len(AllOps()) + len(AllReductions())) * len(AllDTypes()); len(meta.Kernels) != want {
+					t.Errorf("%d kernels, want %d", len(meta.Kernels), want)
 				}
 				for _, k := range meta.Kernels {
-					if _, _, ok := ParseSymbol(k.Symbol); !ok {
+					_, _, elementwise := ParseSymbol(k.Symbol)
+					_, _, reduction := ParseReductionSymbol(k.Symbol)
+					if !elementwise && !reduction {
 						t.Errorf("unexpected kernel %q", k.Symbol)
+					}
+				}
+				for _, r := range AllReductions() {
+					for _, dt := range AllDTypes() {
+						k, ok := meta.Kernel(r.Symbol(dt))
+						if !ok {
+							t.Errorf("no kernel %s", r.Symbol(dt))
+							continue
+						}
+						checkReductionMeta(t, gfx, r, dt, k)
 					}
 				}
 				for _, op := range AllOps() {

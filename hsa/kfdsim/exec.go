@@ -33,7 +33,9 @@ const HsakmtSoname = "libhsakmt.so.1"
 
 // Executor runs, on the CPU, the kernels the simulated GPU hands to its
 // registered executor: rocsync's elementwise kernels (rocsync_<op>_<f32|f64>,
-// computed with kernels.RefBytes, the reference the CPU tests use) and the
+// computed with kernels.RefBytes, the reference the CPU tests use), its
+// reductions (rocsync_sum_<all|rows|cols>_<f32|f64>, computed with
+// kernels.ReduceBytes, which refuses a workspace that is not zero) and the
 // test-only rocBLAS's gemm kernels (simblas.SgemmKernel, simblas.DgemmKernel).
 // Before it touches memory it checks the kernel's argument layout against the
 // metadata note of the loaded code object, the kernarg segment and every
@@ -52,6 +54,8 @@ type Executor struct {
 	images map[uint64]*imageMeta // by image base
 
 	runs, faults, unknown atomic.Uint64
+	refused               atomic.Uint64
+	lastRefusal           atomic.Pointer[error]
 	logUnknown            bool
 }
 
@@ -67,8 +71,10 @@ type imageMeta struct {
 
 // kernelPlan is what a dispatch of one kernel needs, worked out once per image.
 type kernelPlan struct {
-	kind    int // planElementwise or planGemm
+	kind    int // planElementwise, planGemm or planReduce
 	op      kernels.Op
+	red     kernels.Reduction
+	reqd    [3]uint32 // .reqd_workgroup_size; zero: any
 	dt      kernels.DType
 	kernarg uint64 // bytes of kernarg the kernel reads
 	err     error  // the layout did not match: every dispatch is refused
@@ -77,6 +83,7 @@ type kernelPlan struct {
 const (
 	planElementwise = iota
 	planGemm
+	planReduce
 )
 
 // ErrNoThunk is matched by errors.Is when the simulated thunk cannot be
@@ -131,14 +138,35 @@ func (e *Executor) Close() error {
 
 // Stats counts the dispatches the Executor ran, those it refused for a VM
 // fault, and those whose kernel it did not know (or whose layout did not
-// match its metadata).
+// match its metadata). Refused counts, among Unknown, the launches of a
+// known kernel that the Executor would not compute because a GPU would
+// compute garbage: a reduction whose workspace is not zero, or a workgroup
+// shape its metadata forbids (LastRefusal says why). Like every refusal
+// they reach the queue as KFDSIM_UNKNOWN_KERNEL, which faults it.
 type Stats struct {
-	Runs, Faults, Unknown uint64
+	Runs, Faults, Unknown, Refused uint64
 }
 
 // Stats returns the counts so far.
 func (e *Executor) Stats() Stats {
-	return Stats{Runs: e.runs.Load(), Faults: e.faults.Load(), Unknown: e.unknown.Load()}
+	return Stats{Runs: e.runs.Load(), Faults: e.faults.Load(), Unknown: e.unknown.Load(), Refused: e.refused.Load()}
+}
+
+// LastRefusal is the reason for the latest refused launch (see Stats), or
+// nil; a dirty reduction workspace matches kernels.ErrWorkspaceNotZero.
+func (e *Executor) LastRefusal() error {
+	if p := e.lastRefusal.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// refuse records why a launch of a known kernel is refused.
+func (e *Executor) refuse(name string, err error) int {
+	e.refused.Add(1)
+	e.lastRefusal.Store(&err)
+	e.complain(name, err.Error())
+	return execUnknownKernel
 }
 
 // The layout of kfdsim_kernel_call and kfdsim_dispatch (kfdsim.h), checked
@@ -159,9 +187,10 @@ const (
 
 // dispatch is the part of kfdsim_dispatch the executor uses.
 type dispatch struct {
-	node    uint32
-	kernarg uint64
-	grid    [3]uint32
+	node      uint32
+	kernarg   uint64
+	grid      [3]uint32
+	workgroup [3]uint16
 }
 
 // executorTrampoline runs on a command-processor thread created by C.
@@ -175,6 +204,7 @@ func executorTrampoline(call uintptr) uintptr {
 
 func load64(addr uintptr) uint64 { return *(*uint64)(cmem.Ptr(addr)) }
 func load32(addr uintptr) uint32 { return *(*uint32)(cmem.Ptr(addr)) }
+func load16(addr uintptr) uint16 { return *(*uint16)(cmem.Ptr(addr)) }
 
 // bytesAt views C or GPU memory as a byte slice; the caller has checked it.
 func bytesAt(addr, n uint64) []byte {
@@ -203,9 +233,10 @@ func (e *Executor) run(call uintptr) int {
 	base, size := load64(call+callImageBase), load64(call+callImageSize)
 	dp := uintptr(load64(call + callDispatch))
 	d := dispatch{
-		node:    load32(dp + dispGPUNode),
-		kernarg: load64(dp + dispKernarg),
-		grid:    [3]uint32{load32(dp + dispGrid), load32(dp + dispGrid + 4), load32(dp + dispGrid + 8)},
+		node:      load32(dp + dispGPUNode),
+		kernarg:   load64(dp + dispKernarg),
+		grid:      [3]uint32{load32(dp + dispGrid), load32(dp + dispGrid + 4), load32(dp + dispGrid + 8)},
+		workgroup: [3]uint16{load16(dp + dispWorkgroup), load16(dp + dispWorkgroup + 2), load16(dp + dispWorkgroup + 4)},
 	}
 
 	plan, r := e.plan(d.node, base, size, name)
@@ -218,6 +249,8 @@ func (e *Executor) run(call uintptr) int {
 		r = e.runElementwise(&d, plan)
 	case planGemm:
 		r = e.runGemm(&d, plan)
+	case planReduce:
+		r = e.runReduce(&d, plan, name)
 	}
 	e.count(r)
 	return r
@@ -326,6 +359,18 @@ func planFor(meta *kernels.Metadata, name string) *kernelPlan {
 		p.err = checkArgs(km, want)
 		return p
 	}
+	if red, dt, ok := kernels.ParseReductionSymbol(name); ok {
+		p := &kernelPlan{kind: planReduce, red: red, dt: dt, kernarg: kernels.ReduceKernargSize, reqd: km.ReqdWorkgroupSize}
+		want := make([]argWant, len(kernels.ReduceLayout))
+		for i, a := range kernels.ReduceLayout {
+			want[i] = argWant{a.Offset, a.Size(dt), a.Kind}
+		}
+		p.err = checkArgs(km, want)
+		if p.err == nil && km.ReqdWorkgroupSize != [3]uint32{kernels.ReduceWorkgroupSize, 1, 1} {
+			p.err = fmt.Errorf("metadata requires workgroup %v, the executor runs %d-wide workgroups", km.ReqdWorkgroupSize, kernels.ReduceWorkgroupSize)
+		}
+		return p
+	}
 	if dt, ok := simblas.GemmKernelDType(name); ok {
 		layout := simblas.GemmLayout(dt)
 		p := &kernelPlan{kind: planGemm, dt: dt}
@@ -400,6 +445,46 @@ func (e *Executor) runElementwise(d *dispatch, p *kernelPlan) int {
 		b = bytesAt(args.B, nb)
 	}
 	kernels.RefBytes(p.op, p.dt, bytesAt(args.Out, nb), a, b, args.Alpha)
+	return execOK
+}
+
+// runReduce runs rocsync_sum_<kind>_<dt>: the input is read, the workspace
+// read and written, the outputs written, each access checked first. The
+// launch must have the metadata's workgroup shape and a whole number of
+// workgroups; kernels.ReduceBytes then refuses a workspace that is not
+// zero (nvFuser's checkZeroed), which on a GPU would leave the semaphores
+// counting wrong and the sums missing, silently.
+func (e *Executor) runReduce(d *dispatch, p *kernelPlan, name []byte) int {
+	if !e.access(d.node, d.kernarg, p.kernarg, false) {
+		return execFault
+	}
+	for i := range 3 {
+		want := max(p.reqd[i], 1)
+		if uint32(max(d.workgroup[i], 1)) != want || max(d.grid[i], 1)%want != 0 {
+			return e.refuse(string(name), fmt.Errorf("grid %v in workgroups %v; the kernel requires workgroups of %v and a whole number of them",
+				d.grid, d.workgroup, p.reqd))
+		}
+	}
+	args := kernels.DecodeReduceArgs(bytesAt(d.kernarg, kernels.ReduceKernargSize))
+	if d.grid[0] == 0 || d.grid[1] == 0 || d.grid[2] == 0 {
+		return execOK
+	}
+	shape, err := p.red.Shape(args.Rows, args.Cols)
+	if err != nil {
+		return e.overflow(d)
+	}
+	es := uint64(p.dt.Size())
+	inBytes, outBytes, wsBytes := args.Rows*args.Cols*es, shape.Outputs*es, shape.WorkspaceSize(p.dt)
+	if !e.access(d.node, args.In, inBytes, false) ||
+		!e.access(d.node, args.Workspace, wsBytes, false) ||
+		!e.access(d.node, args.Workspace, wsBytes, true) ||
+		!e.access(d.node, args.Out, outBytes, true) {
+		return execFault
+	}
+	if err := kernels.ReduceBytes(p.red, p.dt, bytesAt(args.Out, outBytes), bytesAt(args.In, inBytes),
+		bytesAt(args.Workspace, wsBytes), args.Rows, args.Cols); err != nil {
+		return e.refuse(string(name), err)
+	}
 	return execOK
 }
 

@@ -4,9 +4,11 @@ package kfdsim_test
 
 import (
 	"encoding/binary"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 	"unsafe"
@@ -347,4 +349,87 @@ func TestExecHIPOverSimulatedGPU(t *testing.T) {
 func isStatus(err error, s rocblas.Status) bool {
 	e, ok := err.(*rocblas.Error)
 	return ok && e.Status == s
+}
+
+// rocsync_sum_rows_f32 from the committed code object runs on the real ROCr
+// through the Go executor, three launches over one workspace zeroed once,
+// each equal to the reference and leaving the workspace zero; a workspace
+// made dirty is refused and the queue reports an error instead of a wrong
+// sum.
+func TestExecRocsyncReductionOverRealROCr(t *testing.T) {
+	if !runInChild(t, twoGPUs) {
+		return
+	}
+	e := registerExecutor(t)
+	r := initRuntime(t)
+	r.registerFaultHandler()
+	gpu := r.gpus[0] // gfx90a
+	ko := loadKernel(t, r, gpu, kernels.SumRows.KernelName(kernels.F32))
+
+	const rows, cols = 3, 5000
+	s, err := kernels.SumRows.Shape(rows, cols)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wsSize := s.WorkspaceSize(kernels.F32)
+	fine := r.pool(r.cpu, hsa.GlobalFlagFineGrained)
+	in, out, ws := r.alloc(fine, 4*rows*cols), r.alloc(fine, 4*rows), r.alloc(fine, wsSize)
+	for _, p := range []unsafe.Pointer{in, out, ws} {
+		if err := r.lib.AgentsAllowAccess([]hsa.Agent{gpu}, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inv := unsafe.Slice((*float32)(in), rows*cols)
+	for i := range inv {
+		inv[i] = float32(i%97)*0.125 - 6
+	}
+	wsBytes := unsafe.Slice((*byte)(ws), wsSize)
+	clear(wsBytes) // zeroed once
+	karg := r.alloc(r.pool(r.cpu, hsa.GlobalFlagKernargInit), 64)
+	if err := r.lib.AgentsAllowAccess([]hsa.Agent{gpu}, karg); err != nil {
+		t.Fatal(err)
+	}
+	args := kernels.ReduceArgs{Out: uint64(uintptr(out)), In: uint64(uintptr(in)), Workspace: uint64(uintptr(ws)), Rows: rows, Cols: cols}
+	args.Encode(unsafe.Slice((*byte)(karg), kernels.ReduceKernargSize))
+	reducePacket := func(done hsa.Signal) packet {
+		p := dispatchPacket(ko, karg, s.Workgroups()*kernels.ReduceWorkgroupSize, done)
+		p.put32(28, kernels.ReduceGroupSegmentSize(kernels.F32)) // group_segment_size
+		return p
+	}
+	want := make([]float32, rows)
+	kernels.RefReduceF32(kernels.SumRows, want, inv, rows, cols)
+	q, qe := r.queue(gpu)
+	for i := range 3 {
+		done := r.signal(1)
+		r.submit(q, reducePacket(done))
+		if ok, st, bad := r.waitOrError(done, qe, 20*time.Second); !ok {
+			t.Fatalf("launch %d did not complete (queue error %v %#x)", i, bad, st)
+		}
+		if got := unsafe.Slice((*float32)(out), rows); !slices.Equal(got, want) {
+			t.Fatalf("launch %d: %v, want %v", i, got, want)
+		}
+		if err := kernels.CheckZeroed(wsBytes); err != nil {
+			t.Fatalf("launch %d: %v", i, err)
+		}
+	}
+	if st := e.Stats(); st.Runs != 3 || st.Refused != 0 {
+		t.Errorf("executor stats %+v, want three runs", st)
+	}
+
+	wsBytes[0] = 1 // row 0's semaphore left counting
+	clear(unsafe.Slice((*float32)(out), rows))
+	q2, qe2 := r.queue(gpu)
+	done := r.signal(1)
+	r.submit(q2, reducePacket(done))
+	if ok, _, gotErr := r.waitOrError(done, qe2, 20*time.Second); ok || !gotErr {
+		t.Fatalf("dirty workspace: completed=%v error=%v, want a queue error", ok, gotErr)
+	}
+	if !errors.Is(e.LastRefusal(), kernels.ErrWorkspaceNotZero) || e.Stats().Refused != 1 {
+		t.Errorf("refusal %v, stats %+v", e.LastRefusal(), e.Stats())
+	}
+	for _, v := range unsafe.Slice((*float32)(out), rows) {
+		if v != 0 {
+			t.Fatal("the refused reduction wrote its output")
+		}
+	}
 }

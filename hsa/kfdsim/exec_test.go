@@ -157,8 +157,8 @@ func TestExecNamesEveryKernel(t *testing.T) {
 			t.Fatal(err)
 		}
 		base, extent, kds := hs.loadImage(co, nodeMask)
-		if len(kds) != 2*kernels.NumOps {
-			t.Fatalf("%s: %d descriptors, want %d", target, len(kds), 2*kernels.NumOps)
+		if want := 2 * (kernels.NumOps + len(kernels.AllReductions())); len(kds) != want {
+			t.Fatalf("%s: %d descriptors, want %d", target, len(kds), want)
 		}
 		for name, off := range kds {
 			hs.call("harness_use_recorder", 0)

@@ -64,9 +64,10 @@ func TestPTXEntriesMatchLayout(t *testing.T) {
 			t.Fatalf("%s: the PTX targets something else", arch)
 		}
 		ents := entries(t, ptx)
-		if len(ents) != kernels.NumOps*len(kernels.AllDTypes()) {
-			t.Errorf("%s: %d entries, want %d", arch, len(ents), kernels.NumOps*len(kernels.AllDTypes()))
+		if want := (kernels.NumOps + len(kernels.AllReductions())) * len(kernels.AllDTypes()); len(ents) != want {
+			t.Errorf("%s: %d entries, want %d", arch, len(ents), want)
 		}
+		checkReductionEntries(t, arch, ents)
 		for _, op := range kernels.AllOps() {
 			for _, dt := range kernels.AllDTypes() {
 				name := op.KernelName(dt)
@@ -103,6 +104,43 @@ func TestPTXEntriesMatchLayout(t *testing.T) {
 				if off > kernels.KernargSize {
 					t.Errorf("%s %s: parameters end at %d, past KernargSize %d", arch, name, off, kernels.KernargSize)
 				}
+			}
+		}
+	}
+}
+
+// checkReductionEntries checks the reduction kernels' PTX parameters
+// against kernels.ReduceLayout: three global pointers and two u64, at
+// their natural offsets.
+func checkReductionEntries(t *testing.T, arch string, ents map[string][]ptxParam) {
+	t.Helper()
+	for _, r := range kernels.AllReductions() {
+		for _, dt := range kernels.AllDTypes() {
+			name := r.KernelName(dt)
+			params, ok := ents[name]
+			if !ok {
+				t.Errorf("%s: no .entry %s", arch, name)
+				continue
+			}
+			if len(params) != len(kernels.ReduceLayout) {
+				t.Errorf("%s %s: %d parameters, want %d", arch, name, len(params), len(kernels.ReduceLayout))
+				continue
+			}
+			off := uint32(0)
+			for i, p := range params {
+				spec := kernels.ReduceLayout[i]
+				size := ptxSizes[p.typ]
+				off = (off + size - 1) / max(size, 1) * size
+				if p.typ != ".u64" || off != spec.Offset || size != spec.Size(dt) {
+					t.Errorf("%s %s: parameter %d (%s) is %s at %d; ReduceLayout says .u64 at %d", arch, name, i, spec.Name, p.typ, off, spec.Offset)
+				}
+				if isPtr := spec.Kind == kernels.KindGlobalBuffer; isPtr != p.pointer {
+					t.Errorf("%s %s: parameter %d pointer=%v, ReduceLayout kind %s", arch, name, i, p.pointer, spec.Kind)
+				}
+				off += size
+			}
+			if off != kernels.ReduceKernargSize {
+				t.Errorf("%s %s: parameters end at %d, want %d", arch, name, off, kernels.ReduceKernargSize)
 			}
 		}
 	}

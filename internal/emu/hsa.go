@@ -513,6 +513,13 @@ type kernelImpl struct {
 	// rocsync's), read from its code object's metadata; it runs through
 	// Options.References.
 	user *userkernel.Kernel
+
+	// A reduction kernel (rocsync_sum_*) runs kernels.ReduceBytes instead
+	// of an elementwise op.
+	reduction   kernels.Reduction
+	isReduction bool
+	// reqdWorkgroup is the metadata's .reqd_workgroup_size (zero: any).
+	reqdWorkgroup [3]uint32
 }
 
 // newKernelImpl reads one kernel's metadata.
@@ -522,7 +529,12 @@ func (m *Machine) newKernelImpl(k kernels.KernelMeta) *kernelImpl {
 	if m.opts.KernelGroupSegmentSize != 0 {
 		impl.groupSize = m.opts.KernelGroupSegmentSize
 	}
+	impl.reqdWorkgroup = k.ReqdWorkgroupSize
 	impl.op, impl.dt, impl.implemented = kernels.ParseSymbol(k.Symbol)
+	if !impl.implemented {
+		impl.reduction, impl.dt, impl.isReduction = kernels.ParseReductionSymbol(k.Symbol)
+		impl.implemented = impl.isReduction
+	}
 	return impl
 }
 

@@ -140,6 +140,9 @@ type Machine struct {
 	gate sync.RWMutex // held by Hold; every op takes it for reading
 
 	faults atomic.Pointer[FaultInjector]
+
+	kfMu         sync.Mutex
+	kernelFaults []error // launches refused, for KernelFaults
 }
 
 // Hold stops every queue and stream before its next op until release is

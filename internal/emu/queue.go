@@ -265,6 +265,11 @@ func (q *queue) dispatch(p *hsa.DispatchPacket, a *actor) {
 		return
 	}
 	grid := uint64(p.GridSize[0]) * uint64(max(p.GridSize[1], 1)) * uint64(max(p.GridSize[2], 1))
+	if err := k.checkGeometry(p.GridSize, p.WorkgroupSize); err != nil {
+		q.m.kernelFault(err)
+		q.fail(hsa.StatusErrorInvalidPacket, err.Error())
+		return
+	}
 	if k.user != nil {
 		g := userkernel.Geometry{Dims: int(dims)}
 		for i := range g.Grid {
@@ -298,6 +303,9 @@ func faultStatus(err error) hsa.Status {
 // dev; the real kernels use a grid-stride loop, so any grid of at least
 // one work-item covers every element.
 func (m *Machine) runKernel(dev int, k *kernelImpl, kernarg []byte, grid uint64, a *actor) error {
+	if k.isReduction {
+		return m.runReduction(dev, k, kernarg, grid, a)
+	}
 	args := kernels.DecodeArgs(kernarg, k.dt)
 	if grid == 0 || args.N == 0 {
 		return nil
@@ -395,4 +403,93 @@ func (q *queue) barrier(p *hsa.BarrierAndPacket, and bool, a *actor) bool {
 	}
 	q.complete(p.CompletionSignal, a)
 	return true
+}
+
+// checkGeometry refuses a launch whose workgroup is not the kernel's
+// .reqd_workgroup_size, or whose grid is not a whole number of
+// workgroups when it requires one: the reductions assume exactly 256
+// work-items in every workgroup, and on hardware another shape gives wrong
+// sums (or reads LDS no work-item wrote) without any error. grid and wg are
+// work-items per dimension (AQL's grid_size; HIP's grid*block).
+func (k *kernelImpl) checkGeometry(grid [3]uint32, wg [3]uint16) error {
+	if k.reqdWorkgroup == ([3]uint32{}) {
+		return nil
+	}
+	for d := range 3 {
+		want := max(k.reqdWorkgroup[d], 1)
+		if uint32(max(wg[d], 1)) != want {
+			return fmt.Errorf("%w: %s dispatched with workgroup %v, its metadata requires %v",
+				ErrKernelLaunch, k.symbol, wg, k.reqdWorkgroup)
+		}
+		if g := max(grid[d], 1); g%want != 0 {
+			return fmt.Errorf("%w: %s dispatched with grid %v, not a whole number of %v workgroups",
+				ErrKernelLaunch, k.symbol, grid, k.reqdWorkgroup)
+		}
+	}
+	return nil
+}
+
+// ErrKernelLaunch is matched (errors.Is) by the errors of a kernel launch
+// the emulator refuses where the hardware would compute garbage: a
+// workgroup shape the kernel does not allow, or a reduction whose
+// workspace is not zero (kernels.ErrWorkspaceNotZero matches too).
+var ErrKernelLaunch = errors.New("emu: kernel launch refused")
+
+// runReduction runs a rocsync_sum_* kernel: it reads the input, writes the
+// outputs, and reads and writes the workspace, each through the hazard
+// checker, then computes with kernels.ReduceBytes, which checks that the
+// workspace is zero on entry (nvFuser's checkZeroed) and leaves it zero. A
+// dirty workspace is a kernel fault: on a GPU the semaphores would count
+// wrong and the sums would be missing or wrong, silently.
+func (m *Machine) runReduction(dev int, k *kernelImpl, kernarg []byte, grid uint64, a *actor) error {
+	args := kernels.DecodeReduceArgs(kernarg)
+	if grid == 0 {
+		return nil
+	}
+	shape, err := k.reduction.Shape(args.Rows, args.Cols)
+	if err != nil {
+		return m.kernelFault(fmt.Errorf("%w: %s: %v", ErrKernelLaunch, k.symbol, err))
+	}
+	size := uint64(k.dt.Size())
+	in, err := m.gpuSpan(dev, args.In, args.Rows*args.Cols*size, false, a)
+	if err != nil {
+		return err
+	}
+	wsSize := shape.WorkspaceSize(k.dt)
+	var ws []byte
+	if wsSize > 0 {
+		// Read (the semaphores and partials, checked zero) and written
+		// (partials, counts, the reset): both accesses are recorded.
+		if _, err = m.gpuSpan(dev, args.Workspace, wsSize, false, a); err != nil {
+			return err
+		}
+		if ws, err = m.gpuSpan(dev, args.Workspace, wsSize, true, a); err != nil {
+			return err
+		}
+	}
+	out, err := m.gpuSpan(dev, args.Out, shape.Outputs*size, true, a)
+	if err != nil {
+		return err
+	}
+	if err := kernels.ReduceBytes(k.reduction, k.dt, out, in, ws, args.Rows, args.Cols); err != nil {
+		return m.kernelFault(fmt.Errorf("%w: %s: %w", ErrKernelLaunch, k.symbol, err))
+	}
+	return nil
+}
+
+// kernelFault records err for KernelFaults and returns it.
+func (m *Machine) kernelFault(err error) error {
+	m.kfMu.Lock()
+	m.kernelFaults = append(m.kernelFaults, err)
+	m.kfMu.Unlock()
+	return err
+}
+
+// KernelFaults returns the kernel launches the emulator refused (see
+// ErrKernelLaunch), in the order they ran: the queue error or sticky
+// stream error they cause carries only a status code, these say why.
+func (m *Machine) KernelFaults() []error {
+	m.kfMu.Lock()
+	defer m.kfMu.Unlock()
+	return append([]error(nil), m.kernelFaults...)
 }
