@@ -50,6 +50,7 @@ type Device struct {
 	kernelBuilder *userkernel.Builder
 
 	launchBlocking bool
+	reduce         reduceWorkspace // reduce.go
 	syncDebug      SyncDebugMode
 	maxPerDevice   uint64        // Options.MaxInFlightPerDevice
 	sinceCheck     atomic.Uint64 // ops submitted since the last check of it
@@ -205,6 +206,7 @@ func open(o Options, all bool) ([]*Device, error) {
 		d := &Device{drv: dd, backend: fam.name, machine: fam.machine, index: i, log: log,
 			engine: syncstate.Engine{Policy: o.Policy, DisableWaits: o.disableWaits}, stats: fam.stats[i],
 			cache: newMemCache(o.MemoryCache), launchBlocking: o.launchBlocking(), syncDebug: o.SyncDebug,
+			reduce:       reduceWorkspace{check: o.CheckReductionWorkspace},
 			maxPerDevice: uint64(o.MaxInFlightPerDevice), kernelBuilder: o.KernelBuilder}
 		if o.SyncDebug != SyncDebugOff {
 			d.engine.OnHostWait = d.implicitHostWait
@@ -505,7 +507,7 @@ func (d *Device) CloseContext(ctx context.Context) error {
 		}
 		t.lifeMu.Unlock()
 	}
-	errs = append(errs, d.cache.trim(d.drv), d.staging.free(d), d.drv.Close())
+	errs = append(errs, d.reduce.release(d), d.cache.trim(d.drv), d.staging.free(d), d.drv.Close())
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("rocsync: closing gpu%d: %w", d.index, err)
 	}

@@ -150,6 +150,8 @@ type Device struct {
 	funcs   [kernels.NumOps][2]uintptr // by op, then by DType (F32, F64)
 	builtin [kernels.NumOps][2]driver.Kernel
 	offsets []int
+
+	reductions reductions // reduce.go
 }
 
 var (

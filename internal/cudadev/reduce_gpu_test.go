@@ -115,7 +115,7 @@ func (r *reduceRun) launch(tb testing.TB, groups uint32) {
 	args := kernels.ReduceArgs{Out: uint64(r.out), In: uint64(r.in), Workspace: uint64(r.ws), Rows: r.rows, Cols: r.cols}
 	if _, err := r.tk.Kernel().Submit(func(s uintptr) error {
 		args.Encode(r.pb.Bytes())
-		return r.d.b.launch(r.fn, groups, kernels.ReduceWorkgroupSize, s, r.pb)
+		return r.d.b.launch(r.fn, [3]uint32{groups, 1, 1}, [3]uint32{kernels.ReduceWorkgroupSize, 1, 1}, s, r.pb)
 	}); err != nil {
 		tb.Fatal(err)
 	}

@@ -287,6 +287,8 @@ type Device struct {
 
 	userMu      sync.Mutex
 	userModules []*userModule // user kernels' code, by handle-1
+
+	reductions reductions // reduce.go
 }
 
 var _ driver.Device = (*Device)(nil)
