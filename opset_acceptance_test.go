@@ -21,11 +21,13 @@ import (
 //  4. runs a host function in the middle (e = c/2 + i, computed on the
 //     host from c);
 //  5. runs rocsync's own kernel on the host function's output (g = 3e);
-//  6. downloads y, c, e and g asynchronously.
+//  6. runs reductions, one through the zeroed workspace, with the zero
+//     check on (s = the row sums of g, total = the sum of g);
+//  7. downloads y, c, e, g, s and total asynchronously.
 //
-// Every result equals the CPU reference, and the checker finds no race.
-// The reduction step of the program is not part of it yet (Sum is
-// not wired into the op path on this branch).
+// Every result equals the CPU reference (the row sums within float32
+// rounding: the kernels add in another order), and the checker finds no
+// race.
 func TestOpSetAcceptance(t *testing.T) {
 	for _, p := range allPolicies {
 		t.Run(p.String(), func(t *testing.T) {
@@ -33,7 +35,7 @@ func TestOpSetAcceptance(t *testing.T) {
 			k := loadSAXPY(t, d)
 			tk, err := d.NewTask()
 			require.NoError(t, err)
-			const n = 16
+			const n = 96 // SumAll's 9216 elements take three slices: the workspace is used
 			hostX := seq(n*n, func(i int) float32 { return float32(i%11) - 5 })
 			hostB := seq(n*n, func(i int) float32 { return float32((i*7)%5) - 2 })
 
@@ -57,6 +59,12 @@ func TestOpSetAcceptance(t *testing.T) {
 			for i := range wantE {
 				wantE[i] = wantC[i]/2 + float32(i)
 				wantG[i] = 3 * wantE[i]
+			}
+			wantS := make([]float64, n)
+			var wantTotal float64
+			for i, v := range wantG {
+				wantS[i/n] += float64(v)
+				wantTotal += float64(v)
 			}
 
 			// 1. Upload into existing arrays.
@@ -102,13 +110,24 @@ func TestOpSetAcceptance(t *testing.T) {
 			g, err := d.Empty(n, n, Float32)
 			require.NoError(t, err)
 			require.NoError(t, tk.ScaleInto(g, 3, e))
-			// 6. Asynchronous downloads.
+			// 6. A reduction, through the device's zeroed workspace.
+			d.reduce.check = true
+			s, err := d.Empty(n, 1, Float32)
+			require.NoError(t, err)
+			require.NoError(t, tk.Sum(s, g, SumRows))
+			total, err := d.Empty(1, 1, Float32)
+			require.NoError(t, err)
+			require.NoError(t, tk.Sum(total, g, SumAll))
+			require.NotNil(t, d.reduce.buf, "SumAll used the workspace")
+			// 7. Asynchronous downloads.
 			var gotY, gotC, gotE, gotG [n * n]float32
+			var gotS [n]float32
+			var gotTotal [1]float32
 			var pends []*Pending
 			for _, dl := range []struct {
 				a   *Array
 				dst []float32
-			}{{y, gotY[:]}, {c, gotC[:]}, {e, gotE[:]}, {g, gotG[:]}} {
+			}{{y, gotY[:]}, {c, gotC[:]}, {e, gotE[:]}, {g, gotG[:]}, {s, gotS[:]}, {total, gotTotal[:]}} {
 				pd, err := tk.DownloadFloat32(dl.a, dl.dst)
 				require.NoError(t, err)
 				pends = append(pends, pd)
@@ -120,6 +139,10 @@ func TestOpSetAcceptance(t *testing.T) {
 			require.Equal(t, wantC, gotC[:], "the user's rocBLAS call")
 			require.Equal(t, wantE, gotE[:], "the host function")
 			require.Equal(t, wantG, gotG[:], "the kernel after the host function")
+			for i, v := range gotS {
+				require.InEpsilon(t, wantS[i], float64(v), 1e-5, "row sum %d", i)
+			}
+			require.InEpsilon(t, wantTotal, float64(gotTotal[0]), 1e-5, "the sum of g")
 			require.NoError(t, tk.Close())
 			require.NoError(t, d.Synchronize())
 			require.Empty(t, d.Hazards())

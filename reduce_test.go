@@ -4,8 +4,10 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rocsync/rocsync/driver"
 	"github.com/rocsync/rocsync/kernels"
 )
 
@@ -134,3 +136,67 @@ func TestSumZeroCheckFires(t *testing.T) {
 }
 
 func ptrOf(b []byte) unsafe.Pointer { return unsafe.Pointer(&b[0]) }
+
+// The reduction's declared read and write of the workspace are what order
+// two reductions on different queues: a Sum submitted without declaring
+// the workspace (the same Dispatch, built by hand) is a race the hazard
+// checker reports. The first reduction finishes before the second starts
+// (Quiesce), so only the checker sees the race, not Go's race detector.
+func TestSumUndeclaredWorkspaceIsARace(t *testing.T) {
+	d := openOpPath(t, DeviceSide)
+	a, err := d.NewTask()
+	require.NoError(t, err)
+	b, err := d.NewTask()
+	require.NoError(t, err)
+	in, err := d.FromFloat32(1, 10000, seq(10000, func(int) float32 { return 1 }))
+	require.NoError(t, err)
+	out1, err := d.Empty(1, 1, Float32)
+	require.NoError(t, err)
+	out2, err := d.Empty(1, 1, Float32)
+	require.NoError(t, err)
+	require.NoError(t, a.Sum(out1, in, SumAll)) // declares the workspace
+	d.machine.Quiesce()
+	k, err := d.drv.(driver.Reducer).Reduction(SumAll, Float32)
+	require.NoError(t, err)
+	shape, err := SumAll.Shape(1, 10000)
+	require.NoError(t, err)
+	ws := d.reduce.buf
+	args := kernels.ReduceArgs{Out: uint64(out2.ptr), In: uint64(in.ptr), Workspace: uint64(ws.ptr), Rows: 1, Cols: 10000}
+	b.op.Kind, b.op.Lane, b.op.Kernel = driver.Dispatch, driver.LaneKernel, k
+	args.Encode(b.op.Args[:])
+	b.op.Geometry = driver.Geometry{Dims: 1, Grid: [3]uint32{shape.Workgroups() * kernels.ReduceWorkgroupSize, 1, 1},
+		Workgroup: [3]uint32{kernels.ReduceWorkgroupSize, 1, 1}}
+	_, err = b.submit("Sum without its workspace", append(b.operands[:0], access{&in.buffer, in, Read}, access{&out2.buffer, out2, Write}))
+	require.NoError(t, err)
+	_ = b.Synchronize()
+	_ = a.Synchronize()
+	require.NotEmpty(t, d.Hazards(), "the checker must see the undeclared workspace access")
+}
+
+// 10⁴ reductions reuse one workspace, never memset after it was zeroed at
+// allocation, and the zero check passes before every one of them.
+func TestSumZeroCheckOver10kLaunches(t *testing.T) {
+	nop := zerolog.Nop()
+	d, err := Open(Options{Backend: Emulator, Logger: &nop, CheckReductionWorkspace: true,
+		Emulator: EmulatorOptions{HazardChecker: true}})
+	require.NoError(t, err)
+	defer d.Close()
+	tk := d.DefaultTask()
+	in, err := d.FromFloat32(1, 5000, seq(5000, func(i int) float32 { return float32(i % 3) }))
+	require.NoError(t, err)
+	out, err := d.Empty(1, 1, Float32)
+	require.NoError(t, err)
+	var ws *buffer
+	for i := range 10000 {
+		require.NoError(t, tk.Sum(out, in, SumAll), "launch %d", i)
+		if i == 0 {
+			ws = d.reduce.buf
+			require.NotNil(t, ws)
+		}
+		require.Same(t, ws, d.reduce.buf, "launch %d replaced the workspace", i)
+	}
+	got, err := out.Float32s()
+	require.NoError(t, err)
+	require.Equal(t, []float32{4999}, got)
+	require.Empty(t, d.Hazards())
+}
