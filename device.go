@@ -49,6 +49,7 @@ type Device struct {
 	kernelBuilder *userkernel.Builder
 
 	launchBlocking bool
+	reduce         reduceWorkspace // reduce.go
 	syncDebug      SyncDebugMode
 	maxPerDevice   uint64        // Options.MaxInFlightPerDevice
 	sinceCheck     atomic.Uint64 // ops submitted since the last check of it
@@ -72,9 +73,9 @@ func (d *Device) throttleDevice(sinks syncstate.Sinks) error {
 			}
 			if !t.released {
 				k, l := t.drv.Timeline(driver.LaneKernel), t.drv.Timeline(driver.LaneLibrary)
-				for i, tl := range [2]syncstate.Timeline{k, l} {
+				for i, tl := range [3]syncstate.Timeline{k, l, t.hostLane()} {
 					if i == 1 && l == k {
-						break
+						continue
 					}
 					n := tl.LastTicket() - min(tl.Completed(), tl.LastTicket())
 					total += n
@@ -204,6 +205,7 @@ func open(o Options, all bool) ([]*Device, error) {
 		d := &Device{drv: dd, backend: fam.name, machine: fam.machine, index: i, log: log, debug: debug, openID: openIDs.Add(1),
 			engine: syncstate.Engine{Policy: o.Policy, DisableWaits: o.disableWaits}, stats: fam.stats[i],
 			cache: newMemCache(o.MemoryCache), launchBlocking: o.launchBlocking(), syncDebug: o.SyncDebug,
+			reduce:       reduceWorkspace{check: o.CheckReductionWorkspace},
 			maxPerDevice: uint64(o.MaxInFlightPerDevice), kernelBuilder: o.KernelBuilder}
 		if debug {
 			d.engine.Observer = decisionLog{&d.log}
@@ -495,7 +497,7 @@ func (d *Device) CloseContext(ctx context.Context) error {
 	// pendingFrees); with the queues and streams destroyed, and their
 	// failed work settled, it can go back now.
 	errs = append(errs, d.frees.poll(d, false))
-	errs = append(errs, d.cache.trim(d.drv), d.staging.free(d), d.drv.Close())
+	errs = append(errs, d.reduce.release(d), d.cache.trim(d.drv), d.staging.free(d), d.drv.Close())
 	if err := errors.Join(errs...); err != nil {
 		return &Error{Op: "Close", Kind: kindOf(err), Detail: "closing " + d.String(), Err: err}
 	}

@@ -170,6 +170,11 @@ type Options struct {
 	// ROCSYNC_LAUNCH_BLOCKING=1 turns it on too. For debugging only: it
 	// costs a round trip per op.
 	LaunchBlocking bool
+	// CheckReductionWorkspace makes every Sum read its zeroed workspace
+	// back first (a host wait for the last reduction that used it) and
+	// fail with ErrFault, wrapping kernels.ErrWorkspaceNotZero, if a byte
+	// is not zero (nvFuser's checkZeroed). For debugging only.
+	CheckReductionWorkspace bool
 	// SyncDebug reports host waits that are neither a read-back nor an
 	// explicit Synchronize (crossings the device could not wait for,
 	// WaitAlways, throttle waits, waits to reclaim freed memory), naming the op,

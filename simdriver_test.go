@@ -50,6 +50,7 @@ var acceptanceSuite = []struct {
 	{"ReadBackWaitsForWriterOnly", TestReadBackWaitsForWriterOnly},
 	{"QueuePoolSharesQueues", TestQueuePoolSharesQueues},
 	{"SignalsAndEventsArePooled", TestSignalsAndEventsArePooled},
+	{"HostFuncOrdersGPUWork", TestHostFuncOrdersGPUWork},
 }
 
 // TestROCmSuiteOnSimulatedDriver runs the acceptance suite on the ROCm

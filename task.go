@@ -89,10 +89,12 @@ func (t *Task) SynchronizeContext(ctx context.Context) error {
 }
 
 // drain host-waits for the task's timelines (one wait each, counted as a
-// sync wait, only where work is pending).
+// sync wait, only where work is pending): the host lane first, since its
+// functions may be what the GPU work behind them waits for.
 func (t *Task) drain(ctx context.Context) error {
+	err := t.drainOne(ctx, t.hostLane())
 	k, l := t.drv.Timeline(driver.LaneKernel), t.drv.Timeline(driver.LaneLibrary)
-	err := t.drainOne(ctx, k)
+	err = errors.Join(err, t.drainOne(ctx, k))
 	if l != k {
 		err = errors.Join(err, t.drainOne(ctx, l))
 	}
@@ -217,7 +219,7 @@ func (t *Task) submit(name string, operands []access) (syncstate.Fence, error) {
 	}
 	defer d.leave()
 	op := &t.op
-	defer func() { op.Call, op.Host = nil, nil }() // hold nothing of the caller's
+	defer func() { op.Call, op.Host, op.Func = nil, nil, nil }() // hold nothing of the caller's
 	tl := t.drv.Timeline(op.Lane)
 	sop := syncstate.Op{Name: name}
 	for _, x := range operands {

@@ -80,6 +80,9 @@ const (
 	// LaneLibrary is the task's library stream (the HIP stream its
 	// rocBLAS handle is bound to, the CUDA stream of its cuBLAS handle).
 	LaneLibrary
+	// LaneHost is the task's host lane (package hostlane): Go functions
+	// run in order on a goroutine of rocsync's own.
+	LaneHost
 	numLanes
 )
 
@@ -89,6 +92,8 @@ func (l Lane) String() string {
 		return "kernel"
 	case LaneLibrary:
 		return "library"
+	case LaneHost:
+		return "host"
 	}
 	return "Lane(?)"
 }
@@ -118,11 +123,15 @@ const (
 	CopyDtoH
 	// CopyDtoD copies Size bytes from Src to Dst on the device.
 	CopyDtoD
+	// HostFunc runs Op.Func on the task's host lane (LaneHost) once the
+	// fences the lane was told to wait for have completed; the submitter
+	// does not wait. Its error fails its ticket.
+	HostFunc
 	numKinds
 )
 
 var kindNames = [...]string{KindInvalid: "invalid", Dispatch: "dispatch", Gemm: "gemm", LibraryCall: "library call",
-	CopyHtoD: "copy host to device", CopyDtoH: "copy device to host", CopyDtoD: "copy device to device"}
+	CopyHtoD: "copy host to device", CopyDtoH: "copy device to host", CopyDtoD: "copy device to device", HostFunc: "host function"}
 
 func (k Kind) String() string {
 	if k < numKinds {
@@ -200,6 +209,9 @@ type Op struct {
 	Dst, Src DevicePtr
 	Host     unsafe.Pointer
 	Size     uint64
+
+	// HostFunc: called once, on the host lane's goroutine.
+	Func func() error
 }
 
 // Task is one task's place to submit work: a timeline per lane (the same

@@ -99,12 +99,19 @@ type Queue struct {
 	// bridge, when set, turns a fence of another domain into a signal
 	// that reaches 0 once the fence completes (the DeviceBridge policy).
 	bridge func(syncstate.Fence) (*Signal, error)
+	// hostBridge, when set, does the same for fences of host lanes: the
+	// lane completes the signal after the function.
+	hostBridge func(syncstate.Fence) (*Signal, error)
 }
 
 // SetBridge lets the queue wait on the device for fences of other domains:
 // bridge returns a retained signal that completes with the fence, or nil
 // when it is already complete.
 func (q *Queue) SetBridge(bridge func(syncstate.Fence) (*Signal, error)) { q.bridge = bridge }
+
+// SetHostBridge lets the queue wait on the device for fences of host lanes
+// (syncstate.DomainHost), with a signal the lane completes, as SetBridge.
+func (q *Queue) SetHostBridge(bridge func(syncstate.Fence) (*Signal, error)) { q.hostBridge = bridge }
 
 // SignalFor returns a retained completion signal for ticket t (release it),
 // or nil when t is already complete.
@@ -413,9 +420,15 @@ func (q *Queue) waitSignal(ctx context.Context, s *Signal, t uint64) error {
 }
 
 // CanWaitDevice implements syncstate.Timeline: barrier-AND packets wait for
-// other HSA queues' signals.
+// other HSA queues' signals, and for the signals a bridge completes.
 func (q *Queue) CanWaitDevice(d syncstate.Domain) bool {
-	return d == syncstate.DomainKernel || q.bridge != nil
+	switch d {
+	case syncstate.DomainKernel:
+		return true
+	case syncstate.DomainHost:
+		return q.hostBridge != nil
+	}
+	return q.bridge != nil
 }
 
 // WaitDevice implements syncstate.Timeline with barrier-AND packets, at
@@ -427,9 +440,9 @@ func (q *Queue) WaitDevice(fences []syncstate.Fence) error {
 		var s *Signal
 		if p, ok := f.TL.(*Queue); ok {
 			s = p.signalFor(f.Ticket)
-		} else if q.bridge != nil {
+		} else if bridge := q.bridgeFor(f.TL.Domain()); bridge != nil {
 			var err error
-			if s, err = q.bridge(f); err != nil {
+			if s, err = bridge(f); err != nil {
 				releaseAll(sigs[:n])
 				return err
 			}
@@ -457,6 +470,13 @@ func (q *Queue) WaitDevice(fences []syncstate.Fence) error {
 		}
 	}
 	return nil
+}
+
+func (q *Queue) bridgeFor(d syncstate.Domain) func(syncstate.Fence) (*Signal, error) {
+	if d == syncstate.DomainHost {
+		return q.hostBridge
+	}
+	return q.bridge
 }
 
 func releaseAll(s []*Signal) {

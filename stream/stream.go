@@ -144,6 +144,9 @@ type Stream struct {
 	// bridge, when set, makes this stream wait on the device for a fence
 	// of a timeline that is not a Stream (HSA→HIP under DeviceBridge).
 	bridge func(s *Stream, f syncstate.Fence) error
+	// hostBridge, when set, makes this stream wait on the device for a
+	// fence of a host lane (syncstate.DomainHost).
+	hostBridge func(s *Stream, f syncstate.Fence) error
 }
 
 var _ syncstate.Timeline = (*Stream)(nil)
@@ -195,6 +198,12 @@ func (s *Stream) LastTicket() uint64 { return s.lastTicket.Load() }
 // SetBridge lets the stream wait on the device for fences of timelines
 // that are not streams.
 func (s *Stream) SetBridge(bridge func(s *Stream, f syncstate.Fence) error) { s.bridge = bridge }
+
+// SetHostBridge lets the stream wait on the device for fences of host
+// lanes (a memory word the lane writes after the function).
+func (s *Stream) SetHostBridge(bridge func(s *Stream, f syncstate.Fence) error) {
+	s.hostBridge = bridge
+}
 
 // Submit runs enqueue (which must put exactly one op on the stream) under
 // the stream's lock, and returns the op's ticket.
@@ -616,6 +625,19 @@ func (s *Stream) WaitHostContext(ctx context.Context, t uint64) error {
 	return s.health.Failed(t)
 }
 
+// Pin implements syncstate.Pinner: it records (or reuses) an event after
+// ticket t now and holds it, so that WaitHost(t) waits for that event and
+// not for work submitted after this call.
+func (s *Stream) Pin(t uint64) (unpin func(), err error) {
+	ev, ok, err := s.eventFor(t)
+	if err != nil || !ok {
+		return func() {}, err
+	}
+	return func() { s.releaseEvent(ev) }, nil
+}
+
+var _ syncstate.Pinner = (*Stream)(nil)
+
 // wholeStream reports whether waiting for t means waiting for the whole
 // stream: t is not known complete, it is the newest ticket, and no
 // recorded event covers it (one would be recorded only to be waited for).
@@ -639,6 +661,9 @@ func (s *Stream) wholeStream(t uint64) (last uint64, ok bool) {
 // CrossDomain or a bridge, so the policies keep the boundary host wait
 // they are defined by.
 func (s *Stream) CanWaitDevice(d syncstate.Domain) bool {
+	if d == syncstate.DomainHost {
+		return s.hostBridge != nil
+	}
 	return d == s.domain || s.crossDomain || s.bridge != nil
 }
 
@@ -649,6 +674,15 @@ func (s *Stream) CanWaitDevice(d syncstate.Domain) bool {
 func (s *Stream) WaitDevice(fences []syncstate.Fence) error {
 	for _, f := range fences {
 		s.health.AddUpstream(s.name, f, s.lastTicket.Load()+1)
+		if f.TL.Domain() == syncstate.DomainHost {
+			if s.hostBridge == nil {
+				return fmt.Errorf("stream: %s cannot wait on the device for the host lane %s", s.name, f.TL.Name())
+			}
+			if err := s.hostBridge(s, f); err != nil {
+				return err
+			}
+			continue
+		}
 		p, ok := f.TL.(*Stream)
 		if !ok || (p.domain != s.domain && !s.crossDomain) {
 			if s.bridge == nil {

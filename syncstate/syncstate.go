@@ -27,6 +27,9 @@ const (
 	// DomainLibrary holds the streams vendor libraries run on (HIP
 	// streams on ROCm).
 	DomainLibrary
+	// DomainHost holds host lanes: Go functions run in order on a
+	// goroutine of their own (package hostlane).
+	DomainHost
 )
 
 func (d Domain) String() string {
@@ -35,6 +38,8 @@ func (d Domain) String() string {
 		return "kernel-queue"
 	case DomainLibrary:
 		return "library-stream"
+	case DomainHost:
+		return "host-lane"
 	}
 	return fmt.Sprintf("Domain(%d)", uint8(d))
 }
@@ -150,7 +155,19 @@ func ParsePolicy(s string) (Policy, error) {
 
 // deviceWaitAllowed reports whether the policy lets a consumer on domain
 // consumer wait on the device for a producer of domain producer.
+//
+// A host lane "waits on the device" on its own goroutine: whatever the
+// policy, its dependencies never block the submitting goroutine (that is
+// what a host lane is for). A GPU timeline waits for a host lane on the
+// device (a signal or memory word the lane completes) under the policies
+// that wait on the device at all; the seed's two baselines host-wait.
 func (p Policy) deviceWaitAllowed(consumer, producer Domain) bool {
+	if consumer == DomainHost {
+		return true
+	}
+	if producer == DomainHost {
+		return p == DeviceSide || p == Unified || p == DeviceBridge
+	}
 	switch p {
 	case DeviceSide, Unified:
 		return consumer == producer

@@ -63,3 +63,13 @@ func (b *Bound) Check(f Fence) error {
 	}
 	return nil
 }
+
+// Pinner is a timeline whose host wait for a ticket depends on when it is
+// asked for: a stream records the event it waits on lazily, at its end at
+// the time, so a wait asked for later may also wait for work submitted
+// meanwhile, and that work may itself wait for the waiter (a host lane's
+// function, which a later GPU op waits for on the device). Pin fixes now
+// what a later WaitHost(t) waits for; unpin once the wait is done.
+type Pinner interface {
+	Pin(t uint64) (unpin func(), err error)
+}

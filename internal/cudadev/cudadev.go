@@ -25,6 +25,8 @@
 package cudadev
 
 import (
+	"github.com/rocsync/rocsync/hostlane"
+
 	"errors"
 	"fmt"
 	"sync"
@@ -148,6 +150,8 @@ type Device struct {
 	funcs   [kernels.NumOps][2]uintptr // by op, then by DType (F32, F64)
 	builtin [kernels.NumOps][2]driver.Kernel
 	offsets []int
+
+	reductions reductions // reduce.go
 }
 
 var (
@@ -280,6 +284,11 @@ type Task struct {
 	userParams map[*driver.Kernel]*cuda.ParamBlock
 	blas       uintptr   // the cuBLAS handle bound to the library stream, or 0
 	op         driver.Op // filled by Launch and Gemm
+	// host is the task's host lane. CUDA streams wait for it on the host
+	// (a boundary wait): a device-side wait would be cuStreamWaitValue64
+	// on a pinned word the lane writes, which this package does not bind
+	// yet. cuLaunchHostFunc is not used: CUDA forbids CUDA calls in it.
+	host *hostlane.Lane
 }
 
 var (
@@ -292,6 +301,8 @@ func (d *Device) NewTask(sinks syncstate.Sinks) (driver.Task, error) {
 	n := d.tasks.Add(1)
 	t := &Task{d: d}
 	var err error
+	t.host = hostlane.New(hostlane.Config{Name: fmt.Sprintf("gpu%d/host%d", d.index, n), MaxPending: d.cfg.MaxInFlight,
+		WaitTimeout: d.cfg.WaitTimeout, Sinks: sinks, OnThrottle: d.cfg.OnThrottle})
 	if t.params, err = cuda.NewParamBlock(kernels.KernargSize, d.offsets); err != nil {
 		return nil, err
 	}
@@ -328,8 +339,11 @@ func (d *Device) newStream(name string, dom syncstate.Domain, sinks syncstate.Si
 
 // Timeline implements driver.Task.
 func (t *Task) Timeline(l driver.Lane) syncstate.Timeline {
-	if l == driver.LaneKernel {
+	switch l {
+	case driver.LaneKernel:
 		return t.kernel
+	case driver.LaneHost:
+		return t.host
 	}
 	return t.library
 }
@@ -397,6 +411,11 @@ func (t *Task) Submit(op *driver.Op) (uint64, error) {
 	case driver.CopyHtoD, driver.CopyDtoH, driver.CopyDtoD:
 		kind, dst, src, host, n := op.Kind, op.Dst, op.Src, op.Host, op.Size
 		return s.Submit(func(s uintptr) error { return t.d.b.copyAsync(kind, dst, src, host, n, s) })
+	case driver.HostFunc:
+		if op.Func == nil {
+			return 0, fmt.Errorf("%w: host function of no function", driver.ErrUnsupported)
+		}
+		return t.host.Submit(op.Func)
 	}
 	return 0, fmt.Errorf("%w: %v", driver.ErrUnsupported, op.Kind)
 }
@@ -486,6 +505,11 @@ func (d *Device) HostFree(p unsafe.Pointer) error { return d.b.hostFree(p) }
 // and the cuBLAS handle.
 func (t *Task) Close() error {
 	var errs []error
+	if t.host != nil {
+		// First: its functions may wait for the streams.
+		errs = append(errs, t.host.Close())
+		t.host = nil
+	}
 	if t.library != nil && t.blas != 0 {
 		// Drain first: destroying the handle does not wait for its work.
 		errs = append(errs, t.library.Drain(), t.d.b.blasDestroy(t.blas))

@@ -828,6 +828,10 @@ func (h *HIP) ModuleLaunchKernel(f hip.Function, grid, block [3]uint32, sharedMe
 		if lds > LDSPerWorkgroup {
 			return fmt.Errorf("no local memory available: %d static + %d dynamic LDS bytes over %d", k.groupSize, sharedMem, LDSPerWorkgroup)
 		}
+		gridItems := [3]uint32{uint32(min(uint64(grid[0])*uint64(block[0]), 1<<32-1)), grid[1] * max(block[1], 1), grid[2] * max(block[2], 1)}
+		if err := k.checkGeometry(gridItems, [3]uint16{uint16(min(block[0], 1<<16-1)), uint16(min(block[1], 1<<16-1)), uint16(min(block[2], 1<<16-1))}); err != nil {
+			return h.m.kernelFault(err)
+		}
 		if k.user != nil {
 			g := userkernel.Geometry{Dims: 3}
 			for i := range g.Grid {
@@ -843,10 +847,6 @@ func (h *HIP) ModuleLaunchKernel(f hip.Function, grid, block [3]uint32, sharedMe
 		}
 		if !k.implemented {
 			return fmt.Errorf("kernel %s: no code the emulator can run", k.symbol)
-		}
-		gridItems := [3]uint32{uint32(min(uint64(grid[0])*uint64(block[0]), 1<<32-1)), grid[1] * max(block[1], 1), grid[2] * max(block[2], 1)}
-		if err := k.checkGeometry(gridItems, [3]uint16{uint16(min(block[0], 1<<16-1)), uint16(min(block[1], 1<<16-1)), uint16(min(block[2], 1<<16-1))}); err != nil {
-			return h.m.kernelFault(err)
 		}
 		return h.m.runKernel(s.dev, k, kernarg, items, a)
 	}})

@@ -509,6 +509,10 @@ type kernelImpl struct {
 	groupSize   uint32 // static LDS per workgroup
 	privateSize uint32
 	implemented bool
+	// user is the signature of a kernel that is not rocsync's (nil for
+	// rocsync's), read from its code object's metadata; it runs through
+	// Options.References.
+	user *userkernel.Kernel
 
 	// A reduction kernel (rocsync_sum_*) runs kernels.ReduceBytes instead
 	// of an elementwise op.
@@ -516,10 +520,6 @@ type kernelImpl struct {
 	isReduction bool
 	// reqdWorkgroup is the metadata's .reqd_workgroup_size (zero: any).
 	reqdWorkgroup [3]uint32
-	// user is the signature of a kernel that is not rocsync's (nil for
-	// rocsync's), read from its code object's metadata; it runs through
-	// Options.References.
-	user *userkernel.Kernel
 }
 
 // newKernelImpl reads one kernel's metadata.

@@ -265,6 +265,11 @@ func (q *queue) dispatch(p *hsa.DispatchPacket, a *actor) {
 		return
 	}
 	grid := uint64(p.GridSize[0]) * uint64(max(p.GridSize[1], 1)) * uint64(max(p.GridSize[2], 1))
+	if err := k.checkGeometry(p.GridSize, p.WorkgroupSize); err != nil {
+		q.m.kernelFault(err)
+		q.fail(hsa.StatusErrorInvalidPacket, err.Error())
+		return
+	}
 	if k.user != nil {
 		g := userkernel.Geometry{Dims: int(dims)}
 		for i := range g.Grid {
@@ -272,11 +277,6 @@ func (q *queue) dispatch(p *hsa.DispatchPacket, a *actor) {
 		}
 		err = q.m.runUserKernel(q.dev, k, args, g, a)
 	} else {
-		if gerr := k.checkGeometry(p.GridSize, p.WorkgroupSize); gerr != nil {
-			q.m.kernelFault(gerr)
-			q.fail(hsa.StatusErrorInvalidPacket, gerr.Error())
-			return
-		}
 		err = q.m.runKernel(q.dev, k, args, grid, a)
 	}
 	if err != nil {

@@ -8,6 +8,8 @@
 package rocmdev
 
 import (
+	"github.com/rocsync/rocsync/hostlane"
+
 	"errors"
 	"fmt"
 	"sync"
@@ -256,7 +258,11 @@ type Device struct {
 	tasks         atomic.Int64
 	ref           *runtimeRef // the shared hsa_init reference
 	bridge        bool        // DeviceBridge crosses the HSA/HIP boundary on the device
-	closed        atomic.Bool
+	// hostToStream says whether HIP streams wait on the device for host
+	// lanes (hipStreamWaitValue64 on an HSA signal's value address, which
+	// HIP takes from 5.6 on); otherwise they host-wait for them.
+	hostToStream bool
+	closed       atomic.Bool
 
 	faults *faultRouter // the system event handler of this device's Open
 	// faultErr is set by the first GPU memory fault of this GPU; every
@@ -281,6 +287,8 @@ type Device struct {
 
 	userMu      sync.Mutex
 	userModules []*userModule // user kernels' code, by handle-1
+
+	reductions reductions // reduce.go
 }
 
 var _ driver.Device = (*Device)(nil)
@@ -307,6 +315,7 @@ func newDevice(rt Runtimes, cfg driver.DeviceConfig, index int, agent hsa.Agent,
 		}
 	}
 	d.bridge = bridge
+	d.hostToStream, _ = bridgeSupported(rt.HIP)
 	// Completion signals are interrupt signals, whatever the policy: the
 	// host blocks on them instead of polling. HIP needs a signal's value
 	// address, which hsa_amd_signal_value_pointer gives only for
@@ -322,6 +331,9 @@ func newDevice(rt Runtimes, cfg driver.DeviceConfig, index int, agent hsa.Agent,
 			WaitTimeout: cfg.WaitTimeout, MaxInFlight: cfg.MaxInFlight, OnThrottle: cfg.OnThrottle})
 		if err == nil && bridge {
 			q.SetBridge(d.hipToHSA)
+		}
+		if err == nil {
+			q.SetHostBridge(d.hostToHSA)
 		}
 		if err == nil {
 			d.trackQueue(q)
@@ -500,6 +512,7 @@ func (d *Device) Builtin(op kernels.Op, dt kernels.DType) (*driver.Kernel, error
 type Task struct {
 	d     *Device
 	st    tls.State
+	host  *hostlane.Lane
 	sinks syncstate.Sinks
 }
 
@@ -526,6 +539,11 @@ func (d *Device) NewTask(sinks syncstate.Sinks) (driver.Task, error) {
 	if d.bridge {
 		t.st.Stream.SetBridge(d.hsaToHIP)
 	}
+	if d.hostToStream {
+		t.st.Stream.SetHostBridge(d.hostToHIP)
+	}
+	t.host = hostlane.New(hostlane.Config{Name: fmt.Sprintf("gpu%d/host%d", d.index, n), MaxPending: d.cfg.MaxInFlight,
+		WaitTimeout: d.cfg.WaitTimeout, Sinks: sinks, OnThrottle: d.cfg.OnThrottle})
 	if d.cfg.Policy != syncstate.Unified {
 		if t.st.Queue, err = d.queues.Acquire(); err != nil {
 			_ = t.Close()
@@ -547,10 +565,14 @@ func (d *Device) NewTask(sinks syncstate.Sinks) (driver.Task, error) {
 }
 
 // Timeline implements driver.Task: the HSA queue for kernels (the stream
-// under Unified), the HIP stream for everything else.
+// under Unified), the host lane for host functions, the HIP stream for
+// everything else.
 func (t *Task) Timeline(l driver.Lane) syncstate.Timeline {
 	if l == driver.LaneKernel && t.st.Queue != nil {
 		return t.st.Queue
+	}
+	if l == driver.LaneHost {
+		return t.host
 	}
 	return t.st.Stream
 }
@@ -611,6 +633,11 @@ func (t *Task) Submit(op *driver.Op) (uint64, error) {
 	case driver.CopyDtoD:
 		dst, src, n := hip.DevicePtr(op.Dst), hip.DevicePtr(op.Src), op.Size
 		return t.st.Stream.Submit(func(s uintptr) error { return hp.MemcpyDtoDAsync(dst, src, n, hip.Stream(s)) })
+	case driver.HostFunc:
+		if op.Func == nil {
+			return 0, fmt.Errorf("%w: host function of no function", driver.ErrUnsupported)
+		}
+		return t.host.Submit(op.Func)
 	}
 	return 0, fmt.Errorf("%w: %v", driver.ErrUnsupported, op.Kind)
 }
@@ -655,6 +682,11 @@ func (d *Device) Runtimes() Runtimes { return d.rt }
 // Close implements driver.Task: it drains and releases.
 func (t *Task) Close() error {
 	var errs []error
+	if t.host != nil {
+		// First: its functions may wait for the stream and queue.
+		errs = append(errs, t.host.Close())
+		t.host = nil
+	}
 	if t.st.BLAS != 0 {
 		errs = append(errs, t.d.rt.BLAS.DestroyHandle(t.st.BLAS))
 		t.st.BLAS = 0
@@ -783,6 +815,68 @@ func (d *Device) hsaToHIP(s *stream.Stream, f syncstate.Fence) error {
 			return p.Failed(f.Ticket)
 		}
 		return err
+	}
+	hp := d.rt.HIP
+	t, err := s.Submit(func(hs uintptr) error {
+		return hp.StreamWaitValue64(hip.Stream(hs), ptr, 0, hip.StreamWaitValueEq, ^uint64(0))
+	})
+	if err != nil {
+		sig.Release()
+		return err
+	}
+	s.AfterComplete(t, sig.Release)
+	return nil
+}
+
+// hostToHSA lets an HSA queue wait on the device for a host lane's fence:
+// a pooled signal at 1 that the lane's goroutine sets to 0 once the
+// function at the fence has run (or failed: the queue then learns of the
+// failure from its upstream record), which a barrier-AND packet waits for.
+// The signal is retained for the lane until it has stored.
+func (d *Device) hostToHSA(f syncstate.Fence) (*queue.Signal, error) {
+	lane, ok := f.TL.(*hostlane.Lane)
+	if !ok {
+		return nil, fmt.Errorf("rocmdev: %s is not a host lane", f.TL.Name())
+	}
+	sig, err := d.signals.Get()
+	if err != nil {
+		return nil, err
+	}
+	sig.Retain() // the lane's reference
+	rt := d.rt.HSA
+	if !lane.OnComplete(f.Ticket, func() { rt.SignalStoreScrelease(sig.H, 0); sig.Release() }) {
+		sig.Release()
+		sig.Release()
+		return nil, nil // already complete
+	}
+	return sig, nil
+}
+
+// hostToHIP lets a HIP stream wait on the device for a host lane's fence:
+// hipStreamWaitValue64 until a GPU-only signal (which has a value address)
+// reads 0, stored by the lane's goroutine after the function. The lane is
+// told first, so that the stream never waits for a store that was due
+// before it asked.
+func (d *Device) hostToHIP(s *stream.Stream, f syncstate.Fence) error {
+	lane, ok := f.TL.(*hostlane.Lane)
+	if !ok {
+		return fmt.Errorf("rocmdev: %s is not a host lane", f.TL.Name())
+	}
+	sig, err := d.bridgeSignals.Get()
+	if err != nil {
+		return err
+	}
+	ptr, err := d.rt.HSA.SignalValuePointer(sig.H)
+	if err != nil {
+		sig.Release()
+		return err
+	}
+	sig.Retain() // the lane's reference
+	rt := d.rt.HSA
+	if !lane.OnComplete(f.Ticket, func() { rt.SignalStoreScrelease(sig.H, 0); sig.Release() }) {
+		sig.Release()
+		sig.Release()
+		return nil
 	}
 	hp := d.rt.HIP
 	t, err := s.Submit(func(hs uintptr) error {
