@@ -224,6 +224,15 @@ type Engine struct {
 	// for); an error refuses the wait, and the op fails with it
 	// (sync-debug mode).
 	OnHostWait func(op string, consumer Timeline, f Fence, r Reason) error
+	// Observer, if set, is told of every decision (see Observer).
+	Observer Observer
+}
+
+// decided tells the observer, if any, of one decision.
+func (e *Engine) decided(op string, consumer Timeline, f Fence, d Decision, r Reason) {
+	if e.Observer != nil {
+		e.Observer.Decided(op, consumer, f, d, r)
+	}
 }
 
 var depBufs = sync.Pool{New: func() any { return new([maxDeps]Fence) }}
@@ -280,8 +289,10 @@ func (o *Op) Begin(e *Engine, tl Timeline, sinks Sinks) error {
 		case f.TL == nil:
 		case f.TL == tl:
 			skipped++ // in-order execution on tl already orders it
+			e.decided(o.Name, tl, f, SkipSameTimeline, 0)
 		case f.Ticket <= f.TL.Completed():
 			skipped++
+			e.decided(o.Name, tl, f, SkipComplete, 0)
 		case !deps.add(f):
 			// More producer timelines than one op tracks: the excess
 			// are waited for on the host, which is always correct.
@@ -305,6 +316,7 @@ func (o *Op) Begin(e *Engine, tl Timeline, sinks Sinks) error {
 		if readerOn(a.s, tl) {
 			if !a.s.writer.IsZero() {
 				skipped++
+				e.decided(o.Name, tl, a.s.writer, SkipSameTimeline, 0)
 			}
 			continue
 		}
@@ -412,6 +424,11 @@ func (e *Engine) resolve(op string, tl Timeline, deps []Fence, sinks Sinks) erro
 			return err
 		}
 		sinks.DeviceWait(uint64(nd))
+		if e.Observer != nil {
+			for _, f := range dev[:nd] {
+				e.Observer.Decided(op, tl, f, DeviceWait, 0)
+			}
+		}
 	}
 	return nil
 }
@@ -430,6 +447,7 @@ func (e *Engine) hostWait(op string, tl Timeline, f Fence, sinks Sinks) error {
 		}
 	}
 	sinks.HostWait(r)
+	e.decided(op, tl, f, HostWait, r)
 	if err := f.TL.WaitHost(f.Ticket); err != nil {
 		return &DependencyError{Fence: f, Err: err}
 	}
@@ -455,6 +473,7 @@ func (o *Op) Commit(ticket uint64, sinks Sinks) error {
 			}
 		}
 		sinks.HostWait(ReasonWaitAlways)
+		o.e.decided(o.Name, o.tl, f, HostWait, ReasonWaitAlways)
 		return o.tl.WaitHost(ticket)
 	}
 	return nil

@@ -1,0 +1,44 @@
+package syncstate
+
+import "fmt"
+
+// Decision is what the engine did about one fence an op had to be ordered
+// after.
+type Decision uint8
+
+const (
+	// SkipSameTimeline: the fence is on the op's own timeline (or a read
+	// there already follows it), whose in-order execution orders the op.
+	SkipSameTimeline Decision = iota
+	// SkipComplete: the fence was already known complete.
+	SkipComplete
+	// DeviceWait: the op's timeline waits for the fence on the device.
+	DeviceWait
+	// HostWait: the host waits for the fence before submitting the op
+	// (the Reason says why).
+	HostWait
+)
+
+func (d Decision) String() string {
+	switch d {
+	case SkipSameTimeline:
+		return "skip (same timeline)"
+	case SkipComplete:
+		return "skip (complete)"
+	case DeviceWait:
+		return "device wait"
+	case HostWait:
+		return "host wait"
+	}
+	return fmt.Sprintf("Decision(%d)", uint8(d))
+}
+
+// Observer is told of every sync decision an Engine takes, for debug logs
+// and traces. It is called with the op's operands locked, so it must be
+// quick and must not submit work. An Engine without one pays a nil check
+// per fence.
+type Observer interface {
+	// Decided reports that op, about to run on consumer, was ordered after
+	// fence f as d says; r is the host wait's reason (HostWait only).
+	Decided(op string, consumer Timeline, f Fence, d Decision, r Reason)
+}
