@@ -42,3 +42,15 @@ type Observer interface {
 	// fence f as d says; r is the host wait's reason (HostWait only).
 	Decided(op string, consumer Timeline, f Fence, d Decision, r Reason)
 }
+
+// WaitObserver is an Observer that also hears when each host wait ends, so
+// that it can time it (the trace draws host waits as slices). The engine
+// finds it with a type assertion after a host wait, so observers that only
+// log need not implement it.
+type WaitObserver interface {
+	Observer
+	// HostWaitEnded follows a Decided(..., HostWait, ...) call for the same
+	// consumer and fence, on the same goroutine, once the wait returned
+	// (err: the wait's error).
+	HostWaitEnded(consumer Timeline, f Fence, err error)
+}
