@@ -326,7 +326,10 @@ func (p *pendingFrees) poll(d *Device, wait bool) error {
 				break
 			}
 			d.countHostWait(ReasonFree)
-			if err := f.TL.WaitHost(f.Ticket); err != nil {
+			tw := d.trace.waitBegin("Free", f, ReasonFree, hostTrack)
+			err := f.TL.WaitHost(f.Ticket)
+			d.trace.waitEnd(tw, err)
+			if err != nil {
 				errs = append(errs, err)
 				ready = false
 				break

@@ -53,12 +53,15 @@ type Device struct {
 	syncDebug      SyncDebugMode
 	maxPerDevice   uint64        // Options.MaxInFlightPerDevice
 	sinceCheck     atomic.Uint64 // ops submitted since the last check of it
+
+	trace      *traceProc   // nil unless tracing (Options.Trace, ROCSYNC_TRACE)
+	traceTasks atomic.Int32 // numbers the tasks' host tracks
 }
 
 // throttleDevice enforces Options.MaxInFlightPerDevice: when the ops in
 // flight over all tasks reach it, it waits on the host for the older half
 // of the busiest timeline. Called every maxPerDevice/2 ops.
-func (d *Device) throttleDevice(sinks syncstate.Sinks) error {
+func (d *Device) throttleDevice(sinks syncstate.Sinks, host int) error {
 	for {
 		var busiest *Task
 		var busiestTL syncstate.Timeline
@@ -96,7 +99,9 @@ func (d *Device) throttleDevice(sinks syncstate.Sinks) error {
 			}
 			if err == nil {
 				sinks.HostWait(ReasonThrottle)
+				tw := d.trace.waitBegin("submit", syncstate.Fence{TL: busiestTL, Ticket: target}, ReasonThrottle, host)
 				err = busiestTL.WaitHost(target)
+				d.trace.waitEnd(tw, err)
 			}
 		}
 		busiest.lifeMu.Unlock()
@@ -208,9 +213,15 @@ func open(o Options, all bool) ([]*Device, error) {
 			maxPerDevice: uint64(o.MaxInFlightPerDevice), kernelBuilder: o.KernelBuilder}
 		if o.SyncDebug != SyncDebugOff {
 			d.engine.OnHostWait = d.implicitHostWait
-			if i < len(fam.throttle) {
-				fam.throttle[i].Store(d)
-			}
+		}
+		if tr := traceFor(o); tr != nil {
+			d.trace = tr.attach(traceName(o, all, i, fam.name))
+			d.engine.Observer = d.trace
+			d.trace.wg.Add(1)
+			go d.trace.poll(d)
+		}
+		if i < len(fam.throttle) {
+			fam.throttle[i].Store(d)
 		}
 		out = append(out, d)
 	}
@@ -237,15 +248,24 @@ func (c *configs) configFor(i int) driver.DeviceConfig {
 	}
 	cfg := driver.DeviceConfig{Policy: c.o.Policy, QueueSize: c.o.QueueSize, MaxQueues: c.o.MaxQueues, Stats: c.stats[i],
 		WaitTimeout: c.o.waitTimeout(), MaxInFlight: c.o.maxInFlight()}
-	if c.o.SyncDebug != SyncDebugOff {
+	if c.o.SyncDebug != SyncDebugOff || traceFor(c.o) != nil {
 		// The Device is made after its driver: the hook finds it later.
 		for len(c.throttle) <= i {
 			c.throttle = append(c.throttle, new(atomic.Pointer[Device]))
 		}
 		slot := c.throttle[i]
 		cfg.OnThrottle = func(f syncstate.Fence) error {
-			if d := slot.Load(); d != nil {
-				return d.implicitWait("submit", f.String()+" (oldest in flight on its own timeline)", ReasonThrottle)
+			d := slot.Load()
+			if d == nil {
+				return nil
+			}
+			if d.syncDebug != SyncDebugOff {
+				if err := d.implicitWait("submit", f.String()+" (oldest in flight on its own timeline)", ReasonThrottle); err != nil {
+					return err
+				}
+			}
+			if d.trace != nil {
+				d.trace.throttled(f)
 			}
 			return nil
 		}
@@ -393,7 +413,7 @@ func (d *Device) NewTask() (*Task, error) {
 		return nil, err
 	}
 	defer d.leave()
-	t := &Task{dev: d}
+	t := &Task{dev: d, traceHost: int(d.traceTasks.Add(1))}
 	t.sinks = syncstate.Sinks{&t.stats, d.stats}
 	dt, err := d.drv.NewTask(t.sinks)
 	if err != nil {
@@ -431,6 +451,7 @@ func (d *Device) DefaultTask() *Task {
 	if err != nil {
 		return &Task{dev: d, err: err}
 	}
+	t.traceHost = hostTrack
 	d.mu.Lock()
 	d.defaultTask = t
 	d.mu.Unlock()
@@ -500,12 +521,13 @@ func (d *Device) CloseContext(ctx context.Context) error {
 	for _, t := range tasks {
 		t.lifeMu.Lock()
 		if !t.released {
+			d.trace.drained(t)
 			t.released = true
 			errs = append(errs, t.drv.Close())
 		}
 		t.lifeMu.Unlock()
 	}
-	errs = append(errs, d.cache.trim(d.drv), d.staging.free(d), d.drv.Close())
+	errs = append(errs, d.cache.trim(d.drv), d.staging.free(d), d.drv.Close(), d.trace.detach())
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("rocsync: closing gpu%d: %w", d.index, err)
 	}
