@@ -103,7 +103,7 @@ type traceProc struct {
 	open    map[syncstate.Timeline]int        // index of a host wait under way for an op on the timeline
 	// throttles are the indices of throttle waits not yet ended.
 	throttles []int
-	closed  bool
+	closed    bool
 
 	stop chan struct{}
 	wg   sync.WaitGroup
