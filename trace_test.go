@@ -5,8 +5,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -92,108 +90,15 @@ func checkTrace(t *testing.T, data []byte, name string, st Stats) {
 	t.Logf("%s: %v", name, st)
 	tr, err := tracecheck.Parse(data)
 	require.NoError(t, err)
-	pid, ok := tr.ProcessByName(name)
-	require.True(t, ok, "no process %q in %v", name, tr.Processes)
-
-	ops := tr.Slices(pid, "op")
-	require.EqualValues(t, st.Dispatches, len(ops), "op slices on device tracks")
-	require.EqualValues(t, st.Dispatches, len(tr.Slices(pid, "submit")), "op slices on host tracks")
-	used := map[string]bool{}
-	for _, o := range ops {
-		track := tr.Tracks[o.Track()]
-		require.False(t, tr.IsHost(o.Track()), "op %q on a host track", o.Name)
-		require.True(t, strings.HasPrefix(o.Arg("fence"), track+"#"), "op at %s drawn on %s", o.Arg("fence"), track)
-		used[track] = true
-	}
-	for _, s := range tr.Slices(pid, "submit") {
-		require.True(t, tr.IsHost(s.Track()), "submission of %q off the host tracks", s.Name)
-	}
-	// Every track is a host track or a timeline an op ran on.
-	for _, n := range tr.TrackNames(pid) {
-		require.True(t, used[n] || strings.HasPrefix(n, "host"), "track %s holds no op", n)
-	}
-	require.Contains(t, tr.TrackNames(pid), "host")
-
-	var byReason [len(Stats{}.HostWaits)]uint64
-	for _, w := range tr.Slices(pid, "host-wait") {
-		require.True(t, tr.IsHost(w.Track()))
-		r := w.Arg("reason")
-		found := false
-		for i := range byReason {
-			if Reason(i).String() == r {
-				byReason[i]++
-				found = true
-			}
-		}
-		require.True(t, found, "unknown reason %q", r)
-	}
-	require.Equal(t, st.HostWaits, byReason, "host-wait slices by reason")
-
-	// A host wait whose fence names a packet rocsync queued for itself
-	// before any op of its timeline (a barrier packet, which takes a
-	// ticket) waits for no op: it has no flow, and says so.
-	var device, host, noProducer uint64
-	for _, w := range tr.Slices(pid, "host-wait") {
-		if w.Arg("producer") == "" {
-			noProducer++
-			require.False(t, covers(w.Arg("fence"), firstOp(tr, pid, w.Arg("fence"))), "a host wait for %s without a producer", w.Arg("fence"))
-		}
-	}
-	for _, f := range tr.Flows {
-		require.Equal(t, pid, f.From.PID)
-		require.False(t, tr.IsHost(f.From), "a flow from a host track")
-		require.Equal(t, "op", f.FromSlice.Cat)
-		fence := f.FromSlice.Arg("fence")
-		switch f.Name {
-		case "device wait":
-			device++
-			require.False(t, tr.IsHost(f.To))
-			require.NotEqual(t, f.From, f.To, "a device wait on the producer's own track")
-			waited := false
-			for _, w := range strings.Split(f.ToSlice.Arg("device_waits"), ", ") {
-				waited = waited || covers(w, fence)
-			}
-			require.True(t, waited, "the op at %s waited on the device for %s, not for %s", f.ToSlice.Arg("fence"), f.ToSlice.Arg("device_waits"), fence)
-		case "host wait":
-			host++
-			require.True(t, tr.IsHost(f.To))
-			require.Equal(t, "host-wait", f.ToSlice.Cat)
-			require.True(t, covers(f.ToSlice.Arg("fence"), fence), "a host wait for %s drawn from %s", f.ToSlice.Arg("fence"), fence)
-			require.Equal(t, fence, f.ToSlice.Arg("producer"))
-		default:
-			t.Fatalf("unknown flow %q", f.Name)
-		}
-	}
-	require.Equal(t, st.DeviceWaits, device, "device-wait flows")
-	require.Equal(t, st.HostWaitsTotal(), host+noProducer, "host-wait flows")
+	require.NoError(t, tr.Check(name, countsOf(st)))
 }
 
-// firstOp is the fence of the first op on the timeline of fence f.
-func firstOp(tr *tracecheck.Trace, pid int, f string) string {
-	tl := f[:strings.LastIndexByte(f, '#')]
-	first, best := "", uint64(0)
-	for _, o := range tr.Slices(pid, "op") {
-		of := o.Arg("fence")
-		i := strings.LastIndexByte(of, '#')
-		n, _ := strconv.ParseUint(of[i+1:], 10, 64)
-		if of[:i] == tl && (first == "" || n < best) {
-			first, best = of, n
-		}
+func countsOf(st Stats) tracecheck.Counts {
+	c := tracecheck.Counts{Dispatches: st.Dispatches, DeviceWaits: st.DeviceWaits, HostWaits: map[string]uint64{}}
+	for _, r := range syncstate.Reasons {
+		c.HostWaits[r.String()] = st.HostWaits[r]
 	}
-	return first
-}
-
-// covers reports whether waiting for fence w (timeline#ticket) waits for
-// the op at fence op: the same timeline, and w's ticket at or after op's
-// (a fence may name a barrier or marker packet after the op).
-func covers(w, op string) bool {
-	wi, oi := strings.LastIndexByte(w, '#'), strings.LastIndexByte(op, '#')
-	if wi < 0 || oi < 0 || w[:wi] != op[:oi] {
-		return false
-	}
-	wt, err1 := strconv.ParseUint(w[wi+1:], 10, 64)
-	ot, err2 := strconv.ParseUint(op[oi+1:], 10, 64)
-	return err1 == nil && err2 == nil && ot <= wt
+	return c
 }
 
 // ROCSYNC_TRACE=file traces without an option, into a file written

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -215,3 +216,147 @@ func (t *Trace) Slices(pid int, cat string) []Event {
 
 // Track returns an event's track.
 func (e Event) Track() Track { return Track{*e.PID, *e.TID} }
+
+// Counts are a run's counters, as rocsync.Stats has them (host waits by
+// reason name: "boundary", "read-back", ...).
+type Counts struct {
+	Dispatches  uint64
+	HostWaits   map[string]uint64
+	DeviceWaits uint64
+}
+
+// Check compares what the process named process shows with c: a slice
+// per op on the track of its queue or stream (named by its fence) and one
+// on a host track; a host-wait slice per host wait of each reason; a
+// flow from the producing op to every device wait (to the op that waited,
+// which lists the fence) and host wait (to the wait's slice) — except a
+// host wait whose fence names a packet rocsync queued for itself before
+// any op of its timeline, which has no producer and says so; and no
+// track but host tracks and timelines that ran an op.
+func (t *Trace) Check(process string, c Counts) error {
+	pid, ok := t.ProcessByName(process)
+	if !ok {
+		return fmt.Errorf("tracecheck: no process %q in %v", process, t.Processes)
+	}
+	ops := t.Slices(pid, "op")
+	if n := uint64(len(ops)); n != c.Dispatches {
+		return fmt.Errorf("tracecheck: %d op slices on device tracks, %d dispatches", n, c.Dispatches)
+	}
+	if n := uint64(len(t.Slices(pid, "submit"))); n != c.Dispatches {
+		return fmt.Errorf("tracecheck: %d op slices on host tracks, %d dispatches", n, c.Dispatches)
+	}
+	used := map[string]bool{}
+	first := map[string]uint64{} // the first op's ticket per timeline
+	for _, o := range ops {
+		track := t.Tracks[o.Track()]
+		if t.IsHost(o.Track()) {
+			return fmt.Errorf("tracecheck: op %q on a host track", o.Name)
+		}
+		tl, ticket, ok := splitFence(o.Arg("fence"))
+		if !ok || tl != track {
+			return fmt.Errorf("tracecheck: op at %q drawn on %s", o.Arg("fence"), track)
+		}
+		if f, ok := first[tl]; !ok || ticket < f {
+			first[tl] = ticket
+		}
+		used[track] = true
+	}
+	for _, s := range t.Slices(pid, "submit") {
+		if !t.IsHost(s.Track()) {
+			return fmt.Errorf("tracecheck: submission of %q off the host tracks", s.Name)
+		}
+	}
+	hasHost := false
+	for _, n := range t.TrackNames(pid) {
+		hasHost = hasHost || n == "host"
+		if !used[n] && !strings.HasPrefix(n, "host") {
+			return fmt.Errorf("tracecheck: track %s holds no op", n)
+		}
+	}
+	if !hasHost {
+		return fmt.Errorf("tracecheck: no host track")
+	}
+	byReason := map[string]uint64{}
+	var noProducer uint64
+	for _, w := range t.Slices(pid, "host-wait") {
+		if !t.IsHost(w.Track()) {
+			return fmt.Errorf("tracecheck: host wait off the host tracks")
+		}
+		byReason[w.Arg("reason")]++
+		if w.Arg("producer") == "" {
+			noProducer++
+			tl, ticket, _ := splitFence(w.Arg("fence"))
+			if f, ok := first[tl]; ok && f <= ticket {
+				return fmt.Errorf("tracecheck: the host wait for %s has no producer, but the op at %s#%d precedes it", w.Arg("fence"), tl, f)
+			}
+		}
+	}
+	for r, n := range c.HostWaits {
+		if byReason[r] != n {
+			return fmt.Errorf("tracecheck: %d %s host-wait slices, %d counted", byReason[r], r, n)
+		}
+		delete(byReason, r)
+	}
+	for r, n := range byReason {
+		if n != 0 {
+			return fmt.Errorf("tracecheck: %d %s host-wait slices, none counted", n, r)
+		}
+	}
+	var device, host, total uint64
+	for _, n := range c.HostWaits {
+		total += n
+	}
+	for _, f := range t.Flows {
+		if f.From.PID != pid || f.To.PID != pid {
+			continue
+		}
+		if t.IsHost(f.From) || f.FromSlice.Cat != "op" {
+			return fmt.Errorf("tracecheck: flow %q does not start at an op", f.Name)
+		}
+		fence := f.FromSlice.Arg("fence")
+		switch f.Name {
+		case "device wait":
+			device++
+			waited := false
+			for _, w := range strings.Split(f.ToSlice.Arg("device_waits"), ", ") {
+				waited = waited || covers(w, fence)
+			}
+			if t.IsHost(f.To) || f.From == f.To || !waited {
+				return fmt.Errorf("tracecheck: device-wait flow from %s to the op at %s (waited for %q)", fence, f.ToSlice.Arg("fence"), f.ToSlice.Arg("device_waits"))
+			}
+		case "host wait":
+			host++
+			if !t.IsHost(f.To) || f.ToSlice.Cat != "host-wait" || !covers(f.ToSlice.Arg("fence"), fence) || f.ToSlice.Arg("producer") != fence {
+				return fmt.Errorf("tracecheck: host-wait flow from %s to a wait for %s", fence, f.ToSlice.Arg("fence"))
+			}
+		default:
+			return fmt.Errorf("tracecheck: unknown flow %q", f.Name)
+		}
+	}
+	if device != c.DeviceWaits {
+		return fmt.Errorf("tracecheck: %d device-wait flows, %d device waits", device, c.DeviceWaits)
+	}
+	if host+noProducer != total {
+		return fmt.Errorf("tracecheck: %d host-wait flows and %d waits without a producer, %d host waits", host, noProducer, total)
+	}
+	return nil
+}
+
+// splitFence splits "gpu0/hsa-q0#12".
+func splitFence(f string) (tl string, ticket uint64, ok bool) {
+	i := strings.LastIndexByte(f, '#')
+	if i < 0 {
+		return "", 0, false
+	}
+	n, err := strconv.ParseUint(f[i+1:], 10, 64)
+	return f[:i], n, err == nil
+}
+
+// covers reports whether waiting for fence w waits for the op at fence op:
+// the same timeline, and w's ticket at or after op's (a fence may name a
+// barrier or marker packet rocsync queued after the op).
+func covers(w, op string) bool {
+	wt, wn, ok1 := splitFence(w)
+	ot, on, ok2 := splitFence(op)
+	return ok1 && ok2 && wt == ot && on <= wn
+}
