@@ -303,7 +303,17 @@ func (p *Pending) Wait(ctx context.Context) error {
 // Then calls fn with Wait's result once the download completes, on a
 // goroutine of its own; it does not block.
 func (p *Pending) Then(fn func(error)) {
-	go func() { fn(p.Wait(nil)) }()
+	go func() {
+		err := p.Wait(nil)
+		tr := p.dev.trace
+		if tr == nil {
+			fn(err)
+			return
+		}
+		began := tr.now()
+		fn(err)
+		tr.callback("Then", p.fence, began)
+	}()
 }
 
 // CopyBuffer copies src into dst on the device (two Buffers or Arrays of

@@ -103,6 +103,7 @@ type traceProc struct {
 	open    map[syncstate.Timeline]int        // index of a host wait under way for an op on the timeline
 	// throttles are the indices of throttle waits not yet ended.
 	throttles []int
+	callbacks []traceCallback
 	closed    bool
 
 	stop chan struct{}
@@ -142,6 +143,23 @@ type traceWait struct {
 	ended      bool
 }
 
+// traceCallback is a host callback (Pending.Then's function) run after
+// the op at fence completed.
+type traceCallback struct {
+	name       string
+	f          syncstate.Fence
+	begin, end time.Duration
+}
+
+// callback records a host callback that ran from begin to now after the
+// op at f.
+func (p *traceProc) callback(name string, f syncstate.Fence, begin time.Duration) {
+	now := p.now()
+	p.tr.mu.Lock()
+	defer p.tr.mu.Unlock()
+	p.callbacks = append(p.callbacks, traceCallback{name: name, f: f, begin: begin, end: now})
+}
+
 type pendingOp struct {
 	skipped  int
 	devWaits []syncstate.Fence
@@ -149,8 +167,9 @@ type pendingOp struct {
 
 // Host track ids: timelines take ids from hostTracks up.
 const (
-	hostTrack  = 0 // the default task's, read-backs, frees, Close
-	hostTracks = 1 << 16
+	hostTrack     = 0 // the default task's, read-backs, frees, Close
+	callbackTrack = hostTracks - 1
+	hostTracks    = 1 << 16
 )
 
 // attach adds a device to the trace.
@@ -529,8 +548,11 @@ func (tr *Trace) writeLocked(w *bufio.Writer) error {
 
 // hostName names a host track.
 func hostName(id int) string {
-	if id == hostTrack {
+	switch id {
+	case hostTrack:
 		return "host"
+	case callbackTrack:
+		return "host/callbacks"
 	}
 	return "host/task" + strconv.Itoa(id)
 }
@@ -547,6 +569,9 @@ func (p *traceProc) write(j *jsonWriter, flow *int) {
 		if w.host >= 0 {
 			hosts[w.host] = true
 		}
+	}
+	if len(p.callbacks) > 0 {
+		hosts[callbackTrack] = true
 	}
 	for id := range hosts {
 		j.event(`"ph":"M","name":"thread_name","pid":` + pid + `,"tid":` + strconv.Itoa(id) + `,"args":{"name":` + q(hostName(id)) + `}`)
@@ -658,6 +683,16 @@ func (p *traceProc) write(j *jsonWriter, flow *int) {
 			`,"op":` + q(w.op) + `,"fence":` + q(w.f.String()) + prod + `,"failed":` + strconv.FormatBool(w.err) + `}`)
 		if ok {
 			flowFrom(k, strconv.Itoa(host), mid, "host wait")
+		}
+	}
+	// Callbacks run on goroutines of their own, so they have a track of
+	// their own (slices of one track must nest).
+	for _, c := range p.callbacks {
+		end := max(c.end, c.begin+minSlice)
+		j.event(`"ph":"X","name":` + q(c.name) + `,"cat":"callback","pid":` + pid + `,"tid":` + strconv.Itoa(callbackTrack) +
+			`,"ts":` + us(c.begin) + `,"dur":` + us(end-c.begin) + `,"args":{"fence":` + q(c.f.String()) + `}`)
+		if k, ok := producer(c.f); ok {
+			flowFrom(k, strconv.Itoa(callbackTrack), c.begin+(end-c.begin)/2, "callback")
 		}
 	}
 }

@@ -329,6 +329,10 @@ func (t *Trace) Check(process string, c Counts) error {
 			if !t.IsHost(f.To) || f.ToSlice.Cat != "host-wait" || !covers(f.ToSlice.Arg("fence"), fence) || f.ToSlice.Arg("producer") != fence {
 				return fmt.Errorf("tracecheck: host-wait flow from %s to a wait for %s", fence, f.ToSlice.Arg("fence"))
 			}
+		case "callback":
+			if !t.IsHost(f.To) || f.ToSlice.Cat != "callback" || !covers(f.ToSlice.Arg("fence"), fence) {
+				return fmt.Errorf("tracecheck: callback flow from %s to %q", fence, f.ToSlice.Name)
+			}
 		default:
 			return fmt.Errorf("tracecheck: unknown flow %q", f.Name)
 		}
