@@ -72,6 +72,16 @@ func (a *Array) Buffer() *Buffer {
 	return (*Buffer)(&a.buffer)
 }
 
+// Pointer is the buffer's device address, for library calls and kernels
+// outside rocsync: an op that uses it must declare the buffer (LibraryCall
+// operands), or the ordering cannot see it.
+func (b *Buffer) Pointer() uintptr {
+	if b == nil {
+		return 0
+	}
+	return uintptr(b.ptr)
+}
+
 // Size is the buffer's size in bytes (0 for a nil buffer).
 func (b *Buffer) Size() int {
 	if b == nil {

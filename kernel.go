@@ -1,9 +1,13 @@
 package rocsync
 
 import (
+	"errors"
 	"sync"
 
 	"github.com/rocsync/rocsync/driver"
+	"github.com/rocsync/rocsync/hip"
+	"github.com/rocsync/rocsync/internal/rocmdev"
+	"github.com/rocsync/rocsync/rocblas"
 	"github.com/rocsync/rocsync/userkernel"
 )
 
@@ -163,7 +167,11 @@ func (d *Device) LoadKernel(src *userkernel.Source, name string) (*Kernel, error
 	}
 	lk, err := reg.Kernel(src, name)
 	if err != nil {
-		return nil, &Error{Op: "LoadKernel", Kind: ErrInvalid, Detail: name, Err: err}
+		kind := ErrInvalid // the source, the kernel's name or its target
+		if errors.Is(err, userkernel.ErrNoCompiler) || errors.Is(err, userkernel.ErrCache) {
+			kind = ErrUnavailable
+		}
+		return nil, &Error{Op: "LoadKernel", Kind: kind, Detail: name, Err: err}
 	}
 	dk := loader.kernel(lk.Handle)
 	if dk == nil {
@@ -278,4 +286,31 @@ func (t *Task) LibraryCall(operands []Arg, fn func(stream uintptr) error) error 
 	t.op.Kind, t.op.Lane, t.op.Call = driver.LibraryCall, driver.LaneLibrary, fn
 	_, err := t.submit(name, accs)
 	return err
+}
+
+// BLASHandle returns the task's BLAS handle, bound to its library stream
+// (a rocblas_handle on ROCm and the emulator, a cublasHandle_t on CUDA),
+// for BLAS calls of the user's own inside LibraryCall. It is an
+// ErrUnavailable error when the BLAS library is not loaded.
+func (t *Task) BLASHandle() (uintptr, error) {
+	if err := t.check("BLASHandle"); err != nil {
+		return 0, err
+	}
+	if h, ok := t.drv.(driver.BLASHandler); ok && h.BLASHandle() != 0 {
+		return h.BLASHandle(), nil
+	}
+	return 0, newErr("BLASHandle", ErrUnavailable, "no BLAS library on the %s backend", t.dev.backend)
+}
+
+// ROCmLibraries returns the HIP runtime and the rocBLAS library the device
+// runs on (the emulated ones on the emulator; blas is nil without
+// rocBLAS), for library calls that use them on the task's raw stream; ok
+// is false on other backends.
+func (d *Device) ROCmLibraries() (h hip.Runtime, blas rocblas.Library, ok bool) {
+	rd, isROCm := d.drv.(*rocmdev.Device)
+	if !isROCm {
+		return nil, nil, false
+	}
+	rt := rd.Runtimes()
+	return rt.HIP, rt.BLAS, true
 }

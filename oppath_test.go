@@ -141,6 +141,7 @@ func TestUserKernelMissingWriteIsARace(t *testing.T) {
 	y, err := d.FromFloat32(16, 16, seq(n, func(int) float32 { return 1 }))
 	require.NoError(t, err)
 	require.NoError(t, tk.Launch(k, userkernel.Grid1D(n, 64), In(y), In(x), F32(2), U32(n)))
+	d.machine.Quiesce() // let it finish, unobserved by the host (and ordered for Go's race detector)
 	_, err = tk.MatMul(y, x, false, false)
 	require.NoError(t, err)
 	require.NoError(t, d.Synchronize())
@@ -253,6 +254,7 @@ func TestLibraryCallMissingAccessIsARace(t *testing.T) {
 			} else {
 				ops = ops[:1]
 			}
+			d.machine.Quiesce() // the kernel finishes, unobserved by the host
 			require.NoError(t, tk.LibraryCall(ops, func(stream uintptr) error {
 				if err := blas.SetStream(h, hip.Stream(stream)); err != nil {
 					return err
@@ -260,6 +262,7 @@ func TestLibraryCallMissingAccessIsARace(t *testing.T) {
 				return blas.Sgemm(h, rocblas.OperationNone, rocblas.OperationNone, n, n, n, 1,
 					hip.DevicePtr(a.ptr), n, hip.DevicePtr(a.ptr), n, 0, hip.DevicePtr(c.ptr), n)
 			}))
+			d.machine.Quiesce()
 			require.NoError(t, tk.ScaleInto(c, 2, c))
 			require.NoError(t, d.Synchronize())
 			require.NotEmpty(t, d.Hazards(), "the checker must see the undeclared %s", drop)
@@ -323,6 +326,9 @@ func TestBufferBasics(t *testing.T) {
 
 // A user kernel launch, after its first, allocates nothing.
 func TestUserKernelLaunchAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector's instrumentation allocates")
+	}
 	d := openOpPath(t, Unified)
 	k := loadSAXPY(t, d)
 	tk := d.DefaultTask()
@@ -428,6 +434,7 @@ func TestCopyMissingAccessIsARace(t *testing.T) {
 			y, err := d.Empty(4, 4, Float32)
 			require.NoError(t, err)
 			require.NoError(t, tk.ScaleInto(y, 2, x)) // read on the kernel queue
+			d.machine.Quiesce()
 			slot, err := d.staging.take(d, "test", 64)
 			require.NoError(t, err)
 			tk.op.Kind, tk.op.Lane, tk.op.Host, tk.op.Size = kind, driver.LaneLibrary, slot.p, 64
@@ -442,4 +449,57 @@ func TestCopyMissingAccessIsARace(t *testing.T) {
 			require.NotEmpty(t, d.Hazards(), "the checker must see the undeclared access")
 		})
 	}
+}
+
+// A second device (a second run) loads the compiled kernel from the disk
+// cache without compiling; an unknown kernel name is a typed error.
+func TestLoadKernelDiskCacheAndErrors(t *testing.T) {
+	dir := t.TempDir()
+	src, err := userkernel.OpenCL(saxpySource)
+	require.NoError(t, err)
+	nop := zerolog.Nop()
+	var builders []*userkernel.Builder
+	for range 2 {
+		b := userkernel.NewBuilder(userkernel.Options{CacheDir: dir})
+		builders = append(builders, b)
+		d, err := Open(Options{Backend: Emulator, Logger: &nop, KernelBuilder: b})
+		require.NoError(t, err)
+		_, err = d.LoadKernel(src, "saxpy")
+		if errors.Is(err, userkernel.ErrNoCompiler) {
+			t.Skip("no clang for OpenCL:", err)
+		}
+		require.NoError(t, err)
+		_, err = d.LoadKernel(src, "saxpy") // loaded once per device
+		require.NoError(t, err)
+		_, err = d.LoadKernel(src, "sxapy")
+		require.ErrorIs(t, err, ErrInvalid)
+		require.ErrorIs(t, err, userkernel.ErrNoKernel)
+		require.NoError(t, d.Close())
+	}
+	require.Equal(t, uint64(1), builders[0].Stats().Compiles)
+	require.Equal(t, uint64(0), builders[1].Stats().Compiles, "the second run compiles nothing")
+	require.Equal(t, uint64(1), builders[1].Stats().DiskHits)
+}
+
+// On the emulator, a user kernel without a registered reference faults
+// its queue when it runs, like a kernel the GPU cannot execute: the
+// launch's output is poisoned and the read-back reports the fault.
+func TestUserKernelWithoutReferenceFaults(t *testing.T) {
+	nop := zerolog.Nop()
+	d, err := Open(Options{Backend: Emulator, Logger: &nop,
+		KernelBuilder: userkernel.NewBuilder(userkernel.Options{CacheDir: t.TempDir()})})
+	require.NoError(t, err)
+	defer d.Close()
+	k := loadSAXPY(t, d)
+	tk, err := d.NewTask()
+	require.NoError(t, err)
+	x, err := d.FromFloat32(1, 64, make([]float32, 64))
+	require.NoError(t, err)
+	y, err := d.FromFloat32(1, 64, make([]float32, 64))
+	require.NoError(t, err)
+	require.NoError(t, tk.Launch(k, userkernel.Grid1D(64, 64), InOut(y), In(x), F32(1), U32(64)))
+	_, err = y.Float32s()
+	require.ErrorIs(t, err, ErrFault)
+	_, err = x.Float32s()
+	require.NoError(t, err, "what the kernel only read is sound")
 }

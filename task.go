@@ -342,6 +342,9 @@ func (t *Task) elementwise(name string, op kernels.Op, out, a, b *Array, alpha f
 	}
 	k, err := t.dev.drv.Builtin(op, out.dtype)
 	if err != nil {
+		if t.dev.closed.Load() {
+			return newErr(name, ErrClosed, "device is closed")
+		}
 		return &Error{Op: name, Kind: ErrUnavailable, Detail: "loading rocsync's kernels", Err: err}
 	}
 	args := kernels.Args{Out: uint64(out.ptr), Alpha: alpha, N: uint64(out.Len())}

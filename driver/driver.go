@@ -228,6 +228,12 @@ type KernelLoader interface {
 	AcceptsCodeObject(v kernels.CodeObjectVersion) bool
 }
 
+// BLASHandler is a Task with a BLAS handle (rocblas_handle,
+// cublasHandle_t) bound to its library stream, which library calls may use.
+type BLASHandler interface {
+	BLASHandle() uintptr
+}
+
 // HostMemory is a Device with pinned host memory, which asynchronous
 // copies need (hipHostMalloc, cuMemHostAlloc; CPU-pool memory the GPU may
 // access in the emulator).

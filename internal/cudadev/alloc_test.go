@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/rocsync/rocsync/driver"
 	"github.com/rocsync/rocsync/kernels"
 	"github.com/rocsync/rocsync/syncstate"
 )
@@ -34,6 +35,8 @@ func TestSteadyStateAllocations(t *testing.T) {
 			y := h.alloc(side*side, kernels.F32)
 			args := kernels.Args{Out: uint64(y.ptr), A: uint64(x.ptr), B: uint64(x.ptr), N: side * side}
 			var tk uint64
+			libOp := driver.Op{Kind: driver.LibraryCall, Lane: driver.LaneLibrary, Call: func(uintptr) error { return nil }}
+			copyOp := driver.Op{Kind: driver.CopyDtoD, Lane: driver.LaneLibrary, Dst: y.ptr, Src: x.ptr, Size: 64}
 			calls := []struct {
 				name string
 				f    func()
@@ -56,6 +59,8 @@ func TestSteadyStateAllocations(t *testing.T) {
 					_ = a.tk.Kernel().WaitHost(tk)
 				}},
 				{"Timeline.Completed", func() { _ = a.tk.Kernel().Completed() }},
+				{"Task.Submit(LibraryCall)", func() { _, _ = a.tk.Submit(&libOp) }},
+				{"Task.Submit(CopyDtoD)", func() { _, _ = a.tk.Submit(&copyOp) }},
 			}
 			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 			for _, c := range calls {

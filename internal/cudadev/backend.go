@@ -56,6 +56,10 @@ type backend interface {
 	copyAsync(kind driver.Kind, dst, src driver.DevicePtr, host unsafe.Pointer, size uint64, s uintptr) error
 	hostAlloc(size uint64) (unsafe.Pointer, error)
 	hostFree(p unsafe.Pointer) error
+	// call runs a library call's function with the device's context
+	// current on a locked OS thread: CUDA libraries (cuBLAS, cuFFT,
+	// cuDNN) act in the calling thread's context.
+	call(fn func(stream uintptr) error, s uintptr) error
 
 	// blasError is nil when cuBLAS is available, else why not.
 	blasError() error
@@ -263,6 +267,15 @@ func (b *cudaBackend) hostAlloc(size uint64) (unsafe.Pointer, error) {
 		return nil, err
 	}
 	return c.MemHostAlloc(size)
+}
+
+func (b *cudaBackend) call(fn func(stream uintptr) error, s uintptr) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := b.ctx.Load().MakeCurrent(); err != nil {
+		return err
+	}
+	return fn(s)
 }
 
 func (b *cudaBackend) hostFree(p unsafe.Pointer) error { return b.ctx.Load().MemFreeHost(p) }

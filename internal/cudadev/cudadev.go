@@ -282,7 +282,10 @@ type Task struct {
 	op         driver.Op // filled by Launch and Gemm
 }
 
-var _ driver.Task = (*Task)(nil)
+var (
+	_ driver.Task        = (*Task)(nil)
+	_ driver.BLASHandler = (*Task)(nil)
+)
 
 // NewTask implements driver.Device.
 func (d *Device) NewTask(sinks syncstate.Sinks) (driver.Task, error) {
@@ -372,8 +375,10 @@ func (t *Task) Submit(op *driver.Op) (uint64, error) {
 		g := &op.Geometry
 		var grid, block [3]uint32
 		for i := range grid {
+			// CUDA counts whole blocks: a partial last one becomes whole,
+			// and the kernel's own bounds check covers the rest.
 			block[i] = max(g.Workgroup[i], 1)
-			grid[i] = max(g.Grid[i]/block[i], 1)
+			grid[i] = (max(g.Grid[i], 1) + block[i] - 1) / block[i]
 		}
 		args := op.Args[:k.ArgsSize]
 		fn := uintptr(k.Object)
@@ -387,7 +392,8 @@ func (t *Task) Submit(op *driver.Op) (uint64, error) {
 		if op.Call == nil {
 			return 0, fmt.Errorf("%w: library call of no function", driver.ErrUnsupported)
 		}
-		return s.Submit(op.Call)
+		call := op.Call
+		return s.Submit(func(s uintptr) error { return t.d.b.call(call, s) })
 	case driver.CopyHtoD, driver.CopyDtoH, driver.CopyDtoD:
 		kind, dst, src, host, n := op.Kind, op.Dst, op.Src, op.Host, op.Size
 		return s.Submit(func(s uintptr) error { return t.d.b.copyAsync(kind, dst, src, host, n, s) })
@@ -448,8 +454,8 @@ func (t *Task) gemm(g *driver.GemmArgs) (uint64, error) {
 	})
 }
 
-// BLASHandle is the task's cuBLAS handle (0 without cuBLAS), bound to its
-// library stream.
+// BLASHandle implements driver.BLASHandler: the task's cuBLAS handle (0
+// without cuBLAS), bound to its library stream.
 func (t *Task) BLASHandle() uintptr { return t.blas }
 
 // LoadModule implements driver.KernelLoader with cuModuleLoadData (PTX is

@@ -412,6 +412,8 @@ func (f *emuBackend) hostAlloc(size uint64) (unsafe.Pointer, error) {
 
 func (f *emuBackend) hostFree(unsafe.Pointer) error { return nil }
 
+func (f *emuBackend) call(fn func(stream uintptr) error, s uintptr) error { return fn(s) }
+
 func cptrOf(u uintptr) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&u)) }
 
 func (f *emuBackend) blasError() error { return f.noBLAS }

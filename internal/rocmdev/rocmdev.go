@@ -503,7 +503,10 @@ type Task struct {
 	sinks syncstate.Sinks
 }
 
-var _ driver.Task = (*Task)(nil)
+var (
+	_ driver.Task        = (*Task)(nil)
+	_ driver.BLASHandler = (*Task)(nil)
+)
 
 // NewTask implements driver.Device.
 func (d *Device) NewTask(sinks syncstate.Sinks) (driver.Task, error) {
@@ -576,8 +579,11 @@ func (t *Task) Submit(op *driver.Op) (uint64, error) {
 			kernarg := op.Args[:k.ArgsSize]
 			var grid, block [3]uint32
 			for i := range grid {
+				// HIP counts whole blocks: a partial last workgroup
+				// (which AQL allows) becomes a whole one, and the kernel's
+				// own bounds check covers the rest.
 				block[i] = max(g.Workgroup[i], 1)
-				grid[i] = max(g.Grid[i], 1) / block[i]
+				grid[i] = (max(g.Grid[i], 1) + block[i] - 1) / block[i]
 			}
 			// sharedMemBytes is 0: HIP adds the kernel's static LDS (its
 			// group segment size) itself.
@@ -638,9 +644,13 @@ func (t *Task) gemm(g *driver.GemmArgs) (uint64, error) {
 	return 0, fmt.Errorf("%w: gemm of %v", driver.ErrUnsupported, g.DType)
 }
 
-// BLASHandle is the task's rocBLAS handle (0 without rocBLAS), bound to
-// its stream: a library call may use it for calls of its own.
-func (t *Task) BLASHandle() rocblas.Handle { return t.st.BLAS }
+// BLASHandle implements driver.BLASHandler: the task's rocBLAS handle (0
+// without rocBLAS), bound to its stream, for library calls of the user's.
+func (t *Task) BLASHandle() uintptr { return uintptr(t.st.BLAS) }
+
+// Runtimes returns the libraries the device runs on (the emulated ones on
+// the emulator).
+func (d *Device) Runtimes() Runtimes { return d.rt }
 
 // Close implements driver.Task: it drains and releases.
 func (t *Task) Close() error {
