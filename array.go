@@ -96,6 +96,7 @@ func (a *Array) Err() error {
 	return nil
 }
 
+// String describes the array: "Array(2x3 float32 on gpu0)".
 func (a *Array) String() string {
 	if a == nil {
 		return "Array(nil)"
@@ -156,7 +157,11 @@ func (d *Device) allocBuffer(op string, b *buffer, size uint64) error {
 			p, err = d.drv.Malloc(size)
 		}
 		if err != nil {
-			return &Error{Op: op, Kind: ErrUnavailable, Detail: fmt.Sprintf("allocating %d bytes", size), Err: err}
+			kind := ErrUnavailable
+			if outOfMemory(err) {
+				kind = ErrOutOfMemory
+			}
+			return &Error{Op: op, Kind: kind, Detail: fmt.Sprintf("allocating %d bytes", size), Err: err}
 		}
 	}
 	b.ptr = p
@@ -222,7 +227,7 @@ func (a *Array) Float32s() ([]float32, error) {
 		return nil, newErr("Float32s", ErrNilArray, "")
 	}
 	out := make([]float32, a.Len())
-	return out, a.CopyToFloat32(out)
+	return out, a.copyTo(nil, "Float32s", Float32, len(out), unsafe.Pointer(unsafe.SliceData(out)))
 }
 
 // Float64s returns the array's values in a new slice.
@@ -231,7 +236,7 @@ func (a *Array) Float64s() ([]float64, error) {
 		return nil, newErr("Float64s", ErrNilArray, "")
 	}
 	out := make([]float64, a.Len())
-	return out, a.CopyToFloat64(out)
+	return out, a.copyTo(nil, "Float64s", Float64, len(out), unsafe.Pointer(unsafe.SliceData(out)))
 }
 
 func (a *Array) copyTo(ctx context.Context, op string, dt DType, n int, dst unsafe.Pointer) error {

@@ -1,6 +1,7 @@
 package rocsync
 
 import (
+	"io"
 	"testing"
 
 	"github.com/rs/zerolog"
@@ -19,10 +20,11 @@ const benchQueue = 1024
 // the same length rarely exceeds again.
 func warmup(b *testing.B) int { return max(b.N, 16*benchQueue) }
 
+// benchDevice opens the emulator with logging at its default level, as a
+// user's program would.
 func benchDevice(b *testing.B, p Policy) *Device {
 	b.Helper()
-	nop := zerolog.Nop()
-	d, err := Open(Options{Backend: Emulator, Policy: p, Logger: &nop, QueueSize: benchQueue})
+	d, err := Open(Options{Backend: Emulator, Policy: p, QueueSize: benchQueue})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -84,6 +86,33 @@ func BenchmarkCrossQueueSubmit(b *testing.B) {
 	must(b, d.Synchronize())
 	b.ReportMetric(float64(d.SignalsCreated()-sig)/float64(b.N), "signals/op")
 	b.ReportMetric(float64(d.EventsCreated()-ev)/float64(b.N), "events/op")
+}
+
+// BenchmarkCrossQueueSubmitDebugLog is BenchmarkCrossQueueSubmit with
+// every sync decision logged (LogDebug, to io.Discard): what debug
+// logging costs per op.
+func BenchmarkCrossQueueSubmitDebugLog(b *testing.B) {
+	d, err := Open(Options{Backend: Emulator, QueueSize: benchQueue, LogLevel: LogDebug, LogWriter: io.Discard})
+	must(b, err)
+	b.Cleanup(func() { _ = d.Close() })
+	t1, err := d.NewTask()
+	must(b, err)
+	t2, err := d.NewTask()
+	must(b, err)
+	x, err := d.FromFloat32(1, 64, make([]float32, 64))
+	must(b, err)
+	tasks := [2]*Task{t1, t2}
+	for i := 0; i < warmup(b); i++ {
+		must(b, tasks[i&1].ScaleInto(x, 1, x))
+	}
+	must(b, d.Synchronize())
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		must(b, tasks[i&1].ScaleInto(x, 1, x))
+	}
+	b.StopTimer()
+	must(b, d.Synchronize())
 }
 
 // BenchmarkBoundaryOp: a kernel then a gemm reading its result: one host

@@ -161,6 +161,7 @@ func (b *buffer) download(ctx context.Context, op string, dst unsafe.Pointer, wh
 	}
 	if w := b.st.WriterLocked(); !w.Done() {
 		d.countHostWait(ReasonReadBack)
+		d.debugHostWait(op, w, ReasonReadBack)
 		tw := d.trace.waitBegin(op, w, ReasonReadBack, hostTrack)
 		err := syncstate.WaitHostContext(ctx, w)
 		d.trace.waitEnd(tw, err)

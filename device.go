@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 
@@ -56,6 +55,9 @@ type Device struct {
 
 	trace      *traceProc   // nil unless tracing (Options.Trace, ROCSYNC_TRACE)
 	traceTasks atomic.Int32 // numbers the tasks' host tracks
+
+	openID uint64 // which Open made it, for messages that name it
+	debug  bool   // log enables debug: sync decisions are logged
 }
 
 // throttleDevice enforces Options.MaxInFlightPerDevice: when the ops in
@@ -99,6 +101,7 @@ func (d *Device) throttleDevice(sinks syncstate.Sinks, host int) error {
 			}
 			if err == nil {
 				sinks.HostWait(ReasonThrottle)
+				d.debugHostWait("submit", syncstate.Fence{TL: busiestTL, Ticket: target}, ReasonThrottle)
 				tw := d.trace.waitBegin("submit", syncstate.Fence{TL: busiestTL, Ticket: target}, ReasonThrottle, host)
 				err = busiestTL.WaitHost(target)
 				d.trace.waitEnd(tw, err)
@@ -139,13 +142,6 @@ func Open(o Options) (*Device, error) {
 // devices fail with ErrDeviceMismatch.
 func OpenAll(o Options) ([]*Device, error) { return open(o, true) }
 
-func logger(o Options) zerolog.Logger {
-	if o.Logger != nil {
-		return *o.Logger
-	}
-	return zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, NoColor: true}).Level(zerolog.InfoLevel).With().Timestamp().Logger()
-}
-
 // family is one opened backend: its devices and what to call it.
 type family struct {
 	name     string
@@ -159,33 +155,35 @@ func open(o Options, all bool) ([]*Device, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	log := logger(o)
+	log, err := logger(o)
+	if err != nil {
+		return nil, err
+	}
 	var fam family
-	var err error
 	switch o.Backend {
 	case Emulator:
 		fam, err = openEmulator(o, log)
-		log.Info().Str("backend", "emulator").Str("reason", "requested").Msg("rocsync: using the emulated AMD device")
+		log.Info().Str("backend", "emulator").Msg("rocsync: using the emulated AMD device, as requested")
 	case ROCm:
 		fam, err = openROCm(o, log)
 		if err != nil {
 			return nil, &Error{Op: "Open", Kind: ErrUnavailable, Detail: "the ROCm backend was requested", Err: err}
 		}
-		log.Info().Str("backend", "rocm").Str("reason", "requested").Msg("rocsync: using the real ROCm stack")
+		log.Info().Str("backend", "rocm").Msg("rocsync: using the real ROCm stack, as requested")
 	case CUDA:
 		fam, err = openCUDA(o)
 		if err != nil {
 			return nil, &Error{Op: "Open", Kind: ErrUnavailable, Detail: "the CUDA backend was requested", Err: err}
 		}
-		log.Info().Str("backend", "cuda").Str("reason", "requested").Msg("rocsync: using the CUDA driver and cuBLAS")
+		log.Info().Str("backend", "cuda").Msg("rocsync: using the CUDA driver and cuBLAS, as requested")
 	case Auto:
 		fam, err = openROCm(o, log)
 		if err != nil {
-			reason := err.Error()
+			rocmErr := err
 			fam, err = openEmulator(o, log)
-			log.Info().Str("backend", "emulator").Str("reason", reason).Msg("rocsync: ROCm unavailable, using the emulated AMD device")
+			logFallback(&log, rocmErr)
 		} else {
-			log.Info().Str("backend", "rocm").Str("reason", "ROCm stack found and initialised").Msg("rocsync: using the real ROCm stack")
+			log.Info().Str("backend", "rocm").Msg("rocsync: using the real ROCm stack")
 		}
 	default:
 		return nil, newErr("Open", ErrInvalid, "unknown backend %d", uint8(o.Backend))
@@ -202,24 +200,32 @@ func open(o Options, all bool) ([]*Device, error) {
 		return nil, newErr("Open", ErrInvalid, "device %d requested, %d present", o.Device, len(fam.devs))
 	}
 	var out []*Device
+	debug := log.GetLevel() <= zerolog.DebugLevel && zerolog.GlobalLevel() <= zerolog.DebugLevel
 	for i, dd := range fam.devs {
 		if i < first || i > last {
 			_ = dd.Close()
 			continue
 		}
-		d := &Device{drv: dd, backend: fam.name, machine: fam.machine, index: i, log: log,
+		d := &Device{drv: dd, backend: fam.name, machine: fam.machine, index: i, log: log, debug: debug, openID: openIDs.Add(1),
 			engine: syncstate.Engine{Policy: o.Policy, DisableWaits: o.disableWaits}, stats: fam.stats[i],
 			cache: newMemCache(o.MemoryCache), launchBlocking: o.launchBlocking(), syncDebug: o.SyncDebug,
 			maxPerDevice: uint64(o.MaxInFlightPerDevice), kernelBuilder: o.KernelBuilder}
 		if o.SyncDebug != SyncDebugOff {
 			d.engine.OnHostWait = d.implicitHostWait
 		}
+		var observers []syncstate.Observer
+		if debug {
+			observers = append(observers, decisionLog{&d.log})
+		}
 		if tr := traceFor(o); tr != nil {
 			d.trace = tr.attach(traceName(o, all, i, fam.name))
-			d.engine.Observer = d.trace
+			observers = append(observers, d.trace)
 			d.trace.wg.Add(1)
 			go d.trace.poll(d)
 		}
+		// The debug log and the trace hear the sync core's decisions
+		// through its one Observer hook.
+		d.engine.Observer = syncstate.Observers(observers...)
 		if i < len(fam.throttle) {
 			fam.throttle[i].Store(d)
 		}
@@ -346,26 +352,8 @@ func (d *Device) Stats() Stats {
 	if d == nil {
 		return Stats{}
 	}
-	return d.stats.Snapshot()
+	return statsOf(d.stats.Snapshot())
 }
-
-// Stats is a snapshot of counters.
-type Stats = syncstate.Snapshot
-
-// Reason says why the host waited.
-type Reason = syncstate.Reason
-
-// The host-wait reasons.
-const (
-	ReasonBoundary       = syncstate.ReasonBoundary
-	ReasonCrossQueue     = syncstate.ReasonCrossQueue
-	ReasonReadBack       = syncstate.ReasonReadBack
-	ReasonSync           = syncstate.ReasonSync
-	ReasonFree           = syncstate.ReasonFree
-	ReasonThrottle       = syncstate.ReasonThrottle
-	ReasonWaitAlways     = syncstate.ReasonWaitAlways
-	ReasonLaunchBlocking = syncstate.ReasonLaunchBlocking
-)
 
 // Hazards returns what the emulator's hazard checker found (nil on real
 // hardware or with the checker off).
@@ -469,7 +457,7 @@ func (d *Device) SynchronizeContext(ctx context.Context) error {
 		return err
 	}
 	defer d.leave()
-	return d.synchronize(ctx)
+	return asError("Synchronize", d.synchronize(ctx))
 }
 
 func (d *Device) synchronize(ctx context.Context) error {
@@ -491,8 +479,10 @@ func (d *Device) synchronize(ctx context.Context) error {
 }
 
 // Close waits for all work, frees every pending array and releases the
-// device's queues, streams and pools. Using its arrays afterwards returns
-// ErrClosed.
+// device's queues, streams and pools. Using the device, its tasks or its
+// arrays afterwards returns ErrClosed. Closing it again returns nil, as
+// Task.Close does: a deferred Close after an explicit one is harmless, and
+// the first Close reported whatever there was to report.
 func (d *Device) Close() error { return d.CloseContext(nil) }
 
 // CloseContext is Close whose drain also ends when ctx is done. A drain
@@ -529,7 +519,11 @@ func (d *Device) CloseContext(ctx context.Context) error {
 	}
 	errs = append(errs, d.cache.trim(d.drv), d.staging.free(d), d.drv.Close(), d.trace.detach())
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("rocsync: closing gpu%d: %w", d.index, err)
+		return &Error{Op: "Close", Kind: kindOf(err), Detail: "closing " + d.String(), Err: err}
 	}
 	return nil
 }
+
+// openIDs numbers the devices Open makes, so that two opens of one GPU can
+// be told apart in messages (gpu0 and gpu0#2).
+var openIDs atomic.Uint64

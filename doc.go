@@ -32,4 +32,16 @@
 // stream broke is not, and the device can be closed and opened again.
 // Host waits are bounded by Options.WaitTimeout (ErrTimeout), and
 // Options.MaxInFlight bounds how far a task runs ahead.
+//
+// Every error an exported function returns is an *Error naming the
+// function the program called and its operands as the program wrote them;
+// its Kind (ErrShape, ErrOutOfMemory, ErrFault, ...) works with errors.Is.
+// Stats counts what the sync core did: ops, host waits by Reason, waits
+// skipped and waits made on the device.
+//
+// Logging needs no logging package: rocsync is quiet while all goes well,
+// Options.LogLevel and LogWriter, or a log/slog LogHandler, configure it,
+// and at LogDebug (or ROCSYNC_LOG=debug) every sync decision is logged.
+// The README's Debugging section covers launch-blocking and sync-debug
+// modes, debug logging and the emulator's hazard checker.
 package rocsync

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/rs/zerolog"
-
 	"github.com/rocsync/rocsync"
 )
 
@@ -14,8 +12,7 @@ import (
 // the op that caused it. Here the emulator's fault injector makes the
 // multiply fault.
 func Example_launchBlocking() {
-	quiet := zerolog.Nop()
-	dev, err := rocsync.Open(rocsync.Options{Backend: rocsync.Emulator, Logger: &quiet, LaunchBlocking: true,
+	dev, err := rocsync.Open(rocsync.Options{Backend: rocsync.Emulator, LogLevel: rocsync.LogOff, LaunchBlocking: true,
 		Emulator: rocsync.EmulatorOptions{FaultInjector: func(op string) bool { return op == "rocsync_mul_f32" }}})
 	if err != nil {
 		panic(err)
@@ -41,8 +38,7 @@ func Example_launchBlocking() {
 // Synchronize calls. SyncDebugFail refuses them: here the gemm would wait
 // on the host for the kernel (an HSA→HIP boundary under DeviceSide).
 func Example_syncDebug() {
-	quiet := zerolog.Nop()
-	dev, err := rocsync.Open(rocsync.Options{Backend: rocsync.Emulator, Logger: &quiet, SyncDebug: rocsync.SyncDebugFail,
+	dev, err := rocsync.Open(rocsync.Options{Backend: rocsync.Emulator, LogLevel: rocsync.LogOff, SyncDebug: rocsync.SyncDebugFail,
 		Emulator: rocsync.EmulatorOptions{MaxDelay: 20_000_000}}) // 20 ms: the kernel is still running
 	if err != nil {
 		panic(err)
@@ -56,5 +52,5 @@ func Example_syncDebug() {
 	fmt.Println(err)
 	// Output:
 	// refused: true
-	// rocsync: Gemm: implicit host wait refused by sync-debug mode: boundary host wait for gpu0/hsa-q0#1 -> gpu0/hip-s1: syncstate: host wait refused
+	// rocsync: MatMul: implicit host wait refused by sync-debug mode: boundary host wait for gpu0/hsa-q0#1 -> gpu0/hip-s1: syncstate: host wait refused
 }

@@ -3,16 +3,13 @@ package rocsync_test
 import (
 	"fmt"
 
-	"github.com/rs/zerolog"
-
 	"github.com/rocsync/rocsync"
 )
 
 // The README's example: a kernel, a gemm that reads its result (at most
 // one host wait, at the HSA→HIP boundary), and a read-back.
 func Example() {
-	quiet := zerolog.Nop()
-	dev, err := rocsync.Open(rocsync.Options{Backend: rocsync.Emulator, Logger: &quiet})
+	dev, err := rocsync.Open(rocsync.Options{Backend: rocsync.Emulator, LogLevel: rocsync.LogOff})
 	if err != nil {
 		panic(err)
 	}

@@ -81,5 +81,5 @@ func (d *Device) TrimCache() error {
 		return err
 	}
 	defer d.leave()
-	return d.cache.trim(d.drv)
+	return asError("TrimCache", d.cache.trim(d.drv))
 }

@@ -74,7 +74,7 @@ func (t *Task) fresh(op string, a *Array, into func(out *Array) error) (*Array, 
 	if err := t.check(op, a); err != nil {
 		return nil, err
 	}
-	out, err := t.dev.Empty(a.rows, a.cols, a.dtype)
+	out, err := t.dev.allocFor(op, a.rows, a.cols, a.dtype)
 	if err != nil {
 		return nil, err
 	}
@@ -150,11 +150,11 @@ func (t *Task) Full(rows, cols int, dt DType, v float64) (*Array, error) {
 	if err := t.check("Full"); err != nil {
 		return nil, err
 	}
-	out, err := t.dev.Empty(rows, cols, dt)
+	out, err := t.dev.allocFor("Full", rows, cols, dt)
 	if err != nil {
 		return nil, err
 	}
-	if err := t.Fill(out, v); err != nil {
+	if err := t.elementwise("Full", kernels.Fill, out, nil, nil, v); err != nil {
 		_ = out.Free()
 		return nil, err
 	}

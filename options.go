@@ -2,6 +2,8 @@ package rocsync
 
 import (
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"time"
 
@@ -23,8 +25,15 @@ const (
 	DeviceBridge  = syncstate.DeviceBridge
 )
 
-// ParsePolicy parses a policy name such as "DeviceSide".
-func ParsePolicy(s string) (Policy, error) { return syncstate.ParsePolicy(s) }
+// ParsePolicy parses a policy name such as "DeviceSide" (as Policy's
+// String prints it); an unknown name is an ErrInvalid error.
+func ParsePolicy(s string) (Policy, error) {
+	p, err := syncstate.ParsePolicy(s)
+	if err != nil {
+		return 0, &Error{Op: "ParsePolicy", Kind: ErrInvalid, Detail: fmt.Sprintf("%q", s), Err: err}
+	}
+	return p, nil
+}
 
 // Backend chooses what Open drives.
 type Backend uint8
@@ -43,6 +52,7 @@ const (
 	CUDA
 )
 
+// String names the backend: "auto", "emulator", "rocm" or "cuda".
 func (b Backend) String() string {
 	switch b {
 	case Auto:
@@ -97,6 +107,8 @@ type EmulatorOptions struct {
 
 // Options configure Open.
 type Options struct {
+	// Backend chooses what to drive (default Auto: real ROCm if it works,
+	// else the emulator).
 	Backend Backend
 	// Policy defaults to DeviceSide (the zero value).
 	Policy Policy
@@ -114,7 +126,23 @@ type Options struct {
 	// KernelBuilder builds and caches user kernels (Device.LoadKernel);
 	// nil: one Builder with default options, shared by the process.
 	KernelBuilder *userkernel.Builder
-	// Logger receives rocsync's logs; nil logs info and above to stderr.
+	// LogLevel is how much rocsync logs (default LogWarn: nothing while
+	// all goes as expected). The environment variable ROCSYNC_LOG (off,
+	// error, warn, info, debug) overrides it.
+	LogLevel LogLevel
+	// LogWriter receives the log lines, one per event, as text (default
+	// os.Stderr).
+	LogWriter io.Writer
+	// LogHandler, if set, receives every log event as a log/slog record
+	// instead (message, level, and the event's fields as attributes); its
+	// Enabled method, asked once at Open, chooses the level, and LogLevel
+	// and LogWriter are ignored.
+	LogHandler slog.Handler
+	// Logger receives rocsync's logs as they are; it overrides LogLevel,
+	// LogWriter and LogHandler.
+	//
+	// Deprecated: use LogLevel and LogWriter, or LogHandler, which need no
+	// zerolog import. Logger keeps working.
 	Logger *zerolog.Logger
 	// WaitTimeout bounds every host wait: past it the wait returns an
 	// error of kind ErrTimeout naming the fence it waited for (the GPU
@@ -224,6 +252,7 @@ const (
 	SyncDebugFail
 )
 
+// String names the mode: "off", "warn" or "fail".
 func (m SyncDebugMode) String() string {
 	switch m {
 	case SyncDebugOff:

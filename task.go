@@ -53,7 +53,7 @@ func (t *Task) Stats() Stats {
 	if t == nil {
 		return Stats{}
 	}
-	return t.stats.Snapshot()
+	return statsOf(t.stats.Snapshot())
 }
 
 // Device returns the task's device.
@@ -88,7 +88,7 @@ func (t *Task) SynchronizeContext(ctx context.Context) error {
 		err = t.drain(ctx)
 	}
 	t.lifeMu.Unlock()
-	return errors.Join(err, t.dev.frees.poll(t.dev, false))
+	return asError("Synchronize", errors.Join(err, t.dev.frees.poll(t.dev, false)))
 }
 
 // drain host-waits for the task's timelines (one wait each, counted as a
@@ -108,6 +108,7 @@ func (t *Task) drainOne(ctx context.Context, tl syncstate.Timeline) error {
 		return faultIn("Synchronize", tl, tl.Failed(last))
 	}
 	t.sinks.HostWait(ReasonSync)
+	t.dev.debugHostWait("Synchronize", syncstate.Fence{TL: tl, Ticket: last}, ReasonSync)
 	tw := t.dev.trace.waitBegin("Synchronize", syncstate.Fence{TL: tl, Ticket: last}, ReasonSync, t.traceHost)
 	err := syncstate.WaitHostContext(ctx, syncstate.Fence{TL: tl, Ticket: last})
 	t.dev.trace.waitEnd(tw, err)
@@ -136,13 +137,25 @@ func waitKind(err error) error {
 }
 
 // Close waits for the task's work and releases its resources. The default
-// task is closed with its device.
+// task is closed with its device. Closing a task again, or after its
+// device, returns nil, as Device.Close does: a deferred Close after an
+// explicit one is harmless, and the first Close reported whatever there
+// was to report. Other calls on a closed task return ErrClosed.
 func (t *Task) Close() error {
+	if t != nil && t.closed.Load() {
+		return nil
+	}
 	if err := t.check("Close"); err != nil {
+		if errors.Is(err, ErrClosed) {
+			return nil // a default task asked for after its device closed
+		}
 		return err
 	}
 	d := t.dev
 	if err := d.enter("Close"); err != nil {
+		if errors.Is(err, ErrClosed) {
+			return nil // the device's Close released the task
+		}
 		return err
 	}
 	defer d.leave()
@@ -150,7 +163,7 @@ func (t *Task) Close() error {
 		return nil
 	}
 	if t.closed.Swap(true) {
-		return newErr("Close", ErrClosed, "task already closed")
+		return nil
 	}
 	t.lifeMu.Lock()
 	defer t.lifeMu.Unlock()
@@ -165,7 +178,7 @@ func (t *Task) Close() error {
 	}
 	d.mu.Unlock()
 	t.released = true
-	return errors.Join(err, t.drv.Close())
+	return asError("Close", errors.Join(err, t.drv.Close()))
 }
 
 // check validates an op's operands: non-nil, on the task's device.
@@ -174,7 +187,7 @@ func (t *Task) check(op string, arrays ...*Array) error {
 		return newErr(op, ErrInvalid, "nil task")
 	}
 	if t.err != nil {
-		return &Error{Op: op, Kind: ErrUnavailable, Detail: "default task", Err: t.err}
+		return &Error{Op: op, Kind: kindOf(t.err), Detail: "the default task could not be made", Err: t.err}
 	}
 	if t.closed.Load() {
 		return newErr(op, ErrClosed, "task is closed")
@@ -184,7 +197,7 @@ func (t *Task) check(op string, arrays ...*Array) error {
 			return newErr(op, ErrNilArray, "")
 		}
 		if a.dev != t.dev {
-			return newErr(op, ErrDeviceMismatch, "%v used on a task of gpu%d", a, t.dev.index)
+			return mismatch(op, a, t.dev)
 		}
 	}
 	return nil
@@ -332,13 +345,8 @@ func (t *Task) elementwise(name string, op kernels.Op, out, a, b *Array, alpha f
 	if err := t.check(name, reads...); err != nil {
 		return err
 	}
-	for _, x := range reads {
-		if x.dtype != out.dtype {
-			return newErr(name, ErrDType, "%v and %v", x, out)
-		}
-		if x.rows != out.rows || x.cols != out.cols {
-			return newErr(name, ErrShape, "%v and %v", x, out)
-		}
+	if err := operandsAgree(name, op, out, reads); err != nil {
+		return err
 	}
 	k, err := t.dev.drv.Builtin(op, out.dtype)
 	if err != nil {
@@ -368,7 +376,11 @@ func (t *Task) elementwise(name string, op kernels.Op, out, a, b *Array, alpha f
 // row-major and BLAS is column-major, so rocsync computes
 // cᵀ = op(b)ᵀ·op(a)ᵀ, which reads the row-major buffers as they are.
 func (t *Task) Gemm(transA, transB bool, alpha float64, a, b *Array, beta float64, c *Array) error {
-	const name = "Gemm"
+	return t.gemm("Gemm", transA, transB, alpha, a, b, beta, c)
+}
+
+// gemm is Gemm under the name of the op the user called.
+func (t *Task) gemm(name string, transA, transB bool, alpha float64, a, b *Array, beta float64, c *Array) error {
 	if err := t.check(name, a, b, c); err != nil {
 		return err
 	}
@@ -406,7 +418,7 @@ func (t *Task) Gemm(transA, transB bool, alpha float64, a, b *Array, beta float6
 
 // MatMulInto computes c = op(a)·op(b).
 func (t *Task) MatMulInto(c, a, b *Array, transA, transB bool) error {
-	return t.Gemm(transA, transB, 1, a, b, 0, c)
+	return t.gemm("MatMul", transA, transB, 1, a, b, 0, c)
 }
 
 // MatMul returns a new array op(a)·op(b).
@@ -422,11 +434,11 @@ func (t *Task) MatMul(a, b *Array, transA, transB bool) (*Array, error) {
 	if transB {
 		n = b.rows
 	}
-	c, err := t.dev.Empty(m, n, a.dtype)
+	c, err := t.dev.allocFor("MatMul", m, n, a.dtype)
 	if err != nil {
 		return nil, err
 	}
-	if err := t.MatMulInto(c, a, b, transA, transB); err != nil {
+	if err := t.gemm("MatMul", transA, transB, 1, a, b, 0, c); err != nil {
 		_ = c.Free()
 		return nil, err
 	}

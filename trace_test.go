@@ -187,3 +187,17 @@ func TestTraceOffAllocatesNothing(t *testing.T) {
 		p.drained(tk)
 	}))
 }
+
+// The debug log and the trace share the sync core's one Observer hook:
+// with both on, each hears every decision.
+func TestTraceWithDebugLog(t *testing.T) {
+	var trace, log bytes.Buffer
+	d, err := Open(Options{Backend: Emulator, LogLevel: LogDebug, LogWriter: &log, Trace: NewTrace(&trace), TraceName: "both"})
+	require.NoError(t, err)
+	traceWork(t, d)
+	require.NoError(t, d.Close())
+	checkTrace(t, trace.Bytes(), "both", d.Stats())
+	st := d.Stats()
+	require.EqualValues(t, st.HostWaits[ReasonBoundary], bytes.Count(log.Bytes(), []byte("reason=boundary")), "boundary waits logged")
+	require.NotZero(t, st.HostWaits[ReasonBoundary])
+}

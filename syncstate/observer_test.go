@@ -93,3 +93,22 @@ func TestWaitObserverHearsHostWaitsEnd(t *testing.T) {
 	run(t, e, q1, 2, []*State{y}, []*State{x})
 	require.Equal(t, []string{"s after q1#1: <nil>", "q1 after s#1: <nil>", "q1 after q1#2: <nil>"}, obs.ended)
 }
+
+// Observers tells every observer of every decision, and only the
+// WaitObservers of the ends of host waits; none is no observer at all.
+func TestObserversCombine(t *testing.T) {
+	require.Nil(t, Observers())
+	require.Nil(t, Observers(nil, nil))
+	plain := &recordingObserver{}
+	require.Same(t, plain, Observers(nil, plain))
+	timing := &timingObserver{}
+	q1 := &fakeTL{name: "q1"}
+	s := &fakeTL{name: "s", domain: DomainLibrary}
+	e := &Engine{Policy: DeviceSide, Observer: Observers(plain, nil, timing)}
+	x, y := NewState(), NewState()
+	run(t, e, q1, 1, nil, []*State{x})
+	run(t, e, s, 1, []*State{x}, []*State{y})
+	require.Equal(t, []string{" on s: host wait q1#1 (boundary)"}, plain.got)
+	require.Equal(t, plain.got, timing.got)
+	require.Equal(t, []string{"s after q1#1: <nil>"}, timing.ended)
+}

@@ -1,0 +1,235 @@
+package rocsync
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/rocsync/rocsync/hip"
+	"github.com/rocsync/rocsync/hsa"
+	"github.com/rocsync/rocsync/internal/dl"
+	"github.com/rocsync/rocsync/syncstate"
+)
+
+// LogLevel is how much rocsync logs. The zero value is LogWarn: rocsync is
+// quiet while things go as expected, and says when they do not (a library
+// missing, an implicit host wait in sync-debug mode).
+type LogLevel int8
+
+const (
+	// LogWarn logs what may need the user's attention (the default).
+	LogWarn LogLevel = iota
+	// LogOff logs nothing.
+	LogOff
+	// LogError logs only errors.
+	LogError
+	// LogInfo also logs which backend Open chose and why.
+	LogInfo
+	// LogDebug also logs every sync decision: for each fence an op must
+	// follow, whether it was skipped (same queue, or already complete),
+	// waited for on the device, or waited for on the host and why, with
+	// the op, its queue or stream and the producer's fence; and every
+	// host wait outside ops (read-back, Synchronize, frees, throttling).
+	// It costs a log line per fence; below it, the sync core pays one
+	// nil check per fence.
+	LogDebug
+)
+
+// String names the level as ParseLogLevel and ROCSYNC_LOG take it.
+func (l LogLevel) String() string {
+	switch l {
+	case LogWarn:
+		return "warn"
+	case LogOff:
+		return "off"
+	case LogError:
+		return "error"
+	case LogInfo:
+		return "info"
+	case LogDebug:
+		return "debug"
+	}
+	return fmt.Sprintf("LogLevel(%d)", int8(l))
+}
+
+func (l LogLevel) zerolog() zerolog.Level {
+	switch l {
+	case LogOff:
+		return zerolog.Disabled
+	case LogError:
+		return zerolog.ErrorLevel
+	case LogInfo:
+		return zerolog.InfoLevel
+	case LogDebug:
+		return zerolog.DebugLevel
+	}
+	return zerolog.WarnLevel
+}
+
+// ParseLogLevel parses a level name as String prints it ("off", "error",
+// "warn", "info", "debug"), as the ROCSYNC_LOG environment variable takes.
+func ParseLogLevel(s string) (LogLevel, error) {
+	for _, l := range []LogLevel{LogOff, LogError, LogWarn, LogInfo, LogDebug} {
+		if l.String() == s {
+			return l, nil
+		}
+	}
+	return 0, newErr("ParseLogLevel", ErrInvalid, "unknown log level %q (want off, error, warn, info or debug)", s)
+}
+
+// logger builds the zerolog logger Open uses, from Options.Logger, or
+// LogHandler, or LogWriter and LogLevel (ROCSYNC_LOG overriding the
+// level).
+func logger(o Options) (zerolog.Logger, error) {
+	if o.Logger != nil {
+		return *o.Logger, nil
+	}
+	if o.LogHandler != nil {
+		return zerolog.New(slogWriter{o.LogHandler}).Level(handlerLevel(o.LogHandler)), nil
+	}
+	level := o.LogLevel
+	if env := os.Getenv("ROCSYNC_LOG"); env != "" {
+		l, err := ParseLogLevel(env)
+		if err != nil {
+			return zerolog.Logger{}, &Error{Op: "Open", Kind: ErrInvalid, Detail: "ROCSYNC_LOG", Err: err}
+		}
+		level = l
+	}
+	if level > LogDebug || level < LogWarn {
+		return zerolog.Logger{}, newErr("Open", ErrInvalid, "unknown LogLevel %d", int8(level))
+	}
+	w := o.LogWriter
+	if w == nil {
+		w = os.Stderr
+	}
+	return zerolog.New(zerolog.ConsoleWriter{Out: w, NoColor: true}).Level(level.zerolog()).With().Timestamp().Logger(), nil
+}
+
+// handlerLevel is the lowest level h enables, checked once at Open.
+func handlerLevel(h slog.Handler) zerolog.Level {
+	ctx := context.Background()
+	for _, l := range []struct {
+		s slog.Level
+		z zerolog.Level
+	}{{slog.LevelDebug, zerolog.DebugLevel}, {slog.LevelInfo, zerolog.InfoLevel}, {slog.LevelWarn, zerolog.WarnLevel}, {slog.LevelError, zerolog.ErrorLevel}} {
+		if h.Enabled(ctx, l.s) {
+			return l.z
+		}
+	}
+	return zerolog.Disabled
+}
+
+// slogWriter hands zerolog's events to a slog.Handler: each event's JSON
+// becomes a record with its message and its fields as attributes, in name
+// order. Only events that pass the level are encoded, so the decoding
+// costs nothing when a level is off.
+type slogWriter struct{ h slog.Handler }
+
+func (w slogWriter) Write(p []byte) (int, error) { return w.WriteLevel(zerolog.NoLevel, p) }
+
+func (w slogWriter) WriteLevel(l zerolog.Level, p []byte) (int, error) {
+	var fields map[string]any
+	dec := json.NewDecoder(bytes.NewReader(p))
+	dec.UseNumber()
+	if err := dec.Decode(&fields); err != nil {
+		return 0, err
+	}
+	msg, _ := fields[zerolog.MessageFieldName].(string)
+	delete(fields, zerolog.MessageFieldName)
+	delete(fields, zerolog.LevelFieldName)
+	delete(fields, zerolog.TimestampFieldName)
+	level := slog.LevelInfo
+	switch l {
+	case zerolog.TraceLevel, zerolog.DebugLevel:
+		level = slog.LevelDebug
+	case zerolog.WarnLevel:
+		level = slog.LevelWarn
+	case zerolog.ErrorLevel, zerolog.FatalLevel, zerolog.PanicLevel:
+		level = slog.LevelError
+	}
+	r := slog.NewRecord(time.Now(), level, msg, 0)
+	keys := make([]string, 0, len(fields))
+	for k := range fields {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		v := fields[k]
+		if n, ok := v.(json.Number); ok {
+			if i, err := n.Int64(); err == nil {
+				v = i
+			} else if f, err := n.Float64(); err == nil {
+				v = f
+			}
+		}
+		r.AddAttrs(slog.Any(k, v))
+	}
+	if err := w.h.Handle(context.Background(), r); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// decisionLog logs the sync core's decisions at debug level; Open installs
+// it as the engine's observer only when the logger enables debug, so the
+// hot path does not even make the call otherwise.
+type decisionLog struct{ log *zerolog.Logger }
+
+func (l decisionLog) Decided(op string, consumer syncstate.Timeline, f syncstate.Fence, d syncstate.Decision, r syncstate.Reason) {
+	e := l.log.Debug()
+	if e == nil {
+		return
+	}
+	e = e.Str("op", op).Str("on", consumer.Name()).Str("after", f.TL.Name()).Uint64("ticket", f.Ticket)
+	if d == syncstate.HostWait {
+		e = e.Stringer("reason", r)
+	}
+	e.Msg("rocsync: " + d.String())
+}
+
+// debugHostWait logs a host wait made outside the sync core's decisions
+// (read-back, Synchronize, frees, throttling, launch-blocking).
+func (d *Device) debugHostWait(op string, f syncstate.Fence, r Reason) {
+	if !d.debug {
+		return
+	}
+	d.log.Debug().Str("op", op).Str("after", f.TL.Name()).Uint64("ticket", f.Ticket).Stringer("reason", r).Msg("rocsync: host wait")
+}
+
+var _ zerolog.LevelWriter = slogWriter{}
+
+// logFallback says, in one line, that Auto uses the emulator because ROCm
+// did not work. Finding no AMD GPU, or no ROCm, is the normal case on such
+// a machine (info; the runtime's own words only at debug level); ROCm
+// failing on a machine that has it is a warning.
+func logFallback(log *zerolog.Logger, rocmErr error) {
+	var e *zerolog.Event
+	msg := "rocsync: no AMD GPU found, using the emulated AMD device"
+	warn := false
+	switch {
+	case errors.Is(rocmErr, hsa.ErrNoGPU) || errors.Is(rocmErr, hip.ErrNoDevice):
+		e = log.Info()
+	case errors.Is(rocmErr, dl.ErrNotFound):
+		e = log.Info()
+		msg = "rocsync: ROCm is not installed, using the emulated AMD device"
+	default:
+		// A warning carries the reason at every level.
+		e, warn = log.Warn().Err(rocmErr), true
+		msg = "rocsync: ROCm failed to start, using the emulated AMD device"
+	}
+	if e == nil {
+		return
+	}
+	if !warn && log.GetLevel() <= zerolog.DebugLevel {
+		e = e.AnErr("reason", rocmErr)
+	}
+	e.Str("backend", "emulator").Msg(msg)
+}

@@ -1,0 +1,227 @@
+package rocsync
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// mixedProgram runs a kernel, a gemm reading it (a boundary crossing), a
+// kernel on a second task reading the gemm's output, and a read-back.
+func mixedProgram(t *testing.T, d *Device) {
+	t.Helper()
+	tk := d.DefaultTask()
+	x, err := d.FromFloat32(2, 2, []float32{1, 2, 3, 4})
+	require.NoError(t, err)
+	sq, err := tk.Mul(x, x)
+	require.NoError(t, err)
+	y, err := tk.MatMul(sq, x, false, false)
+	require.NoError(t, err)
+	other, err := d.NewTask()
+	require.NoError(t, err)
+	z, err := other.Add(y, y)
+	require.NoError(t, err)
+	_, err = z.Float32s()
+	require.NoError(t, err)
+	require.NoError(t, other.Close())
+}
+
+// By default Open logs nothing: no line per Open, none for the Auto
+// fallback to the emulator; warnings would still print.
+func TestDefaultLoggingIsQuiet(t *testing.T) {
+	t.Setenv("ROCSYNC_LOG", "")
+	for _, b := range []Backend{Auto, Emulator} {
+		var buf bytes.Buffer
+		d, err := Open(Options{Backend: b, LogWriter: &buf})
+		require.NoError(t, err)
+		mixedProgram(t, d)
+		require.NoError(t, d.Close())
+		require.Empty(t, buf.String(), "%v", b)
+	}
+}
+
+// At info level the Auto fallback is one plain line: no AMD GPU, the
+// emulator is in use; the runtime's own words (HSA_STATUS_ERROR_OUT_OF_
+// RESOURCES, /dev/kfd) only at debug level.
+func TestAutoFallbackIsOneLine(t *testing.T) {
+	t.Setenv("ROCSYNC_LOG", "")
+	var buf bytes.Buffer
+	d, err := Open(Options{LogLevel: LogInfo, LogWriter: &buf})
+	require.NoError(t, err)
+	require.NoError(t, d.Close())
+	if !d.Emulated() {
+		t.Skip("ROCm works here: no fallback")
+	}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	require.Len(t, lines, 1, buf.String())
+	require.Regexp(t, `(no AMD GPU found|ROCm is not installed), using the emulated AMD device`, lines[0])
+	require.NotContains(t, lines[0], "OUT_OF_RESOURCES")
+	require.NotContains(t, lines[0], "ERR")
+
+	buf.Reset()
+	d, err = Open(Options{LogLevel: LogDebug, LogWriter: &buf})
+	require.NoError(t, err)
+	require.NoError(t, d.Close())
+	first := strings.SplitN(buf.String(), "\n", 2)[0]
+	require.Contains(t, first, "using the emulated AMD device")
+	require.Contains(t, first, "reason=", "the technical reason, at debug level")
+}
+
+// At debug level every sync decision is logged with its op, its queue or
+// stream and the fence; each kind appears in a program that has them.
+func TestDebugLogsSyncDecisions(t *testing.T) {
+	var buf syncBuffer
+	d, err := Open(Options{Backend: Emulator, LogLevel: LogDebug, LogWriter: &buf})
+	require.NoError(t, err)
+	tk := d.DefaultTask()
+	other, err := d.NewTask()
+	require.NoError(t, err)
+	x, err := d.FromFloat32(2, 2, []float32{1, 2, 3, 4})
+	require.NoError(t, err)
+	release := d.machine.Hold() // the kernels stay pending
+	sq, err := tk.Mul(x, x)
+	require.NoError(t, err)
+	require.NoError(t, tk.MulInto(sq, sq, x)) // same queue: skipped
+	z, err := other.Add(sq, sq)               // another HSA queue: a device wait
+	require.NoError(t, err)
+	go func() { time.Sleep(20 * time.Millisecond); release() }()
+	y, err := tk.MatMul(z, x, false, false) // HSA→HIP: a boundary host wait, z still pending
+	require.NoError(t, err)
+	releaseLater := func() { // work stays pending until the host waits for it
+		release := d.machine.Hold()
+		go func() { time.Sleep(20 * time.Millisecond); release() }()
+	}
+	releaseLater()
+	require.NoError(t, tk.Synchronize())
+	releaseLater()
+	require.NoError(t, other.AddInto(z, y, y)) // y complete: skipped
+	_, err = z.Float32s()
+	require.NoError(t, err)
+	require.NoError(t, other.Close())
+	st := d.Stats()
+	require.NoError(t, d.Close())
+	out := buf.String()
+	for _, want := range []string{
+		"rocsync: skip (same timeline) after=gpu0/hsa-q0 on=gpu0/hsa-q0 op=Mul ticket=1",
+		"rocsync: device wait after=gpu0/hsa-q0 on=gpu0/hsa-q1 op=Add ticket=2",
+		"rocsync: host wait after=gpu0/hsa-q1 on=gpu0/hip-s1 op=MatMul reason=boundary ticket=2",
+		"rocsync: skip (complete) after=gpu0/hip-s1 on=gpu0/hsa-q1 op=Add ticket=1",
+		"op=Float32s reason=read-back",
+		"op=Synchronize reason=sync",
+	} {
+		require.Contains(t, out, want)
+	}
+	// One line per counted decision.
+	require.EqualValues(t, st.DeviceWaits, strings.Count(out, "rocsync: device wait"), out)
+	require.EqualValues(t, st.SkippedWaits, strings.Count(out, "rocsync: skip"), out)
+	require.EqualValues(t, st.HostWaitsTotal(), strings.Count(out, "rocsync: host wait"), out)
+}
+
+// A slog.Handler receives the logs as records: message, level and fields
+// as attributes; its Enabled chooses the level.
+func TestLogHandler(t *testing.T) {
+	var buf syncBuffer
+	h := slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})
+	d, err := Open(Options{Backend: Emulator, LogHandler: h})
+	require.NoError(t, err)
+	mixedProgram(t, d)
+	require.NoError(t, d.Close())
+	out := buf.String()
+	require.Contains(t, out, `"level":"INFO","msg":"rocsync: using the emulated AMD device, as requested","backend":"emulator"`)
+	// The gemm's decision about the kernel depends on whether it finished
+	// first; either way it is one record, fields in name order, numbers
+	// as numbers.
+	require.Regexp(t, `"level":"DEBUG","msg":"rocsync: (host wait|skip \(complete\))","after":"gpu0/hsa-q0","on":"gpu0/hip-s1","op":"MatMul",("reason":"boundary",)?"ticket":1}`, out)
+
+	buf.Reset()
+	h = slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn})
+	d, err = Open(Options{Backend: Emulator, LogHandler: h})
+	require.NoError(t, err)
+	require.False(t, d.debug, "a handler that drops debug records turns decision logging off")
+	mixedProgram(t, d)
+	require.NoError(t, d.Close())
+	require.Empty(t, buf.String())
+}
+
+// ROCSYNC_LOG sets the level from the environment; a bad value is an
+// ErrInvalid error from Open.
+func TestLogLevelFromEnvironment(t *testing.T) {
+	var buf bytes.Buffer
+	t.Setenv("ROCSYNC_LOG", "info")
+	d, err := Open(Options{Backend: Emulator, LogWriter: &buf})
+	require.NoError(t, err)
+	require.NoError(t, d.Close())
+	require.Contains(t, buf.String(), "using the emulated AMD device")
+	t.Setenv("ROCSYNC_LOG", "chatty")
+	_, err = Open(Options{Backend: Emulator, LogWriter: io.Discard})
+	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorContains(t, err, `ROCSYNC_LOG: rocsync: ParseLogLevel: invalid argument: unknown log level "chatty"`)
+	t.Setenv("ROCSYNC_LOG", "")
+	_, err = Open(Options{Backend: Emulator, LogLevel: 42})
+	require.ErrorIs(t, err, ErrInvalid)
+}
+
+// With logging at its default level the submission path allocates
+// nothing: the decision logger is not even installed. At debug level it
+// is, and costs what zerolog costs.
+func TestHotPathAllocationFreeWithLoggingOff(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector's instrumentation allocates")
+	}
+	for _, level := range []LogLevel{LogWarn, LogOff} {
+		d, err := Open(Options{Backend: Emulator, LogLevel: level, LogWriter: io.Discard, QueueSize: 1024})
+		require.NoError(t, err)
+		require.Nil(t, d.engine.Observer)
+		t1, err := d.NewTask()
+		require.NoError(t, err)
+		t2, err := d.NewTask()
+		require.NoError(t, err)
+		x, err := d.FromFloat32(1, 64, make([]float32, 64))
+		require.NoError(t, err)
+		tasks := [2]*Task{t1, t2}
+		i := 0
+		run := func() { // a skip and a device wait, alternately
+			_ = tasks[(i/2)&1].ScaleInto(x, 1, x)
+			i++
+		}
+		for range 20000 {
+			run()
+		}
+		require.NoError(t, d.Synchronize())
+		require.Zero(t, testing.AllocsPerRun(1000, run), "%v", level)
+		require.NoError(t, d.Close())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the emulator's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func (s *syncBuffer) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b.Reset()
+}
+
+var _ = context.Background
