@@ -98,6 +98,7 @@ func (b *Buffer) Device() *Device {
 	return b.dev
 }
 
+// String names the buffer in errors and logs.
 func (b *Buffer) String() string {
 	if b == nil {
 		return "Buffer(nil)"

@@ -58,11 +58,21 @@ func InOut(x Operand) Arg { return bufferArg(x, ReadWrite) }
 
 // I32, U32, I64, U64, F32 and F64 are scalar arguments of user kernels,
 // checked against the parameter's type (an int for an int, 4 bytes for 4).
-func I32(v int32) Arg   { return Arg{scalar: userkernel.Int32(v)} }
-func U32(v uint32) Arg  { return Arg{scalar: userkernel.Uint32(v)} }
-func I64(v int64) Arg   { return Arg{scalar: userkernel.Int64(v)} }
-func U64(v uint64) Arg  { return Arg{scalar: userkernel.Uint64(v)} }
+func I32(v int32) Arg { return Arg{scalar: userkernel.Int32(v)} }
+
+// U32 is a uint scalar argument (see I32).
+func U32(v uint32) Arg { return Arg{scalar: userkernel.Uint32(v)} }
+
+// I64 is a long scalar argument (see I32).
+func I64(v int64) Arg { return Arg{scalar: userkernel.Int64(v)} }
+
+// U64 is a ulong scalar argument (see I32).
+func U64(v uint64) Arg { return Arg{scalar: userkernel.Uint64(v)} }
+
+// F32 is a float scalar argument (see I32).
 func F32(v float32) Arg { return Arg{scalar: userkernel.Float32(v)} }
+
+// F64 is a double scalar argument (see I32).
 func F64(v float64) Arg { return Arg{scalar: userkernel.Float64(v)} }
 
 // Kernel is a user kernel loaded on one device (Device.LoadKernel).

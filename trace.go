@@ -104,7 +104,6 @@ type traceProc struct {
 	// throttles are the indices of throttle waits not yet ended.
 	throttles []int
 	callbacks []traceCallback
-	closed    bool
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -439,7 +438,6 @@ func (p *traceProc) detach() error {
 	close(p.stop)
 	p.wg.Wait()
 	p.tr.mu.Lock()
-	p.closed = true
 	p.tr.open--
 	last := p.tr.open == 0
 	p.tr.mu.Unlock()
