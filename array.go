@@ -2,7 +2,9 @@ package rocsync
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -128,6 +130,11 @@ func (d *Device) alloc(op string, rows, cols int, dt DType) (*Array, error) {
 	}
 	a := &Array{rows: rows, cols: cols, dtype: dt}
 	if err := d.allocBuffer(op, &a.buffer, uint64(rows*cols*dt.Size())); err != nil {
+		var e *Error
+		if errors.As(err, &e) && strings.HasPrefix(e.Detail, "allocating ") {
+			// Name the array as the user asked for it, not its bytes.
+			e.Detail = fmt.Sprintf("allocating %dx%d %s", rows, cols, dt)
+		}
 		return nil, err
 	}
 	return a, nil
@@ -331,7 +338,10 @@ func (p *pendingFrees) poll(d *Device, wait bool) error {
 				break
 			}
 			d.countHostWait(ReasonFree)
-			if err := f.TL.WaitHost(f.Ticket); err != nil {
+			tw := d.trace.waitBegin("Free", f, ReasonFree, hostTrack)
+			err := f.TL.WaitHost(f.Ticket)
+			d.trace.waitEnd(tw, err)
+			if err != nil {
 				errs = append(errs, err)
 				ready = false
 				break

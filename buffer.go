@@ -163,7 +163,10 @@ func (b *buffer) download(ctx context.Context, op string, dst unsafe.Pointer, wh
 	if w := b.st.WriterLocked(); !w.Done() {
 		d.countHostWait(ReasonReadBack)
 		d.debugHostWait(op, w, ReasonReadBack)
-		if err := syncstate.WaitHostContext(ctx, w); err != nil {
+		tw := d.trace.waitBegin(op, w, ReasonReadBack, hostTrack)
+		err := syncstate.WaitHostContext(ctx, w)
+		d.trace.waitEnd(tw, err)
+		if err != nil {
 			return &Error{Op: op, Kind: waitKind(err), Detail: "waiting for the writer " + w.String(), Err: err}
 		}
 	}

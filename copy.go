@@ -66,7 +66,10 @@ func (p *stagingPool) take(d *Device, op string, size uint64) (*stagingSlot, err
 					}
 				}
 				d.countHostWait(ReasonThrottle)
-				if err := s.fence.TL.WaitHost(s.fence.Ticket); err != nil && s.fence.TL.Failed(s.fence.Ticket) == nil {
+				tw := d.trace.waitBegin(op, s.fence, ReasonThrottle, hostTrack)
+				err := s.fence.TL.WaitHost(s.fence.Ticket)
+				d.trace.waitEnd(tw, err)
+				if err != nil && s.fence.TL.Failed(s.fence.Ticket) == nil {
 					return nil, &Error{Op: op, Kind: waitKind(err), Detail: "waiting for staging memory", Err: err}
 				}
 			}
@@ -276,10 +279,13 @@ func (p *Pending) Wait(ctx context.Context) error {
 		return err
 	}
 	defer p.dev.leave()
+	tw := -1
 	if !p.fence.Done() {
 		p.dev.countHostWait(ReasonReadBack)
+		tw = p.dev.trace.waitBegin("Wait", p.fence, ReasonReadBack, hostTrack)
 	}
 	err := syncstate.WaitHostContext(ctx, p.fence)
+	p.dev.trace.waitEnd(tw, err)
 	if err != nil && waitKind(err) == ErrTimeout && p.fence.TL.Failed(p.fence.Ticket) == nil {
 		return &Error{Op: "Wait", Kind: ErrTimeout, Detail: "download of " + p.who.String(), Err: err}
 	}
@@ -297,7 +303,17 @@ func (p *Pending) Wait(ctx context.Context) error {
 // Then calls fn with Wait's result once the download completes, on a
 // goroutine of its own; it does not block.
 func (p *Pending) Then(fn func(error)) {
-	go func() { fn(p.Wait(nil)) }()
+	go func() {
+		err := p.Wait(nil)
+		tr := p.dev.trace
+		if tr == nil {
+			fn(err)
+			return
+		}
+		began := tr.now()
+		fn(err)
+		tr.callback("Then", p.fence, began)
+	}()
 }
 
 // CopyBuffer copies src into dst on the device (two Buffers or Arrays of

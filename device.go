@@ -54,6 +54,9 @@ type Device struct {
 	maxPerDevice   uint64        // Options.MaxInFlightPerDevice
 	sinceCheck     atomic.Uint64 // ops submitted since the last check of it
 
+	trace      *traceProc   // nil unless tracing (Options.Trace, ROCSYNC_TRACE)
+	traceTasks atomic.Int32 // numbers the tasks' host tracks
+
 	openID uint64 // which Open made it, for messages that name it
 	debug  bool   // log enables debug: sync decisions are logged
 }
@@ -61,7 +64,7 @@ type Device struct {
 // throttleDevice enforces Options.MaxInFlightPerDevice: when the ops in
 // flight over all tasks reach it, it waits on the host for the older half
 // of the busiest timeline. Called every maxPerDevice/2 ops.
-func (d *Device) throttleDevice(sinks syncstate.Sinks) error {
+func (d *Device) throttleDevice(sinks syncstate.Sinks, host int) error {
 	for {
 		var busiest *Task
 		var busiestTL syncstate.Timeline
@@ -100,7 +103,9 @@ func (d *Device) throttleDevice(sinks syncstate.Sinks) error {
 			if err == nil {
 				sinks.HostWait(ReasonThrottle)
 				d.debugHostWait("submit", syncstate.Fence{TL: busiestTL, Ticket: target}, ReasonThrottle)
+				tw := d.trace.waitBegin("submit", syncstate.Fence{TL: busiestTL, Ticket: target}, ReasonThrottle, host)
 				err = busiestTL.WaitHost(target)
+				d.trace.waitEnd(tw, err)
 			}
 		}
 		busiest.lifeMu.Unlock()
@@ -207,14 +212,24 @@ func open(o Options, all bool) ([]*Device, error) {
 			cache: newMemCache(o.MemoryCache), launchBlocking: o.launchBlocking(), syncDebug: o.SyncDebug,
 			reduce:       reduceWorkspace{check: o.CheckReductionWorkspace},
 			maxPerDevice: uint64(o.MaxInFlightPerDevice), kernelBuilder: o.KernelBuilder}
-		if debug {
-			d.engine.Observer = decisionLog{&d.log}
-		}
 		if o.SyncDebug != SyncDebugOff {
 			d.engine.OnHostWait = d.implicitHostWait
-			if i < len(fam.throttle) {
-				fam.throttle[i].Store(d)
-			}
+		}
+		var observers []syncstate.Observer
+		if debug {
+			observers = append(observers, decisionLog{&d.log})
+		}
+		if tr := traceFor(o); tr != nil {
+			d.trace = tr.attach(traceName(o, all, i, fam.name))
+			observers = append(observers, d.trace)
+			d.trace.wg.Add(1)
+			go d.trace.poll(d)
+		}
+		// The debug log and the trace hear the sync core's decisions
+		// through its one Observer hook.
+		d.engine.Observer = syncstate.Observers(observers...)
+		if i < len(fam.throttle) {
+			fam.throttle[i].Store(d)
 		}
 		out = append(out, d)
 	}
@@ -241,15 +256,24 @@ func (c *configs) configFor(i int) driver.DeviceConfig {
 	}
 	cfg := driver.DeviceConfig{Policy: c.o.Policy, QueueSize: c.o.QueueSize, MaxQueues: c.o.MaxQueues, Stats: c.stats[i],
 		WaitTimeout: c.o.waitTimeout(), MaxInFlight: c.o.maxInFlight()}
-	if c.o.SyncDebug != SyncDebugOff {
+	if c.o.SyncDebug != SyncDebugOff || traceFor(c.o) != nil {
 		// The Device is made after its driver: the hook finds it later.
 		for len(c.throttle) <= i {
 			c.throttle = append(c.throttle, new(atomic.Pointer[Device]))
 		}
 		slot := c.throttle[i]
 		cfg.OnThrottle = func(f syncstate.Fence) error {
-			if d := slot.Load(); d != nil {
-				return d.implicitWait("submit", f.String()+" (oldest in flight on its own timeline)", ReasonThrottle)
+			d := slot.Load()
+			if d == nil {
+				return nil
+			}
+			if d.syncDebug != SyncDebugOff {
+				if err := d.implicitWait("submit", f.String()+" (oldest in flight on its own timeline)", ReasonThrottle); err != nil {
+					return err
+				}
+			}
+			if d.trace != nil {
+				d.trace.throttled(f)
 			}
 			return nil
 		}
@@ -379,7 +403,7 @@ func (d *Device) NewTask() (*Task, error) {
 		return nil, err
 	}
 	defer d.leave()
-	t := &Task{dev: d}
+	t := &Task{dev: d, traceHost: int(d.traceTasks.Add(1))}
 	t.sinks = syncstate.Sinks{&t.stats, d.stats}
 	dt, err := d.drv.NewTask(t.sinks)
 	if err != nil {
@@ -417,6 +441,7 @@ func (d *Device) DefaultTask() *Task {
 	if err != nil {
 		return &Task{dev: d, err: err}
 	}
+	t.traceHost = hostTrack
 	d.mu.Lock()
 	d.defaultTask = t
 	d.mu.Unlock()
@@ -488,6 +513,7 @@ func (d *Device) CloseContext(ctx context.Context) error {
 	for _, t := range tasks {
 		t.lifeMu.Lock()
 		if !t.released {
+			d.trace.drained(t)
 			t.released = true
 			errs = append(errs, t.drv.Close())
 		}
@@ -497,7 +523,7 @@ func (d *Device) CloseContext(ctx context.Context) error {
 	// pendingFrees); with the queues and streams destroyed, and their
 	// failed work settled, it can go back now.
 	errs = append(errs, d.frees.poll(d, false))
-	errs = append(errs, d.reduce.release(d), d.cache.trim(d.drv), d.staging.free(d), d.drv.Close())
+	errs = append(errs, d.reduce.release(d), d.cache.trim(d.drv), d.staging.free(d), d.drv.Close(), d.trace.detach())
 	if err := errors.Join(errs...); err != nil {
 		return &Error{Op: "Close", Kind: kindOf(err), Detail: "closing " + d.String(), Err: err}
 	}

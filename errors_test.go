@@ -140,7 +140,7 @@ func TestOutOfMemoryKind(t *testing.T) {
 	require.ErrorIs(t, err, ErrOutOfMemory)
 	require.NotErrorIs(t, err, ErrUnavailable)
 	require.ErrorIs(t, err, &hip.Error{Code: hip.ErrorOutOfMemory})
-	require.ErrorContains(t, err, "rocsync: Empty: out of device memory: allocating 4 bytes")
+	require.ErrorContains(t, err, "rocsync: Empty: out of device memory: allocating 1x1 float32")
 	_, err = d.DefaultTask().Add(x, x)
 	require.ErrorIs(t, err, ErrOutOfMemory)
 	require.ErrorContains(t, err, "rocsync: Add: out of device memory")

@@ -181,6 +181,18 @@ type Options struct {
 	// the crossing and the reason: SyncDebugWarn logs each one,
 	// SyncDebugFail refuses it, and the op fails with ErrHostWait.
 	SyncDebug SyncDebugMode
+	// Trace, if set, records a timeline trace of the device's work (every
+	// op, host wait, device wait and sync decision, on one track per queue
+	// or stream and host tracks, with flows from producers to consumers)
+	// into it, written as Chrome/Perfetto trace-event JSON when the last
+	// device recording into it closes, or at Trace.Flush: see Trace. The
+	// environment variable ROCSYNC_TRACE=file traces every device of the
+	// process into that file when Trace is nil. Off (nil), it costs a nil
+	// check per op.
+	Trace *Trace
+	// TraceName names the device in the trace (default "gpu0 DeviceSide
+	// (emulator)"); OpenAll appends each device's gpuN.
+	TraceName string
 
 	// disableWaits skips every wait (checker self-test only).
 	disableWaits bool

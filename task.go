@@ -7,6 +7,7 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/rocsync/rocsync/driver"
 	"github.com/rocsync/rocsync/kernels"
@@ -36,6 +37,8 @@ type Task struct {
 	op       driver.Op
 	operands [syncstate.MaxOperands]access
 	kargs    [maxKernelArgs]userkernel.Arg
+
+	traceHost int // the task's host track in a trace
 }
 
 // access is one Operand of an op: a buffer and how the op uses it.
@@ -108,7 +111,10 @@ func (t *Task) drainOne(ctx context.Context, tl syncstate.Timeline) error {
 	}
 	t.sinks.HostWait(ReasonSync)
 	t.dev.debugHostWait("Synchronize", syncstate.Fence{TL: tl, Ticket: last}, ReasonSync)
-	return faultIn("Synchronize", tl, syncstate.WaitHostContext(ctx, syncstate.Fence{TL: tl, Ticket: last}))
+	tw := t.dev.trace.waitBegin("Synchronize", syncstate.Fence{TL: tl, Ticket: last}, ReasonSync, t.traceHost)
+	err := syncstate.WaitHostContext(ctx, syncstate.Fence{TL: tl, Ticket: last})
+	t.dev.trace.waitEnd(tw, err)
+	return faultIn("Synchronize", tl, err)
 }
 
 // faultIn wraps the error of a wait on tl, naming the timeline.
@@ -164,6 +170,7 @@ func (t *Task) Close() error {
 	t.lifeMu.Lock()
 	defer t.lifeMu.Unlock()
 	err := t.drain(nil)
+	d.trace.drained(t)
 	d.mu.Lock()
 	for i, x := range d.tasks {
 		if x == t {
@@ -221,6 +228,11 @@ func (t *Task) submit(name string, operands []access) (syncstate.Fence, error) {
 	op := &t.op
 	defer func() { op.Call, op.Host, op.Func = nil, nil, nil }() // hold nothing of the caller's
 	tl := t.drv.Timeline(op.Lane)
+	tr := d.trace
+	var began time.Duration
+	if tr != nil {
+		began = tr.now()
+	}
 	sop := syncstate.Op{Name: name}
 	for _, x := range operands {
 		if x.access&Read != 0 {
@@ -231,6 +243,9 @@ func (t *Task) submit(name string, operands []access) (syncstate.Fence, error) {
 		}
 	}
 	if err := sop.Begin(&d.engine, tl, t.sinks); err != nil {
+		if tr != nil {
+			tr.opFailed(tl, t.traceHost, began)
+		}
 		if errors.Is(err, syncstate.ErrTooManyOperands) {
 			return syncstate.Fence{}, &Error{Op: name, Kind: ErrInvalid, Err: err}
 		}
@@ -241,9 +256,23 @@ func (t *Task) submit(name string, operands []access) (syncstate.Fence, error) {
 	}
 	if err := freedIn(name, operands); err != nil {
 		sop.Abort()
+		if tr != nil {
+			tr.opFailed(tl, t.traceHost, began)
+		}
 		return syncstate.Fence{}, err
 	}
+	var issued time.Duration
+	if tr != nil {
+		issued = tr.opIssued(began, t.traceHost)
+	}
 	ticket, err := t.drv.Submit(op)
+	if tr != nil {
+		if err != nil {
+			tr.opFailed(tl, t.traceHost, began)
+		} else {
+			tr.opSubmitted(op, name, tl, ticket, t.traceHost, began, issued)
+		}
+	}
 	if err != nil {
 		if errors.Is(err, syncstate.ErrWaitRefused) {
 			sop.Abort() // sync-debug refused a throttle wait: nothing changed
@@ -260,30 +289,45 @@ func (t *Task) submit(name string, operands []access) (syncstate.Fence, error) {
 	}
 	f := syncstate.Fence{TL: tl, Ticket: ticket}
 	t.sinks.Dispatch()
+	err = t.afterSubmit(name, &sop, tl, f)
+	if tr != nil {
+		tr.opEnded(tl, ticket, t.traceHost, began)
+	}
+	return f, err
+}
+
+// afterSubmit records a submitted op on its operands and makes the waits
+// that follow a submission (WaitAlways, the device's run-ahead cap,
+// launch-blocking).
+func (t *Task) afterSubmit(name string, sop *syncstate.Op, tl syncstate.Timeline, f syncstate.Fence) error {
+	d, ticket := t.dev, f.Ticket
 	if err := sop.Commit(ticket, t.sinks); err != nil {
 		var e *Error
 		if errors.As(err, &e) {
-			return f, err // refused by sync-debug mode
+			return err // refused by sync-debug mode
 		}
-		return f, &Error{Op: name, Kind: ErrFault, Detail: "on " + tl.Name(), Err: err}
+		return &Error{Op: name, Kind: ErrFault, Detail: "on " + tl.Name(), Err: err}
 	}
 	if d.maxPerDevice > 0 && d.sinceCheck.Add(1) >= max(d.maxPerDevice/2, 1) {
 		d.sinceCheck.Store(0)
-		if err := d.throttleDevice(t.sinks); err != nil {
+		if err := d.throttleDevice(t.sinks, t.traceHost); err != nil {
 			// The op itself was submitted; the wait for older work failed.
-			return f, &Error{Op: name, Kind: waitKind(err), Detail: "device run-ahead cap", Err: err}
+			return &Error{Op: name, Kind: waitKind(err), Detail: "device run-ahead cap", Err: err}
 		}
 	}
 	if d.launchBlocking {
 		t.sinks.HostWait(ReasonLaunchBlocking)
-		if err := tl.WaitHost(ticket); err != nil {
-			return f, &Error{Op: name, Kind: waitKind(err), Detail: fmt.Sprintf("launch-blocking: the op at %s#%d", tl.Name(), ticket), Err: err}
+		tw := d.trace.waitBegin(name, f, ReasonLaunchBlocking, t.traceHost)
+		err := tl.WaitHost(ticket)
+		d.trace.waitEnd(tw, err)
+		if err != nil {
+			return &Error{Op: name, Kind: waitKind(err), Detail: fmt.Sprintf("launch-blocking: the op at %s#%d", tl.Name(), ticket), Err: err}
 		}
 	}
 	if d.frees.n.Load() != 0 {
 		_ = d.frees.poll(d, false)
 	}
-	return f, nil
+	return nil
 }
 
 // elementwise runs out = op(a, b, alpha) as one of rocsync's kernels.

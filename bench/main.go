@@ -67,6 +67,11 @@ type config struct {
 
 	cpuProfile   string
 	cpuProfileHz int
+
+	// -trace: every program/policy run records into one trace, each run
+	// a process named program/policy.
+	traceFile string
+	trace     *rocsync.Trace
 }
 
 // result is one program under one policy.
@@ -158,8 +163,14 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return runPaired(cfg, stdout)
 	}
 	meta := newRunMeta(cfg, time.Now())
+	if cfg.traceFile != "" {
+		cfg.trace = rocsync.NewTraceFile(cfg.traceFile)
+	}
 	results, dev, err := runAll(cfg)
 	if err != nil {
+		return err
+	}
+	if err := cfg.trace.Flush(); err != nil {
 		return err
 	}
 	meta.Backend, meta.Device, meta.Driver, meta.Target = dev.backend, dev.name, dev.driver, dev.target
@@ -241,6 +252,9 @@ func newFlagSet(cfg *config, fl *flagStrings) *flag.FlagSet {
 			"are not skewed by the machine's speed drifting between one policy's run and the next")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 	fs.IntVar(&cfg.cpuProfileHz, "cpuprofile-hz", 100, "-cpuprofile: samples per second (the runtime's default is 100)")
+	fs.StringVar(&cfg.traceFile, "trace", "",
+		"write a timeline trace (Chrome/Perfetto JSON, open it in ui.perfetto.dev) of every run to this file, one process "+
+			"per program/policy; keep -iters small, the trace holds every op")
 	return fs
 }
 
@@ -488,7 +502,8 @@ type policyRun struct {
 func newPolicyRun(cfg config, prog program, pol rocsync.Policy) (*policyRun, error) {
 	nop := zerolog.Nop()
 	d, err := rocsync.Open(rocsync.Options{Backend: cfg.backend, Policy: pol, Logger: &nop,
-		Emulator: rocsync.EmulatorOptions{MaxDelay: cfg.emuDelay, Seed: cfg.seed}})
+		Emulator: rocsync.EmulatorOptions{MaxDelay: cfg.emuDelay, Seed: cfg.seed},
+		Trace:    cfg.trace, TraceName: prog.name + "/" + pol.String()})
 	if err != nil {
 		return nil, err
 	}

@@ -67,3 +67,48 @@ func withoutOrder(groups ...[]string) []string {
 	}
 	return out
 }
+
+type timingObserver struct {
+	recordingObserver
+	ended []string
+}
+
+func (o *timingObserver) HostWaitEnded(consumer Timeline, f Fence, err error) {
+	o.ended = append(o.ended, fmt.Sprintf("%s after %v: %v", consumer.Name(), f, err))
+}
+
+// A WaitObserver hears the end of every host wait it heard begin, and of
+// nothing else: the boundary waits and WaitAlways's wait after the op.
+func TestWaitObserverHearsHostWaitsEnd(t *testing.T) {
+	q1 := &fakeTL{name: "q1"}
+	s := &fakeTL{name: "s", domain: DomainLibrary}
+	obs := &timingObserver{}
+	e := &Engine{Policy: DeviceSide, Observer: obs}
+	x, y := NewState(), NewState()
+	run(t, e, q1, 1, nil, []*State{x})
+	require.Empty(t, obs.ended)
+	run(t, e, s, 1, []*State{x}, []*State{y})
+	require.Equal(t, []string{"s after q1#1: <nil>"}, obs.ended)
+	e.Policy = WaitAlways
+	run(t, e, q1, 2, []*State{y}, []*State{x})
+	require.Equal(t, []string{"s after q1#1: <nil>", "q1 after s#1: <nil>", "q1 after q1#2: <nil>"}, obs.ended)
+}
+
+// Observers tells every observer of every decision, and only the
+// WaitObservers of the ends of host waits; none is no observer at all.
+func TestObserversCombine(t *testing.T) {
+	require.Nil(t, Observers())
+	require.Nil(t, Observers(nil, nil))
+	plain := &recordingObserver{}
+	require.Same(t, plain, Observers(nil, plain))
+	timing := &timingObserver{}
+	q1 := &fakeTL{name: "q1"}
+	s := &fakeTL{name: "s", domain: DomainLibrary}
+	e := &Engine{Policy: DeviceSide, Observer: Observers(plain, nil, timing)}
+	x, y := NewState(), NewState()
+	run(t, e, q1, 1, nil, []*State{x})
+	run(t, e, s, 1, []*State{x}, []*State{y})
+	require.Equal(t, []string{" on s: host wait q1#1 (boundary)"}, plain.got)
+	require.Equal(t, plain.got, timing.got)
+	require.Equal(t, []string{"s after q1#1: <nil>"}, timing.ended)
+}

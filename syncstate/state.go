@@ -235,6 +235,14 @@ func (e *Engine) decided(op string, consumer Timeline, f Fence, d Decision, r Re
 	}
 }
 
+// waited tells a WaitObserver, if the observer is one, that a host wait
+// it heard of has ended. Only host waits pay for the type assertion.
+func (e *Engine) waited(consumer Timeline, f Fence, err error) {
+	if w, ok := e.Observer.(WaitObserver); ok {
+		w.HostWaitEnded(consumer, f, err)
+	}
+}
+
 var depBufs = sync.Pool{New: func() any { return new([maxDeps]Fence) }}
 
 // depSet collapses fences to the newest one per timeline.
@@ -464,7 +472,9 @@ func (e *Engine) hostWait(op string, tl Timeline, f Fence, sinks Sinks) error {
 	}
 	sinks.HostWait(r)
 	e.decided(op, tl, f, HostWait, r)
-	if err := f.TL.WaitHost(f.Ticket); err != nil {
+	err := f.TL.WaitHost(f.Ticket)
+	e.waited(tl, f, err)
+	if err != nil {
 		return &DependencyError{Fence: f, Err: err}
 	}
 	return nil
@@ -490,7 +500,9 @@ func (o *Op) Commit(ticket uint64, sinks Sinks) error {
 		}
 		sinks.HostWait(ReasonWaitAlways)
 		o.e.decided(o.Name, o.tl, f, HostWait, ReasonWaitAlways)
-		return o.tl.WaitHost(ticket)
+		err := o.tl.WaitHost(ticket)
+		o.e.waited(o.tl, f, err)
+		return err
 	}
 	return nil
 }

@@ -1,0 +1,203 @@
+package rocsync
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rocsync/rocsync/internal/tracecheck"
+	"github.com/rocsync/rocsync/syncstate"
+)
+
+// traceWork runs ops that make every kind of wait the trace draws: on two
+// tasks, kernels and gemms (boundary crossings), a crossing between the
+// tasks' queues (a device wait under DeviceSide, a host wait under
+// SkipSameQueue), a read-back, a free of an array with work in flight,
+// Synchronize, an upload and a download.
+func traceWork(t *testing.T, d *Device) {
+	t.Helper()
+	t1 := d.DefaultTask()
+	t2, err := d.NewTask()
+	require.NoError(t, err)
+	x, err := d.FromFloat32(16, 16, make([]float32, 256))
+	require.NoError(t, err)
+	for i := 0; i < 3; i++ {
+		sq, err := t1.Mul(x, x)
+		require.NoError(t, err)
+		y, err := t1.MatMul(sq, x, false, false)
+		require.NoError(t, err)
+		z, err := t2.Add(y, sq) // crosses from t1's stream and queue
+		require.NoError(t, err)
+		require.NoError(t, t1.ScaleInto(x, 0.5, z)) // back to t1's queue
+		require.NoError(t, sq.Free())
+		require.NoError(t, y.Free())
+		_, err = z.Float32s()
+		require.NoError(t, err)
+		require.NoError(t, z.Free())
+	}
+	require.NoError(t, t2.UploadFloat32(x, make([]float32, 256)))
+	got := make([]float32, 256)
+	p, err := t1.DownloadFloat32(x, got)
+	require.NoError(t, err)
+	require.NoError(t, p.Wait(nil))
+	p, err = t1.DownloadFloat32(x, got)
+	require.NoError(t, err)
+	called := make(chan error, 1)
+	p.Then(func(err error) { called <- err })
+	require.NoError(t, <-called)
+	_, err = t2.Mul(x, x)
+	require.NoError(t, err)
+	require.NoError(t, t2.Synchronize())
+	require.NoError(t, t2.Close())
+}
+
+// The trace of a run shows what its counters count: a slice per op on its
+// queue's or stream's track and on its task's host track, a host-wait
+// slice per host wait of each reason, a flow from the producer to every
+// device and host wait, and only the tracks the run used.
+func TestTraceMatchesStats(t *testing.T) {
+	for _, pol := range syncstate.Policies {
+		t.Run(pol.String(), func(t *testing.T) {
+			var buf bytes.Buffer
+			nop := zerolog.Nop()
+			// A run-ahead cap of 2 makes the queues and streams throttle.
+			d, err := Open(Options{Backend: Emulator, Policy: pol, Logger: &nop, Trace: NewTrace(&buf), TraceName: "work",
+				MaxInFlight: 2, Emulator: EmulatorOptions{HazardChecker: true, MaxDelay: 50 * time.Microsecond, Seed: 3}})
+			require.NoError(t, err)
+			traceWork(t, d)
+			require.NoError(t, d.Close())
+			require.Empty(t, d.Hazards())
+			checkTrace(t, buf.Bytes(), "work", d.Stats())
+		})
+	}
+	t.Run("LaunchBlocking", func(t *testing.T) {
+		var buf bytes.Buffer
+		nop := zerolog.Nop()
+		d, err := Open(Options{Backend: Emulator, Logger: &nop, Trace: NewTrace(&buf), TraceName: "work", LaunchBlocking: true,
+			MaxInFlightPerDevice: 2, Emulator: EmulatorOptions{HazardChecker: true, MaxDelay: 50 * time.Microsecond, Seed: 3}})
+		require.NoError(t, err)
+		traceWork(t, d)
+		require.NoError(t, d.Close())
+		require.NotZero(t, d.Stats().HostWaits[ReasonLaunchBlocking])
+		checkTrace(t, buf.Bytes(), "work", d.Stats())
+	})
+}
+
+// checkTrace checks a trace's process name against what st counts.
+func checkTrace(t *testing.T, data []byte, name string, st Stats) {
+	t.Helper()
+	t.Logf("%s: %v", name, st)
+	tr, err := tracecheck.Parse(data)
+	require.NoError(t, err)
+	require.NoError(t, tr.Check(name, countsOf(st)))
+}
+
+func countsOf(st Stats) tracecheck.Counts {
+	c := tracecheck.Counts{Dispatches: st.Dispatches, DeviceWaits: st.DeviceWaits, HostWaits: map[string]uint64{}}
+	for _, r := range syncstate.Reasons {
+		c.HostWaits[r.String()] = st.HostWaits[r]
+	}
+	return c
+}
+
+// ROCSYNC_TRACE=file traces without an option, into a file written
+// atomically with mode 0600 when the device closes.
+func TestTraceEnvironment(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "trace.json")
+	t.Setenv("ROCSYNC_TRACE", path)
+	nop := zerolog.Nop()
+	d, err := Open(Options{Backend: Emulator, Logger: &nop})
+	require.NoError(t, err)
+	traceWork(t, d)
+	_, err = os.Stat(path)
+	require.ErrorIs(t, err, os.ErrNotExist, "written before Close")
+	require.NoError(t, d.Close())
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	checkTrace(t, data, "gpu0 DeviceSide (emulator)", d.Stats())
+	left, _ := filepath.Glob(filepath.Join(filepath.Dir(path), ".trace.json.tmp*"))
+	require.Empty(t, left, "temporary files left")
+}
+
+// A trace that cannot be written is an error of Close and Flush, and
+// leaves nothing behind.
+func TestTraceWriteErrors(t *testing.T) {
+	dir := t.TempDir()
+	tr := NewTraceFile(filepath.Join(dir, "missing", "trace.json"))
+	err := tr.Flush()
+	var e *Error
+	require.True(t, errors.As(err, &e), "%v", err)
+	require.ErrorIs(t, err, ErrInvalid)
+
+	nop := zerolog.Nop()
+	d, err := Open(Options{Backend: Emulator, Logger: &nop, Trace: NewTrace(failingWriter{})})
+	require.NoError(t, err)
+	x, err := d.FromFloat32(1, 4, make([]float32, 4))
+	require.NoError(t, err)
+	_, err = d.DefaultTask().Mul(x, x)
+	require.NoError(t, err)
+	require.ErrorIs(t, d.Close(), errWrite)
+}
+
+var errWrite = errors.New("disk full")
+
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, errWrite }
+
+// With tracing off, submitting an op, waiting for it and the trace's
+// nil-receiver helpers allocate nothing.
+func TestTraceOffAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector's instrumentation allocates")
+	}
+	nop := zerolog.Nop()
+	d, err := Open(Options{Backend: Emulator, Logger: &nop})
+	require.NoError(t, err)
+	defer d.Close()
+	require.Nil(t, d.trace)
+	tk := d.DefaultTask()
+	x, err := d.FromFloat32(1, 64, make([]float32, 64))
+	require.NoError(t, err)
+	for i := 0; i < 2000; i++ {
+		require.NoError(t, tk.ScaleInto(x, 1, x))
+	}
+	require.NoError(t, tk.Synchronize())
+	// Each op is waited for, so that the emulator's signal pool, which
+	// grows (allocating) when more work is in flight than ever before,
+	// does not come into it.
+	n := testing.AllocsPerRun(500, func() {
+		_ = tk.ScaleInto(x, 1, x)
+		_ = tk.Synchronize()
+	})
+	require.Zero(t, n, "allocations per op and Synchronize with tracing off")
+	var p *traceProc
+	require.Zero(t, testing.AllocsPerRun(100, func() {
+		_ = p.opBegin()
+		p.waitEnd(p.waitBegin("x", x.st.Writer(), ReasonSync, 0), nil)
+		p.drained(tk)
+	}))
+}
+
+// The debug log and the trace share the sync core's one Observer hook:
+// with both on, each hears every decision.
+func TestTraceWithDebugLog(t *testing.T) {
+	var trace, log bytes.Buffer
+	d, err := Open(Options{Backend: Emulator, LogLevel: LogDebug, LogWriter: &log, Trace: NewTrace(&trace), TraceName: "both"})
+	require.NoError(t, err)
+	traceWork(t, d)
+	require.NoError(t, d.Close())
+	checkTrace(t, trace.Bytes(), "both", d.Stats())
+	st := d.Stats()
+	require.EqualValues(t, st.HostWaits[ReasonBoundary], bytes.Count(log.Bytes(), []byte("reason=boundary")), "boundary waits logged")
+	require.NotZero(t, st.HostWaits[ReasonBoundary])
+}
