@@ -208,12 +208,12 @@ func fromSlice(d *Device, op string, rows, cols int, dt DType, n int, src unsafe
 // CopyToFloat32 copies the array into dst (len rows*cols). It waits on the
 // host only for the array's last writer; pending readers do not matter.
 func (a *Array) CopyToFloat32(dst []float32) error {
-	return a.copyTo(nil, "CopyToFloat32", Float32, len(dst), unsafe.Pointer(unsafe.SliceData(dst)))
+	return a.copyTo(context.Background(), "CopyToFloat32", Float32, len(dst), unsafe.Pointer(unsafe.SliceData(dst)))
 }
 
 // CopyToFloat64 is CopyToFloat32 for float64.
 func (a *Array) CopyToFloat64(dst []float64) error {
-	return a.copyTo(nil, "CopyToFloat64", Float64, len(dst), unsafe.Pointer(unsafe.SliceData(dst)))
+	return a.copyTo(context.Background(), "CopyToFloat64", Float64, len(dst), unsafe.Pointer(unsafe.SliceData(dst)))
 }
 
 // CopyToFloat32Context is CopyToFloat32 whose wait for the writer also
@@ -234,7 +234,7 @@ func (a *Array) Float32s() ([]float32, error) {
 		return nil, newErr("Float32s", ErrNilArray, "")
 	}
 	out := make([]float32, a.Len())
-	return out, a.copyTo(nil, "Float32s", Float32, len(out), unsafe.Pointer(unsafe.SliceData(out)))
+	return out, a.copyTo(context.Background(), "Float32s", Float32, len(out), unsafe.Pointer(unsafe.SliceData(out)))
 }
 
 // Float64s returns the array's values in a new slice.
@@ -243,7 +243,7 @@ func (a *Array) Float64s() ([]float64, error) {
 		return nil, newErr("Float64s", ErrNilArray, "")
 	}
 	out := make([]float64, a.Len())
-	return out, a.copyTo(nil, "Float64s", Float64, len(out), unsafe.Pointer(unsafe.SliceData(out)))
+	return out, a.copyTo(context.Background(), "Float64s", Float64, len(out), unsafe.Pointer(unsafe.SliceData(out)))
 }
 
 func (a *Array) copyTo(ctx context.Context, op string, dt DType, n int, dst unsafe.Pointer) error {

@@ -132,7 +132,7 @@ func (b *Buffer) Bytes() ([]byte, error) {
 		return nil, newErr("Bytes", ErrNilArray, "nil buffer")
 	}
 	out := make([]byte, b.size)
-	return out, b.CopyTo(nil, out)
+	return out, b.CopyTo(context.Background(), out)
 }
 
 // CopyTo copies the buffer into dst (len Size), waiting on the host for

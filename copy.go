@@ -304,7 +304,7 @@ func (p *Pending) Wait(ctx context.Context) error {
 // goroutine of its own; it does not block.
 func (p *Pending) Then(fn func(error)) {
 	go func() {
-		err := p.Wait(nil)
+		err := p.Wait(context.Background())
 		tr := p.dev.trace
 		if tr == nil {
 			fn(err)

@@ -450,7 +450,7 @@ func (d *Device) DefaultTask() *Task {
 
 // Synchronize waits on the host for all work of every task, then releases
 // freed memory whose work is done.
-func (d *Device) Synchronize() error { return d.SynchronizeContext(nil) }
+func (d *Device) Synchronize() error { return d.SynchronizeContext(context.Background()) }
 
 // SynchronizeContext is Synchronize that also returns when ctx is done. It
 // cancels the wait, not the GPU work.
@@ -485,7 +485,7 @@ func (d *Device) synchronize(ctx context.Context) error {
 // arrays afterwards returns ErrClosed. Closing it again returns nil, as
 // Task.Close does: a deferred Close after an explicit one is harmless, and
 // the first Close reported whatever there was to report.
-func (d *Device) Close() error { return d.CloseContext(nil) }
+func (d *Device) Close() error { return d.CloseContext(context.Background()) }
 
 // CloseContext is Close whose drain also ends when ctx is done. A drain
 // that runs out of time (ctx, or Options.WaitTimeout) leaves the device

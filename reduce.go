@@ -1,6 +1,7 @@
 package rocsync
 
 import (
+	"context"
 	"sync"
 	"unsafe"
 
@@ -146,7 +147,7 @@ func checkZeroed(d *Device, b *buffer) error {
 	}
 	defer d.leave()
 	host := make([]byte, b.size)
-	if err := b.download(nil, "Sum", unsafe.Pointer(&host[0]), (*Buffer)(b)); err != nil {
+	if err := b.download(context.Background(), "Sum", unsafe.Pointer(&host[0]), (*Buffer)(b)); err != nil {
 		return err
 	}
 	if err := kernels.CheckZeroed(host); err != nil {

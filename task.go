@@ -68,7 +68,7 @@ func (t *Task) Device() *Device {
 // returns an ErrFault error if any of that work failed (and keeps
 // returning it: the task's queue or stream is broken), and an ErrTimeout
 // error past Options.WaitTimeout.
-func (t *Task) Synchronize() error { return t.SynchronizeContext(nil) }
+func (t *Task) Synchronize() error { return t.SynchronizeContext(context.Background()) }
 
 // SynchronizeContext is Synchronize that also returns when ctx is done,
 // with an error that wraps ctx's. It cancels the wait, not the GPU work.
@@ -169,7 +169,7 @@ func (t *Task) Close() error {
 	}
 	t.lifeMu.Lock()
 	defer t.lifeMu.Unlock()
-	err := t.drain(nil)
+	err := t.drain(context.Background())
 	d.trace.drained(t)
 	d.mu.Lock()
 	for i, x := range d.tasks {

@@ -2,6 +2,7 @@ package rocsync
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -45,7 +46,7 @@ func traceWork(t *testing.T, d *Device) {
 	got := make([]float32, 256)
 	p, err := t1.DownloadFloat32(x, got)
 	require.NoError(t, err)
-	require.NoError(t, p.Wait(nil))
+	require.NoError(t, p.Wait(context.Background()))
 	p, err = t1.DownloadFloat32(x, got)
 	require.NoError(t, err)
 	called := make(chan error, 1)

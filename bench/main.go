@@ -34,8 +34,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/rocsync/rocsync"
 	"github.com/rocsync/rocsync/bench/internal/measure"
 )
@@ -500,8 +498,7 @@ type policyRun struct {
 }
 
 func newPolicyRun(cfg config, prog program, pol rocsync.Policy) (*policyRun, error) {
-	nop := zerolog.Nop()
-	d, err := rocsync.Open(rocsync.Options{Backend: cfg.backend, Policy: pol, Logger: &nop,
+	d, err := rocsync.Open(rocsync.Options{Backend: cfg.backend, Policy: pol, LogLevel: rocsync.LogOff,
 		Emulator: rocsync.EmulatorOptions{MaxDelay: cfg.emuDelay, Seed: cfg.seed},
 		Trace:    cfg.trace, TraceName: prog.name + "/" + pol.String()})
 	if err != nil {

@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/rocsync/rocsync"
 )
 
@@ -281,8 +279,7 @@ func TestMLPHostWaitsAreTheCrossings(t *testing.T) {
 	cfg := config{mlp: mlpSizes{8, 8, 8, 4}, seed: 1}
 	want := mlpCrossings(cfg)
 	for _, pol := range []rocsync.Policy{rocsync.DeviceSide, rocsync.Unified, rocsync.DeviceBridge} {
-		nop := zerolog.Nop()
-		d, err := rocsync.Open(rocsync.Options{Backend: rocsync.Emulator, Policy: pol, Logger: &nop,
+		d, err := rocsync.Open(rocsync.Options{Backend: rocsync.Emulator, Policy: pol, LogLevel: rocsync.LogOff,
 			Emulator: rocsync.EmulatorOptions{MaxDelay: 2 * time.Millisecond, Seed: 7}})
 		if err != nil {
 			t.Fatal(err)
@@ -339,8 +336,7 @@ func TestMLPHostWaitsAreTheCrossings(t *testing.T) {
 func TestMLPMatchesCPUReference(t *testing.T) {
 	sz := mlpSizes{batch: 12, in: 10, hidden: 9, out: 3}
 	const steps = 3
-	nop := zerolog.Nop()
-	d, err := rocsync.Open(rocsync.Options{Backend: rocsync.Emulator, Logger: &nop})
+	d, err := rocsync.Open(rocsync.Options{Backend: rocsync.Emulator, LogLevel: rocsync.LogOff})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,8 +19,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/rocsync/rocsync"
 	"github.com/rocsync/rocsync/bench/internal/measure"
 	"github.com/rocsync/rocsync/bench/rawcuda/raw"
@@ -304,9 +302,8 @@ func runPair(cfg config, g *raw.GPU, p pair, progress *progress) (r pairResult, 
 	defer func() { err = errors.Join(err, rp.Close()) }()
 	r.RawHostWaitsPerIter = rp.HostWaitsPerIter()
 
-	nop := zerolog.Nop()
 	t0 := time.Now()
-	d, err := rocsync.Open(rocsync.Options{Backend: rocsync.CUDA, Policy: p.policy, Logger: &nop})
+	d, err := rocsync.Open(rocsync.Options{Backend: rocsync.CUDA, Policy: p.policy, LogLevel: rocsync.LogOff})
 	if err != nil {
 		return r, err
 	}

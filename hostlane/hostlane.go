@@ -239,7 +239,7 @@ func (l *Lane) OnComplete(t uint64, fn func()) bool {
 }
 
 // WaitHost implements syncstate.Timeline.
-func (l *Lane) WaitHost(t uint64) error { return l.WaitHostContext(nil, t) }
+func (l *Lane) WaitHost(t uint64) error { return l.WaitHostContext(context.Background(), t) }
 
 // WaitHostContext implements syncstate.ContextWaiter: it waits until
 // ticket t has completed, ctx is done (nil: never) or Config.WaitTimeout
@@ -252,7 +252,7 @@ func (l *Lane) WaitHostContext(ctx context.Context, t uint64) error {
 		timeout = tm.C
 	}
 	var done <-chan struct{}
-	if ctx != nil {
+	if syncstate.Cancellable(ctx) {
 		done = ctx.Done()
 	}
 	start := time.Now()

@@ -167,7 +167,7 @@ func (r ROCrVersion) String() string {
 func ParseROCrBuildVersion(build string) (ROCrVersion, error) {
 	fields := strings.SplitN(strings.Trim(strings.TrimSpace(build), `"`), ".", 3)
 	if len(fields) < 2 {
-		return ROCrVersion{}, fmt.Errorf("kernels: ROCr build version %q is not <major>.<minor>...", build)
+		return ROCrVersion{}, fmt.Errorf("kernels: ROCr build version %q is not of the form <major>.<minor>[.<rest>]", build)
 	}
 	minor := fields[1]
 	if i := strings.IndexFunc(minor, func(c rune) bool { return c < '0' || c > '9' }); i >= 0 {
@@ -176,7 +176,7 @@ func ParseROCrBuildVersion(build string) (ROCrVersion, error) {
 	ma, err1 := strconv.Atoi(fields[0])
 	mi, err2 := strconv.Atoi(minor)
 	if err1 != nil || err2 != nil || ma < 0 || mi < 0 || (ma == 0 && mi == 0) {
-		return ROCrVersion{}, fmt.Errorf("kernels: ROCr build version %q is not <major>.<minor>...", build)
+		return ROCrVersion{}, fmt.Errorf("kernels: ROCr build version %q is not of the form <major>.<minor>[.<rest>]", build)
 	}
 	return ROCrVersion{Major: ma, Minor: mi}, nil
 }

@@ -369,7 +369,7 @@ func (q *Queue) signalFor(t uint64) *Signal {
 }
 
 // WaitHost implements syncstate.Timeline.
-func (q *Queue) WaitHost(t uint64) error { return q.WaitHostContext(nil, t) }
+func (q *Queue) WaitHost(t uint64) error { return q.WaitHostContext(context.Background(), t) }
 
 // WaitHostContext implements syncstate.ContextWaiter: WaitHost that also
 // ends when ctx is done (nil: never).
@@ -593,7 +593,7 @@ func (q *Queue) reserveWithLocked(sig *Signal) (uint64, *Signal, error) {
 		q.sinks.HostWait(syncstate.ReasonThrottle)
 		oldest := q.slot(t).sig
 		oldest.Retain()
-		err := q.waitSignal(nil, oldest, t)
+		err := q.waitSignal(context.Background(), oldest, t)
 		oldest.Release()
 		if err != nil {
 			return fail(err)

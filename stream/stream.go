@@ -524,7 +524,7 @@ func (s *Stream) releaseEvent(ev uintptr) {
 // WaitAlways, Drain) is one stream synchronize; otherwise it synchronizes
 // an event recorded (or reused) for ticket t, which does not also wait for
 // the ops submitted after t.
-func (s *Stream) WaitHost(t uint64) error { return s.WaitHostContext(nil, t) }
+func (s *Stream) WaitHost(t uint64) error { return s.WaitHostContext(context.Background(), t) }
 
 // poll waits for query to report done, polling with a growing pause,
 // until b ends the wait or the stream is found to fail.
@@ -568,7 +568,7 @@ func (e *boundErr) Unwrap() error { return e.err }
 func (s *Stream) WaitHostContext(ctx context.Context, t uint64) error {
 	var bound syncstate.Bound
 	var b *syncstate.Bound
-	if ctx != nil || s.timeout > 0 {
+	if syncstate.Cancellable(ctx) || s.timeout > 0 {
 		bound = syncstate.Bound{Ctx: ctx, Timeout: s.timeout, Start: time.Now()}
 		b = &bound
 	}

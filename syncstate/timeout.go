@@ -32,10 +32,15 @@ type ContextWaiter interface {
 	WaitHostContext(ctx context.Context, t uint64) error
 }
 
+// Cancellable reports whether ctx can end a wait: nil and
+// context.Background() cannot, and waits without one may block in the
+// runtime instead of polling.
+func Cancellable(ctx context.Context) bool { return ctx != nil && ctx.Done() != nil }
+
 // WaitHostContext waits for f with ctx when its timeline supports it, and
 // plainly otherwise.
 func WaitHostContext(ctx context.Context, f Fence) error {
-	if cw, ok := f.TL.(ContextWaiter); ok && ctx != nil {
+	if cw, ok := f.TL.(ContextWaiter); ok && Cancellable(ctx) {
 		return cw.WaitHostContext(ctx, f.Ticket)
 	}
 	return f.TL.WaitHost(f.Ticket)
@@ -51,7 +56,7 @@ type Bound struct {
 
 // Check returns the error that ends the wait for f, or nil to go on.
 func (b *Bound) Check(f Fence) error {
-	if b.Ctx != nil {
+	if Cancellable(b.Ctx) {
 		if err := b.Ctx.Err(); err != nil {
 			return fmt.Errorf("waiting for %v: %w", f, err)
 		}

@@ -127,13 +127,6 @@ type Param struct {
 	WriteOnly bool
 }
 
-func (p *Param) label() string {
-	if p.Name != "" {
-		return strconv.Itoa(p.Index) + " (" + p.Name + ")"
-	}
-	return strconv.Itoa(p.Index)
-}
-
 // hiddenFill says what Pack writes into a hidden AMD argument.
 type hiddenFill uint8
 
