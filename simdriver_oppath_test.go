@@ -152,4 +152,30 @@ func TestUserKernelsAndCopiesOnSimulatedDriver(t *testing.T) {
 		})
 	}
 	require.Equal(t, uint64(1), builder.Stats().Compiles, "compiled once, loaded on each device from the builder's cache")
+
+	// A reference that reaches past its buffer goes through
+	// kfdsim_gpu_access like the GPU would: the VM fault is raised, the
+	// queue faults, and the output is poisoned instead of the Go process
+	// touching memory the GPU has no mapping for.
+	t.Run("OutOfBoundsReferenceIsAVMFault", func(t *testing.T) {
+		bad := &userkernel.References{}
+		require.NoError(t, bad.Register("saxpy", func(g userkernel.Geometry, args []userkernel.Arg, mem userkernel.Memory) error {
+			_, err := mem.Bytes(args[1].Ptr()+1<<40, 4, false)
+			require.ErrorIs(t, err, kfdsim.ErrVMFault)
+			return err
+		}))
+		e.UseReferences(bad)
+		defer e.UseReferences(refs)
+		d := open(t, DeviceSide)
+		k := loadSAXPY(t, d)
+		x, err := d.FromFloat32(1, 64, make([]float32, 64))
+		require.NoError(t, err)
+		y, err := d.FromFloat32(1, 64, make([]float32, 64))
+		require.NoError(t, err)
+		before := e.Stats().Faults
+		require.NoError(t, d.DefaultTask().Launch(k, userkernel.Grid1D(64, 64), InOut(y), In(x), F32(1), U32(64)))
+		_, err = y.Float32s()
+		require.ErrorIs(t, err, ErrFault)
+		require.Equal(t, before+1, e.Stats().Faults)
+	})
 }
