@@ -21,7 +21,9 @@ import (
 // hipMemcpyAsync on the emulator), in one process, the two paths run
 // alternately at each size. Each copy is taken to completion before the
 // next (Task.Synchronize or Pending.Wait; cuStreamSynchronize), so MB/s is
-// what one copy at a time achieves, latency included.
+// what one copy at a time achieves, latency included. "bounce" is the CPU
+// copy between the Go slice and pinned memory alone, which rocsync's path
+// adds to the driver's.
 //
 // With ROCSYNC_GPU=1 ROCSYNC_BACKEND=cuda it runs on the NVIDIA GPU;
 // otherwise on the emulator, whose numbers are CPU memcpy, not GPU numbers
@@ -68,12 +70,22 @@ func BenchmarkCopyBandwidth(b *testing.B) {
 		}{
 			{"HtoD", upload, func() error { return raw.htod(uint64(size)) }},
 			{"DtoH", download, func() error { return raw.dtoh(uint64(size)) }},
+			// The bounce alone: the CPU copy between a Go slice and pinned
+			// memory that rocsync's path adds to the driver's copy.
+			{"bounce", nil, func() error { copy(unsafe.Slice((*byte)(raw.host), size), host); return nil }},
 		} {
 			for _, path := range []struct {
 				name string
 				copy func() error
 			}{{"raw", dir.base}, {"rocsync", dir.rocsync}} {
-				b.Run(name+"/"+dir.name+"/"+label+"/"+path.name, func(b *testing.B) {
+				if path.copy == nil {
+					continue
+				}
+				pname := path.name
+				if dir.rocsync == nil {
+					pname = "memcpy"
+				}
+				b.Run(name+"/"+dir.name+"/"+label+"/"+pname, func(b *testing.B) {
 					must(b, path.copy()) // the staging slot and the pinned pages exist before timing
 					b.SetBytes(int64(size))
 					b.ResetTimer()
@@ -93,6 +105,8 @@ func BenchmarkCopyBandwidth(b *testing.B) {
 type rawCopier struct {
 	htod, dtoh func(size uint64) error
 	close      func()
+	host       unsafe.Pointer // the pinned buffer
+
 }
 
 func newRawCopier(d *Device, size uint64) (*rawCopier, error) {
@@ -117,6 +131,7 @@ func newRawHIPCopier(h hip.Runtime, size uint64) (*rawCopier, error) {
 		return nil, err
 	}
 	return &rawCopier{
+		host: host,
 		htod: func(n uint64) error {
 			if err := h.MemcpyHtoDAsync(dptr, host, n, s); err != nil {
 				return err
@@ -168,6 +183,7 @@ func newRawCUDACopier(size uint64) (*rawCopier, error) {
 		return nil, err
 	}
 	return &rawCopier{
+		host: host,
 		htod: func(n uint64) error {
 			if err := c.MemcpyHtoDAsync(dptr, host, n, s); err != nil {
 				return err
