@@ -4,6 +4,8 @@ package rocsync
 
 import (
 	"context"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/rs/zerolog"
@@ -107,6 +109,9 @@ func TestUserKernelsAndCopiesOnSimulatedDriver(t *testing.T) {
 		parentOfSimulatedDriver(t)
 		out := kfdsim.Run(t, simulatedSuiteRuns[0].gpus, t.Name(), kfdsim.Options{Env: simblasEnv(t)})
 		logChildSummary(t, out)
+		if os.Getenv(kfdsim.EnvRequired) == "1" && strings.Contains(out, "--- SKIP") {
+			t.Fatalf("the child skipped part of the program (no clang for OpenCL?):\n%s", out)
+		}
 		return
 	}
 	e, err := kfdsim.RegisterExecutor("")
