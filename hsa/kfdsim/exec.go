@@ -18,6 +18,7 @@ import (
 	"github.com/rocsync/rocsync/internal/cmem"
 	"github.com/rocsync/rocsync/kernels"
 	"github.com/rocsync/rocsync/rocblas/simblas"
+	"github.com/rocsync/rocsync/userkernel"
 )
 
 // The executor status codes of kfdsim.h.
@@ -55,6 +56,7 @@ type Executor struct {
 
 	runs, faults, unknown atomic.Uint64
 	refused               atomic.Uint64
+	refs                  atomic.Pointer[userkernel.References]
 	lastRefusal           atomic.Pointer[error]
 	logUnknown            bool
 }
@@ -78,12 +80,17 @@ type kernelPlan struct {
 	dt      kernels.DType
 	kernarg uint64 // bytes of kernarg the kernel reads
 	err     error  // the layout did not match: every dispatch is refused
+	// user is the signature of a kernel that is not rocsync's or
+	// simblas's (planUser), read from its code object's metadata note: it
+	// runs through the References given to UseReferences.
+	user *userkernel.Kernel
 }
 
 const (
 	planElementwise = iota
 	planGemm
 	planReduce
+	planUser
 )
 
 // ErrNoThunk is matched by errors.Is when the simulated thunk cannot be
@@ -251,6 +258,8 @@ func (e *Executor) run(call uintptr) int {
 		r = e.runGemm(&d, plan)
 	case planReduce:
 		r = e.runReduce(&d, plan, name)
+	case planUser:
+		r = e.runUser(&d, plan)
 	}
 	e.count(r)
 	return r
@@ -322,6 +331,9 @@ func (e *Executor) plan(node uint32, base, size uint64, name []byte) (*kernelPla
 	p := im.checked[string(name)]
 	if p == nil {
 		p = planFor(im.meta, string(name))
+		if errors.Is(p.err, errUnknownKernel) {
+			p = userPlan(bytesAt(base, size), string(name), p)
+		}
 		im.checked[string(name)] = p
 		if p.err != nil {
 			e.complain(string(name), p.err.Error())

@@ -1,0 +1,186 @@
+//go:build linux && (amd64 || arm64)
+
+package rocsync
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rocsync/rocsync/hip"
+	"github.com/rocsync/rocsync/hsa/kfdsim"
+	"github.com/rocsync/rocsync/rocblas"
+	"github.com/rocsync/rocsync/userkernel"
+)
+
+// opSetProgram is issue 11's program on any ROCm device (the emulator's or
+// Debian's real ROCr and HIP over the simulated driver): uploads into
+// existing arrays, SAXPY compiled from OpenCL for the device's target, a
+// gemm the user makes directly with rocBLAS on the task's raw HIP stream,
+// and an asynchronous download, compared with the CPU reference.
+func opSetProgram(t *testing.T, d *Device) {
+	t.Helper()
+	k := loadSAXPY(t, d)
+	_, blas, ok := d.ROCmLibraries()
+	require.True(t, ok, "a ROCm device")
+	require.NotNil(t, blas, "rocBLAS is loaded")
+	tk, err := d.NewTask()
+	require.NoError(t, err)
+	defer func() { require.NoError(t, tk.Close()) }()
+
+	const n = 16
+	xs := seq(n*n, func(i int) float32 { return float32(i%17) - 8 })
+	ys := seq(n*n, func(i int) float32 { return float32(i%5) - 2 })
+	x, err := d.Empty(n, n, Float32)
+	require.NoError(t, err)
+	y, err := d.Empty(n, n, Float32)
+	require.NoError(t, err)
+	c, err := d.Empty(n, n, Float32)
+	require.NoError(t, err)
+	require.NoError(t, tk.UploadFloat32(x, xs))
+	require.NoError(t, tk.UploadFloat32(y, ys))
+	require.NoError(t, tk.Launch(k, userkernel.Grid1D(n*n, 64), InOut(y), In(x), F32(2), U32(n*n)))
+
+	h, err := blas.CreateHandle(0)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, blas.DestroyHandle(h)) }()
+	// Column-major sgemm of the row-major buffers y and x computes
+	// cᵀ = yᵀ·xᵀ, that is c = x·y in row-major order.
+	require.NoError(t, tk.LibraryCall([]Arg{In(y), In(x), Out(c)}, func(stream uintptr) error {
+		if err := blas.SetStream(h, hip.Stream(stream)); err != nil {
+			return err
+		}
+		return blas.Sgemm(h, rocblas.OperationNone, rocblas.OperationNone, n, n, n, 1,
+			hip.DevicePtr(y.ptr), n, hip.DevicePtr(x.ptr), n, 0, hip.DevicePtr(c.ptr), n)
+	}))
+	gotY := make([]float32, n*n)
+	gotC := make([]float32, n*n)
+	pendY, err := tk.DownloadFloat32(y, gotY)
+	require.NoError(t, err)
+	pendC, err := tk.DownloadFloat32(c, gotC)
+	require.NoError(t, err)
+	require.NoError(t, pendY.Wait(context.Background()))
+	require.NoError(t, pendC.Wait(context.Background()))
+
+	wantY := make([]float32, n*n)
+	for i := range wantY {
+		wantY[i] = 2*xs[i] + ys[i]
+	}
+	require.Equal(t, wantY, gotY, "SAXPY")
+	wantC := make([]float32, n*n)
+	for i := range n {
+		for j := range n {
+			var s float32 // small integers: exact in float32 in any order
+			for l := range n {
+				s += xs[i*n+l] * wantY[l*n+j]
+			}
+			wantC[i*n+j] = s
+		}
+	}
+	require.Equal(t, wantC, gotC, "the user's gemm on the raw stream")
+}
+
+// The same program on the emulator, with the hazard checker and random
+// delays on, under the policies the simulated driver runs it with.
+func TestOpSetProgramOnEmulator(t *testing.T) {
+	for _, p := range []Policy{DeviceSide, Unified} {
+		t.Run(p.String(), func(t *testing.T) {
+			d := openOpPath(t, p)
+			opSetProgram(t, d)
+			require.NoError(t, d.Synchronize())
+			require.Empty(t, d.Hazards())
+		})
+	}
+}
+
+// Issue 11's program on Debian's real ROCr and HIP 5.2.3 over the
+// simulated driver (gfx90a): SAXPY is compiled at run time for gfx90a in
+// the code-object version HIP 5.2.3 loads, and the simulated GPU runs it
+// through the Go reference the Executor finds by the kernel's name (its
+// signature read from the loaded code object's metadata note, every
+// operand range checked with kfdsim_gpu_access). Without the reference the
+// dispatch faults its queue, as any kernel the simulated GPU cannot run.
+func TestUserKernelsAndCopiesOnSimulatedDriver(t *testing.T) {
+	if !kfdsim.InChild(t) {
+		parentOfSimulatedDriver(t)
+		out := kfdsim.Run(t, simulatedSuiteRuns[0].gpus, t.Name(), kfdsim.Options{Env: simblasEnv(t)})
+		logChildSummary(t, out)
+		if os.Getenv(kfdsim.EnvRequired) == "1" && strings.Contains(out, "--- SKIP") {
+			t.Fatalf("the child skipped part of the program (no clang for OpenCL?):\n%s", out)
+		}
+		return
+	}
+	e, err := kfdsim.RegisterExecutor("")
+	require.NoError(t, err)
+	defer e.Close()
+	refs := &userkernel.References{}
+	require.NoError(t, refs.Register("saxpy", saxpyReference))
+	builder := userkernel.NewBuilder(userkernel.Options{CacheDir: t.TempDir()})
+	nop := zerolog.Nop()
+	open := func(t *testing.T, p Policy) *Device {
+		devs, err := OpenAll(Options{Backend: ROCm, Policy: p, KernelBuilder: builder, Logger: &nop})
+		require.NoError(t, err)
+		require.Len(t, devs, 1)
+		t.Cleanup(func() { _ = devs[0].Close() })
+		return devs[0]
+	}
+
+	t.Run("WithoutReferenceFaults", func(t *testing.T) {
+		e.UseReferences(nil)
+		d := open(t, DeviceSide)
+		k := loadSAXPY(t, d)
+		x, err := d.FromFloat32(1, 64, make([]float32, 64))
+		require.NoError(t, err)
+		y, err := d.FromFloat32(1, 64, make([]float32, 64))
+		require.NoError(t, err)
+		before := e.Stats().Unknown
+		require.NoError(t, d.DefaultTask().Launch(k, userkernel.Grid1D(64, 64), InOut(y), In(x), F32(1), U32(64)))
+		_, err = y.Float32s()
+		require.ErrorIs(t, err, ErrFault)
+		require.Equal(t, before+1, e.Stats().Unknown)
+	})
+
+	e.UseReferences(refs)
+	for _, p := range []Policy{DeviceSide, Unified} {
+		t.Run(p.String(), func(t *testing.T) {
+			d := open(t, p)
+			before := e.Stats()
+			opSetProgram(t, d)
+			after := e.Stats()
+			require.Greater(t, after.Runs, before.Runs)
+			require.Equal(t, before.Unknown, after.Unknown, "the executor ran every kernel")
+			require.Equal(t, before.Faults, after.Faults)
+		})
+	}
+	require.Equal(t, uint64(1), builder.Stats().Compiles, "compiled once, loaded on each device from the builder's cache")
+
+	// A reference that reaches past its buffer goes through
+	// kfdsim_gpu_access like the GPU would: the VM fault is raised, the
+	// queue faults, and the output is poisoned instead of the Go process
+	// touching memory the GPU has no mapping for.
+	t.Run("OutOfBoundsReferenceIsAVMFault", func(t *testing.T) {
+		bad := &userkernel.References{}
+		require.NoError(t, bad.Register("saxpy", func(g userkernel.Geometry, args []userkernel.Arg, mem userkernel.Memory) error {
+			_, err := mem.Bytes(args[1].Ptr()+1<<40, 4, false)
+			require.ErrorIs(t, err, kfdsim.ErrVMFault)
+			return err
+		}))
+		e.UseReferences(bad)
+		defer e.UseReferences(refs)
+		d := open(t, DeviceSide)
+		k := loadSAXPY(t, d)
+		x, err := d.FromFloat32(1, 64, make([]float32, 64))
+		require.NoError(t, err)
+		y, err := d.FromFloat32(1, 64, make([]float32, 64))
+		require.NoError(t, err)
+		before := e.Stats().Faults
+		require.NoError(t, d.DefaultTask().Launch(k, userkernel.Grid1D(64, 64), InOut(y), In(x), F32(1), U32(64)))
+		_, err = y.Float32s()
+		require.ErrorIs(t, err, ErrFault)
+		require.Equal(t, before+1, e.Stats().Faults)
+	})
+}
