@@ -288,7 +288,7 @@ type Device struct {
 	userMu      sync.Mutex
 	userModules []*userModule // user kernels' code, by handle-1
 
-	reductions reductions // reduce.go
+	reductions driver.ReductionCache // reduce.go
 }
 
 var _ driver.Device = (*Device)(nil)
