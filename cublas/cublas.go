@@ -114,11 +114,8 @@ func (e *notFoundError) Error() string {
 	} else {
 		fmt.Fprintf(&b, " (gemm needs cuBLAS: install the CUDA toolkit's libcublas, or set %s to its path)", EnvLibCUBLAS)
 	}
-	b.WriteString("; tried ")
-	b.WriteString(strings.Join(e.nf.Tried, ", "))
-	if e.nf.Last != "" {
-		b.WriteString(" (last error: " + e.nf.Last + ")")
-	}
+	b.WriteString("; ")
+	b.WriteString(e.nf.Attempts())
 	return b.String()
 }
 

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
-	"slices"
 
 	"github.com/ebitengine/purego"
 
@@ -53,15 +51,7 @@ var Sonames = []string{"libcublas.so.13", "libcublas.so.12"}
 // search: PyTorch's CUDA 13 wheels, then the CUDA toolkits under
 // /usr/local (newest first).
 func SearchDirs() []string {
-	dirs := []string{
-		"/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cu13/lib",
-		"/usr/local/cuda/targets/x86_64-linux/lib",
-		"/usr/local/cuda/lib64",
-	}
-	found, _ := filepath.Glob("/usr/local/cuda-*/targets/x86_64-linux/lib")
-	slices.Sort(found)
-	slices.Reverse(found)
-	return append(dirs, found...)
+	return append([]string{"/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cu13/lib"}, dl.CUDAToolkitDirs()...)
 }
 
 // Lib is the purego binding to libcublas. It is safe for use by many

@@ -152,11 +152,8 @@ func (e *noDriverError) Error() string {
 	} else {
 		fmt.Fprintf(&b, " (install the NVIDIA driver, or set %s to the path of libcuda.so.1)", EnvLibCUDA)
 	}
-	b.WriteString("; tried ")
-	b.WriteString(strings.Join(e.nf.Tried, ", "))
-	if e.nf.Last != "" {
-		b.WriteString(" (last error: " + e.nf.Last + ")")
-	}
+	b.WriteString("; ")
+	b.WriteString(e.nf.Attempts())
 	return b.String()
 }
 

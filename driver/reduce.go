@@ -1,6 +1,10 @@
 package driver
 
-import "github.com/rocsync/rocsync/kernels"
+import (
+	"sync"
+
+	"github.com/rocsync/rocsync/kernels"
+)
 
 // Reducer is a Device that has rocsync's sum reductions (kernels.Reduction)
 // loaded next to its elementwise kernels: a Dispatch of the returned
@@ -9,4 +13,28 @@ import "github.com/rocsync/rocsync/kernels"
 // leaves zeroed.
 type Reducer interface {
 	Reduction(r kernels.Reduction, dt kernels.DType) (*Kernel, error)
+}
+
+// ReductionCache keeps a Reducer's kernels: one per reduction and element
+// type, looked up on first use. The zero value is ready.
+type ReductionCache struct {
+	mu     sync.Mutex
+	loaded [kernels.SumCols + 1][2]bool
+	k      [kernels.SumCols + 1][2]Kernel
+}
+
+// Get returns the kernel of (r, dt), calling load (under the cache's lock)
+// the first time; a failed load is not kept. r and dt must be valid.
+func (c *ReductionCache) Get(r kernels.Reduction, dt kernels.DType, load func() (Kernel, error)) (*Kernel, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.loaded[r][dt] {
+		return &c.k[r][dt], nil
+	}
+	k, err := load()
+	if err != nil {
+		return nil, err
+	}
+	c.k[r][dt], c.loaded[r][dt] = k, true
+	return &c.k[r][dt], nil
 }

@@ -136,23 +136,8 @@ func (o Op) Symbol(dt DType) string {
 // ParseSymbol is the inverse of Symbol and KernelName: it accepts a kernel
 // name with or without the ".kd" suffix.
 func ParseSymbol(sym string) (Op, DType, bool) {
-	sym = strings.TrimSuffix(sym, descriptorSuffix)
-	rest, ok := strings.CutPrefix(sym, kernelPrefix)
+	opName, dt, ok := splitSymbol(sym)
 	if !ok {
-		return 0, 0, false
-	}
-	i := strings.LastIndexByte(rest, '_')
-	if i < 0 {
-		return 0, 0, false
-	}
-	opName, suffix := rest[:i], rest[i+1:]
-	var dt DType
-	switch suffix {
-	case "f32":
-		dt = F32
-	case "f64":
-		dt = F64
-	default:
 		return 0, 0, false
 	}
 	for o, name := range opNames {
@@ -161,6 +146,29 @@ func ParseSymbol(sym string) (Op, DType, bool) {
 		}
 	}
 	return 0, 0, false
+}
+
+// splitSymbol splits a kernel name, with or without the ".kd" suffix, into
+// the name between the prefix and the element type, and the element type.
+func splitSymbol(sym string) (name string, dt DType, ok bool) {
+	sym = strings.TrimSuffix(sym, descriptorSuffix)
+	rest, ok := strings.CutPrefix(sym, kernelPrefix)
+	if !ok {
+		return "", 0, false
+	}
+	i := strings.LastIndexByte(rest, '_')
+	if i < 0 {
+		return "", 0, false
+	}
+	switch rest[i+1:] {
+	case "f32":
+		dt = F32
+	case "f64":
+		dt = F64
+	default:
+		return "", 0, false
+	}
+	return rest[:i], dt, true
 }
 
 // Reads reports which input arrays the op reads. Fill reads neither, the

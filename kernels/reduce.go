@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"strings"
 )
 
 // Launching a reduction (the contract for the op path):
@@ -80,26 +79,12 @@ func (r Reduction) Symbol(dt DType) string { return r.KernelName(dt) + descripto
 
 // ParseReductionSymbol is the inverse of Symbol and KernelName.
 func ParseReductionSymbol(sym string) (Reduction, DType, bool) {
-	sym = strings.TrimSuffix(sym, descriptorSuffix)
-	rest, ok := strings.CutPrefix(sym, kernelPrefix)
+	redName, dt, ok := splitSymbol(sym)
 	if !ok {
 		return 0, 0, false
 	}
-	i := strings.LastIndexByte(rest, '_')
-	if i < 0 {
-		return 0, 0, false
-	}
-	var dt DType
-	switch rest[i+1:] {
-	case "f32":
-		dt = F32
-	case "f64":
-		dt = F64
-	default:
-		return 0, 0, false
-	}
 	for r, name := range reductionNames {
-		if name == rest[:i] {
+		if name == redName {
 			return Reduction(r), dt, true
 		}
 	}

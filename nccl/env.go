@@ -60,12 +60,7 @@ func loadLibcEnv() error {
 	s := &libcEnv
 	s.once.Do(func() {
 		var h uintptr
-		for _, name := range []string{"libc.so.6", "libc.so"} {
-			if h, s.err = purego.Dlopen(name, purego.RTLD_NOW|purego.RTLD_GLOBAL); s.err == nil {
-				break
-			}
-		}
-		if s.err != nil {
+		if h, s.err = cmem.OpenLibc(); s.err != nil {
 			s.err = fmt.Errorf("nccl: cannot open libc to set %s: %w", EnvNVLS, s.err)
 			return
 		}

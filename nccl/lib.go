@@ -3,8 +3,6 @@ package nccl
 import (
 	"fmt"
 	"os"
-	"path/filepath"
-	"slices"
 	"unsafe"
 
 	"github.com/rocsync/rocsync/internal/cmem"
@@ -91,16 +89,7 @@ const (
 // newest first.
 func SearchDirsNCCL() []string {
 	const site = "/opt/torch/.venv/lib/python3.12/site-packages/nvidia"
-	dirs := []string{
-		site + "/nccl/lib",
-		site + "/cu13/lib",
-		"/usr/local/cuda/targets/x86_64-linux/lib",
-		"/usr/local/cuda/lib64",
-	}
-	found, _ := filepath.Glob("/usr/local/cuda-*/targets/x86_64-linux/lib")
-	slices.Sort(found)
-	slices.Reverse(found)
-	return append(dirs, found...)
+	return append([]string{site + "/nccl/lib", site + "/cu13/lib"}, dl.CUDAToolkitDirs()...)
 }
 
 // SearchDirsRCCL returns the directories OpenRCCL looks in before the

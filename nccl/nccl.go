@@ -184,11 +184,8 @@ func (e *notFoundError) Error() string {
 	} else {
 		fmt.Fprintf(&b, " (collectives need it: install it, or set %s to its path)", e.envVar)
 	}
-	b.WriteString("; tried ")
-	b.WriteString(strings.Join(e.nf.Tried, ", "))
-	if e.nf.Last != "" {
-		b.WriteString(" (last error: " + e.nf.Last + ")")
-	}
+	b.WriteString("; ")
+	b.WriteString(e.nf.Attempts())
 	return b.String()
 }
 

@@ -90,11 +90,10 @@ type Queue struct {
 	externalErr error
 	// brokenFrom is the first ticket the break failed (0: not broken).
 	brokenFrom atomic.Uint64
-	// released is closed once a broken queue has completed the signals
-	// of its failed packets (see releaseBroken); stopRelease makes it
-	// give up waiting and complete the rest at once (Close).
-	released    chan struct{}
-	stopRelease atomic.Bool
+	// release completes a broken queue's failed packets' signals (see
+	// releaseBroken); stopped, it gives up waiting and completes the rest
+	// at once (Close).
+	release syncstate.Settler
 
 	// bridge, when set, turns a fence of another domain into a signal
 	// that reaches 0 once the fence completes (the DeviceBridge policy).
@@ -237,8 +236,8 @@ func (q *Queue) failInFlight(err error) {
 	// order, and releasing it earlier lets it run beside that work (the
 	// fault fuzzer found a reader on a third queue reading what a
 	// producer the broken queue waited for was still writing).
-	q.released = make(chan struct{})
-	go q.releaseBroken(from, q.lastTicket.Load(), q.released)
+	last := q.lastTicket.Load()
+	q.release.Start(func() { q.releaseBroken(from, last) })
 }
 
 // releaseBroken completes the signals of a broken queue's tickets from
@@ -249,14 +248,12 @@ func (q *Queue) failInFlight(err error) {
 // without waiting for the whole stream, which may in turn wait for this
 // queue. It asks the producers up the chain (Probe) while it waits, so
 // that a broken stream's bridge signals are released.
-func (q *Queue) releaseBroken(from, last uint64, done chan struct{}) {
-	defer close(done)
-	pause := 20 * time.Microsecond
+func (q *Queue) releaseBroken(from, last uint64) {
+	var pause syncstate.Backoff
 	for t := from; t <= last; t++ {
-		for !q.stopRelease.Load() && !q.depsDone(t) {
+		for !q.release.Stopped() && !q.depsDone(t) {
 			q.health.Probe()
-			time.Sleep(pause)
-			pause = min(2*pause, time.Millisecond)
+			pause.Sleep()
 		}
 		q.mu.Lock()
 		if e := q.slot(t); e.sig != nil {
@@ -642,23 +639,7 @@ func (q *Queue) Drain() error { return q.WaitHost(q.lastTicket.Load()) }
 // they were to wait for up to the wait timeout, and past it at once.
 func (q *Queue) Close() error {
 	err := q.Drain()
-	q.mu.Lock()
-	released := q.released
-	q.mu.Unlock()
-	if released != nil {
-		var expired <-chan time.Time
-		if q.timeout > 0 {
-			tm := time.NewTimer(q.timeout)
-			defer tm.Stop()
-			expired = tm.C
-		}
-		select {
-		case <-released:
-		case <-expired:
-			q.stopRelease.Store(true)
-			<-released
-		}
-	}
+	q.release.Finish(q.timeout)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.hq == nil {

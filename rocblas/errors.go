@@ -19,11 +19,7 @@ type notFoundError struct {
 }
 
 func (e *notFoundError) Error() string {
-	msg := "rocBLAS not found (MatMul on the real ROCm stack needs librocblas): tried " + strings.Join(e.nf.Tried, ", ")
-	if e.nf.Last != "" {
-		msg += " (last error: " + e.nf.Last + ")"
-	}
-	return msg
+	return "rocBLAS not found (MatMul on the real ROCm stack needs librocblas): " + e.nf.Attempts()
 }
 
 func (e *notFoundError) Unwrap() []error { return []error{ErrNotFound, e.nf} }

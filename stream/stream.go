@@ -137,9 +137,8 @@ type Stream struct {
 	// the work that ticket was ordered after on other timelines: failed
 	// tickets count as complete (and release the waiters of OnFailure)
 	// only as far as health.Settled allows, which settle keeps checking.
-	reached    atomic.Uint64
-	settling   chan struct{} // closed when settle returns; under mu
-	stopSettle atomic.Bool
+	reached atomic.Uint64
+	settler syncstate.Settler // runs settle; started under mu
 
 	// bridge, when set, makes this stream wait on the device for a fence
 	// of a timeline that is not a Stream (HSA→HIP under DeviceBridge).
@@ -306,9 +305,8 @@ func (s *Stream) failLocked(err error, upTo uint64) {
 		s.reached.Store(upTo)
 	}
 	s.settleLocked()
-	if s.settling == nil {
-		s.settling = make(chan struct{})
-		go s.settle(s.settling)
+	if !s.settler.Started() {
+		s.settler.Start(s.settle)
 	}
 }
 
@@ -326,10 +324,9 @@ func (s *Stream) settleLocked() {
 // it asks the runtime how far the stream got, and waits for the producers
 // of the device waits behind that work (asking them too, as a host waiter
 // would), until everything submitted is settled or Close stops it.
-func (s *Stream) settle(done chan struct{}) {
-	defer close(done)
-	pause := 20 * time.Microsecond
-	for !s.stopSettle.Load() {
+func (s *Stream) settle() {
+	var pause syncstate.Backoff
+	for !s.settler.Stopped() {
 		s.mu.Lock()
 		last := s.lastTicket.Load()
 		if s.reached.Load() < last && s.s != 0 {
@@ -344,8 +341,7 @@ func (s *Stream) settle(done chan struct{}) {
 			return
 		}
 		s.health.Probe()
-		time.Sleep(pause)
-		pause = min(2*pause, time.Millisecond)
+		pause.Sleep()
 	}
 }
 
@@ -720,23 +716,7 @@ func (s *Stream) Drain() error { return s.WaitHost(s.lastTicket.Load()) }
 // counts it complete at once.
 func (s *Stream) Close() error {
 	err := s.Drain()
-	s.mu.Lock()
-	settling := s.settling
-	s.mu.Unlock()
-	if settling != nil {
-		var expired <-chan time.Time
-		if s.timeout > 0 {
-			tm := time.NewTimer(s.timeout)
-			defer tm.Stop()
-			expired = tm.C
-		}
-		select {
-		case <-settling:
-		case <-expired:
-			s.stopSettle.Store(true)
-			<-settling
-		}
-	}
+	s.settler.Finish(s.timeout)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {

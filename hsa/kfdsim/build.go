@@ -14,6 +14,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/rocsync/rocsync/internal/diskcache"
 )
 
 // csrc holds the thunk's C sources. exec.c (the shader executor) replaces
@@ -113,36 +115,23 @@ func cacheKey(files map[string][]byte, gccVer string) string {
 
 const hashFile = LibraryName + ".sha256"
 
+// entryManifest is the manifest of a cache entry: the library's hash,
+// recorded beside it when it was built.
+var entryManifest = diskcache.Manifest{Name: hashFile, Files: []string{LibraryName}}
+
 // verify reports whether dir holds a library whose content matches the
 // hash recorded beside it when it was built.
-func verify(dir string) bool {
-	lib, err := os.ReadFile(filepath.Join(dir, LibraryName))
-	if err != nil {
-		return false
-	}
-	want, err := os.ReadFile(filepath.Join(dir, hashFile))
-	if err != nil {
-		return false
-	}
-	sum := sha256.Sum256(lib)
-	return strings.TrimSpace(string(want)) == hex.EncodeToString(sum[:])
-}
+func verify(dir string) bool { return entryManifest.Verify(dir) == nil }
 
 // DefaultCacheDir is os.UserCacheDir()/rocsync/kfdsim.
-func DefaultCacheDir() (string, error) {
-	base, err := os.UserCacheDir()
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(base, "rocsync", "kfdsim"), nil
-}
+func DefaultCacheDir() (string, error) { return diskcache.UserDir("kfdsim") }
 
 // Build compiles the thunk into cacheDir/<key>/libhsakmt.so.1, where key is
 // the SHA-256 of the sources, gcc's version and the flags, and returns that
 // directory (for LD_LIBRARY_PATH). An entry that exists and verifies is
-// reused; a corrupt one is removed and rebuilt. Entries are built in a
+// reused; a corrupt one is rebuilt (internal/diskcache: built in a
 // temporary directory and renamed into place, so a reader never sees a half
-// written one. cacheDir "" means DefaultCacheDir.
+// written one). cacheDir "" means DefaultCacheDir.
 func Build(cacheDir string) (string, error) {
 	if cacheDir == "" {
 		d, err := DefaultCacheDir()
@@ -168,77 +157,41 @@ func Build(cacheDir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	final := filepath.Join(cacheDir, cacheKey(files, ver))
-	if verify(final) {
-		return final, nil
-	}
-	if err := os.MkdirAll(cacheDir, 0o700); err != nil {
-		return "", err
-	}
-	if _, err := os.Stat(final); err == nil {
-		// Present but not verified: corrupt or truncated. Never load it.
-		if err := os.RemoveAll(final); err != nil {
-			return "", fmt.Errorf("kfdsim: removing corrupt cache entry %s: %w", final, err)
-		}
-	}
-	tmp, err := os.MkdirTemp(cacheDir, ".build-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(tmp) // a no-op once renamed
-	if err := os.Chmod(tmp, 0o700); err != nil {
-		return "", err
-	}
-	src := filepath.Join(tmp, "src")
+	return diskcache.Get(cacheDir, cacheKey(files, ver), entryManifest, func(dir string) error {
+		return compile(gcc, files, dir)
+	})
+}
+
+// compile builds the library from files into dir/libhsakmt.so.1.
+func compile(gcc string, files map[string][]byte, dir string) error {
+	src := filepath.Join(dir, "src")
 	if err := os.Mkdir(src, 0o700); err != nil {
-		return "", err
+		return err
 	}
 	var cfiles []string
 	for name, b := range files {
 		if err := os.WriteFile(filepath.Join(src, name), b, 0o600); err != nil {
-			return "", err
+			return err
 		}
 		if strings.HasSuffix(name, ".c") {
 			cfiles = append(cfiles, filepath.Join(src, name))
 		}
 	}
 	sort.Strings(cfiles)
-	out := filepath.Join(tmp, LibraryName)
 	args := append([]string{}, gccFlags...)
 	// The temporary source path must not reach the debug info: a rebuild
 	// of the same key gives the same bytes.
 	args = append(args, "-ffile-prefix-map="+src+"=kfdsim/csrc",
-		"-Wl,--version-script="+filepath.Join(src, "libhsakmt.map"), "-o", out)
+		"-Wl,--version-script="+filepath.Join(src, "libhsakmt.map"), "-o", filepath.Join(dir, LibraryName))
 	args = append(args, cfiles...)
 	cmd := exec.Command(gcc, args...)
 	var msg bytes.Buffer
 	cmd.Stdout = &msg
 	cmd.Stderr = &msg
 	if err := cmd.Run(); err != nil {
-		return "", &BuildError{Output: msg.String(), Err: err}
+		return &BuildError{Output: msg.String(), Err: err}
 	}
-	if err := os.RemoveAll(src); err != nil {
-		return "", err
-	}
-	lib, err := os.ReadFile(out)
-	if err != nil {
-		return "", err
-	}
-	if err := os.Chmod(out, 0o600); err != nil {
-		return "", err
-	}
-	sum := sha256.Sum256(lib)
-	if err := os.WriteFile(filepath.Join(tmp, hashFile), []byte(hex.EncodeToString(sum[:])+"\n"), 0o600); err != nil {
-		return "", err
-	}
-	if err := os.Rename(tmp, final); err != nil {
-		// Another process may have renamed its identical build first.
-		if verify(final) {
-			return final, nil
-		}
-		return "", err
-	}
-	return final, nil
+	return os.RemoveAll(src)
 }
 
 // HasExecutor reports whether the built library contains the real shader

@@ -50,17 +50,22 @@ var libcState struct {
 	err          error
 }
 
+// OpenLibc opens the C library (libc.so.6, else libc.so) for its
+// symbols.
+func OpenLibc() (uintptr, error) {
+	h, err := purego.Dlopen("libc.so.6", purego.RTLD_NOW|purego.RTLD_GLOBAL)
+	if err != nil {
+		h, err = purego.Dlopen("libc.so", purego.RTLD_NOW|purego.RTLD_GLOBAL)
+	}
+	return h, err
+}
+
 // Libc loads calloc and free once.
 func Libc() error {
 	s := &libcState
 	s.once.Do(func() {
 		var h uintptr
-		for _, name := range []string{"libc.so.6", "libc.so"} {
-			if h, s.err = purego.Dlopen(name, purego.RTLD_NOW|purego.RTLD_GLOBAL); s.err == nil {
-				break
-			}
-		}
-		if s.err != nil {
+		if h, s.err = OpenLibc(); s.err != nil {
 			s.err = fmt.Errorf("cmem: cannot open libc for C memory: %w", s.err)
 			return
 		}

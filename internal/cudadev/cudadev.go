@@ -151,7 +151,7 @@ type Device struct {
 	builtin [kernels.NumOps][2]driver.Kernel
 	offsets []int
 
-	reductions reductions // reduce.go
+	reductions driver.ReductionCache // reduce.go
 }
 
 var (

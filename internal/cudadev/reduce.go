@@ -10,16 +10,17 @@ import (
 
 var _ driver.Reducer = (*Device)(nil)
 
-// reductions caches the reduction kernels, looked up by name in the PTX
-// module that holds the elementwise ones.
-type reductions struct {
-	mu      sync.Mutex
-	loaded  [kernels.SumCols + 1][2]bool
-	k       [kernels.SumCols + 1][2]driver.Kernel
-	offsets []int
-}
+// reduceParamOffsets are the offsets of kernels.ReduceLayout's arguments.
+var reduceParamOffsets = sync.OnceValue(func() []int {
+	var offsets []int
+	for _, a := range kernels.ReduceLayout {
+		offsets = append(offsets, int(a.Offset))
+	}
+	return offsets
+})
 
-// Reduction implements driver.Reducer.
+// Reduction implements driver.Reducer. The reduction kernels are looked up
+// by name in the PTX module that holds the elementwise ones.
 func (d *Device) Reduction(r kernels.Reduction, dt kernels.DType) (*driver.Kernel, error) {
 	if !d.kready.Load() {
 		if err := d.loadKernels(); err != nil {
@@ -29,23 +30,12 @@ func (d *Device) Reduction(r kernels.Reduction, dt kernels.DType) (*driver.Kerne
 	if !r.Valid() || dt.Size() == 0 {
 		return nil, fmt.Errorf("cudadev: no reduction %v for %v", r, dt)
 	}
-	rs := &d.reductions
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	if rs.loaded[r][dt] {
-		return &rs.k[r][dt], nil
-	}
-	if rs.offsets == nil {
-		for _, a := range kernels.ReduceLayout {
-			rs.offsets = append(rs.offsets, int(a.Offset))
+	return d.reductions.Get(r, dt, func() (driver.Kernel, error) {
+		f, err := d.b.function(r.KernelName(dt))
+		if err != nil {
+			return driver.Kernel{}, fmt.Errorf("kernel %s: %w", r.KernelName(dt), err)
 		}
-	}
-	f, err := d.b.function(r.KernelName(dt))
-	if err != nil {
-		return nil, fmt.Errorf("kernel %s: %w", r.KernelName(dt), err)
-	}
-	rs.k[r][dt] = driver.Kernel{Name: r.KernelName(dt), Object: uint64(f), ArgsSize: kernels.ReduceKernargSize,
-		Workgroup: kernels.ReduceWorkgroupSize, ParamOffsets: rs.offsets}
-	rs.loaded[r][dt] = true
-	return &rs.k[r][dt], nil
+		return driver.Kernel{Name: r.KernelName(dt), Object: uint64(f), ArgsSize: kernels.ReduceKernargSize,
+			Workgroup: kernels.ReduceWorkgroupSize, ParamOffsets: reduceParamOffsets()}, nil
+	})
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/ebitengine/purego"
@@ -24,7 +25,13 @@ type NotFoundError struct {
 }
 
 func (e *NotFoundError) Error() string {
-	msg := fmt.Sprintf("%s not found; tried %s", e.Library, strings.Join(e.Tried, ", "))
+	return fmt.Sprintf("%s not found; %s", e.Library, e.Attempts())
+}
+
+// Attempts says where the library was looked for: "tried a, b (last
+// error: text)". The bindings' own not-found errors end with it.
+func (e *NotFoundError) Attempts() string {
+	msg := "tried " + strings.Join(e.Tried, ", ")
 	if e.Last != "" {
 		msg += " (last error: " + e.Last + ")"
 	}
@@ -43,6 +50,17 @@ func SearchDirs(extra ...string) []string {
 	}
 	dirs = append(dirs, "/opt/rocm/lib")
 	return append(dirs, extra...)
+}
+
+// CUDAToolkitDirs returns the CUDA toolkits' library directories under
+// /usr/local: /usr/local/cuda's, then each /usr/local/cuda-<version>'s,
+// newest first.
+func CUDAToolkitDirs() []string {
+	dirs := []string{"/usr/local/cuda/targets/x86_64-linux/lib", "/usr/local/cuda/lib64"}
+	found, _ := filepath.Glob("/usr/local/cuda-*/targets/x86_64-linux/lib")
+	slices.Sort(found)
+	slices.Reverse(found)
+	return append(dirs, found...)
 }
 
 // Library is an opened shared library.

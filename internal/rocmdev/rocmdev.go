@@ -288,7 +288,7 @@ type Device struct {
 	userMu      sync.Mutex
 	userModules []*userModule // user kernels' code, by handle-1
 
-	reductions reductions // reduce.go
+	reductions driver.ReductionCache // reduce.go
 }
 
 var _ driver.Device = (*Device)(nil)
@@ -744,13 +744,8 @@ func (d *Device) hipToHSA(f syncstate.Fence) (*queue.Signal, error) {
 	if f.Ticket <= p.Completed() {
 		return nil, nil
 	}
-	sig, err := d.bridgeSignals.Get()
+	sig, ptr, err := d.bridgeSignal()
 	if err != nil {
-		return nil, err
-	}
-	ptr, err := d.rt.HSA.SignalValuePointer(sig.H)
-	if err != nil {
-		sig.Release()
 		return nil, err
 	}
 	hp := d.rt.HIP
@@ -794,13 +789,8 @@ func (d *Device) hsaToHIP(s *stream.Stream, f syncstate.Fence) error {
 	if f.Ticket <= p.Completed() {
 		return nil
 	}
-	sig, err := d.bridgeSignals.Get()
+	sig, ptr, err := d.bridgeSignal()
 	if err != nil {
-		return err
-	}
-	ptr, err := d.rt.HSA.SignalValuePointer(sig.H)
-	if err != nil {
-		sig.Release()
 		return err
 	}
 	sig.Retain() // one reference for the marker packet, one for the stream
@@ -816,6 +806,29 @@ func (d *Device) hsaToHIP(s *stream.Stream, f syncstate.Fence) error {
 		}
 		return err
 	}
+	return d.streamWaitZero(s, sig, ptr)
+}
+
+// bridgeSignal returns a GPU-only signal from the bridge pool and the
+// address of its value, which hipStreamWaitValue64 and
+// hipStreamWriteValue64 take.
+func (d *Device) bridgeSignal() (*queue.Signal, unsafe.Pointer, error) {
+	sig, err := d.bridgeSignals.Get()
+	if err != nil {
+		return nil, nil, err
+	}
+	ptr, err := d.rt.HSA.SignalValuePointer(sig.H)
+	if err != nil {
+		sig.Release()
+		return nil, nil, err
+	}
+	return sig, ptr, nil
+}
+
+// streamWaitZero makes s wait on the device until the value at ptr (sig's)
+// reads 0, and hands the stream's reference to sig back once that wait has
+// completed (at once when it could not be enqueued).
+func (d *Device) streamWaitZero(s *stream.Stream, sig *queue.Signal, ptr unsafe.Pointer) error {
 	hp := d.rt.HIP
 	t, err := s.Submit(func(hs uintptr) error {
 		return hp.StreamWaitValue64(hip.Stream(hs), ptr, 0, hip.StreamWaitValueEq, ^uint64(0))
@@ -826,6 +839,21 @@ func (d *Device) hsaToHIP(s *stream.Stream, f syncstate.Fence) error {
 	}
 	s.AfterComplete(t, sig.Release)
 	return nil
+}
+
+// storeZeroOnComplete has the lane's goroutine set sig to 0 once the
+// function at ticket has run, holding a reference to sig until it has
+// stored. When the ticket is already complete it returns false and gives
+// back both that reference and the caller's.
+func (d *Device) storeZeroOnComplete(lane *hostlane.Lane, ticket uint64, sig *queue.Signal) bool {
+	sig.Retain() // the lane's reference
+	rt := d.rt.HSA
+	if !lane.OnComplete(ticket, func() { rt.SignalStoreScrelease(sig.H, 0); sig.Release() }) {
+		sig.Release()
+		sig.Release()
+		return false
+	}
+	return true
 }
 
 // hostToHSA lets an HSA queue wait on the device for a host lane's fence:
@@ -842,11 +870,7 @@ func (d *Device) hostToHSA(f syncstate.Fence) (*queue.Signal, error) {
 	if err != nil {
 		return nil, err
 	}
-	sig.Retain() // the lane's reference
-	rt := d.rt.HSA
-	if !lane.OnComplete(f.Ticket, func() { rt.SignalStoreScrelease(sig.H, 0); sig.Release() }) {
-		sig.Release()
-		sig.Release()
+	if !d.storeZeroOnComplete(lane, f.Ticket, sig) {
 		return nil, nil // already complete
 	}
 	return sig, nil
@@ -862,30 +886,12 @@ func (d *Device) hostToHIP(s *stream.Stream, f syncstate.Fence) error {
 	if !ok {
 		return fmt.Errorf("rocmdev: %s is not a host lane", f.TL.Name())
 	}
-	sig, err := d.bridgeSignals.Get()
+	sig, ptr, err := d.bridgeSignal()
 	if err != nil {
 		return err
 	}
-	ptr, err := d.rt.HSA.SignalValuePointer(sig.H)
-	if err != nil {
-		sig.Release()
-		return err
-	}
-	sig.Retain() // the lane's reference
-	rt := d.rt.HSA
-	if !lane.OnComplete(f.Ticket, func() { rt.SignalStoreScrelease(sig.H, 0); sig.Release() }) {
-		sig.Release()
-		sig.Release()
+	if !d.storeZeroOnComplete(lane, f.Ticket, sig) {
 		return nil
 	}
-	hp := d.rt.HIP
-	t, err := s.Submit(func(hs uintptr) error {
-		return hp.StreamWaitValue64(hip.Stream(hs), ptr, 0, hip.StreamWaitValueEq, ^uint64(0))
-	})
-	if err != nil {
-		sig.Release()
-		return err
-	}
-	s.AfterComplete(t, sig.Release)
-	return nil
+	return d.streamWaitZero(s, sig, ptr)
 }

@@ -26,6 +26,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+
+	"github.com/rocsync/rocsync/internal/diskcache"
 )
 
 //go:embed csrc/simblas.c
@@ -89,14 +91,11 @@ func Build(cacheDir string) (string, error) {
 		versions = append(versions, string(out))
 	}
 	if cacheDir == "" {
-		base, err := os.UserCacheDir()
+		d, err := diskcache.UserDir("simblas")
 		if err != nil {
 			return "", fmt.Errorf("simblas: no cache directory: %w", err)
 		}
-		cacheDir = filepath.Join(base, "rocsync", "simblas")
-	}
-	if err := os.MkdirAll(cacheDir, 0o700); err != nil {
-		return "", fmt.Errorf("simblas: %w", err)
+		cacheDir = d
 	}
 
 	h := sha256.New()
@@ -106,40 +105,9 @@ func Build(cacheDir string) (string, error) {
 		fmt.Fprintf(h, "%d:", len(part))
 		h.Write(part)
 	}
-	root := filepath.Join(cacheDir, hex.EncodeToString(h.Sum(nil))[:32])
-	if verify(root) == nil {
-		return root, nil
-	}
-	// Missing or corrupt: build anew beside it and swap it in.
-	tmp, err := os.MkdirTemp(cacheDir, ".build-")
-	if err != nil {
-		return "", fmt.Errorf("simblas: %w", err)
-	}
-	defer os.RemoveAll(tmp)
-	if err := build(tmp, cc, clang, lld); err != nil {
-		return "", err
-	}
-	if err := os.Chmod(tmp, 0o700); err != nil {
-		return "", fmt.Errorf("simblas: %w", err)
-	}
-	if _, err := os.Stat(root); err == nil {
-		old := root + ".corrupt-" + filepath.Base(tmp)
-		if err := os.Rename(root, old); err != nil {
-			return "", fmt.Errorf("simblas: moving aside a corrupt cache entry: %w", err)
-		}
-		defer os.RemoveAll(old)
-	}
-	if err := os.Rename(tmp, root); err != nil {
-		// Another process may have won the race; its entry must verify.
-		if verify(root) == nil {
-			return root, nil
-		}
-		return "", fmt.Errorf("simblas: %w", err)
-	}
-	if err := verify(root); err != nil {
-		return "", err
-	}
-	return root, nil
+	return diskcache.Get(cacheDir, hex.EncodeToString(h.Sum(nil))[:32], entryManifest(), func(dir string) error {
+		return build(dir, cc, clang, lld)
+	})
 }
 
 // build compiles everything into dir: co/<gfx>.hsaco, lib/librocblas.so.0,
@@ -201,7 +169,7 @@ func build(dir, cc, clang, lld string) error {
 	if err := os.RemoveAll(work); err != nil {
 		return fmt.Errorf("simblas: %w", err)
 	}
-	return writeManifest(dir)
+	return nil
 }
 
 func run(name string, args ...string) error {
@@ -212,55 +180,11 @@ func run(name string, args ...string) error {
 	return nil
 }
 
-// manifestFiles are the files of a cache entry, relative to its root.
-func manifestFiles() []string {
+// entryManifest lists the files of a cache entry, relative to its root.
+func entryManifest() diskcache.Manifest {
 	files := []string{filepath.Join("lib", Soname)}
 	for _, gfx := range Targets {
 		files = append(files, filepath.Join("co", gfx+".hsaco"))
 	}
-	return files
-}
-
-func writeManifest(dir string) error {
-	var m strings.Builder
-	for _, f := range manifestFiles() {
-		data, err := os.ReadFile(filepath.Join(dir, f))
-		if err != nil {
-			return fmt.Errorf("simblas: %w", err)
-		}
-		sum := sha256.Sum256(data)
-		fmt.Fprintf(&m, "%s %s\n", hex.EncodeToString(sum[:]), f)
-	}
-	return os.WriteFile(filepath.Join(dir, manifestName), []byte(m.String()), 0o600)
-}
-
-// errCorrupt marks a cache entry whose files do not match its manifest.
-var errCorrupt = errors.New("simblas: corrupt cache entry")
-
-// verify checks every file of a cache entry against its manifest.
-func verify(root string) error {
-	m, err := os.ReadFile(filepath.Join(root, manifestName))
-	if err != nil {
-		return err
-	}
-	lines := strings.Split(strings.TrimSpace(string(m)), "\n")
-	files := manifestFiles()
-	if len(lines) != len(files) {
-		return errCorrupt
-	}
-	for i, f := range files {
-		want, name, ok := strings.Cut(lines[i], " ")
-		if !ok || name != f {
-			return errCorrupt
-		}
-		data, err := os.ReadFile(filepath.Join(root, f))
-		if err != nil {
-			return errCorrupt
-		}
-		sum := sha256.Sum256(data)
-		if hex.EncodeToString(sum[:]) != want {
-			return errCorrupt
-		}
-	}
-	return nil
+	return diskcache.Manifest{Name: manifestName, Files: files}
 }

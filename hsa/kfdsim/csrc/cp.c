@@ -73,6 +73,12 @@ int kfdsim_queue_stopping(kfdsim_queue *q)
 	return __atomic_load_n(&q->stop, __ATOMIC_ACQUIRE);
 }
 
+int kfdsim_queue_paused(kfdsim_queue *q)
+{
+	return __atomic_load_n(&q->faulted, __ATOMIC_ACQUIRE) || __atomic_load_n(&q->suspended, __ATOMIC_ACQUIRE) ||
+	       kfdsim_held();
+}
+
 void kfdsim_queue_fault(kfdsim_queue *q, int64_t error_code, const char *why)
 {
 	if (__atomic_exchange_n(&q->faulted, 1, __ATOMIC_ACQ_REL)) return; /* already stopped */
@@ -279,8 +285,7 @@ static void aql_loop(kfdsim_queue *q)
 	uint64_t slots = q->ring_bytes / 64;
 	backoff b = {0, 0};
 	while (!kfdsim_queue_stopping(q)) {
-		if (__atomic_load_n(&q->faulted, __ATOMIC_ACQUIRE) || __atomic_load_n(&q->suspended, __ATOMIC_ACQUIRE) ||
-		    kfdsim_held()) {
+		if (kfdsim_queue_paused(q)) {
 			backoff_wait(&b);
 			continue;
 		}

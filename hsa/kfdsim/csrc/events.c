@@ -192,7 +192,8 @@ static void set_locked(sim_event *e)
 	pthread_cond_broadcast(&ev_cond);
 }
 
-HSAKMT_STATUS HSAKMTAPI hsaKmtSetEvent(HsaEvent *pub)
+/* hsaKmtSetEvent (set) and hsaKmtResetEvent (!set). */
+static HSAKMT_STATUS set_or_reset(HsaEvent *pub, int set)
 {
 	if (!kfdsim_is_open()) return HSAKMT_STATUS_KERNEL_IO_CHANNEL_NOT_OPENED;
 	pthread_mutex_lock(&ev_lock);
@@ -201,24 +202,17 @@ HSAKMT_STATUS HSAKMTAPI hsaKmtSetEvent(HsaEvent *pub)
 		pthread_mutex_unlock(&ev_lock);
 		return HSAKMT_STATUS_INVALID_HANDLE;
 	}
-	set_locked(e);
+	if (set)
+		set_locked(e);
+	else
+		e->signaled = 0;
 	pthread_mutex_unlock(&ev_lock);
 	return HSAKMT_STATUS_SUCCESS;
 }
 
-HSAKMT_STATUS HSAKMTAPI hsaKmtResetEvent(HsaEvent *pub)
-{
-	if (!kfdsim_is_open()) return HSAKMT_STATUS_KERNEL_IO_CHANNEL_NOT_OPENED;
-	pthread_mutex_lock(&ev_lock);
-	sim_event *e = lookup_locked(pub);
-	if (e == NULL) {
-		pthread_mutex_unlock(&ev_lock);
-		return HSAKMT_STATUS_INVALID_HANDLE;
-	}
-	e->signaled = 0;
-	pthread_mutex_unlock(&ev_lock);
-	return HSAKMT_STATUS_SUCCESS;
-}
+HSAKMT_STATUS HSAKMTAPI hsaKmtSetEvent(HsaEvent *pub) { return set_or_reset(pub, 1); }
+
+HSAKMT_STATUS HSAKMTAPI hsaKmtResetEvent(HsaEvent *pub) { return set_or_reset(pub, 0); }
 
 HSAKMT_STATUS HSAKMTAPI hsaKmtQueryEventState(HsaEvent *pub)
 {

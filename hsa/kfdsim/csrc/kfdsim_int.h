@@ -100,6 +100,9 @@ void kfdsim_queue_fault(struct kfdsim_queue *q, int64_t error_code, const char *
 extern __thread struct kfdsim_queue *kfdsim_current_queue;
 void kfdsim_queues_fini(void);
 int kfdsim_queue_stopping(kfdsim_queue *q);
+/* Whether a queue's processor is to process nothing now: the queue faulted,
+ * is suspended, or kfdsim_hold is in force (kfdsim_held). */
+int kfdsim_queue_paused(kfdsim_queue *q);
 
 /* Polling backoff: stay responsive right after activity, then sleep longer
  * so an idle queue costs little CPU (this runs on shared 2-core machines). */

@@ -207,8 +207,7 @@ void kfdsim_sdma_loop(kfdsim_queue *q)
 {
 	backoff b = {0, 0};
 	while (!kfdsim_queue_stopping(q)) {
-		if (__atomic_load_n(&q->faulted, __ATOMIC_ACQUIRE) || __atomic_load_n(&q->suspended, __ATOMIC_ACQUIRE) ||
-		    kfdsim_held()) {
+		if (kfdsim_queue_paused(q)) {
 			backoff_wait(&b);
 			continue;
 		}

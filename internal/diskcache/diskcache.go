@@ -1,0 +1,143 @@
+// Package diskcache keeps build outputs in a content-addressed directory
+// cache, by the project's rules for files on disk: an entry is the
+// directory <cacheDir>/<key>, where the caller's key hashes everything the
+// build depends on; it is built under a temporary name and renamed into
+// place, so a reader sees a whole entry or none; it is private to the user
+// (directories 0700, files 0600); and a manifest of the SHA-256 of each of
+// its files is verified on every use, so a corrupt or foreign entry is
+// rebuilt, never loaded.
+package diskcache
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+const (
+	dirMode  = 0o700
+	fileMode = 0o600
+)
+
+// ErrCorrupt is matched (errors.Is) by Verify's error when an entry's
+// files do not match its manifest.
+var ErrCorrupt = errors.New("diskcache: corrupt cache entry")
+
+// Manifest describes the files of an entry.
+type Manifest struct {
+	// Name is the manifest's file name inside an entry.
+	Name string
+	// Files are the entry's files, relative to its root, in the order the
+	// manifest lists them.
+	Files []string
+}
+
+// Write makes the files of the entry in dir private (0600) and writes
+// their manifest: one line "<sha256 hex> <file>" per file.
+func (m Manifest) Write(dir string) error {
+	var b strings.Builder
+	for _, f := range m.Files {
+		path := filepath.Join(dir, f)
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if err := os.Chmod(path, fileMode); err != nil {
+			return err
+		}
+		sum := sha256.Sum256(data)
+		fmt.Fprintf(&b, "%s %s\n", hex.EncodeToString(sum[:]), f)
+	}
+	return os.WriteFile(filepath.Join(dir, m.Name), []byte(b.String()), fileMode)
+}
+
+// Verify checks every file of the entry in dir against its manifest. A
+// missing manifest is the error reading it; any mismatch is ErrCorrupt.
+func (m Manifest) Verify(dir string) error {
+	text, err := os.ReadFile(filepath.Join(dir, m.Name))
+	if err != nil {
+		return err
+	}
+	lines := strings.Split(strings.TrimSpace(string(text)), "\n")
+	if len(lines) != len(m.Files) {
+		return ErrCorrupt
+	}
+	for i, f := range m.Files {
+		want, name, ok := strings.Cut(lines[i], " ")
+		if !ok || name != f {
+			return ErrCorrupt
+		}
+		data, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			return ErrCorrupt
+		}
+		sum := sha256.Sum256(data)
+		if hex.EncodeToString(sum[:]) != want {
+			return ErrCorrupt
+		}
+	}
+	return nil
+}
+
+// UserDir is os.UserCacheDir()/rocsync/<name>.
+func UserDir(name string) (string, error) {
+	base, err := os.UserCacheDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(base, "rocsync", name), nil
+}
+
+// Get returns cacheDir/key. An entry there that verifies against m is
+// reused; otherwise build fills a fresh private temporary directory with
+// m.Files, Get writes the manifest and renames the directory into place
+// (an unverified entry found there is moved aside and removed). build's
+// error is returned as it is, and a failed build leaves nothing in
+// cacheDir.
+func Get(cacheDir, key string, m Manifest, build func(dir string) error) (string, error) {
+	root := filepath.Join(cacheDir, key)
+	if m.Verify(root) == nil {
+		return root, nil
+	}
+	if err := os.MkdirAll(cacheDir, dirMode); err != nil {
+		return "", err
+	}
+	tmp, err := os.MkdirTemp(cacheDir, ".build-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp) // a no-op once renamed
+	if err := os.Chmod(tmp, dirMode); err != nil {
+		return "", err
+	}
+	if err := build(tmp); err != nil {
+		return "", err
+	}
+	if err := m.Write(tmp); err != nil {
+		return "", err
+	}
+	if _, err := os.Lstat(root); err == nil {
+		// Present but not verified: corrupt, truncated or foreign.
+		old := root + ".corrupt-" + filepath.Base(tmp)
+		if err := os.Rename(root, old); err != nil {
+			return "", fmt.Errorf("diskcache: moving aside an unverified entry: %w", err)
+		}
+		defer os.RemoveAll(old)
+	}
+	if err := os.Rename(tmp, root); err != nil {
+		// Another process may have renamed its identical build first; its
+		// entry must verify.
+		if m.Verify(root) == nil {
+			return root, nil
+		}
+		return "", err
+	}
+	if err := m.Verify(root); err != nil {
+		return "", err
+	}
+	return root, nil
+}

@@ -1,0 +1,40 @@
+package dl
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// The bindings end their not-found errors with Attempts, so its text is
+// the same one NotFoundError's own message ends with.
+func TestNotFoundErrorSaysWhereItLooked(t *testing.T) {
+	_, err := Open("libnothing", []string{"libnothing-rocsync-test.so.0"}, []string{"/nonexistent-rocsync-dir"})
+	var nf *NotFoundError
+	if !errors.As(err, &nf) || !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Open of a missing library: %v, want a *NotFoundError", err)
+	}
+	want := "tried /nonexistent-rocsync-dir/libnothing-rocsync-test.so.0, libnothing-rocsync-test.so.0 (last error: "
+	if !strings.HasPrefix(nf.Attempts(), want) || !strings.HasSuffix(nf.Attempts(), ")") {
+		t.Errorf("Attempts = %q, want it to start with %q", nf.Attempts(), want)
+	}
+	if got := err.Error(); got != "libnothing not found; "+nf.Attempts() {
+		t.Errorf("Error = %q", got)
+	}
+	nf.Last = ""
+	if got := nf.Attempts(); got != "tried /nonexistent-rocsync-dir/libnothing-rocsync-test.so.0, libnothing-rocsync-test.so.0" {
+		t.Errorf("Attempts without a dlopen error = %q", got)
+	}
+}
+
+func TestCUDAToolkitDirsStartWithUsrLocalCUDA(t *testing.T) {
+	dirs := CUDAToolkitDirs()
+	if !slices.Equal(dirs[:2], []string{"/usr/local/cuda/targets/x86_64-linux/lib", "/usr/local/cuda/lib64"}) {
+		t.Errorf("CUDAToolkitDirs = %v", dirs)
+	}
+	versioned := dirs[2:]
+	if !slices.IsSortedFunc(versioned, func(a, b string) int { return strings.Compare(b, a) }) {
+		t.Errorf("versioned toolkits not newest first: %v", versioned)
+	}
+}
