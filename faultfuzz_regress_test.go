@@ -4,7 +4,6 @@ package rocsync
 
 import (
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -23,12 +22,7 @@ import (
 func TestFaultReachesHostThroughBridgeChain(t *testing.T) {
 	d := openFaulty(t, DeviceBridge)
 	defer func() { _ = within(t, "Close", d.Close) }()
-	var tasks [4]*Task
-	for i := range tasks {
-		var err error
-		tasks[i], err = d.NewTask()
-		require.NoError(t, err)
-	}
+	tasks := newTasks(t, d, 4)
 	x, err := d.FromFloat32(4, 4, randMatrix(21, 4))
 	require.NoError(t, err)
 	var out [4]*Array
@@ -71,12 +65,7 @@ func TestBrokenQueueReleasesWaitersInOrder(t *testing.T) {
 	for _, p := range []Policy{DeviceSide, DeviceBridge} {
 		t.Run(p.String(), func(t *testing.T) {
 			d := openFaulty(t, p)
-			var tasks [3]*Task
-			for i := range tasks {
-				var err error
-				tasks[i], err = d.NewTask()
-				require.NoError(t, err)
-			}
+			tasks := newTasks(t, d, 3)
 			x, err := d.FromFloat32(4, 4, randMatrix(22, 4))
 			require.NoError(t, err)
 			a, _ := d.Empty(4, 4, Float32)
@@ -101,14 +90,7 @@ func TestBrokenQueueReleasesWaitersInOrder(t *testing.T) {
 			require.NoError(t, tasks[2].CopyInto(b, a))
 			release()
 			// q1's failure is known; q2 must still be waiting for q0.
-			require.ErrorIs(t, within(t, "Synchronize of the faulted task", tasks[1].Synchronize), ErrFault)
-			time.Sleep(20 * time.Millisecond)
-			close(slow)
-			require.ErrorIs(t, within(t, "Synchronize of the reader", tasks[2].Synchronize), ErrFault)
-			require.ErrorIs(t, b.Err(), ErrFault)
-			require.NoError(t, within(t, "Synchronize of the producer", tasks[0].Synchronize))
-			_ = within(t, "Close", d.Close)
-			require.Empty(t, d.Hazards())
+			requireReleasedInOrder(t, d, tasks, b, slow)
 		})
 	}
 }
@@ -158,12 +140,7 @@ func TestEarliestFailureWins(t *testing.T) {
 // injector).
 func TestBrokenStreamReleasesWaitersInOrder(t *testing.T) {
 	d := openFaulty(t, DeviceBridge)
-	var tasks [3]*Task
-	for i := range tasks {
-		var err error
-		tasks[i], err = d.NewTask()
-		require.NoError(t, err)
-	}
+	tasks := newTasks(t, d, 3)
 	x, err := d.FromFloat32(4, 4, randMatrix(24, 4))
 	require.NoError(t, err)
 	a, _ := d.Empty(4, 4, Float32)
@@ -190,14 +167,7 @@ func TestBrokenStreamReleasesWaitersInOrder(t *testing.T) {
 	require.NoError(t, tasks[1].MatMulInto(a, x, x, false, false)) // after q0's kernel
 	require.NoError(t, tasks[2].CopyInto(b, a))                    // after that
 	release()
-	require.ErrorIs(t, within(t, "Synchronize of the faulted task", tasks[1].Synchronize), ErrFault)
-	time.Sleep(20 * time.Millisecond)
-	close(slow)
-	require.ErrorIs(t, within(t, "Synchronize of the reader", tasks[2].Synchronize), ErrFault)
-	require.ErrorIs(t, b.Err(), ErrFault)
-	require.NoError(t, within(t, "Synchronize of the producer", tasks[0].Synchronize))
-	_ = within(t, "Close", d.Close)
-	require.Empty(t, d.Hazards())
+	requireReleasedInOrder(t, d, tasks, b, slow)
 }
 
 // A broken queue that waits (through the bridge) for a stream, while the
