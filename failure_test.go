@@ -106,10 +106,8 @@ func TestFaultReachesEveryDependent(t *testing.T) {
 							_ = d.Close()
 						}
 					}()
-					a, err := d.NewTask()
-					require.NoError(t, err)
-					b, err := d.NewTask()
-					require.NoError(t, err)
+					tasks := newTasks(t, d, 2)
+					a, b := tasks[0], tasks[1]
 					x, err := d.FromFloat32(8, 8, randMatrix(1, 8))
 					require.NoError(t, err)
 					y, _ := d.Empty(8, 8, Float32)

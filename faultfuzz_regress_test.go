@@ -106,10 +106,8 @@ func TestBrokenQueueReleasesWaitersInOrder(t *testing.T) {
 func TestEarliestFailureWins(t *testing.T) {
 	d := openFaulty(t, Unified)
 	defer func() { _ = within(t, "Close", d.Close) }()
-	t1, err := d.NewTask()
-	require.NoError(t, err)
-	t2, err := d.NewTask()
-	require.NoError(t, err)
+	tasks := newTasks(t, d, 2)
+	t1, t2 := tasks[0], tasks[1]
 	x, err := d.FromFloat32(4, 4, randMatrix(23, 4))
 	require.NoError(t, err)
 	y, _ := d.Empty(4, 4, Float32)
@@ -180,10 +178,8 @@ func TestBrokenStreamReleasesWaitersInOrder(t *testing.T) {
 // 49 under DeviceBridge).
 func TestBrokenQueueWaitingOnAStreamThatWaitsOnIt(t *testing.T) {
 	d := openFaulty(t, DeviceBridge)
-	q, err := d.NewTask() // its queue breaks
-	require.NoError(t, err)
-	s, err := d.NewTask() // its stream
-	require.NoError(t, err)
+	tasks := newTasks(t, d, 2)
+	q, s := tasks[0], tasks[1] // q's queue breaks; s's stream
 	x, err := d.FromFloat32(4, 4, randMatrix(25, 4))
 	require.NoError(t, err)
 	y, _ := d.Empty(4, 4, Float32)
