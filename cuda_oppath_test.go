@@ -174,26 +174,8 @@ func TestCUDACopies(t *testing.T) {
 			tk, err := d.NewTask()
 			require.NoError(t, err)
 			const n = 256
-			x, err := d.Empty(n, n, Float32)
-			require.NoError(t, err)
-			acc, err := tk.Full(n, n, Float32, 0)
-			require.NoError(t, err)
-			want := make([]float32, n*n)
-			for it := range 20 {
-				host := seq(n*n, func(i int) float32 { return float32(i%7 + it) })
-				require.NoError(t, tk.UploadFloat32(x, host))
-				for i := range host {
-					host[i] = -1
-					want[i] += 2 * float32(i%7+it)
-				}
-				require.NoError(t, tk.AXPYInto(acc, 2, x, acc))
-			}
-			cp, err := d.Empty(n, n, Float32)
-			require.NoError(t, err)
-			require.NoError(t, tk.CopyBuffer(cp, acc))
-			got := make([]float32, n*n)
-			pend, err := tk.DownloadFloat32(cp, got)
-			require.NoError(t, err)
+			acc, want := uploadAndAccumulate(t, d, tk, n)
+			got, pend := copyAndDownload(t, d, tk, acc)
 			require.NoError(t, pend.Wait(context.Background()))
 			require.Equal(t, want, got)
 			require.NoError(t, tk.Close())

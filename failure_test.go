@@ -45,6 +45,34 @@ func openFaulty(t *testing.T, p Policy, mod ...func(*Options)) *Device {
 	return d
 }
 
+// newTasks opens n tasks on d.
+func newTasks(t *testing.T, d *Device, n int) []*Task {
+	t.Helper()
+	tasks := make([]*Task, n)
+	for i := range tasks {
+		var err error
+		tasks[i], err = d.NewTask()
+		require.NoError(t, err)
+	}
+	return tasks
+}
+
+// requireReleasedInOrder checks the end of a broken-queue-or-stream
+// ordering test: tasks[1] (the faulted one) fails first; tasks[2] (the
+// reader of b) must still wait for tasks[0] (the producer, held on slow)
+// and then fail; the producer succeeds; Close finds no hazard.
+func requireReleasedInOrder(t *testing.T, d *Device, tasks []*Task, b *Array, slow chan struct{}) {
+	t.Helper()
+	require.ErrorIs(t, within(t, "Synchronize of the faulted task", tasks[1].Synchronize), ErrFault)
+	time.Sleep(20 * time.Millisecond)
+	close(slow)
+	require.ErrorIs(t, within(t, "Synchronize of the reader", tasks[2].Synchronize), ErrFault)
+	require.ErrorIs(t, b.Err(), ErrFault)
+	require.NoError(t, within(t, "Synchronize of the producer", tasks[0].Synchronize))
+	_ = within(t, "Close", d.Close)
+	require.Empty(t, d.Hazards())
+}
+
 func faultOn(d *Device, op string) {
 	d.machine.SetFaultInjector(func(o string) bool { return o == op })
 }
@@ -78,10 +106,8 @@ func TestFaultReachesEveryDependent(t *testing.T) {
 							_ = d.Close()
 						}
 					}()
-					a, err := d.NewTask()
-					require.NoError(t, err)
-					b, err := d.NewTask()
-					require.NoError(t, err)
+					tasks := newTasks(t, d, 2)
+					a, b := tasks[0], tasks[1]
 					x, err := d.FromFloat32(8, 8, randMatrix(1, 8))
 					require.NoError(t, err)
 					y, _ := d.Empty(8, 8, Float32)

@@ -4,7 +4,6 @@ package rocsync
 
 import (
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -23,12 +22,7 @@ import (
 func TestFaultReachesHostThroughBridgeChain(t *testing.T) {
 	d := openFaulty(t, DeviceBridge)
 	defer func() { _ = within(t, "Close", d.Close) }()
-	var tasks [4]*Task
-	for i := range tasks {
-		var err error
-		tasks[i], err = d.NewTask()
-		require.NoError(t, err)
-	}
+	tasks := newTasks(t, d, 4)
 	x, err := d.FromFloat32(4, 4, randMatrix(21, 4))
 	require.NoError(t, err)
 	var out [4]*Array
@@ -71,12 +65,7 @@ func TestBrokenQueueReleasesWaitersInOrder(t *testing.T) {
 	for _, p := range []Policy{DeviceSide, DeviceBridge} {
 		t.Run(p.String(), func(t *testing.T) {
 			d := openFaulty(t, p)
-			var tasks [3]*Task
-			for i := range tasks {
-				var err error
-				tasks[i], err = d.NewTask()
-				require.NoError(t, err)
-			}
+			tasks := newTasks(t, d, 3)
 			x, err := d.FromFloat32(4, 4, randMatrix(22, 4))
 			require.NoError(t, err)
 			a, _ := d.Empty(4, 4, Float32)
@@ -101,14 +90,7 @@ func TestBrokenQueueReleasesWaitersInOrder(t *testing.T) {
 			require.NoError(t, tasks[2].CopyInto(b, a))
 			release()
 			// q1's failure is known; q2 must still be waiting for q0.
-			require.ErrorIs(t, within(t, "Synchronize of the faulted task", tasks[1].Synchronize), ErrFault)
-			time.Sleep(20 * time.Millisecond)
-			close(slow)
-			require.ErrorIs(t, within(t, "Synchronize of the reader", tasks[2].Synchronize), ErrFault)
-			require.ErrorIs(t, b.Err(), ErrFault)
-			require.NoError(t, within(t, "Synchronize of the producer", tasks[0].Synchronize))
-			_ = within(t, "Close", d.Close)
-			require.Empty(t, d.Hazards())
+			requireReleasedInOrder(t, d, tasks, b, slow)
 		})
 	}
 }
@@ -124,10 +106,8 @@ func TestBrokenQueueReleasesWaitersInOrder(t *testing.T) {
 func TestEarliestFailureWins(t *testing.T) {
 	d := openFaulty(t, Unified)
 	defer func() { _ = within(t, "Close", d.Close) }()
-	t1, err := d.NewTask()
-	require.NoError(t, err)
-	t2, err := d.NewTask()
-	require.NoError(t, err)
+	tasks := newTasks(t, d, 2)
+	t1, t2 := tasks[0], tasks[1]
 	x, err := d.FromFloat32(4, 4, randMatrix(23, 4))
 	require.NoError(t, err)
 	y, _ := d.Empty(4, 4, Float32)
@@ -158,12 +138,7 @@ func TestEarliestFailureWins(t *testing.T) {
 // injector).
 func TestBrokenStreamReleasesWaitersInOrder(t *testing.T) {
 	d := openFaulty(t, DeviceBridge)
-	var tasks [3]*Task
-	for i := range tasks {
-		var err error
-		tasks[i], err = d.NewTask()
-		require.NoError(t, err)
-	}
+	tasks := newTasks(t, d, 3)
 	x, err := d.FromFloat32(4, 4, randMatrix(24, 4))
 	require.NoError(t, err)
 	a, _ := d.Empty(4, 4, Float32)
@@ -190,14 +165,7 @@ func TestBrokenStreamReleasesWaitersInOrder(t *testing.T) {
 	require.NoError(t, tasks[1].MatMulInto(a, x, x, false, false)) // after q0's kernel
 	require.NoError(t, tasks[2].CopyInto(b, a))                    // after that
 	release()
-	require.ErrorIs(t, within(t, "Synchronize of the faulted task", tasks[1].Synchronize), ErrFault)
-	time.Sleep(20 * time.Millisecond)
-	close(slow)
-	require.ErrorIs(t, within(t, "Synchronize of the reader", tasks[2].Synchronize), ErrFault)
-	require.ErrorIs(t, b.Err(), ErrFault)
-	require.NoError(t, within(t, "Synchronize of the producer", tasks[0].Synchronize))
-	_ = within(t, "Close", d.Close)
-	require.Empty(t, d.Hazards())
+	requireReleasedInOrder(t, d, tasks, b, slow)
 }
 
 // A broken queue that waits (through the bridge) for a stream, while the
@@ -210,10 +178,8 @@ func TestBrokenStreamReleasesWaitersInOrder(t *testing.T) {
 // 49 under DeviceBridge).
 func TestBrokenQueueWaitingOnAStreamThatWaitsOnIt(t *testing.T) {
 	d := openFaulty(t, DeviceBridge)
-	q, err := d.NewTask() // its queue breaks
-	require.NoError(t, err)
-	s, err := d.NewTask() // its stream
-	require.NoError(t, err)
+	tasks := newTasks(t, d, 2)
+	q, s := tasks[0], tasks[1] // q's queue breaks; s's stream
 	x, err := d.FromFloat32(4, 4, randMatrix(25, 4))
 	require.NoError(t, err)
 	y, _ := d.Empty(4, 4, Float32)

@@ -94,6 +94,32 @@ func undeclaredCopy(d *Device, x *Array, write bool) error {
 	return d.drv.CopyDtoH(unsafe.Pointer(&buf[0]), x.ptr, x.buffer.size)
 }
 
+// openHostFuncRace opens a DeviceSide emulated device and makes, on its
+// default task, x (filled, and complete) and y, both 4×4 float32: the
+// setup of the host-function race tests.
+func openHostFuncRace(t *testing.T) (*Device, *Task, *Array, *Array) {
+	t.Helper()
+	d := openOpPath(t, DeviceSide)
+	tk := d.DefaultTask()
+	x, err := tk.Full(4, 4, Float32, 1)
+	require.NoError(t, err)
+	y, err := d.Empty(4, 4, Float32)
+	require.NoError(t, err)
+	require.NoError(t, d.Synchronize())
+	return d, tk, x, y
+}
+
+// conflictAfterHostFunc submits the GPU op that conflicts with a host
+// function's access of x: a write after its read, a read after its write.
+func conflictAfterHostFunc(t *testing.T, tk *Task, x, y *Array, hostAccess string) {
+	t.Helper()
+	if hostAccess == "read" {
+		require.NoError(t, tk.Fill(x, 5)) // write after the host function's read
+	} else {
+		require.NoError(t, tk.ScaleInto(y, 2, x)) // read after the host function's write
+	}
+}
+
 // Leaving out a host function's declared read, or its declared write,
 // makes the hazard checker report a race with the GPU op after it. The
 // GPU op is submitted before the function runs (so its clock cannot have
@@ -103,13 +129,7 @@ func undeclaredCopy(d *Device, x *Array, write bool) error {
 func TestHostFuncMissingAccessIsARace(t *testing.T) {
 	for _, drop := range []string{"read", "write"} {
 		t.Run(drop, func(t *testing.T) {
-			d := openOpPath(t, DeviceSide)
-			tk := d.DefaultTask()
-			x, err := tk.Full(4, 4, Float32, 1)
-			require.NoError(t, err)
-			y, err := d.Empty(4, 4, Float32)
-			require.NoError(t, err)
-			require.NoError(t, d.Synchronize())
+			d, tk, x, y := openHostFuncRace(t)
 			gate, ran := make(chan struct{}), make(chan error, 1)
 			release := d.machine.Hold()
 			defer release()
@@ -120,11 +140,7 @@ func TestHostFuncMissingAccessIsARace(t *testing.T) {
 				ran <- err
 				return err
 			}))
-			if drop == "read" {
-				require.NoError(t, tk.Fill(x, 5)) // write after the undeclared read
-			} else {
-				require.NoError(t, tk.ScaleInto(y, 2, x)) // read after the undeclared write
-			}
+			conflictAfterHostFunc(t, tk, x, y, drop)
 			close(gate)
 			require.NoError(t, <-ran)
 			release()
@@ -139,13 +155,7 @@ func TestHostFuncMissingAccessIsARace(t *testing.T) {
 func TestHostFuncDeclaredAccessIsNoRace(t *testing.T) {
 	for _, kind := range []string{"read", "write"} {
 		t.Run(kind, func(t *testing.T) {
-			d := openOpPath(t, DeviceSide)
-			tk := d.DefaultTask()
-			x, err := tk.Full(4, 4, Float32, 1)
-			require.NoError(t, err)
-			y, err := d.Empty(4, 4, Float32)
-			require.NoError(t, err)
-			require.NoError(t, d.Synchronize())
+			d, tk, x, y := openHostFuncRace(t)
 			gate := make(chan struct{})
 			release := d.machine.Hold()
 			defer release()
@@ -157,11 +167,7 @@ func TestHostFuncDeclaredAccessIsNoRace(t *testing.T) {
 				<-gate
 				return undeclaredCopy(d, x, kind == "write")
 			}))
-			if kind == "read" {
-				require.NoError(t, tk.Fill(x, 5))
-			} else {
-				require.NoError(t, tk.ScaleInto(y, 2, x))
-			}
+			conflictAfterHostFunc(t, tk, x, y, kind)
 			close(gate)
 			release()
 			require.NoError(t, d.Synchronize())

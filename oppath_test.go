@@ -82,6 +82,41 @@ func seq(n int, f func(i int) float32) []float32 {
 	return out
 }
 
+// uploadAndAccumulate uploads 20 host patterns in turn into an n×n array
+// x, overwriting each host slice as soon as its upload returns, and
+// accumulates acc += 2x after each; it returns acc and the CPU reference.
+func uploadAndAccumulate(t *testing.T, d *Device, tk *Task, n int) (*Array, []float32) {
+	t.Helper()
+	x, err := d.Empty(n, n, Float32)
+	require.NoError(t, err)
+	acc, err := tk.Full(n, n, Float32, 0)
+	require.NoError(t, err)
+	want := make([]float32, n*n)
+	for it := range 20 {
+		host := seq(n*n, func(i int) float32 { return float32(i%7 + it) })
+		require.NoError(t, tk.UploadFloat32(x, host)) // waits for the AXPY reading x before
+		for i := range host {
+			host[i] = -1 // the caller may reuse its slice at once
+			want[i] += 2 * float32(i%7+it)
+		}
+		require.NoError(t, tk.AXPYInto(acc, 2, x, acc))
+	}
+	return acc, want
+}
+
+// copyAndDownload copies src on the device and starts an asynchronous
+// download of the copy; the caller waits on the returned Pending.
+func copyAndDownload(t *testing.T, d *Device, tk *Task, src *Array) ([]float32, *Pending) {
+	t.Helper()
+	cp, err := d.Empty(src.Rows(), src.Cols(), Float32)
+	require.NoError(t, err)
+	require.NoError(t, tk.CopyBuffer(cp, src))
+	got := make([]float32, cp.Rows()*cp.Cols())
+	pend, err := tk.DownloadFloat32(cp, got)
+	require.NoError(t, err)
+	return got, pend
+}
+
 // SAXPY compiled from OpenCL runs through the op path between rocsync's
 // own kernels and a gemm, under every policy, with the hazard checker and
 // random delays on, and equals the CPU reference.
@@ -365,26 +400,8 @@ func TestUploadDownload(t *testing.T) {
 			tk, err := d.NewTask()
 			require.NoError(t, err)
 			const n = 16
-			x, err := d.Empty(n, n, Float32)
-			require.NoError(t, err)
-			acc, err := tk.Full(n, n, Float32, 0)
-			require.NoError(t, err)
-			want := make([]float32, n*n)
-			for it := range 20 {
-				host := seq(n*n, func(i int) float32 { return float32(i%7 + it) })
-				require.NoError(t, tk.UploadFloat32(x, host)) // waits for the AXPY reading x before
-				for i := range host {
-					host[i] = -1 // the caller may reuse its slice at once
-					want[i] += 2 * float32(i%7+it)
-				}
-				require.NoError(t, tk.AXPYInto(acc, 2, x, acc))
-			}
-			cp, err := d.Empty(n, n, Float32)
-			require.NoError(t, err)
-			require.NoError(t, tk.CopyBuffer(cp, acc))
-			got := make([]float32, n*n)
-			pend, err := tk.DownloadFloat32(cp, got)
-			require.NoError(t, err)
+			acc, want := uploadAndAccumulate(t, d, tk, n)
+			got, pend := copyAndDownload(t, d, tk, acc)
 			called := make(chan error, 1)
 			pend.Then(func(err error) { called <- err })
 			require.NoError(t, pend.Wait(context.Background()))
