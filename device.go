@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -56,6 +57,8 @@ type Device struct {
 
 	trace      *traceProc   // nil unless tracing (Options.Trace, ROCSYNC_TRACE)
 	traceTasks atomic.Int32 // numbers the tasks' host tracks
+
+	waitTimeout time.Duration // Options.WaitTimeout resolved (0: none), for the emulated collectives
 
 	openID uint64 // which Open made it, for messages that name it
 	debug  bool   // log enables debug: sync decisions are logged
@@ -211,7 +214,7 @@ func open(o Options, all bool) ([]*Device, error) {
 			engine: syncstate.Engine{Policy: o.Policy, DisableWaits: o.disableWaits}, stats: fam.stats[i],
 			cache: newMemCache(o.MemoryCache), launchBlocking: o.launchBlocking(), syncDebug: o.SyncDebug,
 			reduce:       reduceWorkspace{check: o.CheckReductionWorkspace},
-			maxPerDevice: uint64(o.MaxInFlightPerDevice), kernelBuilder: o.KernelBuilder}
+			maxPerDevice: uint64(o.MaxInFlightPerDevice), kernelBuilder: o.KernelBuilder, waitTimeout: o.waitTimeout()}
 		if o.SyncDebug != SyncDebugOff {
 			d.engine.OnHostWait = d.implicitHostWait
 		}

@@ -711,3 +711,21 @@ func (l *Lib) StreamWaitValue64(s Stream, ptr unsafe.Pointer, value uint64, flag
 func (l *Lib) StreamWriteValue64(s Stream, ptr unsafe.Pointer, value uint64, flags uint32) error {
 	return l.simple(symStreamWriteValue64, uintptr(s), uintptr(ptr), uintptr(value), uintptr(flags))
 }
+
+// OnDevice runs fn on a locked OS thread with device current
+// (hipSetDevice), for C libraries that act on the calling thread's
+// device, such as RCCL's ncclCommInitRank.
+func (l *Lib) OnDevice(device int, fn func() error) error {
+	if device < 0 {
+		return l.errorFor(symSetDevice, ErrorInvalidDevice)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	b := l.scratch.Get()
+	err := l.setDevice(b, device)
+	l.scratch.Put(b)
+	if err != nil {
+		return err
+	}
+	return fn()
+}

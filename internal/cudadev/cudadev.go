@@ -533,3 +533,13 @@ func (t *Task) Close() error {
 	}
 	return errors.Join(errs...)
 }
+
+// Ordinal is the device's CUDA device number (what NCCL calls the device).
+func (d *Device) Ordinal() int { return d.index }
+
+// OnDevice runs fn on a locked OS thread with the device's context
+// current, for C libraries that act on the calling thread's device, such
+// as NCCL's ncclCommInitRank.
+func (d *Device) OnDevice(fn func() error) error {
+	return d.b.call(func(uintptr) error { return fn() }, 0)
+}

@@ -895,3 +895,7 @@ func (d *Device) hostToHIP(s *stream.Stream, f syncstate.Fence) error {
 	}
 	return d.streamWaitZero(s, sig, ptr)
 }
+
+// HIPIndex is the device's HIP device number (what RCCL calls the device;
+// HSA's and HIP's orders may differ).
+func (d *Device) HIPIndex() int { return d.hipIndex }

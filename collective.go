@@ -1,0 +1,552 @@
+package rocsync
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+
+	"github.com/rocsync/rocsync/driver"
+	"github.com/rocsync/rocsync/hip"
+	"github.com/rocsync/rocsync/internal/cudadev"
+	"github.com/rocsync/rocsync/internal/emu"
+	"github.com/rocsync/rocsync/internal/rocmdev"
+	"github.com/rocsync/rocsync/kernels"
+	"github.com/rocsync/rocsync/nccl"
+)
+
+// UniqueID names one communicator across processes: one process makes it
+// (Device.NewUniqueID) and hands it to the others (its text form,
+// MarshalText or String, fits an environment variable or a command line),
+// which pass it to JoinCommunicator.
+type UniqueID = nccl.UniqueID
+
+// ParseUniqueID reads a UniqueID's text form; anything else is an
+// ErrInvalid error.
+func ParseUniqueID(s string) (UniqueID, error) {
+	id, err := nccl.ParseUniqueID(s)
+	if err != nil {
+		return id, &Error{Op: "ParseUniqueID", Kind: ErrInvalid, Err: err}
+	}
+	return id, nil
+}
+
+// ReduceOp is the reduction an all-reduce applies element by element.
+type ReduceOp uint8
+
+const (
+	ReduceSum ReduceOp = iota
+	ReduceProd
+	ReduceMax
+	ReduceMin
+)
+
+func (o ReduceOp) String() string {
+	switch o {
+	case ReduceSum:
+		return "sum"
+	case ReduceProd:
+		return "prod"
+	case ReduceMax:
+		return "max"
+	case ReduceMin:
+		return "min"
+	}
+	return fmt.Sprintf("ReduceOp(%d)", uint8(o))
+}
+
+// Communicator runs collectives (all-reduce, all-gather, broadcast) over
+// GPUs through the vendor's library: NCCL on CUDA, RCCL on ROCm, and an
+// emulated one (with the hazard checker) on the emulator. rocsync writes
+// no communication of its own: each rank's part is an op on its task's
+// library stream, declared with what it reads and writes, ordered after
+// the work it must follow and recorded like any other op.
+//
+// A Communicator holds the local ranks: every device of one process
+// (NewCommunicator), or this process's one rank of a communicator across
+// processes (JoinCommunicator). Each collective takes one array per local
+// rank, in rank order. It is safe for concurrent use, but every rank of a
+// communicator must make the same collectives in the same order; a rank
+// that never calls leaves the others waiting on the device (on the
+// emulator, until Options.WaitTimeout, when their streams fail).
+type Communicator struct {
+	mu     sync.Mutex
+	lib    *collLib
+	ranks  []commRank
+	nranks int
+	err    error // set once a collective was submitted on some ranks only
+	closed bool
+
+	// dropAccess, in tests, leaves rank i's declared accesses out of the
+	// collective (to prove the hazard checker sees the race).
+	dropAccess func(rank int) bool
+}
+
+type commRank struct {
+	task *Task
+	comm nccl.Comm
+	rank int
+}
+
+// collLib is the collective library of one backend.
+type collLib struct {
+	name     string
+	c        nccl.Collectives
+	uniqueID func() (nccl.UniqueID, error)
+	initRank func(d *Device, nranks int, id nccl.UniqueID, rank int) (nccl.Comm, error)
+	ordinal  func(d *Device) int
+}
+
+// The real libraries, each loaded at its first use and kept.
+var collLibs struct {
+	mu         sync.Mutex
+	nccl, rccl *nccl.Lib
+}
+
+func loadLib(flavor nccl.Flavor) (*nccl.Lib, error) {
+	collLibs.mu.Lock()
+	defer collLibs.mu.Unlock()
+	p, open := &collLibs.nccl, nccl.OpenNCCL
+	if flavor == nccl.RCCL {
+		p, open = &collLibs.rccl, nccl.OpenRCCL
+	}
+	if *p != nil {
+		return *p, nil
+	}
+	l, err := open() // after DisableNVLS: NCCL_NVLS_ENABLE=0, or a refusal
+	if err != nil {
+		return nil, err // not kept: a library installed later is found
+	}
+	*p = l
+	return l, nil
+}
+
+// collLibFor returns d's collective library, loading it at first use.
+func collLibFor(op string, d *Device) (*collLib, error) {
+	switch drv := d.drv.(type) {
+	case *rocmdev.Device:
+		if d.machine != nil {
+			c := d.machine.Collectives(d.waitTimeout)
+			return &collLib{name: "the emulated RCCL", c: c, uniqueID: c.GetUniqueID,
+				ordinal: func(d *Device) int { return d.drv.(*rocmdev.Device).HIPIndex() },
+				initRank: func(d *Device, nranks int, id nccl.UniqueID, rank int) (nccl.Comm, error) {
+					return c.CommInitRank(d.drv.(*rocmdev.Device).HIPIndex(), nranks, id, rank)
+				}}, nil
+		}
+		l, err := loadLib(nccl.RCCL)
+		if err != nil {
+			return nil, &Error{Op: op, Kind: ErrUnavailable, Detail: "collectives on ROCm need RCCL", Err: err}
+		}
+		return &collLib{name: "RCCL", c: l, uniqueID: l.GetUniqueID,
+			ordinal: func(d *Device) int { return d.drv.(*rocmdev.Device).HIPIndex() },
+			initRank: func(d *Device, nranks int, id nccl.UniqueID, rank int) (nccl.Comm, error) {
+				h, ok := d.drv.(*rocmdev.Device).Runtimes().HIP.(*hip.Lib)
+				if !ok {
+					return 0, fmt.Errorf("rocsync: the HIP runtime cannot select a device for RCCL")
+				}
+				var c nccl.Comm
+				err := h.OnDevice(d.drv.(*rocmdev.Device).HIPIndex(), func() (err error) {
+					c, err = l.CommInitRank(nranks, id, rank)
+					return err
+				})
+				return c, err
+			}}, nil
+	case *cudadev.Device:
+		_ = drv
+		l, err := loadLib(nccl.NCCL)
+		if err != nil {
+			return nil, &Error{Op: op, Kind: ErrUnavailable, Detail: "collectives on CUDA need NCCL", Err: err}
+		}
+		return &collLib{name: "NCCL", c: l, uniqueID: l.GetUniqueID,
+			ordinal: func(d *Device) int { return d.drv.(*cudadev.Device).Ordinal() },
+			initRank: func(d *Device, nranks int, id nccl.UniqueID, rank int) (nccl.Comm, error) {
+				var c nccl.Comm
+				err := d.drv.(*cudadev.Device).OnDevice(func() (err error) {
+					c, err = l.CommInitRank(nranks, id, rank)
+					return err
+				})
+				return c, err
+			}}, nil
+	}
+	return nil, newErr(op, ErrUnavailable, "no collective library on the %s backend", d.backend)
+}
+
+// NewUniqueID makes the id of a new communicator across processes, with
+// the collective library of d's backend. Hand it to every rank's
+// JoinCommunicator. It is an ErrUnavailable error when the library is
+// missing (the error names the paths searched).
+func (d *Device) NewUniqueID() (UniqueID, error) {
+	const op = "NewUniqueID"
+	if d == nil {
+		return UniqueID{}, newErr(op, ErrInvalid, "nil device")
+	}
+	if err := d.enter(op); err != nil {
+		return UniqueID{}, err
+	}
+	defer d.leave()
+	lib, err := collLibFor(op, d)
+	if err != nil {
+		return UniqueID{}, err
+	}
+	id, err := lib.uniqueID()
+	if err != nil {
+		return id, &Error{Op: op, Kind: ErrUnavailable, Err: err}
+	}
+	return id, nil
+}
+
+// NewCommunicator makes a communicator over the devices of this process
+// (ncclCommInitAll): rank i runs on tasks[i]'s library stream. The tasks'
+// devices must be distinct GPUs of one backend (one OpenAll). One task is
+// a communicator of one rank, which works on a single GPU.
+func NewCommunicator(tasks ...*Task) (*Communicator, error) {
+	const op = "NewCommunicator"
+	if len(tasks) == 0 {
+		return nil, newErr(op, ErrInvalid, "no tasks")
+	}
+	for i, t := range tasks {
+		if err := t.check(op); err != nil {
+			return nil, err
+		}
+		for j, u := range tasks[:i] {
+			if u.dev == t.dev || (u.dev.index == t.dev.index && u.dev.backend == t.dev.backend && u.dev.machine == t.dev.machine) {
+				return nil, newErr(op, ErrInvalid, "tasks %d and %d are on the same GPU (%v): a communicator has one rank per GPU", j, i, t.dev)
+			}
+			if u.dev.backend != t.dev.backend || u.dev.machine != t.dev.machine {
+				return nil, newErr(op, ErrDeviceMismatch, "task %d is on %v, task %d on %v: open the devices together (OpenAll)", j, u.dev, i, t.dev)
+			}
+		}
+	}
+	d := tasks[0].dev
+	if err := d.enter(op); err != nil {
+		return nil, err
+	}
+	defer d.leave()
+	lib, err := collLibFor(op, d)
+	if err != nil {
+		return nil, err
+	}
+	devices := make([]int, len(tasks))
+	for i, t := range tasks {
+		devices[i] = lib.ordinal(t.dev)
+	}
+	runtime.LockOSThread()
+	comms, err := lib.c.CommInitAll(devices)
+	runtime.UnlockOSThread()
+	if err != nil {
+		return nil, &Error{Op: op, Kind: ErrUnavailable, Detail: lib.name + " made no communicator", Err: err}
+	}
+	c := &Communicator{lib: lib, nranks: len(tasks)}
+	for i, t := range tasks {
+		c.ranks = append(c.ranks, commRank{task: t, comm: comms[i], rank: i})
+	}
+	return c, nil
+}
+
+// JoinCommunicator makes this process's rank of a communicator of nranks
+// ranks across processes (ncclCommInitRank) on task's device, from the id
+// one of them made (Device.NewUniqueID). It returns once every rank has
+// joined; each must call it concurrently. Going multi-node is the
+// library's business (its bootstrap and network).
+func JoinCommunicator(task *Task, id UniqueID, rank, nranks int) (*Communicator, error) {
+	const op = "JoinCommunicator"
+	if err := task.check(op); err != nil {
+		return nil, err
+	}
+	if nranks < 1 || rank < 0 || rank >= nranks {
+		return nil, newErr(op, ErrInvalid, "rank %d of %d ranks", rank, nranks)
+	}
+	d := task.dev
+	if err := d.enter(op); err != nil {
+		return nil, err
+	}
+	defer d.leave()
+	lib, err := collLibFor(op, d)
+	if err != nil {
+		return nil, err
+	}
+	comm, err := lib.initRank(d, nranks, id, rank)
+	if err != nil {
+		kind := ErrUnavailable
+		if errors.Is(err, emu.ErrCollectiveTimeout) {
+			kind = ErrTimeout
+		}
+		return nil, &Error{Op: op, Kind: kind, Detail: fmt.Sprintf("rank %d of %d with %s", rank, nranks, lib.name), Err: err}
+	}
+	return &Communicator{lib: lib, nranks: nranks, ranks: []commRank{{task: task, comm: comm, rank: rank}}}, nil
+}
+
+// Ranks is the communicator's number of ranks (over every process).
+func (c *Communicator) Ranks() int {
+	if c == nil {
+		return 0
+	}
+	return c.nranks
+}
+
+// Close waits for nothing: it destroys the communicator once its local
+// ranks' tasks have drained (a collective still on a stream needs it).
+// A second Close returns nil.
+func (c *Communicator) Close() error {
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	var errs []error
+	for _, r := range c.ranks {
+		if r.task.closed.Load() {
+			continue
+		}
+		if err := r.task.Synchronize(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, r := range c.ranks {
+		var err error
+		if c.err != nil || len(errs) > 0 {
+			err = c.lib.c.CommAbort(r.comm) // peers may never answer
+		} else {
+			err = c.lib.c.CommDestroy(r.comm)
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return &Error{Op: "Close", Kind: ErrFault, Detail: "communicator", Err: errors.Join(errs...)}
+	}
+	return nil
+}
+
+func always(int) bool { return true }
+func never(int) bool  { return false }
+
+func ncclType(dt DType) (nccl.DataType, bool) {
+	switch dt {
+	case kernels.F32:
+		return nccl.Float32, true
+	case kernels.F64:
+		return nccl.Float64, true
+	}
+	return 0, false
+}
+
+// rankOp is one rank's part of a collective: its operands and the library
+// call that enqueues it.
+type rankOp struct {
+	operands [2]access
+	n        int
+	call     func(stream uintptr) error
+}
+
+// check validates the arrays a collective takes (one per local rank, in
+// rank order): count, nil, device, freed, one element type across ranks,
+// and, for those the collective reads (reads(i)), a failed writer. It
+// runs before any rank's part is submitted, so that bad input leaves the
+// communicator usable.
+func (c *Communicator) check(op string, arrays []*Array, reads func(i int) bool) error {
+	if c == nil {
+		return newErr(op, ErrInvalid, "nil communicator")
+	}
+	if len(arrays) != len(c.ranks) {
+		return newErr(op, ErrInvalid, "%d arrays for %d local ranks (one per rank, in rank order)", len(arrays), len(c.ranks))
+	}
+	for i, a := range arrays {
+		r := c.ranks[i]
+		if err := r.task.check(op, a); err != nil {
+			var e *Error
+			if errors.As(err, &e) {
+				e.Detail = fmt.Sprintf("rank %d: %s", r.rank, e.Detail)
+			}
+			return err
+		}
+		a.st.Lock()
+		freed := a.freed
+		a.st.Unlock()
+		if freed {
+			return newErr(op, ErrFreed, "rank %d: %v", r.rank, a)
+		}
+		if err := a.st.Poison(); err != nil && reads(i) {
+			return &Error{Op: op, Kind: ErrFault, Detail: fmt.Sprintf("rank %d: %v", r.rank, a), Err: err}
+		}
+		if _, ok := ncclType(a.dtype); !ok {
+			return newErr(op, ErrDType, "rank %d: %v: collectives take float32 and float64", r.rank, a)
+		}
+		if a0 := arrays[0]; a.dtype != a0.dtype {
+			return newErr(op, ErrDType, "rank %d: %v, rank %d: %v", c.ranks[0].rank, a0, r.rank, a)
+		}
+	}
+	return nil
+}
+
+// AllReduce reduces arrays (one per local rank, in rank order) in place:
+// afterwards every rank's array holds op over all ranks' arrays. Each
+// rank's part reads and writes its array.
+func (c *Communicator) AllReduce(op ReduceOp, arrays ...*Array) error {
+	const name = "AllReduce"
+	if err := c.check(name, arrays, always); err != nil {
+		return err
+	}
+	if op > ReduceMin {
+		return newErr(name, ErrInvalid, "unknown reduction %v", op)
+	}
+	for i, a := range arrays {
+		if a.rows != arrays[0].rows || a.cols != arrays[0].cols {
+			return newErr(name, ErrShape, "rank %d: %v, rank %d: %v", c.ranks[0].rank, arrays[0], c.ranks[i].rank, a)
+		}
+	}
+	return c.run(name, func(i int, r commRank, ro *rankOp) {
+		a := arrays[i]
+		dt, _ := ncclType(a.dtype)
+		ro.operands[0], ro.n = access{&a.buffer, a, ReadWrite}, 1
+		p, n, lib, comm := uintptr(a.ptr), a.Len(), c.lib.c, r.comm
+		ro.call = func(s uintptr) error { return lib.AllReduce(p, p, n, dt, nccl.RedOp(op), comm, s) }
+	})
+}
+
+// AllGather concatenates every rank's send array in rank order into each
+// rank's recv array, whose length is Ranks() times send's (send and recv
+// one per local rank, in rank order). Each rank's part reads its send and
+// writes its recv.
+func (c *Communicator) AllGather(send, recv []*Array) error {
+	const name = "AllGather"
+	if err := c.check(name, send, always); err != nil {
+		return err
+	}
+	if err := c.check(name, recv, never); err != nil {
+		return err
+	}
+	for i := range send {
+		s, r := send[i], recv[i]
+		if s.dtype != r.dtype {
+			return newErr(name, ErrDType, "rank %d: send %v, recv %v", c.ranks[i].rank, s, r)
+		}
+		if s.Len() != send[0].Len() || r.Len() != c.nranks*s.Len() {
+			return newErr(name, ErrShape, "rank %d: send %v, recv %v: recv holds %d ranks' sends", c.ranks[i].rank, s, r, c.nranks)
+		}
+		if s == r {
+			return newErr(name, ErrInvalid, "rank %d: send and recv are one array", c.ranks[i].rank)
+		}
+	}
+	return c.run(name, func(i int, r commRank, ro *rankOp) {
+		s, v := send[i], recv[i]
+		dt, _ := ncclType(s.dtype)
+		ro.operands[0], ro.operands[1], ro.n = access{&s.buffer, s, Read}, access{&v.buffer, v, Write}, 2
+		sp, rp, n, lib, comm := uintptr(s.ptr), uintptr(v.ptr), s.Len(), c.lib.c, r.comm
+		ro.call = func(st uintptr) error { return lib.AllGather(sp, rp, n, dt, comm, st) }
+	})
+}
+
+// Broadcast copies rank root's array to every other rank's, in place
+// (arrays one per local rank, in rank order): the root's part reads its
+// array, the others' write theirs.
+func (c *Communicator) Broadcast(root int, arrays ...*Array) error {
+	const name = "Broadcast"
+	if err := c.check(name, arrays, func(i int) bool { return c.ranks[i].rank == root }); err != nil {
+		return err
+	}
+	if c != nil && (root < 0 || root >= c.nranks) {
+		return newErr(name, ErrInvalid, "root %d of %d ranks", root, c.nranks)
+	}
+	for i, a := range arrays {
+		if a.rows != arrays[0].rows || a.cols != arrays[0].cols {
+			return newErr(name, ErrShape, "rank %d: %v, rank %d: %v", c.ranks[0].rank, arrays[0], c.ranks[i].rank, a)
+		}
+	}
+	return c.run(name, func(i int, r commRank, ro *rankOp) {
+		a := arrays[i]
+		dt, _ := ncclType(a.dtype)
+		acc := Write
+		if r.rank == root {
+			acc = Read
+		}
+		ro.operands[0], ro.n = access{&a.buffer, a, acc}, 1
+		p, n, lib, comm := uintptr(a.ptr), a.Len(), c.lib.c, r.comm
+		ro.call = func(s uintptr) error { return lib.Broadcast(p, p, n, dt, root, comm, s) }
+	})
+}
+
+// run submits each local rank's part as a library-call op on its task.
+// With several local ranks each is submitted from a goroutine locked to
+// its own OS thread, at once: NCCL's documented pattern of one thread per
+// GPU. A group (ncclGroupStart/End on one thread) would defer the launch
+// to ncclGroupEnd, after the op path has recorded each rank's fence on its
+// stream; threads keep "enqueued when Submit returns" true.
+func (c *Communicator) run(name string, build func(i int, r commRank, ro *rankOp)) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return newErr(name, ErrClosed, "communicator is closed")
+	}
+	if c.err != nil {
+		return &Error{Op: name, Kind: ErrFault, Detail: "the communicator broke", Err: c.err}
+	}
+	ops := make([]rankOp, len(c.ranks))
+	for i, r := range c.ranks {
+		build(i, r, &ops[i])
+		if c.dropAccess != nil && c.dropAccess(i) {
+			ops[i].n = 0
+		}
+	}
+	errs := make([]error, len(c.ranks))
+	submit := func(i int) {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		t, ro := c.ranks[i].task, &ops[i]
+		if err := t.check(name); err != nil {
+			errs[i] = err
+			return
+		}
+		t.op.Kind, t.op.Lane, t.op.Call = driver.LibraryCall, driver.LaneLibrary, ro.call
+		accs := append(t.operands[:0], ro.operands[:ro.n]...)
+		_, errs[i] = t.submit(name, accs)
+	}
+	if len(c.ranks) == 1 {
+		submit(0)
+	} else {
+		var wg sync.WaitGroup
+		for i := range c.ranks {
+			wg.Go(func() { submit(i) })
+		}
+		wg.Wait()
+	}
+	failed := 0
+	for _, err := range errs {
+		if err != nil {
+			failed++
+		}
+	}
+	if failed == 0 {
+		return nil
+	}
+	err := errors.Join(errs...)
+	if failed < len(c.ranks) || c.nranks > len(c.ranks) {
+		// Some ranks' parts are on their streams and wait for the others:
+		// abort, so that the library stops them, and refuse further use.
+		c.err = err
+		for _, r := range c.ranks {
+			_ = c.lib.c.CommAbort(r.comm)
+		}
+	}
+	for i, e := range errs {
+		if e == nil {
+			continue
+		}
+		var re *Error
+		if errors.As(e, &re) {
+			out := *re
+			out.Detail = fmt.Sprintf("rank %d: %s", c.ranks[i].rank, re.Detail)
+			if c.err != nil {
+				out.Detail += "; the communicator was aborted"
+			}
+			return &out
+		}
+		return &Error{Op: name, Kind: ErrFault, Detail: fmt.Sprintf("rank %d", c.ranks[i].rank), Err: e}
+	}
+	return err
+}
