@@ -63,6 +63,12 @@ type config struct {
 
 	interleave bool
 
+	// dp-mlp: the device count, and the hazard checker (tests).
+	devices int
+	hazards bool
+	// dpSkipAllReduce leaves the all-reduces out (the test's control).
+	dpSkipAllReduce bool
+
 	cpuProfile   string
 	cpuProfileHz int
 
@@ -164,22 +170,40 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if cfg.traceFile != "" {
 		cfg.trace = rocsync.NewTraceFile(cfg.traceFile)
 	}
-	results, dev, err := runAll(cfg)
-	if err != nil {
-		return err
+	var dp []dpResult
+	var hasDP bool
+	if cfg.programs, hasDP = splitDP(cfg.programs); hasDP {
+		if cfg.paired || cfg.interleave || cfg.plot != "" {
+			return usageError{error: fmt.Errorf("%s does not combine with -paired-raw, -interleave or -plot", dpProgram)}
+		}
+		if dp, err = runDP(cfg); err != nil {
+			return err
+		}
+	}
+	var results []result
+	var dev deviceInfo
+	if len(cfg.programs) > 0 {
+		if results, dev, err = runAll(cfg); err != nil {
+			return err
+		}
 	}
 	if err := cfg.trace.Flush(); err != nil {
 		return err
 	}
 	meta.Backend, meta.Device, meta.Driver, meta.Target = dev.backend, dev.name, dev.driver, dev.target
 	meta.Machine.LoadAfter = loadAverage()
-	out := output{Meta: meta, Results: results}
+	out := output{Meta: meta, Results: results, DataParallel: dp}
 	if cfg.json {
 		if err := writeJSON(stdout, out); err != nil {
 			return err
 		}
 	} else {
-		printTable(stdout, cfg, results)
+		if len(results) > 0 {
+			printTable(stdout, cfg, results)
+		}
+		if len(dp) > 0 {
+			printDPTable(stdout, cfg, dp)
+		}
 	}
 	if cfg.jsonFile != "" {
 		if err := saveJSON(cfg.jsonFile, out); err != nil {
@@ -191,7 +215,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("plot: %w", err)
 		}
 	}
-	return checkChecksums(results)
+	return errors.Join(checkChecksums(results), checkDP(dp))
 }
 
 // writeJSON writes v as indented JSON; bench's results and the paired
@@ -231,7 +255,8 @@ func newFlagSet(cfg *config, fl *flagStrings) *flag.FlagSet {
 	fs.IntVar(&cfg.mlp.hidden, "hidden", 128, "mlp: hidden units")
 	fs.IntVar(&cfg.mlp.out, "out", 16, "mlp: outputs")
 	fs.Uint64Var(&cfg.seed, "seed", 1, "input seed (also seeds the emulator's delays)")
-	fs.StringVar(&fl.programs, "programs", "matmul,elementwise,mixed,mlp", "comma-separated programs: matmul, elementwise, mixed, mlp")
+	fs.StringVar(&fl.programs, "programs", "matmul,elementwise,mixed,mlp", "comma-separated programs: matmul, elementwise, mixed, mlp, dp-mlp")
+	fs.IntVar(&cfg.devices, "devices", 2, "dp-mlp: devices to split the batch over (also run on 1, the reference)")
 	fs.StringVar(&fl.policies, "policies", "WaitAlways,SkipSameQueue,DeviceSide,Unified,DeviceBridge", "comma-separated policies")
 	fs.StringVar(&fl.backend, "backend", "auto", "auto, emulator, rocm or cuda")
 	fs.DurationVar(&cfg.emuDelay, "emu-delay", 0,
@@ -272,6 +297,10 @@ Programs (-programs):
   mixed        (x∘x)·x, -repeat times: one HSA->HIP crossing each
   mlp          one training step of a two-layer MLP with Adam (-batch, -in,
                -hidden, -out)
+  dp-mlp       the mlp data-parallel: the batch split over -devices devices,
+               gradients all-reduced before Adam; run on 1 and -devices
+               devices, with host waits per step and scaling efficiency
+               (not in the default list)
 
 Policies (-policies):
   WaitAlways     the host waits after every op (the baseline)
@@ -357,6 +386,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	default:
 		return cfg, fmt.Errorf("unknown backend %q (want auto, emulator, rocm or cuda)", backend)
 	}
+	if cfg.devices < 1 {
+		return cfg, errors.New("-devices must be at least 1")
+	}
 	if cfg.n <= 0 || cfg.iters <= 0 || cfg.warmup < 0 || cfg.repeat <= 0 {
 		return cfg, errors.New("-n, -iters and -repeat must be positive, -warmup not negative")
 	}
@@ -370,7 +402,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return cfg, fmt.Errorf("-plot %q: the chart is a PNG, name it *.png", cfg.plot)
 	}
 	for _, p := range strings.Split(progs, ",") {
-		if _, err := programByName(p); err != nil {
+		if _, err := programByName(p); err != nil && p != dpProgram {
 			return cfg, err
 		}
 		cfg.programs = append(cfg.programs, p)

@@ -58,6 +58,8 @@ type settings struct {
 type output struct {
 	Meta    runMeta  `json:"meta"`
 	Results []result `json:"results"`
+	// DataParallel holds the dp-mlp runs (-programs dp-mlp).
+	DataParallel []dpResult `json:"data_parallel,omitempty"`
 }
 
 func newRunMeta(cfg config, start time.Time) runMeta {

@@ -90,6 +90,11 @@ type mlpState struct {
 	ops    []mlpOp
 	w1     int // W1's index, read back for the checksum
 
+	// For the data-parallel mlp: the ops before Adam (forward and
+	// backward), and the gradients to all-reduce between them and Adam.
+	backwardEnd int
+	grads       []int
+
 	step  int     // Adam's t, advanced at the start of each iteration
 	corr1 float64 // 1/(1-β1^t)
 	corr2 float64 // 1/(1-β2^t)
@@ -160,13 +165,21 @@ func constant(v float64) func() float64 { return func() float64 { return v } }
 
 // newMLP builds the MLP's array table and op list; no device is needed, so
 // the crossings can be counted without one.
-func newMLP(sz mlpSizes, seed uint64) *mlpState {
+func newMLP(sz mlpSizes, seed uint64) *mlpState { return newMLPShard(sz, seed, 1, 0) }
+
+// newMLPShard is shard `shard` of `shards` of the MLP (sz.batch is the
+// whole batch): the rows of X and Y of that shard, the same parameters, and
+// the loss of the whole batch (dP scaled by 2/sz.batch), so that the sum of
+// the shards' gradients is the whole batch's gradient.
+func newMLPShard(sz mlpSizes, seed uint64, shards, shard int) *mlpState {
+	whole := sz.batch
+	sz.batch /= shards
 	s := &mlpState{sizes: sz}
 	b, in, h, o := sz.batch, sz.in, sz.hidden, sz.out
 
 	// Data and parameters, deterministic in the seed.
-	X := s.array("X", b, in, randomMatrix(b, in, seed+11, 1), 0)
-	Y := s.array("Y", b, o, randomMatrix(b, o, seed+12, 1), 0)
+	X := s.array("X", b, in, randomMatrix(whole, in, seed+11, 1)[shard*b*in:(shard+1)*b*in], 0)
+	Y := s.array("Y", b, o, randomMatrix(whole, o, seed+12, 1)[shard*b*o:(shard+1)*b*o], 0)
 	W1 := s.array("W1", in, h, randomMatrix(in, h, seed+13, 2/math.Sqrt(float64(in))), 0)
 	B1 := s.array("b1", 1, h, randomMatrix(1, h, seed+14, 0.1), 0)
 	W2 := s.array("W2", h, o, randomMatrix(h, o, seed+15, 2/math.Sqrt(float64(h))), 0)
@@ -192,13 +205,14 @@ func newMLP(sz mlpSizes, seed uint64) *mlpState {
 
 	// Backward, MSE against Y.
 	s.sub(dP, P, Y)
-	s.scale(dP, constant(2/float64(b)), dP)
+	s.scale(dP, constant(2/float64(whole)), dP)
 	s.gemm("dW2=Hᵀ·dP", true, false, H, dP, dW2)
 	s.gemm("db2=1ᵀ·dP", true, false, ones, dP, db2)
 	s.gemm("dH=dP·W2ᵀ", false, true, dP, W2, dH)
 	s.reluGrad(dZ1, Z1, dH)
 	s.gemm("dW1=Xᵀ·dZ1", true, false, X, dZ1, dW1)
 	s.gemm("db1=1ᵀ·dZ1", true, false, ones, dZ1, db1)
+	s.backwardEnd, s.grads = len(s.ops), []int{dW1, db1, dW2, db2}
 
 	// Adam, one parameter at a time.
 	corr1 := func() float64 { return s.corr1 }
@@ -230,6 +244,14 @@ func newMLP(sz mlpSizes, seed uint64) *mlpState {
 // so that the first iteration starts with nothing pending.
 func setupMLP(d *rocsync.Device, t *rocsync.Task, cfg config) (state, error) {
 	s := newMLP(cfg.mlp, cfg.seed)
+	if err := s.alloc(d, t); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// alloc allocates and initialises s's arrays on d and waits for them.
+func (s *mlpState) alloc(d *rocsync.Device, t *rocsync.Task) error {
 	s.arrays = make([]*rocsync.Array, len(s.specs))
 	for i, sp := range s.specs {
 		var a *rocsync.Array
@@ -241,30 +263,43 @@ func setupMLP(d *rocsync.Device, t *rocsync.Task, cfg config) (state, error) {
 		}
 		if err != nil {
 			s.free()
-			return nil, fmt.Errorf("allocating %s: %w", sp.name, err)
+			return fmt.Errorf("allocating %s: %w", sp.name, err)
 		}
 		s.arrays[i] = a
 	}
 	if err := t.Synchronize(); err != nil {
 		s.free()
-		return nil, err
+		return err
 	}
-	return s, nil
+	return nil
 }
 
 // run submits one training step. It returns W1 (read back once, after the
 // last iteration, for the checksum) and no temporaries.
 func (s *mlpState) run(t *rocsync.Task) (*rocsync.Array, []*rocsync.Array, error) {
+	s.nextStep()
+	if err := s.runOps(t, 0, len(s.ops)); err != nil {
+		return nil, nil, err
+	}
+	return s.arrays[s.w1], nil, nil
+}
+
+// nextStep advances Adam's step and its bias corrections.
+func (s *mlpState) nextStep() {
 	s.step++
 	s.corr1 = 1 / (1 - math.Pow(adamBeta1, float64(s.step)))
 	s.corr2 = 1 / (1 - math.Pow(adamBeta2, float64(s.step)))
-	for i := range s.ops {
+}
+
+// runOps submits ops [from, to) on t.
+func (s *mlpState) runOps(t *rocsync.Task, from, to int) error {
+	for i := from; i < to; i++ {
 		op := &s.ops[i]
 		if err := op.run(t, s.arrays); err != nil {
-			return nil, nil, fmt.Errorf("op %d (%s): %w", i, op.name, err)
+			return fmt.Errorf("op %d (%s): %w", i, op.name, err)
 		}
 	}
-	return s.arrays[s.w1], nil, nil
+	return nil
 }
 
 func (s *mlpState) free() {
