@@ -54,69 +54,79 @@ func TestCollectivesOnEmulator(t *testing.T) {
 		for _, p := range []Policy{DeviceSide, SkipSameQueue, Unified} {
 			t.Run(fmt.Sprintf("%d/%v", n, p), func(t *testing.T) {
 				devs, tasks := openCollEmu(t, n, p, nil)
-				comm, err := NewCommunicator(tasks...)
-				require.NoError(t, err)
-				defer func() { require.NoError(t, comm.Close()) }()
-				require.Equal(t, n, comm.Ranks())
-				const rows, cols = 3, 5
-				xs, sends, gathered := make([]*Array, n), make([]*Array, n), make([]*Array, n)
-				for r := range n {
-					host := make([]float32, rows*cols)
-					for i := range host {
-						host[i] = float32(r+1) + float32(i)/8
-					}
-					base, err := devs[r].FromFloat32(rows, cols, host)
-					require.NoError(t, err)
-					xs[r], err = tasks[r].Scale(2, base) // written on the kernel queue
-					require.NoError(t, err)
-					sends[r], err = tasks[r].Copy(xs[r])
-					require.NoError(t, err)
-					gathered[r], err = devs[r].Empty(n*rows, cols, Float32)
-					require.NoError(t, err)
-				}
-				require.NoError(t, comm.AllReduce(ReduceSum, xs...))
-				require.NoError(t, comm.AllGather(sends, gathered))
-				outs := make([]*Array, n)
-				for r := range n {
-					outs[r], err = tasks[r].Scale(1, xs[r]) // reads the result on the kernel queue
-					require.NoError(t, err)
-				}
-				for r := range n {
-					got, err := outs[r].Float32s()
-					require.NoError(t, err)
-					for i, v := range got {
-						var want float32
-						for q := range n {
-							want += 2 * (float32(q+1) + float32(i)/8)
-						}
-						require.InDelta(t, want, v, 1e-4, "all-reduce rank %d element %d", r, i)
-					}
-					g, err := gathered[r].Float32s()
-					require.NoError(t, err)
-					for i, v := range g {
-						q, j := i/(rows*cols), i%(rows*cols)
-						require.Equal(t, 2*(float32(q+1)+float32(j)/8), v, "all-gather rank %d element %d", r, i)
-					}
-				}
-				// Broadcast from the last rank over the all-reduced arrays'
-				// copies: the non-roots' old values are overwritten.
-				root := n - 1
-				bs := make([]*Array, n)
-				for r := range n {
-					bs[r], err = tasks[r].Scale(float64(r+1), xs[r])
-					require.NoError(t, err)
-				}
-				require.NoError(t, comm.Broadcast(root, bs...))
-				want, err := bs[root].Float32s()
-				require.NoError(t, err)
-				for r := range n {
-					got, err := bs[r].Float32s()
-					require.NoError(t, err)
-					require.Equal(t, want, got, "broadcast rank %d", r)
-				}
+				checkCollectivesAsOps(t, devs, tasks)
 				requireNoHazards(t, devs)
 			})
 		}
+	}
+}
+
+// checkCollectivesAsOps runs the three collectives over one task per
+// device (a communicator of every device), each between kernels that
+// write its input and read its output, and checks the results against
+// the CPU.
+func checkCollectivesAsOps(t *testing.T, devs []*Device, tasks []*Task) {
+	t.Helper()
+	n := len(tasks)
+	comm, err := NewCommunicator(tasks...)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, comm.Close()) }()
+	require.Equal(t, n, comm.Ranks())
+	const rows, cols = 3, 5
+	xs, sends, gathered := make([]*Array, n), make([]*Array, n), make([]*Array, n)
+	for r := range n {
+		host := make([]float32, rows*cols)
+		for i := range host {
+			host[i] = float32(r+1) + float32(i)/8
+		}
+		base, err := devs[r].FromFloat32(rows, cols, host)
+		require.NoError(t, err)
+		xs[r], err = tasks[r].Scale(2, base) // written on the kernel queue
+		require.NoError(t, err)
+		sends[r], err = tasks[r].Copy(xs[r])
+		require.NoError(t, err)
+		gathered[r], err = devs[r].Empty(n*rows, cols, Float32)
+		require.NoError(t, err)
+	}
+	require.NoError(t, comm.AllReduce(ReduceSum, xs...))
+	require.NoError(t, comm.AllGather(sends, gathered))
+	outs := make([]*Array, n)
+	for r := range n {
+		outs[r], err = tasks[r].Scale(1, xs[r]) // reads the result on the kernel queue
+		require.NoError(t, err)
+	}
+	for r := range n {
+		got, err := outs[r].Float32s()
+		require.NoError(t, err)
+		for i, v := range got {
+			var want float32
+			for q := range n {
+				want += 2 * (float32(q+1) + float32(i)/8)
+			}
+			require.InDelta(t, want, v, 1e-4, "all-reduce rank %d element %d", r, i)
+		}
+		g, err := gathered[r].Float32s()
+		require.NoError(t, err)
+		for i, v := range g {
+			q, j := i/(rows*cols), i%(rows*cols)
+			require.Equal(t, 2*(float32(q+1)+float32(j)/8), v, "all-gather rank %d element %d", r, i)
+		}
+	}
+	// Broadcast from the last rank over the all-reduced arrays'
+	// copies: the non-roots' old values are overwritten.
+	root := n - 1
+	bs := make([]*Array, n)
+	for r := range n {
+		bs[r], err = tasks[r].Scale(float64(r+1), xs[r])
+		require.NoError(t, err)
+	}
+	require.NoError(t, comm.Broadcast(root, bs...))
+	want, err := bs[root].Float32s()
+	require.NoError(t, err)
+	for r := range n {
+		got, err := bs[r].Float32s()
+		require.NoError(t, err)
+		require.Equal(t, want, got, "broadcast rank %d", r)
 	}
 }
 
