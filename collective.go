@@ -34,13 +34,15 @@ func ParseUniqueID(s string) (UniqueID, error) {
 // ReduceOp is the reduction an all-reduce applies element by element.
 type ReduceOp uint8
 
+// The reductions (ncclSum, ncclProd, ncclMax, ncclMin).
 const (
-	ReduceSum ReduceOp = iota
-	ReduceProd
-	ReduceMax
-	ReduceMin
+	ReduceSum  ReduceOp = iota // the sum over the ranks
+	ReduceProd                 // the product
+	ReduceMax                  // the largest
+	ReduceMin                  // the smallest
 )
 
+// String names the reduction: "sum", "prod", "max", "min".
 func (o ReduceOp) String() string {
 	switch o {
 	case ReduceSum:
