@@ -219,6 +219,7 @@ func raceProgram(t *testing.T, devs []*Device, tasks []*Task, comm *Communicator
 		xs[r], err = tk.Scale(3, base)
 		require.NoError(t, err)
 	}
+	devs[0].machine.Quiesce() // the kernels finish, unobserved by the host (ordered for Go's race detector)
 	_ = comm.AllReduce(ReduceSum, xs...)
 	for _, tk := range tasks {
 		_ = tk.Synchronize()
