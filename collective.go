@@ -304,8 +304,8 @@ func (c *Communicator) Close() error {
 		if r.task.closed.Load() {
 			continue
 		}
-		if err := r.task.Synchronize(); err != nil {
-			errs = append(errs, err)
+		if err := r.task.Synchronize(); err != nil && !errors.Is(err, ErrClosed) {
+			errs = append(errs, err) // a closed task or device has drained
 		}
 	}
 	for _, r := range c.ranks {

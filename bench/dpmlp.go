@@ -48,6 +48,14 @@ type dpResult struct {
 	// last step, over every device (the results must agree within float
 	// tolerance).
 	MaxDiffW1 float64 `json:"max_abs_diff_w1"`
+	// RelDiffW1 is MaxDiffW1 over how far the 1-device run moved W1 (the
+	// largest |W1 - W1 at the start|): Adam normalises each gradient
+	// element, so where one is near zero the shards' other summation
+	// order can change its update by up to the learning rate, and the
+	// absolute difference grows with the steps (below 1e-7 for 30 steps of
+	// the default sizes, 9e-5 at 100); a run without the all-reduce
+	// differs by a sizeable part of the movement itself.
+	RelDiffW1 float64 `json:"rel_diff_w1"`
 	Checksum  float64 `json:"checksum"`
 }
 
@@ -198,9 +206,12 @@ func runDP(cfg config) ([]dpResult, error) {
 		fmt.Sprintf("%s at %v devices × %d policies", dpProgram, counts, len(cfg.policies)))
 	defer prog.finish()
 	var out []dpResult
+	w1Start := newMLP(cfg.mlp, cfg.seed)
+	start := w1Start.specs[w1Start.w1].init
 	for _, pol := range cfg.policies {
 		var base *dpResult
 		var ref []float32
+		var moved float64
 		for _, n := range counts {
 			prog.running(fmt.Sprintf("%s %d devices %s", dpProgram, n, pol))
 			res, w, err := runDPOne(cfg, pol, n, prog)
@@ -210,11 +221,15 @@ func runDP(cfg config) ([]dpResult, error) {
 			if n == 1 {
 				ref = w[0]
 				res.Efficiency = 1
+				moved = maxAbsDiff(start, ref)
 			} else if base != nil && res.StepMedian > 0 {
 				res.Efficiency = base.StepMedian / (float64(n) * res.StepMedian)
 			}
 			for _, wi := range w {
 				res.MaxDiffW1 = max(res.MaxDiffW1, maxAbsDiff(ref, wi))
+			}
+			if moved > 0 {
+				res.RelDiffW1 = res.MaxDiffW1 / moved
 			}
 			out = append(out, res)
 			if n == 1 {
@@ -279,17 +294,18 @@ func runDPOne(cfg config, pol rocsync.Policy, n int, prog *progress) (dpResult, 
 	return res, w, r.close()
 }
 
-// dpTolerance is how far W1 may drift from the 1-device run: the shards'
-// gemms sum the batch in another order.
-const dpTolerance = 1e-4
+// dpRelTolerance bounds RelDiffW1: float noise amplified by Adam stays
+// three orders of magnitude below the parameters' movement; a missing
+// all-reduce does not.
+const dpRelTolerance = 1e-2
 
 // checkDP fails when a data-parallel run's parameters differ from the
 // 1-device run's beyond float tolerance.
 func checkDP(rs []dpResult) error {
 	for _, r := range rs {
-		if r.MaxDiffW1 > dpTolerance {
-			return fmt.Errorf("%s on %d devices under %s: W1 differs from the 1-device run by %g (tolerance %g)",
-				r.Program, r.Devices, r.Policy, r.MaxDiffW1, dpTolerance)
+		if r.RelDiffW1 > dpRelTolerance {
+			return fmt.Errorf("%s on %d devices under %s: W1 differs from the 1-device run by %g, %.2g of its movement (tolerance %g)",
+				r.Program, r.Devices, r.Policy, r.MaxDiffW1, r.RelDiffW1, dpRelTolerance)
 		}
 	}
 	return nil
@@ -302,12 +318,13 @@ func printDPTable(out io.Writer, cfg config, rs []dpResult) {
 		dpProgram, cfg.mlp)
 	fmt.Fprintln(w, "Step: every device's step submitted, the all-reduces, Synchronize on every device (µs).")
 	fmt.Fprintln(w, "Host waits: made while submitting one step, over all devices. Efficiency: T1/(N·TN).")
+	fmt.Fprintln(w, "|ΔW1|: the largest difference from the 1-device run's W1; rel.: over how far that run moved W1.")
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "policy\tdevices\tstep median\tp90\thost waits\tdevice waits\tsamples/s\tefficiency\t|ΔW1|\t\n")
+	fmt.Fprintf(tw, "policy\tdevices\tstep median\tp90\thost waits\tdevice waits\tsamples/s\tefficiency\t|ΔW1|\trel.\t\n")
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.2f\t%.2f\t%.0f\t%.2f\t%.1e\t\n", r.Policy, r.Devices, r.StepMedian, r.StepP90,
-			r.HostWaitsPerStep, r.DeviceWaitsPerStep, r.SamplesPerSecond, r.Efficiency, r.MaxDiffW1)
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.2f\t%.2f\t%.0f\t%.2f\t%.1e\t%.1e\t\n", r.Policy, r.Devices, r.StepMedian, r.StepP90,
+			r.HostWaitsPerStep, r.DeviceWaitsPerStep, r.SamplesPerSecond, r.Efficiency, r.MaxDiffW1, r.RelDiffW1)
 	}
 	tw.Flush()
 	if len(rs) > 0 && rs[0].Backend == "emulator" {

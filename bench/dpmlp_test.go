@@ -34,7 +34,7 @@ func TestDataParallelMLPEqualsOneDevice(t *testing.T) {
 			if one.Devices != 1 || many.Devices != n || one.Policy != many.Policy {
 				t.Fatalf("results out of order: %+v %+v", one, many)
 			}
-			if one.MaxDiffW1 != 0 || many.MaxDiffW1 > dpTolerance {
+			if one.MaxDiffW1 != 0 || many.MaxDiffW1 > 1e-6 || many.RelDiffW1 > 1e-3 {
 				t.Fatalf("%s: |ΔW1| %g (1 device), %g (%d devices)", one.Policy, one.MaxDiffW1, many.MaxDiffW1, n)
 			}
 			// Each device makes the crossings of the 1-device step: the
@@ -58,9 +58,10 @@ func TestDataParallelMLPWithoutAllReduceDiffers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := checkDP(rs); err == nil || !strings.Contains(err.Error(), "W1 differs") {
-		t.Fatalf("checkDP: %v (|ΔW1| %g)", err, rs[1].MaxDiffW1)
+	if err := checkDP(rs); err == nil || !strings.Contains(err.Error(), "W1 differs") || rs[1].MaxDiffW1 < 1e-4 {
+		t.Fatalf("checkDP: %v (|ΔW1| %g, %g of the movement)", err, rs[1].MaxDiffW1, rs[1].RelDiffW1)
 	}
+	t.Logf("without the all-reduce: |ΔW1| %g, %g of the movement", rs[1].MaxDiffW1, rs[1].RelDiffW1)
 }
 
 // A shard's parameters start as the whole MLP's, and its data are the
