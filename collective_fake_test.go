@@ -66,6 +66,29 @@ func TestCollectivesThroughFakeNCCL(t *testing.T) {
 
 func fakeCollChild(t *testing.T) {
 	nop := zerolog.Nop()
+	// Before NCCL is loaded: a missing library names the path tried, and
+	// a request for NVLink multicast is refused.
+	{
+		devs, err := OpenAll(Options{Backend: CUDA, Logger: &nop})
+		require.NoError(t, err)
+		tk, err := devs[0].NewTask()
+		require.NoError(t, err)
+		lib := os.Getenv(nccl.EnvLibNCCL)
+		require.NoError(t, os.Setenv(nccl.EnvLibNCCL, "/nonexistent/libnccl.so.2"))
+		_, err = NewCommunicator(tk)
+		require.ErrorIs(t, err, ErrUnavailable)
+		require.ErrorIs(t, err, nccl.ErrNotFound)
+		require.ErrorContains(t, err, "/nonexistent/libnccl.so.2")
+		require.NoError(t, os.Setenv(nccl.EnvLibNCCL, lib))
+		require.NoError(t, os.Setenv(nccl.EnvNVLS, "1"))
+		_, err = devs[0].NewUniqueID()
+		require.ErrorIs(t, err, ErrUnavailable)
+		require.ErrorIs(t, err, nccl.ErrNVLSEnabled)
+		require.NoError(t, os.Setenv(nccl.EnvNVLS, "0"))
+		for _, d := range devs {
+			require.NoError(t, d.Close())
+		}
+	}
 	for _, p := range []Policy{DeviceSide, Unified} {
 		devs, err := OpenAll(Options{Backend: CUDA, Policy: p, Logger: &nop})
 		require.NoError(t, err)
