@@ -1,0 +1,495 @@
+package rocsync
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/rocsync/rocsync/driver"
+	"github.com/rocsync/rocsync/syncstate"
+)
+
+// Record and replay. While Task.Record runs its function, every op
+// submitted on the task is recorded instead of run: Task.submit's one
+// branch sends it to record. At the end the ops are split into segments,
+// maximal runs on one timeline (the HSA queue, the HIP or CUDA stream, the
+// host lane), and each segment is handed to the driver once
+// (driver.Recorder) to prebuild: AQL packets with kernargs of their own,
+// the stream calls. Replay is one op of the op path: it orders itself
+// after what the union of the recorded operands needs (their accesses
+// merged), submits the segments in order as driver.Replay ops, each after
+// the one before it (on the device where the policy allows, else a
+// counted host wait, as an eager crossing), and records one fence, the
+// last segment's, on every operand.
+
+// recordedOp is one op as submitted while recording.
+type recordedOp struct {
+	op driver.Op
+	tl syncstate.Timeline
+}
+
+// recorder is a task's state while Record runs.
+type recorder struct {
+	r   *Recording
+	ops []recordedOp
+}
+
+// replayOperand is one buffer of the union of a recording's operands.
+type replayOperand struct {
+	b      *buffer
+	who    Operand
+	access Access
+}
+
+// replaySegment is a run of recorded ops on one timeline.
+type replaySegment struct {
+	lane driver.Lane
+	tl   syncstate.Timeline
+	rec  driver.Recorded // nil for the host lane
+	host func() error    // the host lane's functions in order
+	ops  int
+}
+
+// Recording is a sequence of ops recorded by Task.Record, which Replay
+// submits again as one op. It belongs to its task (replay it from the
+// goroutine that uses the task). The buffers and arrays it uses cannot be
+// freed until it is closed.
+type Recording struct {
+	t         *Task
+	id        uint64
+	recording atomic.Bool // Record's function is still running
+	closed    bool
+	ops       int
+	segs      []replaySegment
+	operands  []replayOperand // sorted by lock order
+	parts     []syncstate.Op  // reused by every replay: MaxOperands operands each
+	chain     syncstate.State // the fence of the segment replayed last
+	staging   []unsafe.Pointer
+	last      syncstate.Fence // the newest replay's fence
+}
+
+var recordingIDs atomic.Uint64
+
+// String names the recording, as errors show it.
+func (r *Recording) String() string {
+	if r == nil {
+		return "Recording(nil)"
+	}
+	return fmt.Sprintf("recording #%d (%d ops)", r.id, r.ops)
+}
+
+// Ops is the number of ops recorded.
+func (r *Recording) Ops() int {
+	if r == nil {
+		return 0
+	}
+	return r.ops
+}
+
+// Segments is the number of driver submissions one replay makes: runs of
+// ops on one timeline (one on a single queue or stream).
+func (r *Recording) Segments() int {
+	if r == nil {
+		return 0
+	}
+	return len(r.segs)
+}
+
+// Record runs fn and records every op fn submits on t instead of running
+// it: rocsync's kernels, Gemm and MatMul, Sum, user kernels (Launch),
+// LibraryCall, Upload and CopyBuffer, HostFunc. The ops are checked as
+// they are submitted (shapes, types, freed operands), and the returned
+// Recording replays them. Arrays that new-array forms (t.Mul(a, b))
+// return are allocated at once; the recording writes them.
+//
+// Inside fn, what would wait on the host for recorded work is an
+// ErrRecording error: Synchronize, Download, reading back an array the
+// recording has touched, and a nested Record. An Upload records the bytes
+// it was given: every replay uploads those. fn's error, or an op the
+// recording cannot hold, ends Record with that error and nothing recorded.
+func (t *Task) Record(fn func() error) (*Recording, error) {
+	const name = "Record"
+	if err := t.check(name); err != nil {
+		return nil, err
+	}
+	if fn == nil {
+		return nil, newErr(name, ErrInvalid, "nil function")
+	}
+	if t.rec != nil {
+		return nil, newErr(name, ErrRecording, "inside another Record")
+	}
+	r := &Recording{t: t, id: recordingIDs.Add(1)}
+	r.chain.Init()
+	r.recording.Store(true)
+	t.rec = &recorder{r: r}
+	err := func() (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = newErr(name, ErrInvalid, "the function panicked: %v", p)
+			}
+		}()
+		return fn()
+	}()
+	rec := t.rec
+	t.rec = nil
+	r.recording.Store(false)
+	if err == nil && t.closed.Load() {
+		err = newErr(name, ErrClosed, "the task was closed inside Record")
+	}
+	if err == nil && len(rec.ops) == 0 {
+		err = newErr(name, ErrInvalid, "the function submitted no op")
+	}
+	if err == nil {
+		err = r.build(rec.ops)
+	}
+	if err != nil {
+		_ = r.release(!t.dev.closed.Load())
+		return nil, asError(name, err)
+	}
+	return r, nil
+}
+
+// record is Task.submit while Record runs: it keeps a copy of t.op and
+// pins its operands. The fence it returns is zero: nothing ran.
+func (t *Task) record(name string, operands []access) (syncstate.Fence, error) {
+	op := &t.op
+	defer func() { op.Call, op.Host, op.Func = nil, nil, nil }()
+	r := t.rec.r
+	if op.Kind == driver.CopyDtoH {
+		return syncstate.Fence{}, newErr(name, ErrRecording, "a download waits on the host for its copy; download after Replay")
+	}
+	for _, x := range operands {
+		x.b.st.Lock()
+		freed := x.b.freed
+		x.b.st.Unlock()
+		if freed {
+			return syncstate.Fence{}, newErr(name, ErrFreed, "%v", x.who)
+		}
+	}
+	ro := recordedOp{op: *op, tl: t.drv.Timeline(op.Lane)}
+	if op.Kind == driver.CopyHtoD {
+		// The staging slot goes back to the pool: the recording keeps
+		// the bytes in pinned memory of its own, which every replay
+		// uploads.
+		hm, ok := t.dev.drv.(driver.HostMemory)
+		if !ok {
+			return syncstate.Fence{}, newErr(name, ErrUnavailable, "no pinned host memory")
+		}
+		p, err := hm.HostAlloc(op.Size)
+		if err != nil {
+			return syncstate.Fence{}, &Error{Op: name, Kind: ErrUnavailable, Detail: "pinned memory for a recorded upload", Err: err}
+		}
+		r.staging = append(r.staging, p)
+		copy(unsafe.Slice((*byte)(p), op.Size), unsafe.Slice((*byte)(op.Host), op.Size))
+		ro.op.Host = p
+	}
+	for _, x := range operands {
+		r.addOperand(x)
+	}
+	t.rec.ops = append(t.rec.ops, ro)
+	return syncstate.Fence{}, nil
+}
+
+// addOperand merges x into the union and pins its buffer once.
+func (r *Recording) addOperand(x access) {
+	for i := range r.operands {
+		if r.operands[i].b == x.b {
+			r.operands[i].access |= x.access
+			return
+		}
+	}
+	r.operands = append(r.operands, replayOperand{b: x.b, who: x.who, access: x.access})
+	x.b.st.Lock()
+	x.b.pins++
+	x.b.pinnedBy = r
+	x.b.st.Unlock()
+}
+
+// pinnedErr is Free's error for a buffer a live recording uses; the caller
+// holds its lock.
+func pinnedErr(op string, b *buffer, who fmt.Stringer) error {
+	by := "a live recording"
+	if b.pinnedBy != nil {
+		by = b.pinnedBy.String()
+	}
+	return newErr(op, ErrRecording, "%v is used by %s: close it first", who, by)
+}
+
+// build splits the recorded ops into segments and has the driver prebuild
+// each one.
+func (r *Recording) build(ops []recordedOp) error {
+	t := r.t
+	r.ops = len(ops)
+	for i := 0; i < len(ops); {
+		j := i + 1
+		for j < len(ops) && ops[j].tl == ops[i].tl {
+			j++
+		}
+		seg, err := t.buildSegment(ops[i:j])
+		if err != nil {
+			return err
+		}
+		r.segs = append(r.segs, seg)
+		i = j
+	}
+	slices.SortFunc(r.operands, func(a, b replayOperand) int {
+		return cmp.Compare(a.b.st.ID(), b.b.st.ID())
+	})
+	r.parts = make([]syncstate.Op, (len(r.operands)+syncstate.MaxOperands-1)/syncstate.MaxOperands)
+	return nil
+}
+
+// buildSegment prebuilds ops (all on one timeline): host functions run in
+// order as one function; anything else goes to the driver's Recorder.
+func (t *Task) buildSegment(ops []recordedOp) (replaySegment, error) {
+	seg := replaySegment{lane: ops[0].op.Lane, tl: ops[0].tl, ops: len(ops)}
+	if seg.lane == driver.LaneHost {
+		fns := make([]func() error, len(ops))
+		for i := range ops {
+			fns[i] = ops[i].op.Func
+		}
+		seg.host = func() error {
+			for _, f := range fns {
+				if err := f(); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		return seg, nil
+	}
+	rec, ok := t.drv.(driver.Recorder)
+	if !ok {
+		return seg, newErr("Record", ErrUnavailable, "the %s backend cannot record", t.dev.backend)
+	}
+	dops := make([]driver.Op, len(ops))
+	for i := range ops {
+		dops[i] = ops[i].op
+	}
+	var err error
+	if seg.rec, err = rec.Record(seg.lane, dops); err != nil {
+		return seg, &Error{Op: "Record", Kind: ErrUnavailable, Detail: "prebuilding " + seg.tl.Name(), Err: err}
+	}
+	return seg, nil
+}
+
+// Replay submits the recorded ops again, as one op: it waits for what the
+// recorded operands need (the union of their accesses), submits the
+// segments in order, each after the one before, and records one fence on
+// every operand. It does not wait for the GPU. A closed recording, or one
+// whose task or device is closed, is an ErrClosed error; a failure is
+// reported as an eager op's would be (ErrFault poisons what it writes).
+func (r *Recording) Replay() error {
+	const name = "Replay"
+	if r == nil {
+		return newErr(name, ErrInvalid, "nil recording")
+	}
+	t := r.t
+	if err := t.check(name); err != nil {
+		return err
+	}
+	if r.closed {
+		return newErr(name, ErrClosed, "%v is closed", r)
+	}
+	if t.rec != nil {
+		return newErr(name, ErrRecording, "inside Task.Record")
+	}
+	d := t.dev
+	if err := d.enter(name); err != nil {
+		return err
+	}
+	defer d.leave()
+	first := r.segs[0].tl
+	for i := range r.parts {
+		p := &r.parts[i]
+		*p = syncstate.Op{Name: name}
+		for _, x := range r.operands[i*syncstate.MaxOperands : min(len(r.operands), (i+1)*syncstate.MaxOperands)] {
+			if x.access&Read != 0 {
+				p.Read(&x.b.st)
+			}
+			if x.access&Write != 0 {
+				p.Write(&x.b.st)
+			}
+		}
+		if err := p.Begin(&d.engine, first, t.sinks); err != nil {
+			for j := range i {
+				r.parts[j].Abort()
+			}
+			if errors.Is(err, ErrHostWait) {
+				return err
+			}
+			return &Error{Op: name, Kind: ErrFault, Detail: "not submitted on " + first.Name(), Err: err}
+		}
+	}
+	for _, x := range r.operands {
+		if x.b.freed { // locked by the parts
+			r.abortParts()
+			return newErr(name, ErrFreed, "%v", x.who)
+		}
+	}
+	tr := d.trace
+	var f syncstate.Fence
+	for k := range r.segs {
+		seg := &r.segs[k]
+		var link syncstate.Op
+		link.Name = name
+		link.Write(&r.chain)
+		if k > 0 {
+			// The segment follows the one before it, as an eager op on
+			// its timeline would: skipped on the same timeline, on the
+			// device where the policy allows, else a counted host wait.
+			if err := link.Begin(&d.engine, seg.tl, t.sinks); err != nil {
+				r.failParts(err)
+				return &Error{Op: name, Kind: ErrFault, Detail: "segment on " + seg.tl.Name(), Err: err}
+			}
+		}
+		var began, issued time.Duration
+		if tr != nil {
+			began = tr.now()
+			issued = tr.opIssued(began, t.traceHost)
+		}
+		op := &t.op
+		if seg.rec != nil {
+			op.Kind, op.Lane, op.Recorded = driver.Replay, seg.lane, seg.rec
+		} else {
+			op.Kind, op.Lane, op.Func = driver.HostFunc, driver.LaneHost, seg.host
+		}
+		ticket, err := t.drv.Submit(op)
+		if tr != nil {
+			if err != nil {
+				tr.opFailed(seg.tl, t.traceHost, began)
+			} else {
+				tr.opSubmitted(op, name, seg.tl, ticket, t.traceHost, began, issued)
+			}
+		}
+		op.Recorded, op.Func = nil, nil
+		if err != nil {
+			link.Abort()
+			kind := ErrUnavailable
+			if k > 0 || seg.tl.Failed(^uint64(0)) != nil {
+				kind = ErrFault // earlier segments ran: what they write is unknown
+			}
+			r.failParts(err)
+			return &Error{Op: name, Kind: kind, Detail: "submitting to " + seg.tl.Name(), Err: err}
+		}
+		f = syncstate.Fence{TL: seg.tl, Ticket: ticket}
+		link.RecordOn(f, name)
+		if tr != nil {
+			tr.opEnded(seg.tl, ticket, t.traceHost, began)
+		}
+	}
+	r.last = f
+	t.sinks.Dispatch()
+	var err error
+	for i := range r.parts {
+		if i < len(r.parts)-1 {
+			r.parts[i].RecordOn(f, name)
+			continue
+		}
+		if cerr := r.parts[i].CommitOn(f.TL, f.Ticket, t.sinks); cerr != nil {
+			var e *Error
+			if errors.As(cerr, &e) {
+				err = cerr
+			} else {
+				err = &Error{Op: name, Kind: ErrFault, Detail: "on " + f.TL.Name(), Err: cerr}
+			}
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if d.launchBlocking {
+		t.sinks.HostWait(ReasonLaunchBlocking)
+		tw := d.trace.waitBegin(name, f, ReasonLaunchBlocking, t.traceHost)
+		err := f.TL.WaitHost(f.Ticket)
+		d.trace.waitEnd(tw, err)
+		if err != nil {
+			return &Error{Op: name, Kind: waitKind(err), Detail: "launch-blocking: the replay at " + f.String(), Err: err}
+		}
+	}
+	if d.frees.n.Load() != 0 {
+		_ = d.frees.poll(d, false)
+	}
+	return nil
+}
+
+func (r *Recording) abortParts() {
+	for i := range r.parts {
+		r.parts[i].Abort()
+	}
+}
+
+func (r *Recording) failParts(err error) {
+	for i := range r.parts {
+		r.parts[i].Fail(err)
+	}
+}
+
+// Close releases the recording: it waits for its newest replay (a host
+// wait counted as a sync wait, only if that replay is still running), then
+// frees what the driver built for it and unpins its buffers and arrays,
+// which may then be freed. Closing it again returns nil, as Task.Close
+// does; Replay after Close is an ErrClosed error. A recording whose task
+// or device was closed is released without a wait (they drained it).
+func (r *Recording) Close() error {
+	const name = "Recording.Close"
+	if r == nil {
+		return newErr(name, ErrInvalid, "nil recording")
+	}
+	if r.closed {
+		return nil
+	}
+	t, d := r.t, r.t.dev
+	var err error
+	if d.enter(name) == nil {
+		if !t.closed.Load() && !r.last.IsZero() && !r.last.Done() {
+			t.sinks.HostWait(ReasonSync)
+			err = syncstate.WaitHostContext(context.Background(), r.last)
+			if err != nil && waitKind(err) == ErrTimeout {
+				d.leave()
+				return &Error{Op: name, Kind: ErrTimeout, Detail: "waiting for the last replay " + r.last.String(), Err: err}
+			}
+			err = nil // a failed replay was reported by the op that waited for it
+		}
+		err = r.release(true)
+		d.leave()
+	} else {
+		_ = r.release(false) // the device is closed: its runtimes freed the rest
+	}
+	r.closed = true
+	return asError(name, err)
+}
+
+// release unpins the operands and, with driver set, frees what the driver
+// and the recording allocated.
+func (r *Recording) release(driverToo bool) error {
+	for _, x := range r.operands {
+		x.b.st.Lock()
+		x.b.pins--
+		if x.b.pinnedBy == r {
+			x.b.pinnedBy = nil
+		}
+		x.b.st.Unlock()
+	}
+	r.operands = nil
+	var errs []error
+	if driverToo {
+		for _, s := range r.segs {
+			if s.rec != nil {
+				errs = append(errs, s.rec.Release())
+			}
+		}
+	}
+	if hm, ok := r.t.dev.drv.(driver.HostMemory); ok && (driverToo || !r.t.dev.closed.Load()) {
+		for _, p := range r.staging {
+			errs = append(errs, hm.HostFree(p))
+		}
+	}
+	r.staging, r.segs = nil, nil
+	return errors.Join(errs...)
+}
