@@ -22,10 +22,13 @@ import (
 // (driver.Recorder) to prebuild: AQL packets with kernargs of their own,
 // the stream calls. Replay is one op of the op path: it orders itself
 // after what the union of the recorded operands needs (their accesses
-// merged), submits the segments in order as driver.Replay ops, each after
-// the one before it (on the device where the policy allows, else a
-// counted host wait, as an eager crossing), and records one fence, the
-// last segment's, on every operand.
+// merged) on the first segment's timeline, submits the segments in order
+// as driver.Replay ops, each after the earlier segments of other
+// timelines it conflicts with (on the device where the policy allows,
+// else a counted host wait, as the eager crossing was), and records one
+// fence, the last segment's, on every operand (linkSegments orders every
+// segment after the first and the last after every other, so that fence
+// stands for the whole replay).
 
 // recordedOp is one op as submitted while recording.
 type recordedOp struct {
@@ -35,8 +38,9 @@ type recordedOp struct {
 
 // recorder is a task's state while Record runs.
 type recorder struct {
-	r   *Recording
-	ops []recordedOp
+	r        *Recording
+	ops      []recordedOp
+	operands [][]access // each op's operands
 }
 
 // replayOperand is one buffer of the union of a recording's operands.
@@ -53,6 +57,14 @@ type replaySegment struct {
 	rec  driver.Recorded // nil for the host lane
 	host func() error    // the host lane's functions in order
 	ops  int
+	// bufs are the segment's buffers and how it uses them (for deps).
+	bufs map[*buffer]Access
+	// deps are the earlier segments, on other timelines, that this one
+	// must follow (at most one per timeline, the newest); done holds the
+	// fence of this segment's latest replay, as a writer, for the
+	// segments after it to wait for through the sync core.
+	deps []int
+	done *syncstate.State
 }
 
 // Recording is a sequence of ops recorded by Task.Record, which Replay
@@ -68,7 +80,6 @@ type Recording struct {
 	segs      []replaySegment
 	operands  []replayOperand // sorted by lock order
 	parts     []syncstate.Op  // reused by every replay: MaxOperands operands each
-	chain     syncstate.State // the fence of the segment replayed last
 	staging   []unsafe.Pointer
 	last      syncstate.Fence // the newest replay's fence
 }
@@ -124,7 +135,6 @@ func (t *Task) Record(fn func() error) (*Recording, error) {
 		return nil, newErr(name, ErrRecording, "inside another Record")
 	}
 	r := &Recording{t: t, id: recordingIDs.Add(1)}
-	r.chain.Init()
 	r.recording.Store(true)
 	t.rec = &recorder{r: r}
 	err := func() (err error) {
@@ -145,7 +155,7 @@ func (t *Task) Record(fn func() error) (*Recording, error) {
 		err = newErr(name, ErrInvalid, "the function submitted no op")
 	}
 	if err == nil {
-		err = r.build(rec.ops)
+		err = r.build(rec.ops, rec.operands)
 	}
 	if err != nil {
 		_ = r.release(!t.dev.closed.Load())
@@ -192,6 +202,7 @@ func (t *Task) record(name string, operands []access) (syncstate.Fence, error) {
 		r.addOperand(x)
 	}
 	t.rec.ops = append(t.rec.ops, ro)
+	t.rec.operands = append(t.rec.operands, append([]access(nil), operands...))
 	return syncstate.Fence{}, nil
 }
 
@@ -222,7 +233,7 @@ func pinnedErr(op string, b *buffer, who fmt.Stringer) error {
 
 // build splits the recorded ops into segments and has the driver prebuild
 // each one.
-func (r *Recording) build(ops []recordedOp) error {
+func (r *Recording) build(ops []recordedOp, rops [][]access) error {
 	t := r.t
 	r.ops = len(ops)
 	for i := 0; i < len(ops); {
@@ -234,9 +245,17 @@ func (r *Recording) build(ops []recordedOp) error {
 		if err != nil {
 			return err
 		}
+		seg.bufs = map[*buffer]Access{}
+		for _, o := range rops[i:j] {
+			for _, x := range o {
+				seg.bufs[x.b] |= x.access
+			}
+		}
+		seg.done = syncstate.NewState()
 		r.segs = append(r.segs, seg)
 		i = j
 	}
+	r.linkSegments()
 	slices.SortFunc(r.operands, func(a, b replayOperand) int {
 		return cmp.Compare(a.b.st.ID(), b.b.st.ID())
 	})
@@ -280,8 +299,8 @@ func (t *Task) buildSegment(ops []recordedOp) (replaySegment, error) {
 
 // Replay submits the recorded ops again, as one op: it waits for what the
 // recorded operands need (the union of their accesses), submits the
-// segments in order, each after the one before, and records one fence on
-// every operand. It does not wait for the GPU. A closed recording, or one
+// segments in order, each after the earlier ones it depends on, and
+// records one fence on every operand. It does not wait for the GPU. A closed recording, or one
 // whose task or device is closed, is an ErrClosed error; a failure is
 // reported as an eager op's would be (ErrFault poisons what it writes).
 func (r *Recording) Replay() error {
@@ -338,11 +357,13 @@ func (r *Recording) Replay() error {
 		seg := &r.segs[k]
 		var link syncstate.Op
 		link.Name = name
-		link.Write(&r.chain)
-		if k > 0 {
-			// The segment follows the one before it, as an eager op on
-			// its timeline would: skipped on the same timeline, on the
-			// device where the policy allows, else a counted host wait.
+		for _, j := range seg.deps {
+			link.Read(r.segs[j].done)
+		}
+		if len(seg.deps) > 0 {
+			// The segment follows the earlier ones it depends on, as an
+			// eager op on its timeline would: on the device where the
+			// policy allows, else a counted host wait.
 			if err := link.Begin(&d.engine, seg.tl, t.sinks); err != nil {
 				r.failParts(err)
 				return &Error{Op: name, Kind: ErrFault, Detail: "segment on " + seg.tl.Name(), Err: err}
@@ -378,7 +399,10 @@ func (r *Recording) Replay() error {
 			return &Error{Op: name, Kind: kind, Detail: "submitting to " + seg.tl.Name(), Err: err}
 		}
 		f = syncstate.Fence{TL: seg.tl, Ticket: ticket}
-		link.RecordOn(f, name)
+		link.Abort()
+		var mark syncstate.Op
+		mark.Write(seg.done)
+		mark.RecordOn(f, name)
 		if tr != nil {
 			tr.opEnded(seg.tl, ticket, t.traceHost, began)
 		}
@@ -492,4 +516,72 @@ func (r *Recording) release(driverToo bool) error {
 	}
 	r.staging, r.segs = nil, nil
 	return errors.Join(errs...)
+}
+
+// linkSegments works out which earlier segments each segment must follow
+// on replay, so that a replay makes the waits the eager ops made and no
+// more: a segment follows the newest earlier segment of each other
+// timeline whose accesses conflict with its own (write after write, read
+// after write, write after read). Two more rules make the replay one op:
+// every segment is ordered after the first (which alone waits for the
+// external work the recording must follow), and the last is ordered after
+// every other (its fence, recorded on every operand, completes only when
+// the whole replay has).
+func (r *Recording) linkSegments() {
+	segs := r.segs
+	conflict := func(a, b map[*buffer]Access) bool {
+		for buf, x := range a {
+			if y, ok := b[buf]; ok && (x|y)&Write != 0 {
+				return true
+			}
+		}
+		return false
+	}
+	addDep := func(k, j int) {
+		s := &segs[k]
+		for i, d := range s.deps {
+			if segs[d].tl == segs[j].tl {
+				s.deps[i] = max(d, j)
+				return
+			}
+		}
+		s.deps = append(s.deps, j)
+	}
+	for k := 1; k < len(segs); k++ {
+		for j := k - 1; j >= 0; j-- {
+			if segs[j].tl != segs[k].tl && conflict(segs[j].bufs, segs[k].bufs) {
+				addDep(k, j)
+			}
+		}
+	}
+	// after reports whether segment k is ordered after segment j<k: on
+	// its timeline, or through a dependency.
+	var after func(k, j int) bool
+	after = func(k, j int) bool {
+		if segs[k].tl == segs[j].tl {
+			return true
+		}
+		for i := k - 1; i > j; i-- {
+			if segs[i].tl == segs[k].tl && after(i, j) {
+				return true
+			}
+		}
+		for _, d := range segs[k].deps {
+			if d == j || (d > j && after(d, j)) {
+				return true
+			}
+		}
+		return false
+	}
+	for k := 1; k < len(segs); k++ {
+		if !after(k, 0) {
+			addDep(k, 0)
+		}
+	}
+	last := len(segs) - 1
+	for j := last - 1; j >= 0; j-- {
+		if !after(last, j) {
+			addDep(last, j)
+		}
+	}
 }

@@ -331,3 +331,50 @@ func TestReplayKernargNeedsAllowAccess(t *testing.T) {
 	require.ErrorIs(t, tk.Close(), ErrFault)
 	require.ErrorIs(t, d.Close(), ErrFault)
 }
+
+// A segment with no dependency inside the recording still follows the
+// external work the replay must follow: here the gemm segment (between
+// two kernel segments it shares nothing with) overwrites
+// w, which a kernel on the task's queue (the first segment's timeline)
+// was still writing. The hazard checker sees it if the replay does not
+// order the gemm after the first segment.
+func TestReplayIndependentSegmentFollowsExternalWork(t *testing.T) {
+	for _, pol := range []Policy{DeviceSide, SkipSameQueue, DeviceBridge} {
+		t.Run(pol.String(), func(t *testing.T) {
+			d := openStrict(t, pol)
+			tk, err := d.NewTask()
+			require.NoError(t, err)
+			const n = 16
+			x, err := d.FromFloat32(n, n, randMatrix(1, n))
+			require.NoError(t, err)
+			a, err := d.FromFloat32(n, n, randMatrix(2, n))
+			require.NoError(t, err)
+			y, err := d.Empty(n, n, Float32)
+			require.NoError(t, err)
+			w, err := d.Empty(n, n, Float32)
+			require.NoError(t, err)
+			v, err := d.Empty(n, n, Float32)
+			require.NoError(t, err)
+			rec, err := tk.Record(func() error {
+				return errors.Join(tk.MulInto(y, x, x), tk.MatMulInto(w, a, x, false, false), tk.MulInto(v, x, x))
+			})
+			require.NoError(t, err)
+			require.Equal(t, 3, rec.Segments())
+			want, err := d.Empty(n, n, Float32)
+			require.NoError(t, err)
+			require.NoError(t, tk.MatMulInto(want, a, x, false, false))
+			wantVals, err := want.Float32s()
+			require.NoError(t, err)
+			for range 3 {
+				busy(t, d, tk)
+				require.NoError(t, tk.AddInto(w, x, x)) // the kernel queue writes w
+				require.NoError(t, rec.Replay())        // the gemm overwrites it
+				got, err := w.Float32s()
+				require.NoError(t, err)
+				require.Equal(t, wantVals, got)
+			}
+			require.NoError(t, rec.Close())
+			require.NoError(t, tk.Close())
+		})
+	}
+}
