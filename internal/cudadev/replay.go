@@ -10,27 +10,79 @@ import (
 
 var _ driver.Recorder = (*Task)(nil)
 
-// recorded is a sequence prebuilt for one of the task's streams: the
-// driver calls of its ops, with their arguments copied and a parameter
-// block per launch that the recording owns, run in order by one stream
-// submission (one ticket). It is not a CUDA graph: capturing the streams
-// (cuStreamBeginCapture, cuGraphInstantiate, cuGraphLaunch) is left for
-// later; see the README's "Record and replay".
+// recorded is a sequence prebuilt for one of the task's streams: a CUDA
+// graph captured from the driver calls of its ops, launched with one
+// cuGraphLaunch per replay. The calls are captured on a stream of the
+// recording's own (so that no other task's event record on the task's
+// streams lands in the graph), with the task's cuBLAS handle bound to it
+// for the capture; cross-stream order is the front package's (one graph
+// per segment, the segments ordered like ops). Where capture fails (a
+// library call that does what capture forbids), the recording keeps the
+// calls themselves, run in order by one stream submission; captureErr says
+// why. A launch's parameter block is the recording's either way.
 type recorded struct {
-	t      *Task
-	ops    int
-	lane   driver.Lane
-	params []*cuda.ParamBlock
-	call   func(stream uintptr) error
+	t          *Task
+	ops        int
+	lane       driver.Lane
+	params     []*cuda.ParamBlock
+	call       func(stream uintptr) error
+	exec       uintptr // the instantiated graph, 0 without one
+	captureErr error
 }
 
 func (r *recorded) Ops() int { return r.ops }
 
 func (r *recorded) Release() error {
+	var err error
+	if r.exec != 0 {
+		err = r.t.d.b.graphExecDestroy(r.exec)
+		r.exec = 0
+	}
 	for _, pb := range r.params {
 		pb.Free()
 	}
 	r.params = nil
+	return err
+}
+
+// Graph reports whether the recording replays as a CUDA graph, and if not
+// why capture failed.
+func (r *recorded) Graph() (bool, error) { return r.exec != 0, r.captureErr }
+
+// capture records calls into a CUDA graph on a stream of its own and
+// instantiates it.
+func (t *Task) capture(r *recorded, calls []func(uintptr) error) (err error) {
+	b := t.d.b
+	cs, err := b.streamCreate()
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, b.streamDestroy(cs)) }()
+	if t.blas != 0 {
+		if err := b.blasSetStream(t.blas, cs); err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, b.blasSetStream(t.blas, t.library.Handle())) }()
+	}
+	if err := b.captureBegin(cs); err != nil {
+		return err
+	}
+	var callErr error
+	for _, c := range calls {
+		if callErr = c(cs); callErr != nil {
+			break
+		}
+	}
+	g, endErr := b.captureEnd(cs)
+	if err := errors.Join(callErr, endErr); err != nil {
+		return err
+	}
+	exec, err := b.graphInstantiate(g)
+	if err != nil {
+		return err
+	}
+	r.exec = exec
+	r.call = func(s uintptr) error { return b.graphLaunch(exec, s) }
 	return nil
 }
 
@@ -52,13 +104,15 @@ func (t *Task) Record(lane driver.Lane, ops []driver.Op) (driver.Recorded, error
 		}
 		calls = append(calls, c)
 	}
-	r.call = func(s uintptr) error {
-		for _, c := range calls {
-			if err := c(s); err != nil {
-				return err
+	if r.captureErr = t.capture(r, calls); r.captureErr != nil {
+		r.call = func(s uintptr) error {
+			for _, c := range calls {
+				if err := c(s); err != nil {
+					return err
+				}
 			}
+			return nil
 		}
-		return nil
 	}
 	return r, nil
 }
