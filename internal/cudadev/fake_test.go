@@ -45,7 +45,7 @@ type emuBackend struct {
 	graphs  map[uintptr][]emuOp // graphs and instantiated graphs
 
 	graphLaunches int
-	errs    []error
+	errs          []error
 
 	// counters
 	records, waits, eventSyncs, streamSyncs, queries, launches, gemms, eventsMade int
