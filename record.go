@@ -324,6 +324,11 @@ func (r *Recording) Replay() error {
 	}
 	defer d.leave()
 	first := r.segs[0].tl
+	tr := d.trace
+	var began0 time.Duration
+	if tr != nil {
+		began0 = tr.now()
+	}
 	for i := range r.parts {
 		p := &r.parts[i]
 		*p = syncstate.Op{Name: name}
@@ -339,6 +344,9 @@ func (r *Recording) Replay() error {
 			for j := range i {
 				r.parts[j].Abort()
 			}
+			if tr != nil {
+				tr.opFailed(first, t.traceHost, began0)
+			}
 			if errors.Is(err, ErrHostWait) {
 				return err
 			}
@@ -351,10 +359,14 @@ func (r *Recording) Replay() error {
 			return newErr(name, ErrFreed, "%v", x.who)
 		}
 	}
-	tr := d.trace
 	var f syncstate.Fence
+	var lastBegan time.Duration // the last segment's, whose host slice ends after the commit
 	for k := range r.segs {
 		seg := &r.segs[k]
+		began := began0
+		if tr != nil && k > 0 {
+			began = tr.now()
+		}
 		var link syncstate.Op
 		link.Name = name
 		for _, j := range seg.deps {
@@ -365,13 +377,15 @@ func (r *Recording) Replay() error {
 			// eager op on its timeline would: on the device where the
 			// policy allows, else a counted host wait.
 			if err := link.Begin(&d.engine, seg.tl, t.sinks); err != nil {
+				if tr != nil {
+					tr.opFailed(seg.tl, t.traceHost, began)
+				}
 				r.failParts(err)
 				return &Error{Op: name, Kind: ErrFault, Detail: "segment on " + seg.tl.Name(), Err: err}
 			}
 		}
-		var began, issued time.Duration
+		var issued time.Duration
 		if tr != nil {
-			began = tr.now()
 			issued = tr.opIssued(began, t.traceHost)
 		}
 		op := &t.op
@@ -399,16 +413,17 @@ func (r *Recording) Replay() error {
 			return &Error{Op: name, Kind: kind, Detail: "submitting to " + seg.tl.Name(), Err: err}
 		}
 		f = syncstate.Fence{TL: seg.tl, Ticket: ticket}
+		t.sinks.Dispatch() // one per driver submission, as the trace draws them
 		link.Abort()
 		var mark syncstate.Op
 		mark.Write(seg.done)
 		mark.RecordOn(f, name)
-		if tr != nil {
+		if tr != nil && k < len(r.segs)-1 {
 			tr.opEnded(seg.tl, ticket, t.traceHost, began)
 		}
+		lastBegan = began
 	}
 	r.last = f
-	t.sinks.Dispatch()
 	var err error
 	for i := range r.parts {
 		if i < len(r.parts)-1 {
@@ -423,6 +438,9 @@ func (r *Recording) Replay() error {
 				err = &Error{Op: name, Kind: ErrFault, Detail: "on " + f.TL.Name(), Err: cerr}
 			}
 		}
+	}
+	if tr != nil {
+		tr.opEnded(f.TL, f.Ticket, t.traceHost, lastBegan)
 	}
 	if err != nil {
 		return err
@@ -473,7 +491,10 @@ func (r *Recording) Close() error {
 	if d.enter(name) == nil {
 		if !t.closed.Load() && !r.last.IsZero() && !r.last.Done() {
 			t.sinks.HostWait(ReasonSync)
+			d.debugHostWait(name, r.last, ReasonSync)
+			tw := d.trace.waitBegin(name, r.last, ReasonSync, t.traceHost)
 			err = syncstate.WaitHostContext(context.Background(), r.last)
+			d.trace.waitEnd(tw, err)
 			if err != nil && waitKind(err) == ErrTimeout {
 				d.leave()
 				return &Error{Op: name, Kind: ErrTimeout, Detail: "waiting for the last replay " + r.last.String(), Err: err}
