@@ -22,6 +22,9 @@ type buffer struct {
 	// until they are closed (record.go).
 	pins     int32
 	pinnedBy *Recording
+	// freeUnpinned frees it when the last recording using it closes (a
+	// reduction workspace replaced while a recording used it).
+	freeUnpinned bool
 }
 
 // Buffer is device memory of raw bytes with its own sync state, for user

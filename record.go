@@ -513,16 +513,20 @@ func (r *Recording) Close() error {
 // release unpins the operands and, with driver set, frees what the driver
 // and the recording allocated.
 func (r *Recording) release(driverToo bool) error {
+	var errs []error
 	for _, x := range r.operands {
 		x.b.st.Lock()
 		x.b.pins--
 		if x.b.pinnedBy == r {
 			x.b.pinnedBy = nil
 		}
+		orphan := x.b.pins == 0 && x.b.freeUnpinned
 		x.b.st.Unlock()
+		if orphan && driverToo {
+			errs = append(errs, x.b.free((*Buffer)(x.b)))
+		}
 	}
 	r.operands = nil
-	var errs []error
 	if driverToo {
 		for _, s := range r.segs {
 			if s.rec != nil {

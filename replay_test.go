@@ -408,3 +408,43 @@ func TestReplayTraceMatchesStats(t *testing.T) {
 		})
 	}
 }
+
+// A recorded reduction keeps the workspace it was recorded with: a larger
+// eager reduction replaces the device's workspace meanwhile, the replay
+// still sums right on the old one, which is freed when the recording
+// closes.
+func TestReplayKeepsReductionWorkspace(t *testing.T) {
+	d := openStrict(t, DeviceSide)
+	tk, err := d.NewTask()
+	require.NoError(t, err)
+	small, err := tk.Full(256, 256, Float32, 0.5)
+	require.NoError(t, err)
+	out, err := d.Empty(1, 1, Float32)
+	require.NoError(t, err)
+	rec, err := tk.Record(func() error { return tk.Sum(out, small, SumAll) })
+	require.NoError(t, err)
+	big, err := tk.Full(512, 16384, Float32, 1)
+	require.NoError(t, err)
+	bigOut, err := d.Empty(512, 1, Float32)
+	require.NoError(t, err)
+	first := d.reduce.buf
+	require.NoError(t, tk.Sum(bigOut, big, SumRows)) // a larger workspace replaces the first
+	require.NotSame(t, first, d.reduce.buf, "the workspace was not replaced")
+	first.st.Lock()
+	require.True(t, first.freeUnpinned && !first.freed, "the recording's workspace is kept")
+	first.st.Unlock()
+	for range 3 {
+		require.NoError(t, rec.Replay())
+		got, err := out.Float32s()
+		require.NoError(t, err)
+		require.Equal(t, []float32{256 * 256 / 2}, got)
+	}
+	got, err := bigOut.Float32s()
+	require.NoError(t, err)
+	require.Equal(t, float32(16384), got[511])
+	require.NoError(t, rec.Close())
+	first.st.Lock()
+	require.True(t, first.freed, "freed when the recording closed")
+	first.st.Unlock()
+	require.NoError(t, tk.Close())
+}
