@@ -108,3 +108,56 @@ func BenchmarkReplaySeed(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkGPUReplay (ROCSYNC_GPU=1; ROCSYNC_BACKEND=cuda for NVIDIA)
+// times the host's cost to submit one iteration, eager against replayed,
+// for the 99-op chain and the seed programs at 128×128 under DeviceSide:
+// the device drains every 64 iterations, with the timer stopped.
+func BenchmarkGPUReplay(b *testing.B) {
+	if !gpuRun() {
+		b.Skip("set ROCSYNC_GPU=1 (and ROCSYNC_BACKEND=cuda on NVIDIA)")
+	}
+	const n = 128
+	progs := append([]replayProgram{{"chain99", 1, func(t *Task, x *Array, o []*Array) error { return scaleChain(t, o[0]) }}},
+		replaySeedPrograms...)
+	for _, p := range progs {
+		for _, mode := range []string{"eager", "replay"} {
+			b.Run(p.name+"/"+mode, func(b *testing.B) {
+				d, err := Open(Options{Backend: gpuBackend(), Policy: DeviceSide, LogLevel: LogOff})
+				must(b, err)
+				defer d.Close()
+				t := d.DefaultTask()
+				x, err := d.FromFloat32(n, n, randMatrix(1, n))
+				must(b, err)
+				o := make([]*Array, p.outs)
+				for i := range o {
+					o[i], err = d.FromFloat32(n, n, randMatrix(2, n))
+					must(b, err)
+				}
+				step := func() error { return p.run(t, x, o) }
+				if mode == "replay" {
+					rec, err := t.Record(step)
+					must(b, err)
+					defer func() { must(b, rec.Close()) }()
+					step = rec.Replay
+				}
+				for range 64 {
+					must(b, step())
+				}
+				must(b, t.Synchronize())
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					if i%64 == 63 {
+						b.StopTimer()
+						must(b, t.Synchronize())
+						b.StartTimer()
+					}
+					must(b, step())
+				}
+				b.StopTimer()
+				must(b, t.Synchronize())
+			})
+		}
+	}
+}

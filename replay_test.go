@@ -116,7 +116,12 @@ func checkReplayEqualsEager(t *testing.T, d *Device, tk *Task, p replayProgram, 
 		require.NoError(t, err)
 		got, err := replayed[0].Float32s()
 		require.NoError(t, err)
-		require.Equal(t, want, got, "iteration %d", it)
+		if d.Emulated() || suiteOn() == onSimulatedDriver {
+			require.Equal(t, want, got, "iteration %d", it)
+		} else {
+			// A GPU BLAS may pick another algorithm inside a graph.
+			requireClose(t, widen(want), got, 1e-5)
+		}
 	}
 	// Replayed arrays cannot be freed while the recording lives.
 	require.ErrorIs(t, replayed[0].Free(), ErrRecording)
@@ -447,4 +452,12 @@ func TestReplayKeepsReductionWorkspace(t *testing.T) {
 	require.True(t, first.freed, "freed when the recording closed")
 	first.st.Unlock()
 	require.NoError(t, tk.Close())
+}
+
+func widen(v []float32) []float64 {
+	out := make([]float64, len(v))
+	for i, x := range v {
+		out[i] = float64(x)
+	}
+	return out
 }
