@@ -461,3 +461,44 @@ func widen(v []float32) []float64 {
 	}
 	return out
 }
+
+// A recording longer than the ring (QueueSize 64) is replayed in parts,
+// one doorbell each, and a part longer than MaxInFlight waits for the
+// queue to empty: right results, no hang, under the hazard checker.
+func TestReplayLongerThanTheRing(t *testing.T) {
+	d := openStrict(t, DeviceSide, func(o *Options) { o.QueueSize = 64; o.MaxInFlight = 8 })
+	emulatorOnly(t, d, "counts doorbell stores")
+	tk, err := d.NewTask()
+	require.NoError(t, err)
+	x, err := d.FromFloat32(4, 4, randMatrix(3, 4))
+	require.NoError(t, err)
+	eager, err := d.FromFloat32(4, 4, randMatrix(4, 4))
+	require.NoError(t, err)
+	replayed, err := d.FromFloat32(4, 4, randMatrix(4, 4))
+	require.NoError(t, err)
+	const ops = 150 // parts of 63, 63 and 24 packets
+	rec, err := tk.Record(func() error {
+		for range ops {
+			if err := tk.AXPYInto(replayed, 0.5, replayed, x); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	for range 3 {
+		for range ops {
+			require.NoError(t, tk.AXPYInto(eager, 0.5, eager, x))
+		}
+		bells := d.machine.DoorbellStores()
+		require.NoError(t, rec.Replay())
+		require.Equal(t, uint64(3), d.machine.DoorbellStores()-bells)
+		want, err := eager.Float32s()
+		require.NoError(t, err)
+		got, err := replayed.Float32s()
+		require.NoError(t, err)
+		require.Equal(t, want, got)
+	}
+	require.NoError(t, rec.Close())
+	require.NoError(t, tk.Close())
+}

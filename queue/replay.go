@@ -11,10 +11,6 @@ import (
 	"github.com/rocsync/rocsync/syncstate"
 )
 
-// ErrRecordingTooLong is returned for a recording of more packets than the
-// queue's ring holds at once (its size - 1).
-var ErrRecordingTooLong = errors.New("queue: recording has more packets than the ring holds")
-
 // ErrRecordingReleased is returned by Replay after Release.
 var ErrRecordingReleased = errors.New("queue: recording released")
 
@@ -40,9 +36,6 @@ type Recording struct {
 func (q *Queue) NewRecording(ds []Dispatch) (*Recording, error) {
 	if len(ds) == 0 {
 		return nil, fmt.Errorf("queue: empty recording")
-	}
-	if len(ds) > int(q.hq.Size)-1 {
-		return nil, fmt.Errorf("%w: %d packets, ring of %d", ErrRecordingTooLong, len(ds), q.hq.Size)
 	}
 	offs := make([]uintptr, len(ds))
 	total := uintptr(0)
@@ -108,9 +101,11 @@ func (r *Recording) Release() error {
 // returns the last one, the replay's fence. Every packet sets the barrier
 // bit, so the last one's completion signal, the only one, says that all
 // of them have completed; the earlier tickets share it. The ring gets all
-// packets before one doorbell store. Like Dispatch it waits on the host
-// for room (a throttle wait): past MaxInFlight, and for a recording longer
-// than MaxInFlight, until the queue is empty.
+// packets before one doorbell store. A recording longer than the ring
+// holds (its size - 1) goes in parts of that many, each with its own
+// signal and doorbell. Like Dispatch it waits on the host for room (a
+// throttle wait): past MaxInFlight, and for a part longer than
+// MaxInFlight, until the queue is empty.
 func (q *Queue) Replay(r *Recording) (uint64, error) {
 	if r.q != q {
 		return 0, fmt.Errorf("queue: %s: a recording made for %s", q.name, r.q.name)
@@ -118,9 +113,24 @@ func (q *Queue) Replay(r *Recording) (uint64, error) {
 	if r.kernarg == nil {
 		return 0, ErrRecordingReleased
 	}
-	n := uint64(len(r.bodies))
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	part := int(q.hq.Size) - 1
+	var t uint64
+	for i := 0; i < len(r.bodies); i += part {
+		j := min(len(r.bodies), i+part)
+		var err error
+		if t, err = q.replayLocked(r.bodies[i:j], r.first[i:j]); err != nil {
+			return 0, err
+		}
+	}
+	return t, nil
+}
+
+// replayLocked submits one part of a recording (at most the ring's size -
+// 1 packets) with one doorbell store.
+func (q *Queue) replayLocked(bodies [][hsa.PacketSize]byte, first []uint32) (uint64, error) {
+	n := uint64(len(bodies))
 	if err := q.Err(); err != nil {
 		return 0, err
 	}
@@ -159,7 +169,7 @@ func (q *Queue) Replay(r *Recording) (uint64, error) {
 	}
 	for i := uint64(0); i < n; i++ {
 		slot := hsa.Slot(q.hq, idx+i)
-		copy(slot[4:], r.bodies[i][4:])
+		copy(slot[4:], bodies[i][4:])
 		e := q.slot(idx + i + 1)
 		if i+1 < n {
 			sig.Retain() // each ticket holds a reference, released as it retires
@@ -171,7 +181,7 @@ func (q *Queue) Replay(r *Recording) (uint64, error) {
 	t := idx + n
 	q.lastTicket.Store(t)
 	for i := uint64(0); i < n; i++ {
-		hsa.PublishHeader(hsa.Slot(q.hq, idx+i), r.first[i])
+		hsa.PublishHeader(hsa.Slot(q.hq, idx+i), first[i])
 	}
 	q.rt.SignalStoreScrelease(q.hq.Doorbell, int64(t-1))
 	return t, nil
