@@ -502,3 +502,51 @@ func TestReplayLongerThanTheRing(t *testing.T) {
 	require.NoError(t, rec.Close())
 	require.NoError(t, tk.Close())
 }
+
+// Replays count toward the device's run-ahead cap, as ops do, and replay
+// right under launch-blocking and sync-debug (which refuses the boundary
+// host wait of a two-segment replay under DeviceSide).
+func TestReplayUnderDebugModes(t *testing.T) {
+	t.Run("MaxInFlightPerDevice", func(t *testing.T) {
+		d := openStrict(t, DeviceSide, func(o *Options) { o.MaxInFlightPerDevice = 2 })
+		tk := d.DefaultTask()
+		x, err := d.FromFloat32(4, 4, randMatrix(3, 4))
+		require.NoError(t, err)
+		rec, err := tk.Record(func() error { return tk.ScaleInto(x, 1, x) })
+		require.NoError(t, err)
+		for range 20 {
+			require.NoError(t, rec.Replay())
+		}
+		require.NoError(t, tk.Synchronize())
+		require.NotZero(t, d.Stats().HostWaits[ReasonThrottle], "the cap made no wait")
+		require.NoError(t, rec.Close())
+	})
+	t.Run("LaunchBlocking", func(t *testing.T) {
+		d := openStrict(t, DeviceSide, func(o *Options) { o.LaunchBlocking = true })
+		tk := d.DefaultTask()
+		x, err := d.FromFloat32(4, 4, randMatrix(3, 4))
+		require.NoError(t, err)
+		rec, err := tk.Record(func() error { return tk.ScaleInto(x, 2, x) })
+		require.NoError(t, err)
+		before := tk.Stats().HostWaits[ReasonLaunchBlocking]
+		require.NoError(t, rec.Replay())
+		require.Equal(t, before+1, tk.Stats().HostWaits[ReasonLaunchBlocking])
+		require.NoError(t, rec.Close())
+	})
+	t.Run("SyncDebugFail", func(t *testing.T) {
+		d := openStrict(t, DeviceSide, func(o *Options) { o.SyncDebug = SyncDebugFail })
+		emulatorOnly(t, d, "the held device makes the crossing pending")
+		tk := d.DefaultTask()
+		x, err := d.FromFloat32(16, 16, randMatrix(3, 16))
+		require.NoError(t, err)
+		o := outsFor(t, d, replaySeedPrograms[2], 16)
+		rec, err := tk.Record(func() error { return replaySeedPrograms[2].run(tk, x, o) })
+		require.NoError(t, err)
+		release := d.machine.Hold()
+		err = rec.Replay()
+		release()
+		require.ErrorIs(t, err, ErrHostWait)
+		require.NoError(t, tk.Synchronize())
+		require.NoError(t, rec.Close())
+	})
+}
