@@ -122,7 +122,8 @@ func (r *Recording) Segments() int {
 // ErrRecording error: Synchronize, Download, reading back an array the
 // recording has touched, and a nested Record. An Upload records the bytes
 // it was given: every replay uploads those. fn's error, or an op the
-// recording cannot hold, ends Record with that error and nothing recorded.
+// recording cannot hold, ends Record with that error and nothing recorded;
+// a panic in fn goes on, the task no longer recording.
 func (t *Task) Record(fn func() error) (*Recording, error) {
 	const name = "Record"
 	if err := t.check(name); err != nil {
@@ -137,14 +138,16 @@ func (t *Task) Record(fn func() error) (*Recording, error) {
 	r := &Recording{t: t, id: recordingIDs.Add(1)}
 	r.recording.Store(true)
 	t.rec = &recorder{r: r}
-	err := func() (err error) {
-		defer func() {
-			if p := recover(); p != nil {
-				err = newErr(name, ErrInvalid, "the function panicked: %v", p)
-			}
-		}()
-		return fn()
+	returned := false
+	defer func() {
+		if !returned { // fn panicked (the panic goes on) or ended its goroutine
+			t.rec = nil
+			r.recording.Store(false)
+			_ = r.release(!t.dev.closed.Load())
+		}
 	}()
+	err := fn()
+	returned = true
 	rec := t.rec
 	t.rec = nil
 	r.recording.Store(false)

@@ -550,3 +550,23 @@ func TestReplayUnderDebugModes(t *testing.T) {
 		require.NoError(t, rec.Close())
 	})
 }
+
+// A panic inside Record's function goes on, and leaves the task eager and
+// the operands free to be freed.
+func TestRecordPanicLeavesTaskEager(t *testing.T) {
+	d := openStrict(t, DeviceSide)
+	tk := d.DefaultTask()
+	x, err := d.FromFloat32(2, 2, []float32{1, 2, 3, 4})
+	require.NoError(t, err)
+	require.PanicsWithValue(t, "boom", func() {
+		_, _ = tk.Record(func() error {
+			_ = tk.MulInto(x, x, x)
+			panic("boom")
+		})
+	})
+	require.NoError(t, tk.MulInto(x, x, x)) // runs now
+	got, err := x.Float32s()
+	require.NoError(t, err)
+	require.Equal(t, []float32{1, 4, 9, 16}, got)
+	require.NoError(t, x.Free(), "not pinned")
+}
