@@ -17,6 +17,14 @@ type buffer struct {
 	size  uint64          // bytes
 	st    syncstate.State // the writer fence and reader fences
 	freed bool            // guarded by st's lock
+	// pins counts the live Recordings that use the buffer, and pinnedBy
+	// is the newest of them (guarded by st's lock): it cannot be freed
+	// until they are closed (record.go).
+	pins     int32
+	pinnedBy *Recording
+	// freeUnpinned frees it when the last recording using it closes (a
+	// reduction workspace replaced while a recording used it).
+	freeUnpinned bool
 }
 
 // Buffer is device memory of raw bytes with its own sync state, for user
@@ -160,6 +168,9 @@ func (b *buffer) download(ctx context.Context, op string, dst unsafe.Pointer, wh
 	if b.freed {
 		return newErr(op, ErrFreed, "%v", who)
 	}
+	if r := b.pinnedBy; r != nil && r.recording.Load() {
+		return newErr(op, ErrRecording, "%v is used by %v, which is still recording: its ops have not run", who, r)
+	}
 	if w := b.st.WriterLocked(); !w.Done() {
 		d.countHostWait(ReasonReadBack)
 		d.debugHostWait(op, w, ReasonReadBack)
@@ -192,6 +203,11 @@ func (b *buffer) free(who fmt.Stringer) error {
 	if b.freed {
 		b.st.Unlock()
 		return newErr("Free", ErrFreed, "double free of %v", who)
+	}
+	if b.pins > 0 {
+		err := pinnedErr("Free", b, who)
+		b.st.Unlock()
+		return err
 	}
 	b.freed = true
 	pending := b.st.PendingLocked(nil)

@@ -49,6 +49,10 @@ var (
 	// ErrHostWait: sync-debug mode (SyncDebugFail) refused an implicit
 	// host wait.
 	ErrHostWait = errors.New("implicit host wait refused by sync-debug mode")
+	// ErrRecording: a call that waits on the host (Synchronize, Download,
+	// reading back an array the recording touches) inside Task.Record, a
+	// Record inside another, or freeing a buffer a live Recording uses.
+	ErrRecording = errors.New("not allowed while recording, or on what a recording uses")
 )
 
 // Error is a failed rocsync call: which operation, what kind of failure,

@@ -54,6 +54,7 @@ func (t *Task) HostFunc(operands []Arg, fn func(h *HostAccess) error) error {
 	h.ops = append(h.ops[:0], accs...)
 	t.op.Kind, t.op.Lane = driver.HostFunc, driver.LaneHost
 	t.op.Func = func() error {
+		h.ended.Store(false) // a replayed recording runs it again
 		defer func() { h.ended.Store(true) }()
 		return fn(h)
 	}

@@ -2,6 +2,7 @@ package rocsync
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"unsafe"
 
@@ -53,7 +54,13 @@ func (w *reduceWorkspace) takeLocked(d *Device, size uint64) (*buffer, error) {
 		return nil, &Error{Op: "Sum", Kind: ErrUnavailable, Detail: "zeroing the reduction workspace", Err: err}
 	}
 	if w.buf != nil {
-		_ = w.buf.free((*Buffer)(w.buf)) // released once its last reduction completes
+		// Released once its last reduction completes, or, while a
+		// recording replays reductions on it, once that recording closes.
+		if err := w.buf.free((*Buffer)(w.buf)); errors.Is(err, ErrRecording) {
+			w.buf.st.Lock()
+			w.buf.freeUnpinned = true
+			w.buf.st.Unlock()
+		}
 	}
 	w.buf = b
 	return b, nil

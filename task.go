@@ -39,6 +39,8 @@ type Task struct {
 	kargs    [maxKernelArgs]userkernel.Arg
 
 	traceHost int // the task's host track in a trace
+
+	rec *recorder // set while Record runs: ops are recorded, not submitted (record.go)
 }
 
 // access is one Operand of an op: a buffer and how the op uses it.
@@ -75,6 +77,9 @@ func (t *Task) Synchronize() error { return t.SynchronizeContext(context.Backgro
 func (t *Task) SynchronizeContext(ctx context.Context) error {
 	if err := t.check("Synchronize"); err != nil {
 		return err
+	}
+	if t.rec != nil {
+		return newErr("Synchronize", ErrRecording, "inside Task.Record: the recorded ops have not run")
 	}
 	if err := t.dev.enter("Synchronize"); err != nil {
 		return err
@@ -220,6 +225,9 @@ func freedIn(op string, operands []access) error {
 // writes; t.op says what it does and on which lane. It returns the op's
 // fence.
 func (t *Task) submit(name string, operands []access) (syncstate.Fence, error) {
+	if t.rec != nil {
+		return t.record(name, operands)
+	}
 	d := t.dev
 	if err := d.enter(name); err != nil {
 		return syncstate.Fence{}, err

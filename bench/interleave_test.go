@@ -32,12 +32,12 @@ func BenchmarkMixedDispatchInterleave(b *testing.B) {
 				b.Fatal(err)
 			}
 			prog, _ := programByName("mixed")
-			ds, err := newPolicyRun(cfg, prog, rocsync.DeviceSide)
+			ds, err := newPolicyRun(cfg, prog, rocsync.DeviceSide, false)
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer ds.close()
-			wa, err := newPolicyRun(cfg, prog, rocsync.WaitAlways)
+			wa, err := newPolicyRun(cfg, prog, rocsync.WaitAlways, false)
 			if err != nil {
 				b.Fatal(err)
 			}

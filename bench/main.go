@@ -68,6 +68,9 @@ type config struct {
 	hazards bool
 	// dpSkipAllReduce leaves the all-reduces out (the test's control).
 	dpSkipAllReduce bool
+	// -replay: every program and policy runs eagerly and as a replayed
+	// recording (Task.Record, Recording.Replay).
+	replay bool
 
 	cpuProfile   string
 	cpuProfileHz int
@@ -103,6 +106,26 @@ type result struct {
 	// Interleaved: the policies ran at once, one iteration each in turn
 	// (-interleave), rather than one after another.
 	Interleaved bool `json:"interleaved,omitempty"`
+	// Mode is "replay" for a replayed recording (-replay), "" for eager.
+	Mode string `json:"mode,omitempty"`
+}
+
+// tablePolicy is the policy as the tables name it: "DeviceSide replay"
+// for a replayed run.
+func (r result) tablePolicy() string {
+	if r.Mode != "" {
+		return r.Policy + " " + r.Mode
+	}
+	return r.Policy
+}
+
+// modes are the ways each program and policy runs: eager, and with
+// -replay also replayed.
+func (cfg config) modes() []bool {
+	if cfg.replay {
+		return []bool{false, true}
+	}
+	return []bool{false}
 }
 
 func main() {
@@ -273,6 +296,9 @@ func newFlagSet(cfg *config, fl *flagStrings) *flag.FlagSet {
 	fs.BoolVar(&cfg.interleave, "interleave", false,
 		"open every policy's device at once and run one iteration of each in turn, so that the policies' ratios "+
 			"are not skewed by the machine's speed drifting between one policy's run and the next")
+	fs.BoolVar(&cfg.replay, "replay", false,
+		"run every program and policy twice: eagerly, and recorded once (Task.Record) and replayed each iteration "+
+			"(Recording.Replay); the tables show both, the replayed runs as 'policy replay'")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 	fs.IntVar(&cfg.cpuProfileHz, "cpuprofile-hz", 100, "-cpuprofile: samples per second (the runtime's default is 100)")
 	fs.StringVar(&cfg.traceFile, "trace", "",
@@ -316,6 +342,7 @@ Examples:
   bench -programs mixed -policies DeviceSide,Unified -iters 500
   bench -backend emulator -json-file results.json -plot bench.png
   bench -backend cuda -paired-raw -iters 2000
+  bench -replay -policies DeviceSide,Unified   eager against record and replay
 
 Flags:
 `
@@ -432,7 +459,7 @@ type deviceInfo struct{ backend, name, driver, target string }
 func runAll(cfg config) ([]result, deviceInfo, error) {
 	var out []result
 	var dev deviceInfo
-	runs := len(cfg.programs) * len(cfg.policies)
+	runs := len(cfg.programs) * len(cfg.policies) * len(cfg.modes())
 	what := fmt.Sprintf("%d programs × %d policies, %d+%d iterations each", len(cfg.programs), len(cfg.policies), cfg.warmup, cfg.iters)
 	if cfg.interleave {
 		what += ", interleaved"
@@ -456,12 +483,14 @@ func runAll(cfg config) ([]result, deviceInfo, error) {
 			continue
 		}
 		for _, pol := range cfg.policies {
-			prog.running(name + " " + pol.String())
-			r, err := runOne(cfg, p, pol, prog, record)
-			if err != nil {
-				return nil, dev, fmt.Errorf("%s under %s: %w", name, pol, err)
+			for _, replay := range cfg.modes() {
+				prog.running(name + " " + modeName(pol, replay))
+				r, err := runOne(cfg, p, pol, replay, prog, record)
+				if err != nil {
+					return nil, dev, fmt.Errorf("%s under %s: %w", name, modeName(pol, replay), err)
+				}
+				out = append(out, r)
 			}
-			out = append(out, r)
 		}
 	}
 	fillRatios(out)
@@ -470,8 +499,8 @@ func runAll(cfg config) ([]result, deviceInfo, error) {
 
 // runOne runs prog under pol on its own device: warm-up, then the
 // measured iterations.
-func runOne(cfg config, prog program, pol rocsync.Policy, progress *progress, record func(*policyRun)) (result, error) {
-	pr, err := newPolicyRun(cfg, prog, pol)
+func runOne(cfg config, prog program, pol rocsync.Policy, replay bool, progress *progress, record func(*policyRun)) (result, error) {
+	pr, err := newPolicyRun(cfg, prog, pol, replay)
 	if err != nil {
 		return result{}, err
 	}
@@ -496,17 +525,19 @@ func runInterleaved(cfg config, prog program, progress *progress, record func(*p
 		}
 	}()
 	for _, pol := range cfg.policies {
-		pr, err := newPolicyRun(cfg, prog, pol)
-		if err != nil {
-			return nil, fmt.Errorf("%s under %s: %w", prog.name, pol, err)
+		for _, replay := range cfg.modes() {
+			pr, err := newPolicyRun(cfg, prog, pol, replay)
+			if err != nil {
+				return nil, fmt.Errorf("%s under %s: %w", prog.name, modeName(pol, replay), err)
+			}
+			prs = append(prs, pr)
+			record(pr)
 		}
-		prs = append(prs, pr)
-		record(pr)
 	}
 	for i := 0; i < cfg.warmup+cfg.iters; i++ {
 		for _, pr := range prs {
 			if err := pr.step(i); err != nil {
-				return nil, fmt.Errorf("%s under %s: %w", prog.name, pr.pol, err)
+				return nil, fmt.Errorf("%s under %s: %w", prog.name, modeName(pr.pol, pr.rec != nil), err)
 			}
 			progress.step()
 		}
@@ -527,9 +558,24 @@ type policyRun struct {
 	r                       result
 	dispatch, totals        []float64
 	waits, boundary, device uint64
+
+	// -replay: the recording of one iteration, its result and the arrays
+	// its new-array forms made (freed with the recording).
+	rec      *rocsync.Recording
+	recOut   *rocsync.Array
+	recTemps []*rocsync.Array
 }
 
-func newPolicyRun(cfg config, prog program, pol rocsync.Policy) (*policyRun, error) {
+// modeName is a policy's name in the tables: "DeviceSide", or
+// "DeviceSide replay" for a replayed run.
+func modeName(pol rocsync.Policy, replay bool) string {
+	if replay {
+		return pol.String() + " replay"
+	}
+	return pol.String()
+}
+
+func newPolicyRun(cfg config, prog program, pol rocsync.Policy, replay bool) (*policyRun, error) {
 	d, err := rocsync.Open(rocsync.Options{Backend: cfg.backend, Policy: pol, LogLevel: rocsync.LogOff,
 		Emulator: rocsync.EmulatorOptions{MaxDelay: cfg.emuDelay, Seed: cfg.seed},
 		Trace:    cfg.trace, TraceName: prog.name + "/" + pol.String()})
@@ -548,8 +594,21 @@ func newPolicyRun(cfg config, prog program, pol rocsync.Policy) (*policyRun, err
 	if d.Emulated() {
 		r.EmuMaxDelayUS = measure.Micros(cfg.emuDelay)
 	}
-	return &policyRun{cfg: cfg, pol: pol, d: d, t: t, st: st, r: r,
-		dispatch: make([]float64, 0, cfg.iters), totals: make([]float64, 0, cfg.iters)}, nil
+	pr := &policyRun{cfg: cfg, pol: pol, d: d, t: t, st: st, r: r,
+		dispatch: make([]float64, 0, cfg.iters), totals: make([]float64, 0, cfg.iters)}
+	if replay {
+		pr.r.Mode = "replay"
+		rec, err := t.Record(func() (err error) {
+			pr.recOut, pr.recTemps, err = st.run(t)
+			return err
+		})
+		if err != nil {
+			st.free()
+			return nil, errors.Join(fmt.Errorf("recording: %w", err), d.Close())
+		}
+		pr.rec = rec
+	}
+	return pr, nil
 }
 
 // step runs iteration i (a warm-up one while i < cfg.warmup).
@@ -557,7 +616,14 @@ func (p *policyRun) step(i int) error {
 	d, t, cfg := p.d, p.t, p.cfg
 	before := d.Stats()
 	t0 := time.Now()
-	res, temps, err := p.st.run(t)
+	var res *rocsync.Array
+	var temps []*rocsync.Array
+	var err error
+	if p.rec != nil {
+		res, err = p.recOut, p.rec.Replay()
+	} else {
+		res, temps, err = p.st.run(t)
+	}
 	if err != nil {
 		return err
 	}
@@ -603,8 +669,15 @@ func (p *policyRun) close() error {
 	if p.d == nil {
 		return nil
 	}
+	var errs []error
+	if p.rec != nil {
+		errs = append(errs, p.rec.Close())
+		for _, a := range p.recTemps {
+			errs = append(errs, a.Free())
+		}
+	}
 	p.st.free()
-	err := p.d.Close()
+	err := errors.Join(append(errs, p.d.Close())...)
 	p.d = nil
 	return err
 }
@@ -612,7 +685,7 @@ func (p *policyRun) close() error {
 func fillRatios(rs []result) {
 	base := map[string]result{}
 	for _, r := range rs {
-		if r.Policy == rocsync.WaitAlways.String() {
+		if r.Policy == rocsync.WaitAlways.String() && r.Mode == "" {
 			base[r.Program] = r
 		}
 	}
@@ -628,9 +701,17 @@ func fillRatios(rs []result) {
 func checkChecksums(rs []result) error {
 	first := map[string]result{}
 	for _, r := range rs {
-		f, ok := first[r.Program]
+		key := r.Program
+		if r.Program == "mlp" {
+			// A replayed training step repeats the recorded step's Adam
+			// bias corrections (host scalars baked into its ops), so it
+			// computes something else than eager steps: replays are
+			// compared with replays.
+			key += "/" + r.Mode
+		}
+		f, ok := first[key]
 		if !ok {
-			first[r.Program] = r
+			first[key] = r
 			continue
 		}
 		if f.Checksum != r.Checksum {
@@ -671,7 +752,7 @@ func printTable(out io.Writer, cfg config, rs []result) {
 	// Names left-aligned, numbers right-aligned.
 	pw, qw := len("program"), len("policy")
 	for _, r := range rs {
-		pw, qw = max(pw, len(r.Program)), max(qw, len(r.Policy))
+		pw, qw = max(pw, len(r.Program)), max(qw, len(r.tablePolicy()))
 	}
 	names := func(prog, pol string) string { return fmt.Sprintf("%-*s  %-*s", pw, prog, qw, pol) }
 
@@ -682,7 +763,7 @@ func printTable(out io.Writer, cfg config, rs []result) {
 	fmt.Fprintf(tw, "%s\tdispatch\t\ttotal\t\tspeed-up\t\t\n", names("", ""))
 	fmt.Fprintf(tw, "%s\tmedian\tp90\tmedian\tp90\tdispatch\ttotal\t\n", names("program", "policy"))
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t%s\t\n", names(r.Program, r.Policy),
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t%s\t\n", names(r.Program, r.tablePolicy()),
 			r.DispatchMedianUS, r.DispatchP90US, r.TotalMedianUS, r.TotalP90US, ratio(r.DispatchRatio), ratio(r.TotalRatio))
 	}
 	tw.Flush()
@@ -693,7 +774,7 @@ func printTable(out io.Writer, cfg config, rs []result) {
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "%s\thost waits\tat crossings\tdevice waits\tcrossings\tchecksum\t\n", names("program", "policy"))
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t%d\t%.6g\t\n", names(r.Program, r.Policy),
+		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t%d\t%.6g\t\n", names(r.Program, r.tablePolicy()),
 			r.HostWaitsPerIter, r.BoundaryPerIter, r.DeviceWaitsIter, r.Crossings, r.Checksum)
 	}
 	tw.Flush()

@@ -459,3 +459,45 @@ func TestMLPMatchesCPUReference(t *testing.T) {
 		}
 	}
 }
+
+// -replay runs every program and policy eagerly and replayed: replays
+// compute what the eager runs computed (mlp: what other replays computed,
+// its Adam corrections being recorded once) and make no more host waits
+// than there are crossings.
+func TestReplayFlag(t *testing.T) {
+	rs := runJSON(t, "-replay", "-policies", "DeviceSide,Unified")
+	if len(rs) != 4*2*2 {
+		t.Fatalf("%d results, want 16", len(rs))
+	}
+	eager := map[string]result{}
+	for _, r := range rs {
+		key := r.Program + "/" + r.Policy
+		if r.Mode == "" {
+			eager[key] = r
+			continue
+		}
+		if r.Mode != "replay" {
+			t.Fatalf("%s: mode %q", key, r.Mode)
+		}
+		e, ok := eager[key]
+		if !ok {
+			t.Fatalf("%s: the replayed run came before the eager one", key)
+		}
+		if r.Program != "mlp" && r.Checksum != e.Checksum {
+			t.Errorf("%s: replay checksum %v, eager %v", key, r.Checksum, e.Checksum)
+		}
+		// Like the eager runs (whose counts vary with timing: a crossing
+		// that finds its producer complete skips the wait), at most one
+		// host wait per crossing, and none under Unified.
+		if r.HostWaitsPerIter > float64(r.Crossings) || (r.Policy == "Unified" && r.HostWaitsPerIter != 0) {
+			t.Errorf("%s: %.2f host waits per replay for %d crossings", key, r.HostWaitsPerIter, r.Crossings)
+		}
+	}
+	var out bytes.Buffer
+	if err := run(args("-replay", "-programs", "mixed", "-policies", "DeviceSide"), &out, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "DeviceSide replay") {
+		t.Errorf("the table does not show the replayed run:\n%s", out.String())
+	}
+}

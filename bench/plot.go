@@ -38,7 +38,7 @@ func writePlot(path string, cfg config, rs []result) error {
 	progs, pols := axes(rs)
 	value := func(prog, pol string, f func(result) float64) float64 {
 		for _, r := range rs {
-			if r.Program == prog && r.Policy == pol {
+			if r.Program == prog && r.tablePolicy() == pol {
 				return f(r)
 			}
 		}
@@ -147,8 +147,8 @@ func axes(rs []result) (progs, pols []string) {
 		if !slices.Contains(progs, r.Program) {
 			progs = append(progs, r.Program)
 		}
-		if !slices.Contains(pols, r.Policy) {
-			pols = append(pols, r.Policy)
+		if !slices.Contains(pols, r.tablePolicy()) {
+			pols = append(pols, r.tablePolicy())
 		}
 	}
 	return progs, pols

@@ -27,7 +27,7 @@ func TestTraceOfMixedAndMLP(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, pol := range []rocsync.Policy{rocsync.WaitAlways, rocsync.SkipSameQueue, rocsync.DeviceSide, rocsync.Unified, rocsync.DeviceBridge} {
-			pr, err := newPolicyRun(cfg, prog, pol)
+			pr, err := newPolicyRun(cfg, prog, pol, false)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -52,6 +52,12 @@ const (
 	symLaunchKernel
 	symGetErrorName
 	symGetErrorString
+	symStreamBeginCapture
+	symStreamEndCapture
+	symGraphInstantiate
+	symGraphLaunch
+	symGraphDestroy
+	symGraphExecDestroy
 	numSyms
 )
 
@@ -96,6 +102,12 @@ var BoundSymbols = []string{
 	symLaunchKernel:            "cuLaunchKernel",
 	symGetErrorName:            "cuGetErrorName",
 	symGetErrorString:          "cuGetErrorString",
+	symStreamBeginCapture:      "cuStreamBeginCapture_v2",
+	symStreamEndCapture:        "cuStreamEndCapture",
+	symGraphInstantiate:        "cuGraphInstantiateWithFlags",
+	symGraphLaunch:             "cuGraphLaunch",
+	symGraphDestroy:            "cuGraphDestroy",
+	symGraphExecDestroy:        "cuGraphExecDestroy",
 }
 
 // EnvLibCUDA names the environment variable that, when set, is the only

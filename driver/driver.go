@@ -127,11 +127,14 @@ const (
 	// fences the lane was told to wait for have completed; the submitter
 	// does not wait. Its error fails its ticket.
 	HostFunc
+	// Replay submits a recorded sequence of ops of one timeline as one
+	// op: Op.Recorded, built by the task's Recorder. One ticket.
+	Replay
 	numKinds
 )
 
 var kindNames = [...]string{KindInvalid: "invalid", Dispatch: "dispatch", Gemm: "gemm", LibraryCall: "library call",
-	CopyHtoD: "copy host to device", CopyDtoH: "copy device to host", CopyDtoD: "copy device to device", HostFunc: "host function"}
+	CopyHtoD: "copy host to device", CopyDtoH: "copy device to host", CopyDtoD: "copy device to device", HostFunc: "host function", Replay: "replay"}
 
 func (k Kind) String() string {
 	if k < numKinds {
@@ -212,6 +215,9 @@ type Op struct {
 
 	// HostFunc: called once, on the host lane's goroutine.
 	Func func() error
+
+	// Replay: a sequence the task's Recorder built.
+	Recorded Recorded
 }
 
 // Task is one task's place to submit work: a timeline per lane (the same

@@ -60,6 +60,7 @@ type entry struct {
 // Queue is one HSA queue with its completion tracking.
 type Queue struct {
 	rt          hsa.Runtime
+	agent       hsa.Agent
 	hq          *hsa.Queue
 	name        string
 	signals     *SignalPool
@@ -141,7 +142,7 @@ func New(rt hsa.Runtime, c Config) (*Queue, error) {
 	if c.Size == 0 || c.Size&(c.Size-1) != 0 {
 		return nil, fmt.Errorf("queue: size %d is not a power of two", c.Size)
 	}
-	q := &Queue{rt: rt, name: c.Name, signals: c.Signals, sinks: c.Sinks, kernargPool: c.KernargPool, timeout: c.WaitTimeout,
+	q := &Queue{rt: rt, agent: c.Agent, name: c.Name, signals: c.Signals, sinks: c.Sinks, kernargPool: c.KernargPool, timeout: c.WaitTimeout,
 		onThrottle: c.OnThrottle}
 	hq, err := rt.QueueCreate(c.Agent, c.Size, hsa.QueueTypeSingle, q.onError)
 	if err != nil {

@@ -12,7 +12,13 @@
 //     it again (looking for ".entry <name>("), so a freed image shows up;
 //   - cuLaunchKernel reads the argument values through kernelParams and runs
 //     rocsync's elementwise kernels on the host, synchronously: streams and
-//     events are always complete.
+//     events are always complete;
+//   - stream capture (cuStreamBeginCapture_v2 .. cuStreamEndCapture) records
+//     launches and asynchronous copies into a graph instead of running them
+//     (the launch's argument values are read at capture, as CUDA does), and
+//     cuGraphLaunch of its instance runs them in order; calls that would
+//     wait on a capturing stream fail, as CUDA's do. The fake cuBLAS does
+//     not take part in capture.
 // fakecuda_count(i) reads call counters, for tests.
 #include <math.h>
 #include <stdint.h>
@@ -32,15 +38,25 @@ enum {
 #define MAGIC_EVENT 0x45564e54U
 #define MAGIC_MODULE 0x4d4f444cU
 #define MAGIC_FUNC 0x46554e43U
+#define MAGIC_GRAPH 0x47524150U
+#define MAGIC_EXEC 0x47455845U
+
+// A captured operation: a launch of rocsync's kernel (its argument values)
+// or an asynchronous copy.
+struct node { int copy; void* f; uint64_t out, a, b, n; double alpha; uint64_t dst, src, len; int kind; };
+struct graph { struct node* nodes; int n, cap; };
 
 struct ctx { uint32_t magic; int dev; int refs; };
-struct obj { uint32_t magic; struct ctx* ctx; unsigned flags; int state; const char* image; char name[64]; };
+struct obj {
+  uint32_t magic; struct ctx* ctx; unsigned flags; int state; const char* image; char name[64];
+  struct graph* capturing; // a stream being captured; a graph or exec's nodes
+};
 
 static struct ctx ctxs[NDEV];
 static int inited;
 static __thread struct ctx* cur;
 
-enum { C_SETCURRENT, C_LAUNCH, C_RECORD, C_WAIT, C_QUERY, C_SYNC, C_ALLOC, C_FREE, C_HTOD, C_DTOH, C_LOAD, NCOUNT };
+enum { C_SETCURRENT, C_LAUNCH, C_RECORD, C_WAIT, C_QUERY, C_SYNC, C_ALLOC, C_FREE, C_HTOD, C_DTOH, C_LOAD, C_GRAPHLAUNCH, NCOUNT };
 static long counts[NCOUNT];
 long fakecuda_count(int i) { return i >= 0 && i < NCOUNT ? __atomic_load_n(&counts[i], __ATOMIC_RELAXED) : -1; }
 static void bump(int i) { __atomic_add_fetch(&counts[i], 1, __ATOMIC_RELAXED); }
@@ -130,8 +146,19 @@ static CUresult stream_ok(void* s) {
   SAME_CTX(s);
   return OK;
 }
-CUresult cuStreamSynchronize(void* s) { NEED_CTX(); bump(C_SYNC); return stream_ok(s); }
-CUresult cuStreamQuery(void* s) { NEED_CTX(); bump(C_QUERY); return stream_ok(s); }
+static int capturing(void* s) { return s && is(s, MAGIC_STREAM) && ((struct obj*)s)->capturing; }
+#define CAPTURE_ILLEGAL 900 // CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+CUresult cuStreamSynchronize(void* s) { NEED_CTX(); bump(C_SYNC); if (capturing(s)) return CAPTURE_ILLEGAL; return stream_ok(s); }
+CUresult cuStreamQuery(void* s) { NEED_CTX(); bump(C_QUERY); if (capturing(s)) return CAPTURE_ILLEGAL; return stream_ok(s); }
+static CUresult add_node(void* s, struct node nd) {
+  struct graph* g = ((struct obj*)s)->capturing;
+  if (g->n == g->cap) {
+    g->cap = g->cap ? 2 * g->cap : 8;
+    g->nodes = realloc(g->nodes, (size_t)g->cap * sizeof *g->nodes);
+  }
+  g->nodes[g->n++] = nd;
+  return OK;
+}
 
 CUresult cuEventCreate(void** e, unsigned flags) {
   NEED_CTX();
@@ -198,16 +225,19 @@ CUresult cuMemcpyDtoH_v2(void* dst, uint64_t src, size_t n) {
 // synchronous.
 CUresult cuMemcpyHtoDAsync_v2(uint64_t dst, const void* src, size_t n, void* s) {
   NEED_CTX(); bump(C_HTOD);
+  if (capturing(s)) return add_node(s, (struct node){.copy = 1, .dst = dst, .src = (uint64_t)(uintptr_t)src, .len = n});
   memcpy((void*)(uintptr_t)dst, src, n);
   return OK;
 }
 CUresult cuMemcpyDtoHAsync_v2(void* dst, uint64_t src, size_t n, void* s) {
   NEED_CTX(); bump(C_DTOH);
+  if (capturing(s)) return add_node(s, (struct node){.copy = 1, .dst = (uint64_t)(uintptr_t)dst, .src = src, .len = n});
   memcpy(dst, (void*)(uintptr_t)src, n);
   return OK;
 }
 CUresult cuMemcpyDtoDAsync_v2(uint64_t dst, uint64_t src, size_t n, void* s) {
   NEED_CTX();
+  if (capturing(s)) return add_node(s, (struct node){.copy = 1, .dst = dst, .src = src, .len = n});
   memmove((void*)(uintptr_t)dst, (void*)(uintptr_t)src, n);
   return OK;
 }
@@ -272,6 +302,17 @@ CUresult cuModuleGetFunction(void** f, void* m, const char* name) {
     }                                                                                   \
   } while (0)
 
+// run_kernel runs rocsync_<op>_<f32|f64> named name.
+static CUresult run_kernel(const char* name, uint64_t out, uint64_t a, uint64_t b, uint64_t n, double alpha) {
+  char op[16];
+  const char* p = name + strlen("rocsync_");
+  const char* us = strrchr(name, '_');
+  if (strncmp(name, "rocsync_", 8) || !us || us <= p || (size_t)(us - p) >= sizeof op) return LAUNCH_FAILED;
+  memcpy(op, p, (size_t)(us - p)); op[us - p] = 0;
+  if (!strcmp(us + 1, "f64")) RUN(double, alpha); else RUN(float, alpha);
+  return OK;
+}
+
 CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                         unsigned bz, unsigned shared, void* s, void** params, void** extra) {
   NEED_CTX();
@@ -283,18 +324,81 @@ CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned
   if (!params || extra) return INVALID_VALUE;
   if (!gx || !gy || !gz || !bx || !by || !bz || bx * by * bz > 1024) return INVALID_VALUE;
   const char* name = ((struct obj*)f)->name;
-  char op[16];
-  const char* p = name + strlen("rocsync_");
   const char* us = strrchr(name, '_');
-  if (strncmp(name, "rocsync_", 8) || !us || us <= p || (size_t)(us - p) >= sizeof op) return LAUNCH_FAILED;
-  memcpy(op, p, (size_t)(us - p)); op[us - p] = 0;
-  int f64 = !strcmp(us + 1, "f64");
+  int f64 = us && !strcmp(us + 1, "f64");
   uint64_t out = *(uint64_t*)params[0], a = *(uint64_t*)params[1], b = *(uint64_t*)params[2];
   uint64_t n = *(uint64_t*)params[4];
   double alpha = f64 ? *(double*)params[3] : (double)*(float*)params[3];
   last = (struct launch){{gx, gy, gz}, {bx, by, bz}, shared, s, out, a, b, n, alpha, {0}};
   snprintf(last.name, sizeof last.name, "%s", name);
-  if (f64) RUN(double, alpha); else RUN(float, alpha);
+  if (capturing(s)) return add_node(s, (struct node){.f = f, .out = out, .a = a, .b = b, .n = n, .alpha = alpha});
+  return run_kernel(name, out, a, b, n, alpha);
+}
+
+CUresult cuStreamBeginCapture_v2(void* s, int mode) {
+  NEED_CTX();
+  if (!is(s, MAGIC_STREAM)) return INVALID_HANDLE; // the legacy stream cannot be captured
+  SAME_CTX(s);
+  if (mode < 0 || mode > 2) return INVALID_VALUE;
+  if (capturing(s)) return INVALID_VALUE; // CUDA_ERROR_ILLEGAL_STATE
+  ((struct obj*)s)->capturing = calloc(1, sizeof(struct graph));
+  return OK;
+}
+CUresult cuStreamEndCapture(void* s, void** graph) {
+  NEED_CTX();
+  if (!is(s, MAGIC_STREAM)) return INVALID_HANDLE;
+  if (!capturing(s)) return INVALID_VALUE;
+  struct obj* g = mk(MAGIC_GRAPH, 0);
+  g->capturing = ((struct obj*)s)->capturing;
+  ((struct obj*)s)->capturing = NULL;
+  *graph = g;
+  return OK;
+}
+CUresult cuGraphInstantiateWithFlags(void** exec, void* graph, unsigned long long flags) {
+  NEED_CTX();
+  if (!is(graph, MAGIC_GRAPH)) return INVALID_HANDLE;
+  if (flags) return INVALID_VALUE;
+  struct graph* src = ((struct obj*)graph)->capturing;
+  struct obj* e = mk(MAGIC_EXEC, 0);
+  e->capturing = calloc(1, sizeof(struct graph));
+  e->capturing->n = e->capturing->cap = src->n;
+  e->capturing->nodes = malloc((size_t)(src->n ? src->n : 1) * sizeof *src->nodes);
+  memcpy(e->capturing->nodes, src->nodes, (size_t)src->n * sizeof *src->nodes);
+  *exec = e;
+  return OK;
+}
+static void free_graph(struct obj* o) { free(o->capturing->nodes); free(o->capturing); o->magic = 0; free(o); }
+CUresult cuGraphDestroy(void* graph) {
+  NEED_CTX();
+  if (!is(graph, MAGIC_GRAPH)) return INVALID_HANDLE;
+  free_graph(graph);
+  return OK;
+}
+CUresult cuGraphExecDestroy(void* exec) {
+  NEED_CTX();
+  if (!is(exec, MAGIC_EXEC)) return INVALID_HANDLE;
+  free_graph(exec);
+  return OK;
+}
+// Runs the graph's nodes in order, at the call (the fake's streams are
+// synchronous); a launch node's function must still be loaded.
+CUresult cuGraphLaunch(void* exec, void* s) {
+  NEED_CTX();
+  bump(C_GRAPHLAUNCH);
+  if (!is(exec, MAGIC_EXEC)) return INVALID_HANDLE;
+  CUresult r = stream_ok(s);
+  if (r) return r;
+  if (capturing(s)) return CAPTURE_ILLEGAL;
+  struct graph* g = ((struct obj*)exec)->capturing;
+  for (int i = 0; i < g->n; i++) {
+    struct node* nd = &g->nodes[i];
+    if (nd->copy) {
+      memmove((void*)(uintptr_t)nd->dst, (const void*)(uintptr_t)nd->src, nd->len);
+      continue;
+    }
+    if (!is(nd->f, MAGIC_FUNC)) return LAUNCH_FAILED;
+    if ((r = run_kernel(((struct obj*)nd->f)->name, nd->out, nd->a, nd->b, nd->n, nd->alpha))) return r;
+  }
   return OK;
 }
 

@@ -69,6 +69,17 @@ type backend interface {
 	gemm(h uintptr, dt kernels.DType, transA, transB bool, m, n, k int, alpha float64,
 		a driver.DevicePtr, lda int, b driver.DevicePtr, ldb int, beta float64, c driver.DevicePtr, ldc int) error
 
+	// Stream capture and graphs (replay.go): what s's calls enqueue
+	// between captureBegin and captureEnd is recorded into a graph;
+	// graphInstantiate makes it launchable and destroys the graph.
+	captureBegin(s uintptr) error
+	captureEnd(s uintptr) (graph uintptr, err error)
+	graphInstantiate(graph uintptr) (exec uintptr, err error)
+	graphLaunch(exec, s uintptr) error
+	graphExecDestroy(exec uintptr) error
+	// blasSetStream binds a cuBLAS handle to stream s.
+	blasSetStream(h, s uintptr) error
+
 	close() error
 }
 
@@ -339,6 +350,39 @@ func (b *cudaBackend) gemm(h uintptr, dt kernels.DType, transA, transB bool, m, 
 	}
 	return b.blas.Dgemm(cublas.Handle(h), opA, opB, m, n, k, alpha,
 		cuda.DevicePtr(a), lda, cuda.DevicePtr(bm), ldb, beta, cuda.DevicePtr(c), ldc)
+}
+
+func (b *cudaBackend) captureBegin(s uintptr) error {
+	return b.ctx.Load().StreamBeginCapture(cuda.Stream(s), cuda.StreamCaptureModeRelaxed)
+}
+
+func (b *cudaBackend) captureEnd(s uintptr) (uintptr, error) {
+	g, err := b.ctx.Load().StreamEndCapture(cuda.Stream(s))
+	return uintptr(g), err
+}
+
+func (b *cudaBackend) graphInstantiate(g uintptr) (uintptr, error) {
+	c := b.ctx.Load()
+	e, err := c.GraphInstantiate(cuda.Graph(g))
+	return uintptr(e), errors.Join(err, c.GraphDestroy(cuda.Graph(g)))
+}
+
+func (b *cudaBackend) graphLaunch(e, s uintptr) error {
+	return b.ctx.Load().GraphLaunch(cuda.GraphExec(e), cuda.Stream(s))
+}
+
+func (b *cudaBackend) graphExecDestroy(e uintptr) error {
+	return b.ctx.Load().GraphExecDestroy(cuda.GraphExec(e))
+}
+
+// blasSetStream binds h to s with the context current, as cuBLAS wants.
+func (b *cudaBackend) blasSetStream(h, s uintptr) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := b.ctx.Load().MakeCurrent(); err != nil {
+		return err
+	}
+	return b.blas.SetStream(cublas.Handle(h), cuda.Stream(s))
 }
 
 func (b *cudaBackend) close() error {

@@ -42,7 +42,10 @@ type emuBackend struct {
 	nextMem uint64
 	loaded  bool
 	noBLAS  error
-	errs    []error
+	graphs  map[uintptr][]emuOp // graphs and instantiated graphs
+
+	graphLaunches int
+	errs          []error
 
 	// counters
 	records, waits, eventSyncs, streamSyncs, queries, launches, gemms, eventsMade int
@@ -64,6 +67,9 @@ type emuStream struct {
 	ops   []emuOp // pending, in order
 	total uint64  // ops ever submitted
 	done  uint64  // ops ever run
+	// capture, while the stream is captured, receives what is enqueued
+	// on it instead (a graph's nodes), as CUDA's stream capture does.
+	capture *[]emuOp
 }
 
 type emuEvent struct {
@@ -74,7 +80,8 @@ type emuEvent struct {
 
 func newEmu() *emuBackend {
 	return &emuBackend{next: 0x100, streams: map[uintptr]*emuStream{}, events: map[uintptr]*emuEvent{},
-		funcs: map[uintptr]emuFunc{}, blas: map[uintptr]uintptr{}, mem: map[uint64][]byte{}, nextMem: 1 << 32}
+		funcs: map[uintptr]emuFunc{}, blas: map[uintptr]uintptr{}, mem: map[uint64][]byte{}, nextMem: 1 << 32,
+		graphs: map[uintptr][]emuOp{}}
 }
 
 var _ backend = (*emuBackend)(nil)
@@ -82,6 +89,10 @@ var _ backend = (*emuBackend)(nil)
 func (f *emuBackend) handle() uintptr { f.next += 0x10; return f.next }
 
 func (f *emuBackend) push(s *emuStream, op emuOp) {
+	if s.capture != nil {
+		*s.capture = append(*s.capture, op)
+		return
+	}
 	f.seq++
 	op.seq = f.seq
 	s.ops = append(s.ops, op)
@@ -172,6 +183,10 @@ func (f *emuBackend) streamSynchronize(s uintptr) error {
 	st, err := f.stream(s)
 	if err != nil {
 		return err
+	}
+	if st.capture != nil {
+		// cuStreamSynchronize on a captured stream invalidates the capture.
+		return fmt.Errorf("emu: stream %#x is being captured (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)", s)
 	}
 	f.streamSyncs++
 	target := st.total
@@ -510,6 +525,86 @@ func (f *emuBackend) gemm(h uintptr, dt kernels.DType, transA, transB bool, m, n
 			}
 		}
 	}})
+	return nil
+}
+
+func (f *emuBackend) captureBegin(s uintptr) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st, err := f.stream(s)
+	if err != nil {
+		return err
+	}
+	if st.capture != nil {
+		return fmt.Errorf("emu: stream %#x is already captured", s)
+	}
+	st.capture = new([]emuOp)
+	return nil
+}
+
+func (f *emuBackend) captureEnd(s uintptr) (uintptr, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st, err := f.stream(s)
+	if err != nil {
+		return 0, err
+	}
+	if st.capture == nil {
+		return 0, fmt.Errorf("emu: stream %#x is not captured", s)
+	}
+	g := f.handle()
+	f.graphs[g] = *st.capture
+	st.capture = nil
+	return g, nil
+}
+
+func (f *emuBackend) graphInstantiate(g uintptr) (uintptr, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	nodes, ok := f.graphs[g]
+	if !ok {
+		return 0, fmt.Errorf("emu: bad graph %#x", g)
+	}
+	delete(f.graphs, g)
+	e := f.handle()
+	f.graphs[e] = nodes
+	return e, nil
+}
+
+// graphLaunch enqueues the graph's nodes on s, in order: what the captured
+// calls enqueued, their arguments as they were at capture.
+func (f *emuBackend) graphLaunch(e, s uintptr) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	nodes, ok := f.graphs[e]
+	st := f.streams[s]
+	if !ok || st == nil || st.capture != nil {
+		return fmt.Errorf("emu: bad graph launch %#x on %#x", e, s)
+	}
+	f.graphLaunches++
+	for _, n := range nodes {
+		f.push(st, emuOp{run: n.run})
+	}
+	return nil
+}
+
+func (f *emuBackend) graphExecDestroy(e uintptr) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.graphs[e]; !ok {
+		return fmt.Errorf("emu: bad graph %#x", e)
+	}
+	delete(f.graphs, e)
+	return nil
+}
+
+func (f *emuBackend) blasSetStream(h, s uintptr) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.blas[h]; !ok || f.streams[s] == nil {
+		return fmt.Errorf("emu: bad cuBLAS handle or stream")
+	}
+	f.blas[h] = s
 	return nil
 }
 

@@ -141,6 +141,8 @@ type Machine struct {
 
 	faults atomic.Pointer[FaultInjector]
 
+	doorbells atomic.Uint64 // doorbell stores on every queue (DoorbellStores)
+
 	kfMu         sync.Mutex
 	kernelFaults []error // launches refused, for KernelFaults
 }
@@ -258,6 +260,10 @@ func hipOrder(visible []int, n int) []int {
 
 // Options returns the machine's options.
 func (m *Machine) Options() Options { return m.opts }
+
+// DoorbellStores counts the doorbell stores on every HSA queue so far: a
+// replayed recording rings once for all its packets.
+func (m *Machine) DoorbellStores() uint64 { return m.doorbells.Load() }
 
 // HSA returns the machine's HSA runtime.
 func (m *Machine) HSA() *HSA { return m.hsa }

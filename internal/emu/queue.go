@@ -69,6 +69,7 @@ func (m *Machine) newQueue(dev int, id uint64, size uint32, onError hsa.QueueErr
 // ringDoorbell is the doorbell store: it records the host clock for the packets up
 // to index and wakes the packet processor.
 func (q *queue) ringDoorbell(index int64) {
+	q.m.doorbells.Add(1)
 	if vc := q.m.hostSnapshot(); vc != nil {
 		q.clockMu.Lock()
 		q.rings = append(q.rings, rung{index: index, vc: vc})

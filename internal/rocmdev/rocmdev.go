@@ -638,6 +638,8 @@ func (t *Task) Submit(op *driver.Op) (uint64, error) {
 			return 0, fmt.Errorf("%w: host function of no function", driver.ErrUnsupported)
 		}
 		return t.host.Submit(op.Func)
+	case driver.Replay:
+		return t.replay(op)
 	}
 	return 0, fmt.Errorf("%w: %v", driver.ErrUnsupported, op.Kind)
 }

@@ -1,0 +1,163 @@
+package rocsync
+
+import (
+	"errors"
+	"testing"
+)
+
+// chainLen is the 99-op chain of issue 12's targets.
+const chainLen = 99
+
+// scaleChain submits chainLen x = 1·x on t.
+func scaleChain(t *Task, x *Array) error {
+	for range chainLen {
+		if err := t.ScaleInto(x, 1, x); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// BenchmarkReplayChain99 replays a recorded 99-op chain on one HSA queue
+// (the emulator, checker and delays off, as the hot-path benchmarks):
+// one op of the op path, 99 prebuilt AQL packets copied into the ring and
+// one doorbell store. The timer runs only while the emulated GPU is held,
+// ten replays at a time (990 packets fit the 1024-packet ring), so
+// ns/packet is the host's cost per replayed packet, not the emulator's
+// cost to execute it.
+func BenchmarkReplayChain99(b *testing.B) {
+	benchChain99(b, true)
+}
+
+// BenchmarkEagerChain99 submits the same 99 ops eagerly, timed the same
+// way: the baseline (ns/packet is per op).
+func BenchmarkEagerChain99(b *testing.B) {
+	benchChain99(b, false)
+}
+
+func benchChain99(b *testing.B, replay bool) {
+	d := benchDevice(b, DeviceSide)
+	t := d.DefaultTask()
+	x, err := d.FromFloat32(1, 64, make([]float32, 64))
+	must(b, err)
+	step := func() error { return scaleChain(t, x) }
+	if replay {
+		rec, err := t.Record(step)
+		must(b, err)
+		defer func() { must(b, rec.Close()) }()
+		step = rec.Replay
+	}
+	for range 64 {
+		must(b, step())
+	}
+	must(b, t.Synchronize())
+	const batch = benchQueue / chainLen
+	bells := d.machine.DoorbellStores()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for done := 0; done < b.N; {
+		b.StopTimer()
+		must(b, t.Synchronize())
+		release := d.machine.Hold()
+		b.StartTimer()
+		for i := 0; i < batch && done < b.N; i++ {
+			must(b, step())
+			done++
+		}
+		b.StopTimer()
+		release()
+		b.StartTimer()
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*chainLen), "ns/packet")
+	b.ReportMetric(float64(d.machine.DoorbellStores()-bells)/float64(b.N), "doorbells/replay")
+	must(b, t.Synchronize())
+}
+
+// BenchmarkReplaySeed runs each seed program (into preallocated arrays,
+// 32×32) eagerly and replayed, to completion (Synchronize) each
+// iteration, under DeviceSide and Unified on the emulator.
+func BenchmarkReplaySeed(b *testing.B) {
+	for _, p := range replaySeedPrograms {
+		for _, pol := range []Policy{DeviceSide, Unified} {
+			for _, mode := range []string{"eager", "replay"} {
+				b.Run(p.name+"/"+pol.String()+"/"+mode, func(b *testing.B) {
+					d := benchDevice(b, pol)
+					t := d.DefaultTask()
+					x, err := d.FromFloat32(32, 32, randMatrix(1, 32))
+					must(b, err)
+					o := make([]*Array, p.outs)
+					for i := range o {
+						o[i], err = d.Empty(32, 32, Float32)
+						must(b, err)
+					}
+					step := func() error { return p.run(t, x, o) }
+					if mode == "replay" {
+						rec, err := t.Record(step)
+						must(b, err)
+						defer func() { must(b, rec.Close()) }()
+						step = rec.Replay
+					}
+					b.ReportAllocs()
+					b.ResetTimer()
+					for i := 0; i < b.N; i++ {
+						must(b, errors.Join(step(), t.Synchronize()))
+					}
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkGPUReplay (ROCSYNC_GPU=1; ROCSYNC_BACKEND=cuda for NVIDIA)
+// times the host's cost to submit one iteration, eager against replayed,
+// for the 99-op chain and the seed programs at 128×128 under DeviceSide:
+// the device drains every 64 iterations, with the timer stopped.
+func BenchmarkGPUReplay(b *testing.B) {
+	if !gpuRun() {
+		b.Skip("set ROCSYNC_GPU=1 (and ROCSYNC_BACKEND=cuda on NVIDIA)")
+	}
+	const n = 128
+	progs := append([]replayProgram{{"chain99", 1, func(t *Task, x *Array, o []*Array) error { return scaleChain(t, o[0]) }}},
+		replaySeedPrograms...)
+	for _, p := range progs {
+		for _, mode := range []string{"eager", "replay"} {
+			b.Run(p.name+"/"+mode, func(b *testing.B) {
+				d, err := Open(Options{Backend: gpuBackend(), Policy: DeviceSide, LogLevel: LogOff})
+				must(b, err)
+				defer d.Close()
+				t := d.DefaultTask()
+				x, err := d.FromFloat32(n, n, randMatrix(1, n))
+				must(b, err)
+				o := make([]*Array, p.outs)
+				for i := range o {
+					o[i], err = d.FromFloat32(n, n, randMatrix(2, n))
+					must(b, err)
+				}
+				step := func() error { return p.run(t, x, o) }
+				if mode == "replay" {
+					rec, err := t.Record(step)
+					must(b, err)
+					defer func() { must(b, rec.Close()) }()
+					step = rec.Replay
+				}
+				for range 64 {
+					must(b, step())
+				}
+				must(b, t.Synchronize())
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					if i%64 == 63 {
+						b.StopTimer()
+						must(b, t.Synchronize())
+						b.StartTimer()
+					}
+					must(b, step())
+				}
+				b.StopTimer()
+				must(b, t.Synchronize())
+			})
+		}
+	}
+}

@@ -1,0 +1,19 @@
+package driver
+
+// Recorder is a Task that prebuilds a recorded sequence of ops for replay
+// (Kind Replay). The ops all run on one timeline of the task (lane's, or
+// the one stream every lane shares under Unified); they are in the order
+// they were recorded, and the front package has checked their operands.
+type Recorder interface {
+	Record(lane Lane, ops []Op) (Recorded, error)
+}
+
+// Recorded is a driver's prebuilt sequence: what a Replay op carries. A
+// driver's Submit refuses one another task built.
+type Recorded interface {
+	// Ops is the number of recorded ops.
+	Ops() int
+	// Release frees what the recording owns (kernarg memory, graphs)
+	// once no replay of it is in flight; the front package drains first.
+	Release() error
+}

@@ -1,0 +1,166 @@
+package rocmdev
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/rocsync/rocsync/driver"
+	"github.com/rocsync/rocsync/hip"
+	"github.com/rocsync/rocsync/kernels"
+	"github.com/rocsync/rocsync/queue"
+	"github.com/rocsync/rocsync/rocblas"
+)
+
+var _ driver.Recorder = (*Task)(nil)
+
+// recorded is a sequence prebuilt for one of the task's timelines: AQL
+// packets with their own kernargs for the HSA queue, or the stream calls
+// of the ops, made once, which one stream submission runs in order (the
+// HIP stream, kernels included under Unified). A hipGraph is not used:
+// HIP's graphs cost more per node than the calls themselves (issue 12),
+// and the emulator's HIP has no capture model.
+type recorded struct {
+	t     *Task
+	ops   int
+	q     *queue.Recording
+	calls []func(stream uintptr) error
+	call  func(stream uintptr) error
+}
+
+func (r *recorded) Ops() int { return r.ops }
+
+func (r *recorded) Release() error {
+	if r.q != nil {
+		return r.q.Release()
+	}
+	return nil
+}
+
+// Record implements driver.Recorder.
+func (t *Task) Record(lane driver.Lane, ops []driver.Op) (driver.Recorded, error) {
+	if len(ops) == 0 {
+		return nil, errors.New("rocmdev: empty recording")
+	}
+	r := &recorded{t: t, ops: len(ops)}
+	if lane == driver.LaneKernel && t.st.Queue != nil {
+		ds := make([]queue.Dispatch, len(ops))
+		for i := range ops {
+			op := &ops[i]
+			k := op.Kernel
+			if op.Kind != driver.Dispatch || k == nil || k.Object == 0 {
+				return nil, fmt.Errorf("%w: %v in a kernel-queue recording", driver.ErrUnsupported, op.Kind)
+			}
+			g := &op.Geometry
+			ds[i] = queue.Dispatch{KernelObject: k.Object, Grid: g.Grid[0], Workgroup: uint16(g.Workgroup[0]),
+				Dims: uint16(g.Dims), GridYZ: [2]uint32{g.Grid[1], g.Grid[2]}, WorkgroupYZ: [2]uint16{uint16(g.Workgroup[1]), uint16(g.Workgroup[2])},
+				PrivateSegmentSize: k.PrivateSegmentSize, GroupSegmentSize: k.GroupSegmentSize, Kernarg: op.Args[:k.ArgsSize]}
+		}
+		q, err := t.st.Queue.NewRecording(ds)
+		if err != nil {
+			return nil, err
+		}
+		r.q = q
+		return r, nil
+	}
+	if lane == driver.LaneHost {
+		return nil, fmt.Errorf("%w: host functions are replayed by the front package", driver.ErrUnsupported)
+	}
+	for i := range ops {
+		c, err := t.streamCall(&ops[i])
+		if err != nil {
+			return nil, err
+		}
+		r.calls = append(r.calls, c)
+	}
+	calls := r.calls
+	r.call = func(s uintptr) error {
+		for _, c := range calls {
+			if err := c(s); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return r, nil
+}
+
+// streamCall is the HIP call an op makes on the task's stream, with its
+// arguments copied (the op is the front package's and changes).
+func (t *Task) streamCall(op *driver.Op) (func(uintptr) error, error) {
+	hp := t.d.rt.HIP
+	switch op.Kind {
+	case driver.Dispatch:
+		k := op.Kernel
+		if k == nil || k.Function == 0 {
+			return nil, fmt.Errorf("%w: dispatch of no HIP function on the stream", driver.ErrUnsupported)
+		}
+		kernarg := append([]byte(nil), op.Args[:k.ArgsSize]...)
+		g := op.Geometry
+		var grid, block [3]uint32
+		for i := range grid {
+			block[i] = max(g.Workgroup[i], 1)
+			grid[i] = (max(g.Grid[i], 1) + block[i] - 1) / block[i]
+		}
+		fn := hip.Function(k.Function)
+		return func(s uintptr) error { return hp.ModuleLaunchKernel(fn, grid, block, 0, hip.Stream(s), kernarg) }, nil
+	case driver.Gemm:
+		return t.gemmCall(op.Gemm)
+	case driver.LibraryCall:
+		if op.Call == nil {
+			return nil, fmt.Errorf("%w: library call of no function", driver.ErrUnsupported)
+		}
+		return op.Call, nil
+	case driver.CopyHtoD:
+		dst, src, n := hip.DevicePtr(op.Dst), op.Host, op.Size
+		return func(s uintptr) error { return hp.MemcpyHtoDAsync(dst, src, n, hip.Stream(s)) }, nil
+	case driver.CopyDtoD:
+		dst, src, n := hip.DevicePtr(op.Dst), hip.DevicePtr(op.Src), op.Size
+		return func(s uintptr) error { return hp.MemcpyDtoDAsync(dst, src, n, hip.Stream(s)) }, nil
+	}
+	return nil, fmt.Errorf("%w: %v in a stream recording", driver.ErrUnsupported, op.Kind)
+}
+
+// gemmCall is gemm's rocBLAS call as a function of the stream.
+func (t *Task) gemmCall(g driver.GemmArgs) (func(uintptr) error, error) {
+	blas := t.d.rt.BLAS
+	if blas == nil {
+		return nil, fmt.Errorf("%w: %w", ErrNoBLAS, t.d.rt.BLASErr)
+	}
+	opA, opB := rocblas.OperationNone, rocblas.OperationNone
+	if g.TransA {
+		opA = rocblas.OperationTranspose
+	}
+	if g.TransB {
+		opB = rocblas.OperationTranspose
+	}
+	h := t.st.BLAS
+	m, n, k, lda, ldb, ldc := int32(g.M), int32(g.N), int32(g.K), int32(g.LDA), int32(g.LDB), int32(g.LDC)
+	a, b, c, alpha, beta := hip.DevicePtr(g.A), hip.DevicePtr(g.B), hip.DevicePtr(g.C), g.Alpha, g.Beta
+	switch g.DType {
+	case kernels.F32:
+		return func(uintptr) error {
+			return blas.Sgemm(h, opA, opB, m, n, k, float32(alpha), a, lda, b, ldb, float32(beta), c, ldc)
+		}, nil
+	case kernels.F64:
+		return func(uintptr) error {
+			return blas.Dgemm(h, opA, opB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		}, nil
+	}
+	return nil, fmt.Errorf("%w: gemm of %v", driver.ErrUnsupported, g.DType)
+}
+
+// replay submits a recorded sequence: one Replay of the queue's packets,
+// or one stream submission of the recorded calls.
+func (t *Task) replay(op *driver.Op) (uint64, error) {
+	r, ok := op.Recorded.(*recorded)
+	if !ok || r.t != t {
+		return 0, fmt.Errorf("%w: a replay recorded on another task or driver", driver.ErrUnsupported)
+	}
+	if r.q != nil {
+		if t.st.Queue == nil {
+			return 0, fmt.Errorf("rocmdev: the task has no HSA queue for its recording")
+		}
+		return t.st.Queue.Replay(r.q)
+	}
+	return t.st.Stream.Submit(r.call)
+}

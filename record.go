@@ -1,0 +1,621 @@
+package rocsync
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/rocsync/rocsync/driver"
+	"github.com/rocsync/rocsync/syncstate"
+)
+
+// Record and replay. While Task.Record runs its function, every op
+// submitted on the task is recorded instead of run: Task.submit's one
+// branch sends it to record. At the end the ops are split into segments,
+// maximal runs on one timeline (the HSA queue, the HIP or CUDA stream, the
+// host lane), and each segment is handed to the driver once
+// (driver.Recorder) to prebuild: AQL packets with kernargs of their own,
+// the stream calls. Replay is one op of the op path: it orders itself
+// after what the union of the recorded operands needs (their accesses
+// merged) on the first segment's timeline, submits the segments in order
+// as driver.Replay ops, each after the earlier segments of other
+// timelines it conflicts with (on the device where the policy allows,
+// else a counted host wait, as the eager crossing was), and records one
+// fence, the last segment's, on every operand (linkSegments orders every
+// segment after the first and the last after every other, so that fence
+// stands for the whole replay).
+
+// recordedOp is one op as submitted while recording.
+type recordedOp struct {
+	op driver.Op
+	tl syncstate.Timeline
+}
+
+// recorder is a task's state while Record runs.
+type recorder struct {
+	r        *Recording
+	ops      []recordedOp
+	operands [][]access // each op's operands
+}
+
+// replayOperand is one buffer of the union of a recording's operands.
+type replayOperand struct {
+	b      *buffer
+	who    Operand
+	access Access
+}
+
+// replaySegment is a run of recorded ops on one timeline.
+type replaySegment struct {
+	lane driver.Lane
+	tl   syncstate.Timeline
+	rec  driver.Recorded // nil for the host lane
+	host func() error    // the host lane's functions in order
+	ops  int
+	// bufs are the segment's buffers and how it uses them (for deps).
+	bufs map[*buffer]Access
+	// deps are the earlier segments, on other timelines, that this one
+	// must follow (at most one per timeline, the newest); done holds the
+	// fence of this segment's latest replay, as a writer, for the
+	// segments after it to wait for through the sync core.
+	deps []int
+	done *syncstate.State
+}
+
+// Recording is a sequence of ops recorded by Task.Record, which Replay
+// submits again as one op. It belongs to its task (replay it from the
+// goroutine that uses the task). The buffers and arrays it uses cannot be
+// freed until it is closed.
+type Recording struct {
+	t         *Task
+	id        uint64
+	recording atomic.Bool // Record's function is still running
+	closed    bool
+	ops       int
+	segs      []replaySegment
+	operands  []replayOperand // sorted by lock order
+	parts     []syncstate.Op  // reused by every replay: MaxOperands operands each
+	staging   []unsafe.Pointer
+	last      syncstate.Fence // the newest replay's fence
+}
+
+var recordingIDs atomic.Uint64
+
+// String names the recording, as errors show it.
+func (r *Recording) String() string {
+	if r == nil {
+		return "Recording(nil)"
+	}
+	return fmt.Sprintf("recording #%d (%d ops)", r.id, r.ops)
+}
+
+// Ops is the number of ops recorded.
+func (r *Recording) Ops() int {
+	if r == nil {
+		return 0
+	}
+	return r.ops
+}
+
+// Segments is the number of driver submissions one replay makes: runs of
+// ops on one timeline (one on a single queue or stream).
+func (r *Recording) Segments() int {
+	if r == nil {
+		return 0
+	}
+	return len(r.segs)
+}
+
+// Record runs fn and records every op fn submits on t instead of running
+// it: rocsync's kernels, Gemm and MatMul, Sum, user kernels (Launch),
+// LibraryCall, Upload and CopyBuffer, HostFunc. The ops are checked as
+// they are submitted (shapes, types, freed operands), and the returned
+// Recording replays them. Arrays that new-array forms (t.Mul(a, b))
+// return are allocated at once; the recording writes them.
+//
+// Inside fn, what would wait on the host for recorded work is an
+// ErrRecording error: Synchronize, Download, reading back an array the
+// recording has touched, and a nested Record. An Upload records the bytes
+// it was given: every replay uploads those. fn's error, or an op the
+// recording cannot hold, ends Record with that error and nothing recorded;
+// a panic in fn goes on, the task no longer recording.
+func (t *Task) Record(fn func() error) (*Recording, error) {
+	const name = "Record"
+	if err := t.check(name); err != nil {
+		return nil, err
+	}
+	if fn == nil {
+		return nil, newErr(name, ErrInvalid, "nil function")
+	}
+	if t.rec != nil {
+		return nil, newErr(name, ErrRecording, "inside another Record")
+	}
+	r := &Recording{t: t, id: recordingIDs.Add(1)}
+	r.recording.Store(true)
+	t.rec = &recorder{r: r}
+	returned := false
+	defer func() {
+		if !returned { // fn panicked (the panic goes on) or ended its goroutine
+			t.rec = nil
+			r.recording.Store(false)
+			_ = r.release(!t.dev.closed.Load())
+		}
+	}()
+	err := fn()
+	returned = true
+	rec := t.rec
+	t.rec = nil
+	r.recording.Store(false)
+	if err == nil && t.closed.Load() {
+		err = newErr(name, ErrClosed, "the task was closed inside Record")
+	}
+	if err == nil && len(rec.ops) == 0 {
+		err = newErr(name, ErrInvalid, "the function submitted no op")
+	}
+	if err == nil {
+		err = r.build(rec.ops, rec.operands)
+	}
+	if err != nil {
+		_ = r.release(!t.dev.closed.Load())
+		return nil, asError(name, err)
+	}
+	return r, nil
+}
+
+// record is Task.submit while Record runs: it keeps a copy of t.op and
+// pins its operands. The fence it returns is zero: nothing ran.
+func (t *Task) record(name string, operands []access) (syncstate.Fence, error) {
+	op := &t.op
+	defer func() { op.Call, op.Host, op.Func = nil, nil, nil }()
+	r := t.rec.r
+	if op.Kind == driver.CopyDtoH {
+		return syncstate.Fence{}, newErr(name, ErrRecording, "a download waits on the host for its copy; download after Replay")
+	}
+	for _, x := range operands {
+		x.b.st.Lock()
+		freed := x.b.freed
+		x.b.st.Unlock()
+		if freed {
+			return syncstate.Fence{}, newErr(name, ErrFreed, "%v", x.who)
+		}
+	}
+	ro := recordedOp{op: *op, tl: t.drv.Timeline(op.Lane)}
+	if op.Kind == driver.CopyHtoD {
+		// The staging slot goes back to the pool: the recording keeps
+		// the bytes in pinned memory of its own, which every replay
+		// uploads.
+		hm, ok := t.dev.drv.(driver.HostMemory)
+		if !ok {
+			return syncstate.Fence{}, newErr(name, ErrUnavailable, "no pinned host memory")
+		}
+		p, err := hm.HostAlloc(op.Size)
+		if err != nil {
+			return syncstate.Fence{}, &Error{Op: name, Kind: ErrUnavailable, Detail: "pinned memory for a recorded upload", Err: err}
+		}
+		r.staging = append(r.staging, p)
+		copy(unsafe.Slice((*byte)(p), op.Size), unsafe.Slice((*byte)(op.Host), op.Size))
+		ro.op.Host = p
+	}
+	for _, x := range operands {
+		r.addOperand(x)
+	}
+	t.rec.ops = append(t.rec.ops, ro)
+	t.rec.operands = append(t.rec.operands, append([]access(nil), operands...))
+	return syncstate.Fence{}, nil
+}
+
+// addOperand merges x into the union and pins its buffer once.
+func (r *Recording) addOperand(x access) {
+	for i := range r.operands {
+		if r.operands[i].b == x.b {
+			r.operands[i].access |= x.access
+			return
+		}
+	}
+	r.operands = append(r.operands, replayOperand{b: x.b, who: x.who, access: x.access})
+	x.b.st.Lock()
+	x.b.pins++
+	x.b.pinnedBy = r
+	x.b.st.Unlock()
+}
+
+// pinnedErr is Free's error for a buffer a live recording uses; the caller
+// holds its lock.
+func pinnedErr(op string, b *buffer, who fmt.Stringer) error {
+	by := "a live recording"
+	if b.pinnedBy != nil {
+		by = b.pinnedBy.String()
+	}
+	return newErr(op, ErrRecording, "%v is used by %s: close it first", who, by)
+}
+
+// build splits the recorded ops into segments and has the driver prebuild
+// each one.
+func (r *Recording) build(ops []recordedOp, rops [][]access) error {
+	t := r.t
+	r.ops = len(ops)
+	for i := 0; i < len(ops); {
+		j := i + 1
+		for j < len(ops) && ops[j].tl == ops[i].tl {
+			j++
+		}
+		seg, err := t.buildSegment(ops[i:j])
+		if err != nil {
+			return err
+		}
+		seg.bufs = map[*buffer]Access{}
+		for _, o := range rops[i:j] {
+			for _, x := range o {
+				seg.bufs[x.b] |= x.access
+			}
+		}
+		seg.done = syncstate.NewState()
+		r.segs = append(r.segs, seg)
+		i = j
+	}
+	r.linkSegments()
+	slices.SortFunc(r.operands, func(a, b replayOperand) int {
+		return cmp.Compare(a.b.st.ID(), b.b.st.ID())
+	})
+	r.parts = make([]syncstate.Op, (len(r.operands)+syncstate.MaxOperands-1)/syncstate.MaxOperands)
+	return nil
+}
+
+// buildSegment prebuilds ops (all on one timeline): host functions run in
+// order as one function; anything else goes to the driver's Recorder.
+func (t *Task) buildSegment(ops []recordedOp) (replaySegment, error) {
+	seg := replaySegment{lane: ops[0].op.Lane, tl: ops[0].tl, ops: len(ops)}
+	if seg.lane == driver.LaneHost {
+		fns := make([]func() error, len(ops))
+		for i := range ops {
+			fns[i] = ops[i].op.Func
+		}
+		seg.host = func() error {
+			for _, f := range fns {
+				if err := f(); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		return seg, nil
+	}
+	rec, ok := t.drv.(driver.Recorder)
+	if !ok {
+		return seg, newErr("Record", ErrUnavailable, "the %s backend cannot record", t.dev.backend)
+	}
+	dops := make([]driver.Op, len(ops))
+	for i := range ops {
+		dops[i] = ops[i].op
+	}
+	var err error
+	if seg.rec, err = rec.Record(seg.lane, dops); err != nil {
+		return seg, &Error{Op: "Record", Kind: ErrUnavailable, Detail: "prebuilding " + seg.tl.Name(), Err: err}
+	}
+	return seg, nil
+}
+
+// Replay submits the recorded ops again, as one op: it waits for what the
+// recorded operands need (the union of their accesses), submits the
+// segments in order, each after the earlier ones it depends on, and
+// records one fence on every operand. It does not wait for the GPU. A closed recording, or one
+// whose task or device is closed, is an ErrClosed error; a failure is
+// reported as an eager op's would be (ErrFault poisons what it writes).
+func (r *Recording) Replay() error {
+	const name = "Replay"
+	if r == nil {
+		return newErr(name, ErrInvalid, "nil recording")
+	}
+	t := r.t
+	if err := t.check(name); err != nil {
+		return err
+	}
+	if r.closed {
+		return newErr(name, ErrClosed, "%v is closed", r)
+	}
+	if t.rec != nil {
+		return newErr(name, ErrRecording, "inside Task.Record")
+	}
+	d := t.dev
+	if err := d.enter(name); err != nil {
+		return err
+	}
+	defer d.leave()
+	first := r.segs[0].tl
+	tr := d.trace
+	var began0 time.Duration
+	if tr != nil {
+		began0 = tr.now()
+	}
+	for i := range r.parts {
+		p := &r.parts[i]
+		*p = syncstate.Op{Name: name}
+		for _, x := range r.operands[i*syncstate.MaxOperands : min(len(r.operands), (i+1)*syncstate.MaxOperands)] {
+			if x.access&Read != 0 {
+				p.Read(&x.b.st)
+			}
+			if x.access&Write != 0 {
+				p.Write(&x.b.st)
+			}
+		}
+		if err := p.Begin(&d.engine, first, t.sinks); err != nil {
+			for j := range i {
+				r.parts[j].Abort()
+			}
+			if tr != nil {
+				tr.opFailed(first, t.traceHost, began0)
+			}
+			if errors.Is(err, ErrHostWait) {
+				return err
+			}
+			return &Error{Op: name, Kind: ErrFault, Detail: "not submitted on " + first.Name(), Err: err}
+		}
+	}
+	for _, x := range r.operands {
+		if x.b.freed { // locked by the parts
+			r.abortParts()
+			return newErr(name, ErrFreed, "%v", x.who)
+		}
+	}
+	var f syncstate.Fence
+	var lastBegan time.Duration // the last segment's, whose host slice ends after the commit
+	for k := range r.segs {
+		seg := &r.segs[k]
+		began := began0
+		if tr != nil && k > 0 {
+			began = tr.now()
+		}
+		var link syncstate.Op
+		link.Name = name
+		for _, j := range seg.deps {
+			link.Read(r.segs[j].done)
+		}
+		if len(seg.deps) > 0 {
+			// The segment follows the earlier ones it depends on, as an
+			// eager op on its timeline would: on the device where the
+			// policy allows, else a counted host wait.
+			if err := link.Begin(&d.engine, seg.tl, t.sinks); err != nil {
+				if tr != nil {
+					tr.opFailed(seg.tl, t.traceHost, began)
+				}
+				r.failParts(err)
+				return &Error{Op: name, Kind: ErrFault, Detail: "segment on " + seg.tl.Name(), Err: err}
+			}
+		}
+		var issued time.Duration
+		if tr != nil {
+			issued = tr.opIssued(began, t.traceHost)
+		}
+		op := &t.op
+		if seg.rec != nil {
+			op.Kind, op.Lane, op.Recorded = driver.Replay, seg.lane, seg.rec
+		} else {
+			op.Kind, op.Lane, op.Func = driver.HostFunc, driver.LaneHost, seg.host
+		}
+		ticket, err := t.drv.Submit(op)
+		if tr != nil {
+			if err != nil {
+				tr.opFailed(seg.tl, t.traceHost, began)
+			} else {
+				tr.opSubmitted(op, name, seg.tl, ticket, t.traceHost, began, issued)
+			}
+		}
+		op.Recorded, op.Func = nil, nil
+		if err != nil {
+			link.Abort()
+			kind := ErrUnavailable
+			if k > 0 || seg.tl.Failed(^uint64(0)) != nil {
+				kind = ErrFault // earlier segments ran: what they write is unknown
+			}
+			r.failParts(err)
+			return &Error{Op: name, Kind: kind, Detail: "submitting to " + seg.tl.Name(), Err: err}
+		}
+		f = syncstate.Fence{TL: seg.tl, Ticket: ticket}
+		t.sinks.Dispatch() // one per driver submission, as the trace draws them
+		link.Abort()
+		var mark syncstate.Op
+		mark.Write(seg.done)
+		mark.RecordOn(f, name)
+		if tr != nil && k < len(r.segs)-1 {
+			tr.opEnded(seg.tl, ticket, t.traceHost, began)
+		}
+		lastBegan = began
+	}
+	r.last = f
+	var err error
+	for i := range r.parts {
+		if i < len(r.parts)-1 {
+			r.parts[i].RecordOn(f, name)
+			continue
+		}
+		if cerr := r.parts[i].CommitOn(f.TL, f.Ticket, t.sinks); cerr != nil {
+			var e *Error
+			if errors.As(cerr, &e) {
+				err = cerr
+			} else {
+				err = &Error{Op: name, Kind: ErrFault, Detail: "on " + f.TL.Name(), Err: cerr}
+			}
+		}
+	}
+	if tr != nil {
+		tr.opEnded(f.TL, f.Ticket, t.traceHost, lastBegan)
+	}
+	if err != nil {
+		return err
+	}
+	if d.maxPerDevice > 0 && d.sinceCheck.Add(uint64(len(r.segs))) >= max(d.maxPerDevice/2, 1) {
+		d.sinceCheck.Store(0)
+		if err := d.throttleDevice(t.sinks, t.traceHost); err != nil {
+			return &Error{Op: name, Kind: waitKind(err), Detail: "device run-ahead cap", Err: err}
+		}
+	}
+	if d.launchBlocking {
+		t.sinks.HostWait(ReasonLaunchBlocking)
+		tw := d.trace.waitBegin(name, f, ReasonLaunchBlocking, t.traceHost)
+		err := f.TL.WaitHost(f.Ticket)
+		d.trace.waitEnd(tw, err)
+		if err != nil {
+			return &Error{Op: name, Kind: waitKind(err), Detail: "launch-blocking: the replay at " + f.String(), Err: err}
+		}
+	}
+	if d.frees.n.Load() != 0 {
+		_ = d.frees.poll(d, false)
+	}
+	return nil
+}
+
+func (r *Recording) abortParts() {
+	for i := range r.parts {
+		r.parts[i].Abort()
+	}
+}
+
+func (r *Recording) failParts(err error) {
+	for i := range r.parts {
+		r.parts[i].Fail(err)
+	}
+}
+
+// Close releases the recording: it waits for its newest replay (a host
+// wait counted as a sync wait, only if that replay is still running), then
+// frees what the driver built for it and unpins its buffers and arrays,
+// which may then be freed. Closing it again returns nil, as Task.Close
+// does; Replay after Close is an ErrClosed error. A recording whose task
+// or device was closed is released without a wait (they drained it).
+func (r *Recording) Close() error {
+	const name = "Recording.Close"
+	if r == nil {
+		return newErr(name, ErrInvalid, "nil recording")
+	}
+	if r.closed {
+		return nil
+	}
+	t, d := r.t, r.t.dev
+	var err error
+	if d.enter(name) == nil {
+		if !t.closed.Load() && !r.last.IsZero() && !r.last.Done() {
+			t.sinks.HostWait(ReasonSync)
+			d.debugHostWait(name, r.last, ReasonSync)
+			tw := d.trace.waitBegin(name, r.last, ReasonSync, t.traceHost)
+			err = syncstate.WaitHostContext(context.Background(), r.last)
+			d.trace.waitEnd(tw, err)
+			if err != nil && waitKind(err) == ErrTimeout {
+				d.leave()
+				return &Error{Op: name, Kind: ErrTimeout, Detail: "waiting for the last replay " + r.last.String(), Err: err}
+			}
+			err = nil // a failed replay was reported by the op that waited for it
+		}
+		err = r.release(true)
+		d.leave()
+	} else {
+		_ = r.release(false) // the device is closed: its runtimes freed the rest
+	}
+	r.closed = true
+	return asError(name, err)
+}
+
+// release unpins the operands and, with driver set, frees what the driver
+// and the recording allocated.
+func (r *Recording) release(driverToo bool) error {
+	var errs []error
+	for _, x := range r.operands {
+		x.b.st.Lock()
+		x.b.pins--
+		if x.b.pinnedBy == r {
+			x.b.pinnedBy = nil
+		}
+		orphan := x.b.pins == 0 && x.b.freeUnpinned
+		x.b.st.Unlock()
+		if orphan && driverToo {
+			errs = append(errs, x.b.free((*Buffer)(x.b)))
+		}
+	}
+	r.operands = nil
+	if driverToo {
+		for _, s := range r.segs {
+			if s.rec != nil {
+				errs = append(errs, s.rec.Release())
+			}
+		}
+	}
+	if hm, ok := r.t.dev.drv.(driver.HostMemory); ok && (driverToo || !r.t.dev.closed.Load()) {
+		for _, p := range r.staging {
+			errs = append(errs, hm.HostFree(p))
+		}
+	}
+	r.staging, r.segs = nil, nil
+	return errors.Join(errs...)
+}
+
+// linkSegments works out which earlier segments each segment must follow
+// on replay, so that a replay makes the waits the eager ops made and no
+// more: a segment follows the newest earlier segment of each other
+// timeline whose accesses conflict with its own (write after write, read
+// after write, write after read). Two more rules make the replay one op:
+// every segment is ordered after the first (which alone waits for the
+// external work the recording must follow), and the last is ordered after
+// every other (its fence, recorded on every operand, completes only when
+// the whole replay has).
+func (r *Recording) linkSegments() {
+	segs := r.segs
+	conflict := func(a, b map[*buffer]Access) bool {
+		for buf, x := range a {
+			if y, ok := b[buf]; ok && (x|y)&Write != 0 {
+				return true
+			}
+		}
+		return false
+	}
+	addDep := func(k, j int) {
+		s := &segs[k]
+		for i, d := range s.deps {
+			if segs[d].tl == segs[j].tl {
+				s.deps[i] = max(d, j)
+				return
+			}
+		}
+		s.deps = append(s.deps, j)
+	}
+	for k := 1; k < len(segs); k++ {
+		for j := k - 1; j >= 0; j-- {
+			if segs[j].tl != segs[k].tl && conflict(segs[j].bufs, segs[k].bufs) {
+				addDep(k, j)
+			}
+		}
+	}
+	// after reports whether segment k is ordered after segment j<k: on
+	// its timeline, or through a dependency.
+	var after func(k, j int) bool
+	after = func(k, j int) bool {
+		if segs[k].tl == segs[j].tl {
+			return true
+		}
+		for i := k - 1; i > j; i-- {
+			if segs[i].tl == segs[k].tl && after(i, j) {
+				return true
+			}
+		}
+		for _, d := range segs[k].deps {
+			if d == j || (d > j && after(d, j)) {
+				return true
+			}
+		}
+		return false
+	}
+	for k := 1; k < len(segs); k++ {
+		if !after(k, 0) {
+			addDep(k, 0)
+		}
+	}
+	last := len(segs) - 1
+	for j := last - 1; j >= 0; j-- {
+		if !after(last, j) {
+			addDep(last, j)
+		}
+	}
+}
