@@ -59,6 +59,12 @@ type Device struct {
 
 	openID uint64 // which Open made it, for messages that name it
 	debug  bool   // log enables debug: sync decisions are logged
+
+	// openCall is the Open or OpenAll call that made the device: devices
+	// of one call share their runtimes, and only they copy between each
+	// other (peer.go).
+	openCall uint64
+	peer     peerCopies // peer.go
 }
 
 // throttleDevice enforces Options.MaxInFlightPerDevice: when the ops in
@@ -201,14 +207,15 @@ func open(o Options, all bool) ([]*Device, error) {
 		return nil, newErr("Open", ErrInvalid, "device %d requested, %d present", o.Device, len(fam.devs))
 	}
 	var out []*Device
+	call := openCalls.Add(1)
 	debug := log.GetLevel() <= zerolog.DebugLevel && zerolog.GlobalLevel() <= zerolog.DebugLevel
 	for i, dd := range fam.devs {
 		if i < first || i > last {
 			_ = dd.Close()
 			continue
 		}
-		d := &Device{drv: dd, backend: fam.name, machine: fam.machine, index: i, log: log, debug: debug, openID: openIDs.Add(1),
-			engine: syncstate.Engine{Policy: o.Policy, DisableWaits: o.disableWaits}, stats: fam.stats[i],
+		d := &Device{drv: dd, backend: fam.name, machine: fam.machine, index: i, log: log, debug: debug, openID: openIDs.Add(1), openCall: call,
+			engine: syncstate.Engine{Policy: o.Policy, DisableWaits: o.disableWaits, DisableCrossDeviceWaits: o.disableCrossDeviceWaits}, stats: fam.stats[i],
 			cache: newMemCache(o.MemoryCache), launchBlocking: o.launchBlocking(), syncDebug: o.SyncDebug,
 			reduce:       reduceWorkspace{check: o.CheckReductionWorkspace},
 			maxPerDevice: uint64(o.MaxInFlightPerDevice), kernelBuilder: o.KernelBuilder}
@@ -286,7 +293,7 @@ func openEmulator(o Options, log zerolog.Logger) (family, error) {
 	m := emu.New(emu.Options{Devices: e.Devices, ISA: e.ISA, MemoryPerDevice: e.MemoryPerDevice,
 		Hazards: e.HazardChecker, MaxDelay: e.MaxDelay, Seed: e.Seed, HIPVersion: e.HIPVersion,
 		HIPVisibleDevices: e.HIPVisibleDevices, KernelGroupSegmentSize: e.KernelGroupSegmentSize,
-		FaultInjector: e.FaultInjector, References: e.KernelReferences})
+		FaultInjector: e.FaultInjector, References: e.KernelReferences, PeerAccess: e.PeerAccess})
 	if err := m.HSA().Init(); err != nil {
 		return family{}, err
 	}
@@ -523,7 +530,7 @@ func (d *Device) CloseContext(ctx context.Context) error {
 	// pendingFrees); with the queues and streams destroyed, and their
 	// failed work settled, it can go back now.
 	errs = append(errs, d.frees.poll(d, false))
-	errs = append(errs, d.reduce.release(d), d.cache.trim(d.drv), d.staging.free(d), d.drv.Close(), d.trace.detach())
+	errs = append(errs, d.reduce.release(d), d.cache.trim(d.drv), d.staging.free(d), d.peer.free(d), d.drv.Close(), d.trace.detach())
 	if err := errors.Join(errs...); err != nil {
 		return &Error{Op: "Close", Kind: kindOf(err), Detail: "closing " + d.String(), Err: err}
 	}
@@ -533,3 +540,6 @@ func (d *Device) CloseContext(ctx context.Context) error {
 // openIDs numbers the devices Open makes, so that two opens of one GPU can
 // be told apart in messages (gpu0 and gpu0#2).
 var openIDs atomic.Uint64
+
+// openCalls numbers the Open and OpenAll calls.
+var openCalls atomic.Uint64

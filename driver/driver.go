@@ -127,11 +127,16 @@ const (
 	// fences the lane was told to wait for have completed; the submitter
 	// does not wait. Its error fails its ticket.
 	HostFunc
+	// CopyPeer copies Size bytes from Src, memory of device Peer, to Dst
+	// on this task's device, asynchronously on the lane's stream, after
+	// PeerCopier.EnablePeer(Peer) said the devices reach each other.
+	CopyPeer
 	numKinds
 )
 
 var kindNames = [...]string{KindInvalid: "invalid", Dispatch: "dispatch", Gemm: "gemm", LibraryCall: "library call",
-	CopyHtoD: "copy host to device", CopyDtoH: "copy device to host", CopyDtoD: "copy device to device", HostFunc: "host function"}
+	CopyHtoD: "copy host to device", CopyDtoH: "copy device to host", CopyDtoD: "copy device to device", HostFunc: "host function",
+	CopyPeer: "copy between devices"}
 
 func (k Kind) String() string {
 	if k < numKinds {
@@ -212,6 +217,9 @@ type Op struct {
 
 	// HostFunc: called once, on the host lane's goroutine.
 	Func func() error
+
+	// CopyPeer: the device Src is on (of the same family).
+	Peer Device
 }
 
 // Task is one task's place to submit work: a timeline per lane (the same
@@ -252,6 +260,17 @@ type BLASHandler interface {
 type HostMemory interface {
 	HostAlloc(size uint64) (unsafe.Pointer, error)
 	HostFree(p unsafe.Pointer) error
+}
+
+// PeerCopier is a Device whose copies reach another device's memory
+// directly (peer to peer: NVLink, XGMI, PCIe peer access).
+type PeerCopier interface {
+	// EnablePeer makes the memory of peer, another device of the same
+	// family, reachable by CopyPeer ops on this device's streams, once
+	// per pair (cuCtxEnablePeerAccess, hipDeviceEnablePeerAccess). ok is
+	// false, with a nil error, when the two cannot reach each other:
+	// copies between them then go through host memory.
+	EnablePeer(peer Device) (ok bool, err error)
 }
 
 // ErrUnsupported is matched (errors.Is) by Submit's error for an op the

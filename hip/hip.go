@@ -27,21 +27,26 @@ type DevicePtr uint64
 type ErrorCode uint32
 
 const (
-	Success              ErrorCode = 0
-	ErrorInvalidValue    ErrorCode = 1
-	ErrorOutOfMemory     ErrorCode = 2
-	ErrorNotInitialized  ErrorCode = 3
-	ErrorNoDevice        ErrorCode = 100
-	ErrorInvalidDevice   ErrorCode = 101
-	ErrorInvalidImage    ErrorCode = 200
-	ErrorInvalidHandle   ErrorCode = 400
-	ErrorNotFound        ErrorCode = 500
-	ErrorNotReady        ErrorCode = 600
-	ErrorIllegalAddress  ErrorCode = 700
-	ErrorLaunchFailure   ErrorCode = 719
-	ErrorNotSupported    ErrorCode = 801
-	ErrorUnknown         ErrorCode = 999
-	ErrorInvalidResource ErrorCode = ErrorInvalidHandle
+	Success             ErrorCode = 0
+	ErrorInvalidValue   ErrorCode = 1
+	ErrorOutOfMemory    ErrorCode = 2
+	ErrorNotInitialized ErrorCode = 3
+	ErrorNoDevice       ErrorCode = 100
+	ErrorInvalidDevice  ErrorCode = 101
+	ErrorInvalidImage   ErrorCode = 200
+	ErrorInvalidHandle  ErrorCode = 400
+	ErrorNotFound       ErrorCode = 500
+	ErrorNotReady       ErrorCode = 600
+	ErrorIllegalAddress ErrorCode = 700
+	// ErrorPeerAccessAlreadyEnabled is hipDeviceEnablePeerAccess's answer
+	// for a pair already enabled.
+	ErrorPeerAccessAlreadyEnabled ErrorCode = 704
+	// ErrorPeerAccessUnsupported: the two devices cannot reach each other.
+	ErrorPeerAccessUnsupported ErrorCode = 217
+	ErrorLaunchFailure         ErrorCode = 719
+	ErrorNotSupported          ErrorCode = 801
+	ErrorUnknown               ErrorCode = 999
+	ErrorInvalidResource       ErrorCode = ErrorInvalidHandle
 )
 
 // ErrorSharedObjectInitFailed (hipErrorSharedObjectInitFailed) is what
@@ -155,4 +160,21 @@ type Runtime interface {
 
 	StreamWaitValue64(s Stream, ptr unsafe.Pointer, value uint64, flags uint32, mask uint64) error
 	StreamWriteValue64(s Stream, ptr unsafe.Pointer, value uint64, flags uint32) error
+}
+
+// PeerRuntime is a Runtime with peer-to-peer access between its devices
+// (every HIP release has it; a separate interface so that test runtimes
+// need not implement it).
+type PeerRuntime interface {
+	// DeviceCanAccessPeer is hipDeviceCanAccessPeer: whether device can
+	// map peer's memory.
+	DeviceCanAccessPeer(device, peer int) (bool, error)
+	// DeviceEnablePeerAccess is hipDeviceEnablePeerAccess(peer, 0) with
+	// device current: device's kernels and copies may then touch all of
+	// peer's memory, present and future. A pair already enabled is an
+	// *Error with ErrorPeerAccessAlreadyEnabled.
+	DeviceEnablePeerAccess(device, peer int) error
+	// MemcpyPeerAsync is hipMemcpyPeerAsync on s: size bytes from src on
+	// srcDevice to dst on dstDevice.
+	MemcpyPeerAsync(dst DevicePtr, dstDevice int, src DevicePtr, srcDevice int, size uint64, s Stream) error
 }

@@ -56,6 +56,9 @@ const (
 	symGetErrorName
 	symGetErrorString
 	symRuntimeGetVersion
+	symDeviceCanAccessPeer
+	symDeviceEnablePeerAccess
+	symMemcpyPeerAsync
 	numSyms
 )
 
@@ -64,41 +67,44 @@ const (
 // struct changed size in ROCm 6 and dlsym returns the old-layout entry point
 // (see DeviceAttribute and DeviceName instead).
 var BoundSymbols = []string{
-	symInit:                  "hipInit",
-	symGetDeviceCount:        "hipGetDeviceCount",
-	symSetDevice:             "hipSetDevice",
-	symGetDevice:             "hipGetDevice",
-	symDeviceSynchronize:     "hipDeviceSynchronize",
-	symDeviceGetName:         "hipDeviceGetName",
-	symDeviceGetAttribute:    "hipDeviceGetAttribute",
-	symDeviceGetPCIBusId:     "hipDeviceGetPCIBusId",
-	symStreamCreateWithFlags: "hipStreamCreateWithFlags",
-	symStreamDestroy:         "hipStreamDestroy",
-	symStreamSynchronize:     "hipStreamSynchronize",
-	symStreamQuery:           "hipStreamQuery",
-	symEventCreateWithFlags:  "hipEventCreateWithFlags",
-	symEventRecord:           "hipEventRecord",
-	symEventQuery:            "hipEventQuery",
-	symEventSynchronize:      "hipEventSynchronize",
-	symEventDestroy:          "hipEventDestroy",
-	symStreamWaitEvent:       "hipStreamWaitEvent",
-	symMalloc:                "hipMalloc",
-	symExtMallocWithFlags:    "hipExtMallocWithFlags",
-	symFree:                  "hipFree",
-	symMemcpy:                "hipMemcpy",
-	symMemcpyAsync:           "hipMemcpyAsync",
-	symMemsetAsync:           "hipMemsetAsync",
-	symHostMalloc:            "hipHostMalloc",
-	symHostFree:              "hipHostFree",
-	symModuleLoadData:        "hipModuleLoadData",
-	symModuleUnload:          "hipModuleUnload",
-	symModuleGetFunction:     "hipModuleGetFunction",
-	symModuleLaunchKernel:    "hipModuleLaunchKernel",
-	symStreamWaitValue64:     "hipStreamWaitValue64",
-	symStreamWriteValue64:    "hipStreamWriteValue64",
-	symGetErrorName:          "hipGetErrorName",
-	symGetErrorString:        "hipGetErrorString",
-	symRuntimeGetVersion:     "hipRuntimeGetVersion",
+	symInit:                   "hipInit",
+	symGetDeviceCount:         "hipGetDeviceCount",
+	symSetDevice:              "hipSetDevice",
+	symGetDevice:              "hipGetDevice",
+	symDeviceSynchronize:      "hipDeviceSynchronize",
+	symDeviceGetName:          "hipDeviceGetName",
+	symDeviceGetAttribute:     "hipDeviceGetAttribute",
+	symDeviceGetPCIBusId:      "hipDeviceGetPCIBusId",
+	symStreamCreateWithFlags:  "hipStreamCreateWithFlags",
+	symStreamDestroy:          "hipStreamDestroy",
+	symStreamSynchronize:      "hipStreamSynchronize",
+	symStreamQuery:            "hipStreamQuery",
+	symEventCreateWithFlags:   "hipEventCreateWithFlags",
+	symEventRecord:            "hipEventRecord",
+	symEventQuery:             "hipEventQuery",
+	symEventSynchronize:       "hipEventSynchronize",
+	symEventDestroy:           "hipEventDestroy",
+	symStreamWaitEvent:        "hipStreamWaitEvent",
+	symMalloc:                 "hipMalloc",
+	symExtMallocWithFlags:     "hipExtMallocWithFlags",
+	symFree:                   "hipFree",
+	symMemcpy:                 "hipMemcpy",
+	symMemcpyAsync:            "hipMemcpyAsync",
+	symMemsetAsync:            "hipMemsetAsync",
+	symHostMalloc:             "hipHostMalloc",
+	symHostFree:               "hipHostFree",
+	symModuleLoadData:         "hipModuleLoadData",
+	symModuleUnload:           "hipModuleUnload",
+	symModuleGetFunction:      "hipModuleGetFunction",
+	symModuleLaunchKernel:     "hipModuleLaunchKernel",
+	symStreamWaitValue64:      "hipStreamWaitValue64",
+	symStreamWriteValue64:     "hipStreamWriteValue64",
+	symGetErrorName:           "hipGetErrorName",
+	symGetErrorString:         "hipGetErrorString",
+	symRuntimeGetVersion:      "hipRuntimeGetVersion",
+	symDeviceCanAccessPeer:    "hipDeviceCanAccessPeer",
+	symDeviceEnablePeerAccess: "hipDeviceEnablePeerAccess",
+	symMemcpyPeerAsync:        "hipMemcpyPeerAsync",
 }
 
 // Sonames tries the HIP runtime of ROCm 7, 6 and 5, newest first.
@@ -538,6 +544,25 @@ func (l *Lib) HostMalloc(size uint64) (unsafe.Pointer, error) {
 	}
 	return cmem.Ptr(uintptr(p)), nil
 }
+
+// DeviceCanAccessPeer is hipDeviceCanAccessPeer (no current device needed).
+func (l *Lib) DeviceCanAccessPeer(device, peer int) (bool, error) {
+	v, err := l.outCall(noDeviceArg, symDeviceCanAccessPeer, uintptr(device), uintptr(peer))
+	return int32(v) != 0, err
+}
+
+// DeviceEnablePeerAccess is hipDeviceEnablePeerAccess(peer, 0) with device
+// current on the calling thread.
+func (l *Lib) DeviceEnablePeerAccess(device, peer int) error {
+	return l.onDevice(device, symDeviceEnablePeerAccess, uintptr(peer), 0)
+}
+
+// MemcpyPeerAsync is hipMemcpyPeerAsync on s (a stream of either device).
+func (l *Lib) MemcpyPeerAsync(dst DevicePtr, dstDevice int, src DevicePtr, srcDevice int, size uint64, s Stream) error {
+	return l.simple(symMemcpyPeerAsync, uintptr(dst), uintptr(dstDevice), uintptr(src), uintptr(srcDevice), uintptr(size), uintptr(s))
+}
+
+var _ PeerRuntime = (*Lib)(nil)
 
 // HostFree is hipHostFree.
 func (l *Lib) HostFree(p unsafe.Pointer) error { return l.simple(symHostFree, uintptr(p)) }

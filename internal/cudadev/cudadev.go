@@ -142,6 +142,7 @@ type Device struct {
 	api     stream.API
 	events  *stream.EventPool
 	tasks   atomic.Int64
+	place   uint64 // syncstate.Placed: this device's timelines
 
 	kmu     sync.Mutex
 	kready  atomic.Bool
@@ -166,7 +167,7 @@ func newDevice(b backend, cfg driver.DeviceConfig, index int, name string, major
 		return nil, fmt.Errorf("cudadev: %s (CUDA device %d): %w", name, index, err)
 	}
 	d := &Device{b: b, cfg: cfg, index: index, name: name, major: major, minor: minor, ptxArch: arch,
-		api: streamAPI{b}}
+		api: streamAPI{b}, place: syncstate.NewPlace()}
 	d.events = stream.NewEventPool(d.api)
 	for _, s := range kernels.Layout {
 		d.offsets = append(d.offsets, int(s.Offset))
@@ -334,7 +335,7 @@ func (d *Device) newStream(name string, dom syncstate.Domain, sinks syncstate.Si
 	}
 	return stream.New(d.api, s, stream.Config{Name: name, Domain: dom, Events: d.events, Sinks: sinks,
 		CrossDomain: d.cfg.Policy == syncstate.DeviceBridge, WaitTimeout: d.cfg.WaitTimeout, MaxInFlight: d.cfg.MaxInFlight,
-		OnThrottle: d.cfg.OnThrottle}), nil
+		OnThrottle: d.cfg.OnThrottle, Place: d.place}), nil
 }
 
 // Timeline implements driver.Task.
