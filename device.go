@@ -214,7 +214,7 @@ func open(o Options, all bool) ([]*Device, error) {
 			_ = dd.Close()
 			continue
 		}
-		d := &Device{drv: dd, backend: fam.name, machine: fam.machine, index: i, log: log, debug: debug, openID: openIDs.Add(1), openCall: call,
+		d := &Device{drv: dd, backend: fam.name, machine: fam.machine, index: i, log: log, debug: debug, openID: openIDs.Add(1), openCall: call, peer: peerCopies{staged: o.stagePeerCopies},
 			engine: syncstate.Engine{Policy: o.Policy, DisableWaits: o.disableWaits, DisableCrossDeviceWaits: o.disableCrossDeviceWaits}, stats: fam.stats[i],
 			cache: newMemCache(o.MemoryCache), launchBlocking: o.launchBlocking(), syncDebug: o.SyncDebug,
 			reduce:       reduceWorkspace{check: o.CheckReductionWorkspace},

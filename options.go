@@ -203,6 +203,10 @@ type Options struct {
 	// disableCrossDeviceWaits skips only the waits for other devices'
 	// work (checker self-test only).
 	disableCrossDeviceWaits bool
+	// stagePeerCopies stages every copy between GPUs through host memory,
+	// even where peer access works (tests and benchmarks of that path on
+	// hardware).
+	stagePeerCopies bool
 }
 
 // DefaultWaitTimeout is the bound on a host wait when Options.WaitTimeout is 0.

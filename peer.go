@@ -25,6 +25,7 @@ import (
 // runs the first half of staged copies out of it.
 type peerCopies struct {
 	mu     sync.Mutex
+	staged bool             // stage every copy (Options.stagePeerCopies)
 	direct map[*Device]bool // EnablePeer's answer per source device
 	slots  []*peerSlot
 
@@ -125,7 +126,7 @@ func (d *Device) peerDirect(op string, from *Device) (bool, error) {
 		return ok, nil
 	}
 	ok := false
-	if pc, is := d.drv.(driver.PeerCopier); is {
+	if pc, is := d.drv.(driver.PeerCopier); is && !d.peer.staged {
 		var err error
 		if ok, err = pc.EnablePeer(from.drv); err != nil {
 			return false, &Error{Op: op, Kind: ErrUnavailable, Detail: fmt.Sprintf("enabling peer access from %v to %v", d, from), Err: err}

@@ -242,16 +242,28 @@ func TestPeerCopyTrainingChain(t *testing.T) {
 		}{{"direct", func(*Options) {}}, {"staged", noPeerAccess}, {"mixed", evenPeersOnly}} {
 			for _, p := range syncstate.Policies {
 				t.Run(fmt.Sprintf("%dgpus/%s/%v", n, access.name, p), func(t *testing.T) {
-					if gpuRun() && access.name != "direct" {
-						t.Skip("peer access is the hardware's to choose")
+					mod := access.mod
+					if gpuRun() {
+						// Peer links are the hardware's: staging is forced.
+						switch access.name {
+						case "staged":
+							mod = func(o *Options) { o.stagePeerCopies = true }
+						case "mixed":
+							t.Skip("which pairs have peer access is the hardware's to choose")
+						}
 					}
-					devs := openPeers(t, p, n, access.mod)
-					if devs[0].Emulated() {
-						for i := 1; i < n; i++ {
-							direct, err := devs[0].PeerAccess(devs[i])
-							require.NoError(t, err)
+					devs := openPeers(t, p, n, mod)
+					for i := 1; i < n; i++ {
+						direct, err := devs[0].PeerAccess(devs[i])
+						require.NoError(t, err)
+						switch {
+						case devs[0].Emulated():
 							want := access.name == "direct" || (access.name == "mixed" && i%2 == 0)
 							require.Equal(t, want, direct, "gpu0 <- gpu%d", i)
+						case access.name == "staged":
+							require.False(t, direct, "staging forced")
+						default:
+							t.Logf("gpu0 <- gpu%d: peer access %v", i, direct)
 						}
 					}
 					pc := newPeerChain(t, devs)

@@ -52,6 +52,9 @@ const (
 	symLaunchKernel
 	symGetErrorName
 	symGetErrorString
+	symDeviceCanAccessPeer
+	symCtxEnablePeerAccess
+	symMemcpyPeerAsync
 	numSyms
 )
 
@@ -96,6 +99,9 @@ var BoundSymbols = []string{
 	symLaunchKernel:            "cuLaunchKernel",
 	symGetErrorName:            "cuGetErrorName",
 	symGetErrorString:          "cuGetErrorString",
+	symDeviceCanAccessPeer:     "cuDeviceCanAccessPeer",
+	symCtxEnablePeerAccess:     "cuCtxEnablePeerAccess",
+	symMemcpyPeerAsync:         "cuMemcpyPeerAsync",
 }
 
 // EnvLibCUDA names the environment variable that, when set, is the only
@@ -339,6 +345,13 @@ func (l *Lib) ComputeCapability(d Device) (major, minor int, err error) {
 	}
 	mi, err := l.DeviceAttribute(d, AttrComputeCapabilityMinor)
 	return int(ma), int(mi), err
+}
+
+// DeviceCanAccessPeer is cuDeviceCanAccessPeer: whether d can map peer's
+// memory.
+func (l *Lib) DeviceCanAccessPeer(d, peer Device) (bool, error) {
+	v, err := l.outInvoke(nil, symDeviceCanAccessPeer, uintptr(d), uintptr(peer))
+	return int32(v) != 0, err
 }
 
 // CtxSetCurrent is cuCtxSetCurrent on the calling OS thread: the caller

@@ -153,6 +153,7 @@ type Device struct {
 	offsets []int
 
 	reductions driver.ReductionCache // reduce.go
+	peers      peerState             // peer.go
 }
 
 var (
@@ -417,6 +418,8 @@ func (t *Task) Submit(op *driver.Op) (uint64, error) {
 			return 0, fmt.Errorf("%w: host function of no function", driver.ErrUnsupported)
 		}
 		return t.host.Submit(op.Func)
+	case driver.CopyPeer:
+		return t.submitPeerCopy(op, s)
 	}
 	return 0, fmt.Errorf("%w: %v", driver.ErrUnsupported, op.Kind)
 }
