@@ -74,8 +74,8 @@ const (
 	// ErrorPeerAccessAlreadyEnabled is cuCtxEnablePeerAccess's answer
 	// for a pair already enabled.
 	ErrorPeerAccessAlreadyEnabled Result = 704
-	ErrorNotSupported         Result = 801
-	ErrorUnknown              Result = 999
+	ErrorNotSupported             Result = 801
+	ErrorUnknown                  Result = 999
 )
 
 // Flags and attributes (cuda.h).
