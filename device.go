@@ -146,7 +146,8 @@ func Open(o Options) (*Device, error) {
 }
 
 // OpenAll opens every GPU of the chosen backend. Ops that mix arrays of two
-// devices fail with ErrDeviceMismatch.
+// devices fail with ErrDeviceMismatch; data moves between them with
+// Task.CopyPeer, ordered across devices.
 func OpenAll(o Options) ([]*Device, error) { return open(o, true) }
 
 // family is one opened backend: its devices and what to call it.
@@ -483,7 +484,7 @@ func (d *Device) synchronize(ctx context.Context) error {
 		}
 		t.lifeMu.Unlock()
 	}
-	errs = append(errs, d.frees.poll(d, true))
+	errs = append(errs, d.peer.waitReaders(ctx, d), d.frees.poll(d, true))
 	return errors.Join(errs...)
 }
 

@@ -1,6 +1,7 @@
 package rocsync
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"unsafe"
@@ -31,6 +32,11 @@ type peerCopies struct {
 
 	taskMu sync.Mutex // held while submitting on task: it serves many goroutines
 	task   *Task      // made at the first staged copy out of this device
+
+	// readers are the newest direct copies out of this device, one per
+	// consumer timeline: its Synchronize and Close wait for them too,
+	// since they read its memory from another device's stream.
+	readers []syncstate.Fence
 
 	// betweenHalves, if set, runs between a staged copy's two halves
 	// (tests: the checker's self-test lets the first finish unobserved).
@@ -110,11 +116,51 @@ func (t *Task) CopyPeer(dst, src Operand) error {
 	if direct {
 		t.op.Kind, t.op.Lane = driver.CopyPeer, driver.LaneLibrary
 		t.op.Dst, t.op.Src, t.op.Size, t.op.Peer = d.ptr, s.ptr, d.size, from.drv
-		_, err = t.submit(name, append(t.operands[:0], access{s, src, Read}, access{d, dst, Write}))
+		f, err := t.submit(name, append(t.operands[:0], access{s, src, Read}, access{d, dst, Write}))
 		t.op.Peer = nil
+		if err == nil {
+			from.peer.noteReader(f)
+		}
 		return err
 	}
 	return t.copyStaged(name, dst, src, d, s)
+}
+
+// noteReader remembers a direct copy out of the device.
+func (p *peerCopies) noteReader(f syncstate.Fence) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	kept := p.readers[:0]
+	for _, r := range p.readers {
+		if r.TL != f.TL && !r.Done() {
+			kept = append(kept, r)
+		}
+	}
+	p.readers = append(kept, f)
+}
+
+// waitReaders waits on the host for the direct copies out of the device
+// (counted as sync waits): Synchronize and Close must not return while
+// another device still reads this one's memory.
+func (p *peerCopies) waitReaders(ctx context.Context, d *Device) error {
+	p.mu.Lock()
+	readers := append([]syncstate.Fence(nil), p.readers...)
+	p.mu.Unlock()
+	var errs []error
+	for _, f := range readers {
+		if f.Done() {
+			continue
+		}
+		d.countHostWait(ReasonSync)
+		tw := d.trace.waitBegin("Synchronize", f, ReasonSync, hostTrack)
+		err := syncstate.WaitHostContext(ctx, f)
+		d.trace.waitEnd(tw, err)
+		if err != nil && waitKind(err) == ErrTimeout {
+			errs = append(errs, &Error{Op: "Synchronize", Kind: ErrTimeout, Detail: "waiting for a copy to another device at " + f.String(), Err: err})
+		}
+		// A failed copy is the copying device's to report.
+	}
+	return joinErrs(errs)
 }
 
 // peerDirect reports whether the device's copies reach from's memory,

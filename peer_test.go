@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rocsync/rocsync/driver"
 	"github.com/rocsync/rocsync/internal/emu"
 	"github.com/rocsync/rocsync/syncstate"
 )
@@ -467,4 +468,31 @@ func TestCopyPeerBadInput(t *testing.T) {
 	// A closed source device.
 	require.NoError(t, a.Close())
 	require.ErrorIs(t, tb.CopyPeer(dst, src), ErrClosed)
+}
+
+// Closing the source device waits for a copy another device's stream is
+// still making out of its memory: the memory is not released under it.
+func TestSourceCloseWaitsForPeerCopy(t *testing.T) {
+	devs := openPeers(t, DeviceSide, 2)
+	emulatorOnly(t, devs[0], "it holds the device")
+	a, b := devs[0], devs[1]
+	src, err := a.FromFloat32(4, 4, randMatrix(3, 4))
+	require.NoError(t, err)
+	want, err := src.Float32s()
+	require.NoError(t, err)
+	dst, err := b.Empty(4, 4, Float32)
+	require.NoError(t, err)
+	tb := b.DefaultTask()
+	release := a.machine.Hold()
+	require.NoError(t, tb.CopyPeer(dst, src))
+	before := a.Stats()
+	go func() { time.Sleep(20 * time.Millisecond); release() }()
+	require.NoError(t, a.Close())
+	lib := tb.drv.Timeline(driver.LaneLibrary)
+	require.GreaterOrEqual(t, lib.Completed(), lib.LastTicket(), "gpu0 closed while gpu1 still copied out of it")
+	require.EqualValues(t, 1, a.Stats().Sub(before).HostWaitsFor(ReasonSync), "one wait, for the copy out of it")
+	got, err := dst.Float32s()
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+	require.Empty(t, b.Hazards())
 }
