@@ -18,8 +18,9 @@ import (
 // Two simulated GPUs under Debian's real ROCr and HIP 5.2.3: the training
 // chain of TestPeerCopyTrainingChain, with its peer copies between the GPUs
 // and its cross-device waits (hipStreamWaitEvent on an event of the other
-// GPU). HIP's order is the reverse of HSA's, so a pairing by index would
-// copy to the wrong GPU. Without P2P links in the topology ROCr never lets
+// GPU). HIP's order is the reverse of HSA's and the GPUs are of two
+// targets, so a pairing by index would load the wrong code and copy to the
+// wrong GPU. Without P2P links in the topology ROCr never lets
 // one GPU map another's memory, hipDeviceCanAccessPeer says no and the
 // copies are staged through hipHostMalloc memory; with them
 // (KFDSIM_P2P=1), hipDeviceEnablePeerAccess maps each GPU's memory to the
@@ -28,7 +29,7 @@ import (
 // checking every access against those mappings. Results equal the CPU
 // reference on both GPUs.
 func TestCopyPeerOnSimulatedDriver(t *testing.T) {
-	const gpus = "gfx90a@0000:83:00.0,gfx90a@0000:03:00.0"
+	const gpus = "gfx90a@0000:83:00.0,gfx1030@0000:03:00.0"
 	for _, p2p := range []string{"0", "1"} {
 		t.Run("p2p="+p2p, func(t *testing.T) {
 			if !kfdsim.InChild(t) {
@@ -49,6 +50,8 @@ func TestCopyPeerOnSimulatedDriver(t *testing.T) {
 				for _, staged := range []bool{false, true} {
 					devs := openSimulatedROCm(t, p)
 					require.Len(t, devs, 2)
+					require.Regexp(t, "--gfx90a(:|$)", devs[0].Target(), "GPUs in HSA's order")
+					require.Regexp(t, "--gfx1030(:|$)", devs[1].Target())
 					for _, d := range devs {
 						d.peer.staged = staged
 					}
