@@ -27,26 +27,28 @@ type DevicePtr uint64
 type ErrorCode uint32
 
 const (
-	Success             ErrorCode = 0
-	ErrorInvalidValue   ErrorCode = 1
-	ErrorOutOfMemory    ErrorCode = 2
-	ErrorNotInitialized ErrorCode = 3
-	ErrorNoDevice       ErrorCode = 100
-	ErrorInvalidDevice  ErrorCode = 101
-	ErrorInvalidImage   ErrorCode = 200
-	ErrorInvalidHandle  ErrorCode = 400
-	ErrorNotFound       ErrorCode = 500
-	ErrorNotReady       ErrorCode = 600
-	ErrorIllegalAddress ErrorCode = 700
-	// ErrorPeerAccessAlreadyEnabled is hipDeviceEnablePeerAccess's answer
-	// for a pair already enabled.
+	Success              ErrorCode = 0
+	ErrorInvalidValue    ErrorCode = 1
+	ErrorOutOfMemory     ErrorCode = 2
+	ErrorNotInitialized  ErrorCode = 3
+	ErrorNoDevice        ErrorCode = 100
+	ErrorInvalidDevice   ErrorCode = 101
+	ErrorInvalidImage    ErrorCode = 200
+	ErrorInvalidHandle   ErrorCode = 400
+	ErrorNotFound        ErrorCode = 500
+	ErrorNotReady        ErrorCode = 600
+	ErrorIllegalAddress  ErrorCode = 700
+	ErrorLaunchFailure   ErrorCode = 719
+	ErrorNotSupported    ErrorCode = 801
+	ErrorUnknown         ErrorCode = 999
+	ErrorInvalidResource ErrorCode = ErrorInvalidHandle
+)
+
+// The answers of hipDeviceEnablePeerAccess for a pair already enabled,
+// and for two devices that cannot reach each other.
+const (
 	ErrorPeerAccessAlreadyEnabled ErrorCode = 704
-	// ErrorPeerAccessUnsupported: the two devices cannot reach each other.
-	ErrorPeerAccessUnsupported ErrorCode = 217
-	ErrorLaunchFailure         ErrorCode = 719
-	ErrorNotSupported          ErrorCode = 801
-	ErrorUnknown               ErrorCode = 999
-	ErrorInvalidResource       ErrorCode = ErrorInvalidHandle
+	ErrorPeerAccessUnsupported    ErrorCode = 217
 )
 
 // ErrorSharedObjectInitFailed (hipErrorSharedObjectInitFailed) is what
