@@ -71,12 +71,13 @@ const (
 	ErrorIllegalAddress       Result = 700
 	ErrorLaunchOutOfResources Result = 701
 	ErrorLaunchFailed         Result = 719
-	// ErrorPeerAccessAlreadyEnabled is cuCtxEnablePeerAccess's answer
-	// for a pair already enabled.
-	ErrorPeerAccessAlreadyEnabled Result = 704
-	ErrorNotSupported             Result = 801
-	ErrorUnknown                  Result = 999
+	ErrorNotSupported         Result = 801
+	ErrorUnknown              Result = 999
 )
+
+// ErrorPeerAccessAlreadyEnabled is cuCtxEnablePeerAccess's answer for a
+// pair already enabled.
+const ErrorPeerAccessAlreadyEnabled Result = 704
 
 // Flags and attributes (cuda.h).
 const (
