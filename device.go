@@ -503,6 +503,9 @@ func (d *Device) CloseContext(ctx context.Context) error {
 	if d == nil {
 		return newErr("Close", ErrInvalid, "nil device")
 	}
+	// Copies out of this device being submitted on other devices' tasks
+	// finish first, before the lock (peer.go says why); new ones fail.
+	d.peer.beginClose()
 	d.closeMu.Lock()
 	defer d.closeMu.Unlock()
 	if d.closed.Load() {
@@ -510,6 +513,7 @@ func (d *Device) CloseContext(ctx context.Context) error {
 	}
 	drained := d.synchronize(ctx)
 	if drained != nil && waitKind(drained) == ErrTimeout {
+		d.peer.stayOpen()
 		return &Error{Op: "Close", Kind: ErrTimeout, Detail: "work still in flight; the device stays open", Err: drained}
 	}
 	d.closed.Store(true)

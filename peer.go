@@ -38,6 +38,16 @@ type peerCopies struct {
 	// since they read its memory from another device's stream.
 	readers []syncstate.Fence
 
+	// Copies out of this device being submitted (on other devices'
+	// tasks), and whether it is closing: Close waits for them to be
+	// submitted, and so recorded in readers, before it takes its lock,
+	// and refuses new ones. A copy does not hold the source device's
+	// lock: holding two devices' locks, a copy each way and a Close of
+	// each device could wait for one another.
+	inflight int
+	closing  bool
+	idle     *sync.Cond // on mu: inflight reached 0
+
 	// betweenHalves, if set, runs between a staged copy's two halves
 	// (tests: the checker's self-test lets the first finish unobserved).
 	betweenHalves func()
@@ -105,10 +115,10 @@ func (t *Task) CopyPeer(dst, src Operand) error {
 		return newErr(name, ErrShape, "source %v has %d bytes, destination %v has %d", src, s.size, dst, d.size)
 	}
 	// The source device must stay open while its memory is read.
-	if err := from.enter(name); err != nil {
-		return err
+	if !from.peer.use() {
+		return newErr(name, ErrClosed, "the source device %v is closed", from)
 	}
-	defer from.leave()
+	defer from.peer.done()
 	direct, err := t.dev.peerDirect(name, from)
 	if err != nil {
 		return err
@@ -124,6 +134,49 @@ func (t *Task) CopyPeer(dst, src Operand) error {
 		return err
 	}
 	return t.copyStaged(name, dst, src, d, s)
+}
+
+// use counts a copy out of the device as being submitted; false when the
+// device is closing or closed.
+func (p *peerCopies) use() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closing {
+		return false
+	}
+	p.inflight++
+	return true
+}
+
+// done ends what use began.
+func (p *peerCopies) done() {
+	p.mu.Lock()
+	p.inflight--
+	if p.inflight == 0 && p.idle != nil {
+		p.idle.Broadcast()
+	}
+	p.mu.Unlock()
+}
+
+// beginClose refuses new copies out of the device and waits for those
+// being submitted.
+func (p *peerCopies) beginClose() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closing = true
+	if p.idle == nil {
+		p.idle = sync.NewCond(&p.mu)
+	}
+	for p.inflight > 0 {
+		p.idle.Wait()
+	}
+}
+
+// stayOpen undoes beginClose when Close leaves the device open.
+func (p *peerCopies) stayOpen() {
+	p.mu.Lock()
+	p.closing = false
+	p.mu.Unlock()
 }
 
 // noteReader remembers a direct copy out of the device.

@@ -496,3 +496,53 @@ func TestSourceCloseWaitsForPeerCopy(t *testing.T) {
 	require.Equal(t, want, got)
 	require.Empty(t, b.Hazards())
 }
+
+// Copies each way between two devices while both close: every call
+// returns (nil, or ErrClosed once its device or the source closed), and
+// neither Close waits for the other forever.
+func TestCopyPeerBothWaysWhileClosing(t *testing.T) {
+	nop := zerolog.Nop()
+	for round := 0; round < 5; round++ {
+		devs, err := OpenAll(Options{Backend: Emulator, Logger: &nop,
+			Emulator: EmulatorOptions{Devices: 2, HazardChecker: true, MaxDelay: 20 * time.Microsecond, Seed: uint64(round)}})
+		require.NoError(t, err)
+		var bufs [2]*Buffer
+		var tasks [2]*Task
+		for i, d := range devs {
+			bufs[i], err = d.NewBuffer(4096)
+			require.NoError(t, err)
+			tasks[i], err = d.NewTask()
+			require.NoError(t, err)
+		}
+		done := make(chan error, 4)
+		for i := range devs {
+			go func(i int) {
+				var err error
+				for n := 0; n < 200 && err == nil; n++ {
+					err = tasks[i].CopyPeer(bufs[i], bufs[1-i])
+				}
+				if err != nil && !errors.Is(err, ErrClosed) {
+					done <- err
+					return
+				}
+				done <- nil
+			}(i)
+		}
+		for _, d := range devs {
+			go func(d *Device) {
+				time.Sleep(time.Duration(round) * 200 * time.Microsecond)
+				done <- d.Close()
+			}(d)
+		}
+		timeout := time.After(20 * time.Second)
+		for range 4 {
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+			case <-timeout:
+				t.Fatal("copies and Closes wait for one another")
+			}
+		}
+		require.Empty(t, devs[0].Hazards())
+	}
+}
