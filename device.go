@@ -62,6 +62,12 @@ type Device struct {
 
 	openID uint64 // which Open made it, for messages that name it
 	debug  bool   // log enables debug: sync decisions are logged
+
+	// openCall is the Open or OpenAll call that made the device: devices
+	// of one call share their runtimes, and only they copy between each
+	// other (peer.go).
+	openCall uint64
+	peer     peerCopies // peer.go
 }
 
 // throttleDevice enforces Options.MaxInFlightPerDevice: when the ops in
@@ -143,7 +149,8 @@ func Open(o Options) (*Device, error) {
 }
 
 // OpenAll opens every GPU of the chosen backend. Ops that mix arrays of two
-// devices fail with ErrDeviceMismatch.
+// devices fail with ErrDeviceMismatch; data moves between them with
+// Task.CopyPeer, ordered across devices.
 func OpenAll(o Options) ([]*Device, error) { return open(o, true) }
 
 // family is one opened backend: its devices and what to call it.
@@ -204,14 +211,15 @@ func open(o Options, all bool) ([]*Device, error) {
 		return nil, newErr("Open", ErrInvalid, "device %d requested, %d present", o.Device, len(fam.devs))
 	}
 	var out []*Device
+	call := openCalls.Add(1)
 	debug := log.GetLevel() <= zerolog.DebugLevel && zerolog.GlobalLevel() <= zerolog.DebugLevel
 	for i, dd := range fam.devs {
 		if i < first || i > last {
 			_ = dd.Close()
 			continue
 		}
-		d := &Device{drv: dd, backend: fam.name, machine: fam.machine, index: i, log: log, debug: debug, openID: openIDs.Add(1),
-			engine: syncstate.Engine{Policy: o.Policy, DisableWaits: o.disableWaits}, stats: fam.stats[i],
+		d := &Device{drv: dd, backend: fam.name, machine: fam.machine, index: i, log: log, debug: debug, openID: openIDs.Add(1), openCall: call, peer: peerCopies{staged: o.stagePeerCopies},
+			engine: syncstate.Engine{Policy: o.Policy, DisableWaits: o.disableWaits, DisableCrossDeviceWaits: o.disableCrossDeviceWaits}, stats: fam.stats[i],
 			cache: newMemCache(o.MemoryCache), launchBlocking: o.launchBlocking(), syncDebug: o.SyncDebug,
 			reduce:       reduceWorkspace{check: o.CheckReductionWorkspace},
 			maxPerDevice: uint64(o.MaxInFlightPerDevice), kernelBuilder: o.KernelBuilder, waitTimeout: o.waitTimeout()}
@@ -289,7 +297,7 @@ func openEmulator(o Options, log zerolog.Logger) (family, error) {
 	m := emu.New(emu.Options{Devices: e.Devices, ISA: e.ISA, MemoryPerDevice: e.MemoryPerDevice,
 		Hazards: e.HazardChecker, MaxDelay: e.MaxDelay, Seed: e.Seed, HIPVersion: e.HIPVersion,
 		HIPVisibleDevices: e.HIPVisibleDevices, KernelGroupSegmentSize: e.KernelGroupSegmentSize,
-		FaultInjector: e.FaultInjector, References: e.KernelReferences})
+		FaultInjector: e.FaultInjector, References: e.KernelReferences, PeerAccess: e.PeerAccess})
 	if err := m.HSA().Init(); err != nil {
 		return family{}, err
 	}
@@ -479,7 +487,7 @@ func (d *Device) synchronize(ctx context.Context) error {
 		}
 		t.lifeMu.Unlock()
 	}
-	errs = append(errs, d.frees.poll(d, true))
+	errs = append(errs, d.peer.waitReaders(ctx, d), d.frees.poll(d, true))
 	return errors.Join(errs...)
 }
 
@@ -498,6 +506,9 @@ func (d *Device) CloseContext(ctx context.Context) error {
 	if d == nil {
 		return newErr("Close", ErrInvalid, "nil device")
 	}
+	// Copies out of this device being submitted on other devices' tasks
+	// finish first, before the lock (peer.go says why); new ones fail.
+	d.peer.beginClose()
 	d.closeMu.Lock()
 	defer d.closeMu.Unlock()
 	if d.closed.Load() {
@@ -505,6 +516,7 @@ func (d *Device) CloseContext(ctx context.Context) error {
 	}
 	drained := d.synchronize(ctx)
 	if drained != nil && waitKind(drained) == ErrTimeout {
+		d.peer.stayOpen()
 		return &Error{Op: "Close", Kind: ErrTimeout, Detail: "work still in flight; the device stays open", Err: drained}
 	}
 	d.closed.Store(true)
@@ -526,7 +538,7 @@ func (d *Device) CloseContext(ctx context.Context) error {
 	// pendingFrees); with the queues and streams destroyed, and their
 	// failed work settled, it can go back now.
 	errs = append(errs, d.frees.poll(d, false))
-	errs = append(errs, d.reduce.release(d), d.cache.trim(d.drv), d.staging.free(d), d.drv.Close(), d.trace.detach())
+	errs = append(errs, d.reduce.release(d), d.cache.trim(d.drv), d.staging.free(d), d.peer.free(d), d.drv.Close(), d.trace.detach())
 	if err := errors.Join(errs...); err != nil {
 		return &Error{Op: "Close", Kind: kindOf(err), Detail: "closing " + d.String(), Err: err}
 	}
@@ -536,3 +548,6 @@ func (d *Device) CloseContext(ctx context.Context) error {
 // openIDs numbers the devices Open makes, so that two opens of one GPU can
 // be told apart in messages (gpu0 and gpu0#2).
 var openIDs atomic.Uint64
+
+// openCalls numbers the Open and OpenAll calls.
+var openCalls atomic.Uint64

@@ -24,6 +24,13 @@
 //	z, _ := t.MatMul(y, x, false, false) // rocBLAS on its HIP stream
 //	vals, _ := z.Float32s()              // waits for z's writer only
 //
+// Several GPUs open together with OpenAll. An array belongs to one device;
+// data moves between devices with Task.CopyPeer (peer to peer where the
+// GPUs reach each other, staged through pinned host memory otherwise),
+// ordered across devices on the device where the runtimes allow it (events
+// and HSA signals reach across devices) and otherwise by a host wait
+// counted as ReasonCrossDevice.
+//
 // Failures travel with fences: an op whose device work fails (ErrFault)
 // poisons the arrays it writes, every op and wait that depends on it
 // returns an error wrapping the cause, and no wait hangs behind it. After a

@@ -89,6 +89,10 @@ type EmulatorOptions struct {
 	// presents, as HIP_VISIBLE_DEVICES does; nil presents them all, in
 	// HSA's order.
 	HIPVisibleDevices []int
+	// PeerAccess says which emulated GPUs can map which others' memory
+	// (accessor's copies reading owner's memory); nil: every pair. A
+	// pair that cannot makes Task.CopyPeer stage through host memory.
+	PeerAccess func(accessor, owner int) bool
 	// KernelGroupSegmentSize, when non-zero, makes every kernel report this
 	// much static LDS, as kernels with __local arrays do.
 	KernelGroupSegmentSize uint32
@@ -196,6 +200,13 @@ type Options struct {
 
 	// disableWaits skips every wait (checker self-test only).
 	disableWaits bool
+	// disableCrossDeviceWaits skips only the waits for other devices'
+	// work (checker self-test only).
+	disableCrossDeviceWaits bool
+	// stagePeerCopies stages every copy between GPUs through host memory,
+	// even where peer access works (tests and benchmarks of that path on
+	// hardware).
+	stagePeerCopies bool
 }
 
 // DefaultWaitTimeout is the bound on a host wait when Options.WaitTimeout is 0.

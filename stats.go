@@ -30,7 +30,7 @@ type Stats struct {
 
 // NumReasons is the number of host-wait reasons: the length of
 // Stats.HostWaits.
-const NumReasons = 8
+const NumReasons = 9
 
 // The sync core counts as many reasons as Stats holds: this line stops
 // compiling when the two differ.
@@ -64,6 +64,11 @@ const (
 	ReasonWaitAlways = syncstate.ReasonWaitAlways
 	// ReasonLaunchBlocking: launch-blocking mode waits after every op.
 	ReasonLaunchBlocking = syncstate.ReasonLaunchBlocking
+	// ReasonCrossDevice: an op on one device depended on work on another
+	// device that it could not wait for on the device (Task.CopyPeer
+	// under SkipSameQueue, or across the HSA↔HIP boundary under
+	// DeviceSide).
+	ReasonCrossDevice = syncstate.ReasonCrossDevice
 )
 
 // Reasons lists every host-wait reason, in report order.

@@ -178,14 +178,34 @@ func (c *Ctx) MemcpyDtoDAsync(dst, src DevicePtr, size uint64, s Stream) error {
 	return c.lib.invoke(c, symMemcpyDtoDAsync, uintptr(dst), uintptr(src), uintptr(size), uintptr(s))
 }
 
-// MemHostAlloc is cuMemHostAlloc (flags 0): page-locked host memory the
-// device's copies can use asynchronously.
+// MemHostAllocPortable is CU_MEMHOSTALLOC_PORTABLE.
+const MemHostAllocPortable = 0x01
+
+// MemHostAlloc is cuMemHostAlloc(CU_MEMHOSTALLOC_PORTABLE): page-locked
+// host memory the copies of every context can use asynchronously. Without
+// PORTABLE it is pinned for this context only, and another context's
+// cuMemcpyHtoDAsync would treat it as pageable and read it at the call,
+// before the copy it is ordered after has filled it (a copy between GPUs
+// staged through it).
 func (c *Ctx) MemHostAlloc(size uint64) (unsafe.Pointer, error) {
-	v, err := c.lib.outInvoke(c, symMemHostAlloc, uintptr(size), 0)
+	v, err := c.lib.outInvoke(c, symMemHostAlloc, uintptr(size), MemHostAllocPortable)
 	if err != nil {
 		return nil, err
 	}
 	return cmem.Ptr(uintptr(v)), nil
+}
+
+// EnablePeerAccess is cuCtxEnablePeerAccess(peer, 0) with c current: c's
+// kernels and copies may then touch peer's memory. A pair already enabled
+// is an *Error with ErrorPeerAccessAlreadyEnabled.
+func (c *Ctx) EnablePeerAccess(peer *Ctx) error {
+	return c.lib.invoke(c, symCtxEnablePeerAccess, uintptr(peer.h), 0)
+}
+
+// MemcpyPeerAsync is cuMemcpyPeerAsync on s: size bytes from src in
+// srcCtx to dst in dstCtx.
+func (c *Ctx) MemcpyPeerAsync(dst DevicePtr, dstCtx *Ctx, src DevicePtr, srcCtx *Ctx, size uint64, s Stream) error {
+	return c.lib.invoke(c, symMemcpyPeerAsync, uintptr(dst), uintptr(dstCtx.h), uintptr(src), uintptr(srcCtx.h), uintptr(size), uintptr(s))
 }
 
 // MemFreeHost is cuMemFreeHost.

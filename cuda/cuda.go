@@ -78,6 +78,10 @@ const (
 	ErrorUnknown              Result = 999
 )
 
+// ErrorPeerAccessAlreadyEnabled is cuCtxEnablePeerAccess's answer for a
+// pair already enabled.
+const ErrorPeerAccessAlreadyEnabled Result = 704
+
 // Flags and attributes (cuda.h).
 const (
 	// StreamNonBlocking is CU_STREAM_NON_BLOCKING: the stream does not

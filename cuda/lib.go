@@ -58,6 +58,9 @@ const (
 	symGraphLaunch
 	symGraphDestroy
 	symGraphExecDestroy
+	symDeviceCanAccessPeer
+	symCtxEnablePeerAccess
+	symMemcpyPeerAsync
 	numSyms
 )
 
@@ -108,6 +111,9 @@ var BoundSymbols = []string{
 	symGraphLaunch:             "cuGraphLaunch",
 	symGraphDestroy:            "cuGraphDestroy",
 	symGraphExecDestroy:        "cuGraphExecDestroy",
+	symDeviceCanAccessPeer:     "cuDeviceCanAccessPeer",
+	symCtxEnablePeerAccess:     "cuCtxEnablePeerAccess",
+	symMemcpyPeerAsync:         "cuMemcpyPeerAsync",
 }
 
 // EnvLibCUDA names the environment variable that, when set, is the only
@@ -351,6 +357,13 @@ func (l *Lib) ComputeCapability(d Device) (major, minor int, err error) {
 	}
 	mi, err := l.DeviceAttribute(d, AttrComputeCapabilityMinor)
 	return int(ma), int(mi), err
+}
+
+// DeviceCanAccessPeer is cuDeviceCanAccessPeer: whether d can map peer's
+// memory.
+func (l *Lib) DeviceCanAccessPeer(d, peer Device) (bool, error) {
+	v, err := l.outInvoke(nil, symDeviceCanAccessPeer, uintptr(d), uintptr(peer))
+	return int32(v) != 0, err
 }
 
 // CtxSetCurrent is cuCtxSetCurrent on the calling OS thread: the caller

@@ -130,11 +130,16 @@ const (
 	// Replay submits a recorded sequence of ops of one timeline as one
 	// op: Op.Recorded, built by the task's Recorder. One ticket.
 	Replay
+	// CopyPeer copies Size bytes from Src, memory of device Peer, to Dst
+	// on this task's device, asynchronously on the lane's stream, after
+	// PeerCopier.EnablePeer(Peer) said the devices reach each other.
+	CopyPeer
 	numKinds
 )
 
 var kindNames = [...]string{KindInvalid: "invalid", Dispatch: "dispatch", Gemm: "gemm", LibraryCall: "library call",
-	CopyHtoD: "copy host to device", CopyDtoH: "copy device to host", CopyDtoD: "copy device to device", HostFunc: "host function", Replay: "replay"}
+	CopyHtoD: "copy host to device", CopyDtoH: "copy device to host", CopyDtoD: "copy device to device", HostFunc: "host function",
+	Replay: "replay", CopyPeer: "copy between devices"}
 
 func (k Kind) String() string {
 	if k < numKinds {
@@ -218,6 +223,8 @@ type Op struct {
 
 	// Replay: a sequence the task's Recorder built.
 	Recorded Recorded
+	// CopyPeer: the device Src is on (of the same family).
+	Peer Device
 }
 
 // Task is one task's place to submit work: a timeline per lane (the same
@@ -258,6 +265,17 @@ type BLASHandler interface {
 type HostMemory interface {
 	HostAlloc(size uint64) (unsafe.Pointer, error)
 	HostFree(p unsafe.Pointer) error
+}
+
+// PeerCopier is a Device whose copies reach another device's memory
+// directly (peer to peer: NVLink, XGMI, PCIe peer access).
+type PeerCopier interface {
+	// EnablePeer makes the memory of peer, another device of the same
+	// family, reachable by CopyPeer ops on this device's streams, once
+	// per pair (cuCtxEnablePeerAccess, hipDeviceEnablePeerAccess). ok is
+	// false, with a nil error, when the two cannot reach each other:
+	// copies between them then go through host memory.
+	EnablePeer(peer Device) (ok bool, err error)
 }
 
 // ErrUnsupported is matched (errors.Is) by Submit's error for an op the

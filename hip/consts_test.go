@@ -32,6 +32,9 @@ var goConsts = map[string]uint64{
 
 	"hipErrorSharedObjectInitFailed": uint64(ErrorSharedObjectInitFailed),
 
+	"hipErrorPeerAccessAlreadyEnabled": uint64(ErrorPeerAccessAlreadyEnabled),
+	"hipErrorPeerAccessUnsupported":    uint64(ErrorPeerAccessUnsupported),
+
 	"hipStreamDefault":      uint64(StreamDefault),
 	"hipStreamNonBlocking":  uint64(StreamNonBlocking),
 	"hipEventDefault":       uint64(EventDefault),

@@ -44,6 +44,13 @@ const (
 	ErrorInvalidResource ErrorCode = ErrorInvalidHandle
 )
 
+// The answers of hipDeviceEnablePeerAccess for a pair already enabled,
+// and for two devices that cannot reach each other.
+const (
+	ErrorPeerAccessAlreadyEnabled ErrorCode = 704
+	ErrorPeerAccessUnsupported    ErrorCode = 217
+)
+
 // ErrorSharedObjectInitFailed (hipErrorSharedObjectInitFailed) is what
 // hipModuleLoadData returns for a code object the runtime cannot take,
 // e.g. code object v5 on HIP 5.2.
@@ -155,4 +162,21 @@ type Runtime interface {
 
 	StreamWaitValue64(s Stream, ptr unsafe.Pointer, value uint64, flags uint32, mask uint64) error
 	StreamWriteValue64(s Stream, ptr unsafe.Pointer, value uint64, flags uint32) error
+}
+
+// PeerRuntime is a Runtime with peer-to-peer access between its devices
+// (every HIP release has it; a separate interface so that test runtimes
+// need not implement it).
+type PeerRuntime interface {
+	// DeviceCanAccessPeer is hipDeviceCanAccessPeer: whether device can
+	// map peer's memory.
+	DeviceCanAccessPeer(device, peer int) (bool, error)
+	// DeviceEnablePeerAccess is hipDeviceEnablePeerAccess(peer, 0) with
+	// device current: device's kernels and copies may then touch all of
+	// peer's memory, present and future. A pair already enabled is an
+	// *Error with ErrorPeerAccessAlreadyEnabled.
+	DeviceEnablePeerAccess(device, peer int) error
+	// MemcpyPeerAsync is hipMemcpyPeerAsync on s: size bytes from src on
+	// srcDevice to dst on dstDevice.
+	MemcpyPeerAsync(dst DevicePtr, dstDevice int, src DevicePtr, srcDevice int, size uint64, s Stream) error
 }

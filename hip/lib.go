@@ -56,6 +56,9 @@ const (
 	symGetErrorName
 	symGetErrorString
 	symRuntimeGetVersion
+	symDeviceCanAccessPeer
+	symDeviceEnablePeerAccess
+	symMemcpyPeerAsync
 	numSyms
 )
 
@@ -99,6 +102,10 @@ var BoundSymbols = []string{
 	symGetErrorName:          "hipGetErrorName",
 	symGetErrorString:        "hipGetErrorString",
 	symRuntimeGetVersion:     "hipRuntimeGetVersion",
+
+	symDeviceCanAccessPeer:    "hipDeviceCanAccessPeer",
+	symDeviceEnablePeerAccess: "hipDeviceEnablePeerAccess",
+	symMemcpyPeerAsync:        "hipMemcpyPeerAsync",
 }
 
 // Sonames tries the HIP runtime of ROCm 7, 6 and 5, newest first.
@@ -538,6 +545,25 @@ func (l *Lib) HostMalloc(size uint64) (unsafe.Pointer, error) {
 	}
 	return cmem.Ptr(uintptr(p)), nil
 }
+
+// DeviceCanAccessPeer is hipDeviceCanAccessPeer (no current device needed).
+func (l *Lib) DeviceCanAccessPeer(device, peer int) (bool, error) {
+	v, err := l.outCall(noDeviceArg, symDeviceCanAccessPeer, uintptr(device), uintptr(peer))
+	return int32(v) != 0, err
+}
+
+// DeviceEnablePeerAccess is hipDeviceEnablePeerAccess(peer, 0) with device
+// current on the calling thread.
+func (l *Lib) DeviceEnablePeerAccess(device, peer int) error {
+	return l.onDevice(device, symDeviceEnablePeerAccess, uintptr(peer), 0)
+}
+
+// MemcpyPeerAsync is hipMemcpyPeerAsync on s (a stream of either device).
+func (l *Lib) MemcpyPeerAsync(dst DevicePtr, dstDevice int, src DevicePtr, srcDevice int, size uint64, s Stream) error {
+	return l.simple(symMemcpyPeerAsync, uintptr(dst), uintptr(dstDevice), uintptr(src), uintptr(srcDevice), uintptr(size), uintptr(s))
+}
+
+var _ PeerRuntime = (*Lib)(nil)
 
 // HostFree is hipHostFree.
 func (l *Lib) HostFree(p unsafe.Pointer) error { return l.simple(symHostFree, uintptr(p)) }

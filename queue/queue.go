@@ -71,6 +71,7 @@ type Queue struct {
 	timeout     time.Duration
 	maxInFlight uint64
 	onThrottle  func(syncstate.Fence) error
+	place       uint64
 
 	mu         sync.Mutex
 	lastTicket atomic.Uint64
@@ -135,6 +136,9 @@ type Config struct {
 	// OnThrottle, if set, is told of every throttle wait before it is
 	// made; an error refuses it and the submission fails with it.
 	OnThrottle func(f syncstate.Fence) error
+	// Place identifies the device the queue runs on (syncstate.Placed;
+	// 0: unknown).
+	Place uint64
 }
 
 // New creates the HSA queue and its kernarg ring.
@@ -143,7 +147,7 @@ func New(rt hsa.Runtime, c Config) (*Queue, error) {
 		return nil, fmt.Errorf("queue: size %d is not a power of two", c.Size)
 	}
 	q := &Queue{rt: rt, agent: c.Agent, name: c.Name, signals: c.Signals, sinks: c.Sinks, kernargPool: c.KernargPool, timeout: c.WaitTimeout,
-		onThrottle: c.OnThrottle}
+		onThrottle: c.OnThrottle, place: c.Place}
 	hq, err := rt.QueueCreate(c.Agent, c.Size, hsa.QueueTypeSingle, q.onError)
 	if err != nil {
 		return nil, err
@@ -428,6 +432,14 @@ func (q *Queue) CanWaitDevice(d syncstate.Domain) bool {
 	}
 	return q.bridge != nil
 }
+
+// Place implements syncstate.Placed.
+func (q *Queue) Place() uint64 { return q.place }
+
+// CanWaitPeer implements syncstate.Placed: HSA signals are system-wide, so
+// a barrier-AND packet waits for another GPU's queue's completion signal
+// as for its own; the bridges' signals are system-wide too.
+func (q *Queue) CanWaitPeer(d syncstate.Domain) bool { return q.CanWaitDevice(d) }
 
 // WaitDevice implements syncstate.Timeline with barrier-AND packets, at
 // most five signals each.

@@ -120,6 +120,7 @@ type Stream struct {
 	timeout     time.Duration
 	maxInFlight uint64
 	onThrottle  func(syncstate.Fence) error
+	place       uint64
 
 	mu         sync.Mutex
 	lastTicket atomic.Uint64
@@ -174,12 +175,15 @@ type Config struct {
 	// OnThrottle, if set, is told of every throttle wait before it is
 	// made; an error refuses it and Submit fails with it.
 	OnThrottle func(f syncstate.Fence) error
+	// Place identifies the device the stream runs on (syncstate.Placed;
+	// 0: unknown).
+	Place uint64
 }
 
 // New makes a Stream of the runtime stream s, which it then owns.
 func New(api API, s uintptr, c Config) *Stream {
 	return &Stream{api: api, s: s, name: c.Name, domain: c.Domain, events: c.Events, sinks: c.Sinks, crossDomain: c.CrossDomain,
-		timeout: c.WaitTimeout, maxInFlight: uint64(max(c.MaxInFlight, 0)), onThrottle: c.OnThrottle}
+		timeout: c.WaitTimeout, maxInFlight: uint64(max(c.MaxInFlight, 0)), onThrottle: c.OnThrottle, place: c.Place}
 }
 
 // Handle returns the runtime stream.
@@ -662,6 +666,15 @@ func (s *Stream) CanWaitDevice(d syncstate.Domain) bool {
 	}
 	return d == s.domain || s.crossDomain || s.bridge != nil
 }
+
+// Place implements syncstate.Placed.
+func (s *Stream) Place() uint64 { return s.place }
+
+// CanWaitPeer implements syncstate.Placed: hipStreamWaitEvent and
+// cuStreamWaitEvent accept an event of another device (the event is
+// recorded with its own device's API on its own stream), so a stream waits
+// for another device's stream as for its own device's.
+func (s *Stream) CanWaitPeer(d syncstate.Domain) bool { return s.CanWaitDevice(d) }
 
 // WaitDevice implements syncstate.Timeline with the runtime's stream wait
 // event, which captures the event's newest record when it is enqueued: the

@@ -219,6 +219,9 @@ type Engine struct {
 	// DisableWaits skips every wait the policy would emit. It exists only
 	// so tests can prove that the hazard checker catches missing waits.
 	DisableWaits bool
+	// DisableCrossDeviceWaits skips only the waits for fences of other
+	// devices (syncstate.Placed), to prove the checker catches those.
+	DisableCrossDeviceWaits bool
 	// OnHostWait, if set, is told of every host wait the engine is about
 	// to make (op names the op, consumer its timeline, f what it waits
 	// for); an error refuses the wait, and the op fails with it
@@ -296,6 +299,8 @@ func (o *Op) Begin(e *Engine, tl Timeline, sinks Sinks) error {
 	consider := func(f Fence) {
 		switch {
 		case f.TL == nil:
+		case e.DisableCrossDeviceWaits && CrossDevice(tl, f.TL):
+			// Not even a completion poll (see DisableWaits).
 		case f.TL == tl:
 			skipped++ // in-order execution on tl already orders it
 			e.decided(o.Name, tl, f, SkipSameTimeline, 0)
@@ -434,7 +439,15 @@ func (e *Engine) resolve(op string, tl Timeline, deps []Fence, sinks Sinks) erro
 	nd := 0
 	for _, f := range deps {
 		pd := f.TL.Domain()
-		if e.Policy.deviceWaitAllowed(tl.Domain(), pd) && tl.CanWaitDevice(pd) {
+		if CrossDevice(tl, f.TL) {
+			// Another device's work: events and signals reach across
+			// devices, where the consumer says its runtime allows it.
+			if e.Policy.deviceWaitAllowed(tl.Domain(), pd) && tl.(Placed).CanWaitPeer(pd) {
+				dev[nd] = f
+				nd++
+				continue
+			}
+		} else if e.Policy.deviceWaitAllowed(tl.Domain(), pd) && tl.CanWaitDevice(pd) {
 			dev[nd] = f
 			nd++
 			continue
@@ -462,7 +475,10 @@ func (e *Engine) hostWait(op string, tl Timeline, f Fence, sinks Sinks) error {
 		return nil
 	}
 	r := ReasonCrossQueue
-	if f.TL.Domain() != tl.Domain() {
+	switch {
+	case CrossDevice(tl, f.TL):
+		r = ReasonCrossDevice
+	case f.TL.Domain() != tl.Domain():
 		r = ReasonBoundary
 	}
 	if e.OnHostWait != nil {

@@ -29,11 +29,15 @@ const (
 	ReasonWaitAlways
 	// ReasonLaunchBlocking: launch-blocking debug mode waits after every op.
 	ReasonLaunchBlocking
+	// ReasonCrossDevice: an op on one device depended on work on another
+	// device that its queue or stream could not wait for on the device
+	// (the policy waits on the host there, or the runtime cannot).
+	ReasonCrossDevice
 	numReasons
 )
 
 // Reasons lists every reason, in report order.
-var Reasons = []Reason{ReasonBoundary, ReasonCrossQueue, ReasonReadBack, ReasonSync, ReasonFree, ReasonThrottle, ReasonWaitAlways, ReasonLaunchBlocking}
+var Reasons = []Reason{ReasonBoundary, ReasonCrossQueue, ReasonReadBack, ReasonSync, ReasonFree, ReasonThrottle, ReasonWaitAlways, ReasonLaunchBlocking, ReasonCrossDevice}
 
 func (r Reason) String() string {
 	switch r {
@@ -53,6 +57,8 @@ func (r Reason) String() string {
 		return "wait-always"
 	case ReasonLaunchBlocking:
 		return "launch-blocking"
+	case ReasonCrossDevice:
+		return "cross-device"
 	}
 	return fmt.Sprintf("Reason(%d)", uint8(r))
 }

@@ -15,6 +15,7 @@ package syncstate
 
 import (
 	"fmt"
+	"sync/atomic"
 )
 
 // Domain groups timelines that can wait for one another on the device.
@@ -176,3 +177,45 @@ func (p Policy) deviceWaitAllowed(consumer, producer Domain) bool {
 	}
 	return false
 }
+
+// Placed is a Timeline that runs on one device (GPU). Timelines without it
+// (host lanes, test fakes) are taken to be where their consumer is.
+//
+// A fence on a timeline of another place is a cross-device dependency:
+// the consumer waits for it on the device only where it says it can
+// (CanWaitPeer; HIP and CUDA events and HSA signals work across devices)
+// and the policy waits on the device for that pair of domains; otherwise
+// the host waits, counted as ReasonCrossDevice.
+type Placed interface {
+	// Place identifies the device: timelines of one device return the
+	// same non-zero value, timelines of different devices different ones
+	// (0: unknown, treated as local).
+	Place() uint64
+	// CanWaitPeer reports whether work on this timeline can wait on the
+	// device for fences of timelines in domain d on another device.
+	CanWaitPeer(d Domain) bool
+}
+
+// placeOf is tl's place, 0 when it has none.
+func placeOf(tl Timeline) uint64 {
+	if p, ok := tl.(Placed); ok {
+		return p.Place()
+	}
+	return 0
+}
+
+// CrossDevice reports whether a fence of producer is on another device
+// than consumer (both placed, on different places).
+func CrossDevice(consumer, producer Timeline) bool {
+	pc := placeOf(consumer)
+	if pc == 0 {
+		return false
+	}
+	pp := placeOf(producer)
+	return pp != 0 && pp != pc
+}
+
+var places atomic.Uint64
+
+// NewPlace returns a Place no other call returned: one per opened device.
+func NewPlace() uint64 { return places.Add(1) }

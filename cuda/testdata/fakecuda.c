@@ -246,6 +246,21 @@ CUresult cuMemHostAlloc(void** p, size_t n, unsigned flags) {
   *p = calloc(1, n ? n : 1);
   return *p ? OK : 2;
 }
+CUresult cuDeviceCanAccessPeer(int* can, int d, int peer) {
+  if (!inited) return NOT_INITIALIZED;
+  *can = d != peer;
+  return OK;
+}
+CUresult cuCtxEnablePeerAccess(void* peer, unsigned flags) {
+  NEED_CTX();
+  return (peer && flags == 0) ? OK : 1;
+}
+CUresult cuMemcpyPeerAsync(uint64_t dst, void* dc, uint64_t src, void* sc, size_t n, void* s) {
+  NEED_CTX();
+  if (!dc || !sc) return 201;
+  memmove((void*)(uintptr_t)dst, (void*)(uintptr_t)src, n);
+  return OK;
+}
 CUresult cuMemFreeHost(void* p) { NEED_CTX(); free(p); return OK; }
 
 CUresult cuModuleLoadData(void** m, const void* image) {

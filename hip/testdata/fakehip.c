@@ -131,6 +131,22 @@ hipError_t hipMemcpyAsync(void* dst, const void* src, size_t n, int kind, void* 
   memcpy(dst, src, n);
   return hipSuccess;
 }
+hipError_t hipDeviceCanAccessPeer(int* can, int dev, int peer) {
+  if (dev < 0 || peer < 0) return hipErrorInvalidDevice;
+  *can = dev != peer;
+  return hipSuccess;
+}
+hipError_t hipDeviceEnablePeerAccess(int peer, unsigned flags) {
+  if (flags != 0) return hipErrorInvalidValue;
+  if (peer < 0) return hipErrorInvalidDevice;
+  return hipSuccess;
+}
+hipError_t hipMemcpyPeerAsync(void* dst, int dd, const void* src, int sd, size_t n, void* s) {
+  if (dd < 0 || sd < 0) return hipErrorInvalidDevice;
+  if (s && !is(s, MAGIC_STREAM)) return hipErrorInvalidHandle;
+  memcpy(dst, src, n);
+  return hipSuccess;
+}
 hipError_t hipMemsetAsync(void* dst, int v, size_t n, void* s) {
   if (s && !is(s, MAGIC_STREAM)) return hipErrorInvalidHandle;
   memset(dst, v, n);

@@ -22,6 +22,8 @@ int main(void) {
   P(hipErrorNotFound);
   P(hipErrorNotReady);
   P(hipErrorIllegalAddress);
+  P(hipErrorPeerAccessAlreadyEnabled);
+  P(hipErrorPeerAccessUnsupported);
   P(hipErrorLaunchFailure);
   P(hipErrorNotSupported);
   P(hipErrorUnknown);

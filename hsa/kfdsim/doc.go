@@ -44,7 +44,9 @@
 // Environment: KFDSIM_GPUS (the spec), KFDSIM_DEBUG=1 (trace every thunk
 // call, queue packet and fault to stderr), KFDSIM_VMFAULT_QUEUE_ERROR=0 (a
 // VM fault stops its queue without a queue error, as on KFD without the
-// debugger interface), and, for the Go side,
+// debugger interface), KFDSIM_P2P=1 (every two GPUs are linked, as KFD lists
+// P2P links: ROCr then lets one GPU be allowed access to another's memory,
+// and HIP's peer access works), and, for the Go side,
 // ROCSYNC_KFDSIM_CHILD (set in child test processes) and
 // ROCSYNC_KFDSIM_REQUIRED=1 (CI: a machine that cannot build the library
 // fails instead of skipping).

@@ -142,6 +142,7 @@ type Device struct {
 	api     stream.API
 	events  *stream.EventPool
 	tasks   atomic.Int64
+	place   uint64 // syncstate.Placed: this device's timelines
 
 	kmu     sync.Mutex
 	kready  atomic.Bool
@@ -152,6 +153,7 @@ type Device struct {
 	offsets []int
 
 	reductions driver.ReductionCache // reduce.go
+	peers      peerState             // peer.go
 }
 
 var (
@@ -166,7 +168,7 @@ func newDevice(b backend, cfg driver.DeviceConfig, index int, name string, major
 		return nil, fmt.Errorf("cudadev: %s (CUDA device %d): %w", name, index, err)
 	}
 	d := &Device{b: b, cfg: cfg, index: index, name: name, major: major, minor: minor, ptxArch: arch,
-		api: streamAPI{b}}
+		api: streamAPI{b}, place: syncstate.NewPlace()}
 	d.events = stream.NewEventPool(d.api)
 	for _, s := range kernels.Layout {
 		d.offsets = append(d.offsets, int(s.Offset))
@@ -334,7 +336,7 @@ func (d *Device) newStream(name string, dom syncstate.Domain, sinks syncstate.Si
 	}
 	return stream.New(d.api, s, stream.Config{Name: name, Domain: dom, Events: d.events, Sinks: sinks,
 		CrossDomain: d.cfg.Policy == syncstate.DeviceBridge, WaitTimeout: d.cfg.WaitTimeout, MaxInFlight: d.cfg.MaxInFlight,
-		OnThrottle: d.cfg.OnThrottle}), nil
+		OnThrottle: d.cfg.OnThrottle, Place: d.place}), nil
 }
 
 // Timeline implements driver.Task.
@@ -418,6 +420,8 @@ func (t *Task) Submit(op *driver.Op) (uint64, error) {
 		return t.host.Submit(op.Func)
 	case driver.Replay:
 		return t.replay(op)
+	case driver.CopyPeer:
+		return t.submitPeerCopy(op, s)
 	}
 	return 0, fmt.Errorf("%w: %v", driver.ErrUnsupported, op.Kind)
 }

@@ -929,6 +929,7 @@ func (h *HIP) HostMalloc(size uint64) (unsafe.Pointer, error) {
 	for d := 0; d < h.m.opts.Devices; d++ {
 		h.m.allowAccess(uint64(uintptr(p)), d)
 	}
+	h.m.checkHost(uint64(uintptr(p)))
 	h.mu.Lock()
 	if h.pinned == nil {
 		h.pinned = map[unsafe.Pointer]bool{}

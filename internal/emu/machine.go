@@ -72,6 +72,12 @@ type Options struct {
 	// runs as the Go function registered under its name. A kernel with
 	// none faults its queue or stream when dispatched.
 	References *userkernel.References
+	// PeerAccess says which GPUs can map which others' memory
+	// (hipDeviceCanAccessPeer(accessor, owner)); nil: every pair, as
+	// GPUs linked by XGMI or NVLink. Peer access must still be enabled
+	// (hipDeviceEnablePeerAccess) before accessor's streams touch
+	// owner's memory.
+	PeerAccess func(accessor, owner int) bool
 }
 
 // FaultInjector decides whether an op faults. op names it: the kernel
@@ -129,6 +135,9 @@ type Machine struct {
 
 	devices    []*device
 	hipDevices []int // HIP device i is GPU hipDevices[i]
+	// peerOn[a] has bit o set once GPU a enabled peer access to GPU o's
+	// memory (under memMu).
+	peerOn []uint64
 
 	execMu  sync.RWMutex
 	kernels []*kernelImpl // kernel object handle = index+1
@@ -228,6 +237,7 @@ func New(o Options) *Machine {
 		m.devices = append(m.devices, &device{index: i, pci: loc, next: deviceBase + uint64(i)*deviceSpan})
 	}
 	m.hipDevices = hipOrder(o.HIPVisibleDevices, o.Devices)
+	m.peerOn = make([]uint64, o.Devices)
 	m.SetFaultInjector(o.FaultInjector)
 	m.hsa = &HSA{m: m}
 	m.hip = &HIP{m: m}
@@ -364,8 +374,13 @@ type alloc struct {
 	data       []byte
 	device     int    // -1 for host memory
 	access     uint64 // bit d: GPU d may access it (under memMu)
-	freed      bool
-	shadow     shadow
+	// checked host memory (hipHostMalloc) goes through the hazard
+	// checker like device memory: copies between GPUs are staged
+	// through it. The host's own reads and writes of it are plain Go
+	// memory accesses the checker does not see.
+	checked bool
+	freed   bool
+	shadow  shadow
 }
 
 // ErrNoAccess is the fault of a GPU touching memory that is not mapped to
@@ -385,7 +400,7 @@ func (m *Machine) gpuSpan(dev int, addr, n uint64, write bool, a *actor) ([]byte
 		return nil, err
 	}
 	m.memMu.RLock()
-	ok := r.access&(1<<uint(dev)) != 0
+	ok := r.access&(1<<uint(dev)) != 0 || (r.device >= 0 && m.peerOn[dev]&(1<<uint(r.device)) != 0)
 	m.memMu.RUnlock()
 	if !ok {
 		owner := "host memory"
@@ -410,6 +425,16 @@ func (m *Machine) allowAccess(addr uint64, dev int) bool {
 	r.access |= 1 << uint(dev)
 	m.memMu.Unlock()
 	return true
+}
+
+// checkHost makes the checker track GPU accesses to the host region at
+// addr.
+func (m *Machine) checkHost(addr uint64) {
+	if r, err := m.find(addr, 1); err == nil {
+		m.memMu.Lock()
+		r.checked = true
+		m.memMu.Unlock()
+	}
 }
 
 // addAlloc inserts a region into the address table.
@@ -474,7 +499,7 @@ func (m *Machine) span(addr, n uint64, write bool, a *actor) ([]byte, error) {
 		}
 		return nil, fmt.Errorf("emu: [%#x, %#x) was freed", addr, addr+n)
 	}
-	if a != nil && m.opts.Hazards && r.device >= 0 {
+	if a != nil && m.opts.Hazards && (r.device >= 0 || r.checked) {
 		m.report(r.shadow.access(addr, addr+n, write, a))
 	}
 	off := addr - r.base

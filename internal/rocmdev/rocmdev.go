@@ -256,6 +256,7 @@ type Device struct {
 	events        *stream.EventPool
 	queues        tls.QueuePool
 	tasks         atomic.Int64
+	place         uint64      // syncstate.Placed: this device's queues and streams
 	ref           *runtimeRef // the shared hsa_init reference
 	bridge        bool        // DeviceBridge crosses the HSA/HIP boundary on the device
 	// hostToStream says whether HIP streams wait on the device for host
@@ -289,6 +290,7 @@ type Device struct {
 	userModules []*userModule // user kernels' code, by handle-1
 
 	reductions driver.ReductionCache // reduce.go
+	peers      peerState             // peer.go
 }
 
 var _ driver.Device = (*Device)(nil)
@@ -303,7 +305,7 @@ func newDevice(rt Runtimes, cfg driver.DeviceConfig, index int, agent hsa.Agent,
 	if err != nil {
 		return nil, fmt.Errorf("rocmdev: reading gpu%d's ISA: %w", index, err)
 	}
-	d := &Device{rt: rt, cfg: cfg, index: index, agent: agent, hipIndex: hipIndex, isa: isa}
+	d := &Device{rt: rt, cfg: cfg, index: index, agent: agent, hipIndex: hipIndex, isa: isa, place: syncstate.NewPlace()}
 	bridge := cfg.Policy == syncstate.DeviceBridge
 	if bridge {
 		if ok, why := bridgeSupported(rt.HIP); !ok {
@@ -328,7 +330,7 @@ func newDevice(rt Runtimes, cfg driver.DeviceConfig, index int, agent hsa.Agent,
 	d.queues = tls.QueuePool{Max: cfg.MaxQueues, Create: func(i int) (*queue.Queue, error) {
 		q, err := queue.New(rt.HSA, queue.Config{Name: fmt.Sprintf("gpu%d/hsa-q%d", index, i), Agent: agent,
 			Size: cfg.QueueSize, KernargPool: kernarg, Signals: d.signals, Sinks: syncstate.Sinks{cfg.Stats},
-			WaitTimeout: cfg.WaitTimeout, MaxInFlight: cfg.MaxInFlight, OnThrottle: cfg.OnThrottle})
+			WaitTimeout: cfg.WaitTimeout, MaxInFlight: cfg.MaxInFlight, OnThrottle: cfg.OnThrottle, Place: d.place})
 		if err == nil && bridge {
 			q.SetBridge(d.hipToHSA)
 		}
@@ -535,7 +537,7 @@ func (d *Device) NewTask(sinks syncstate.Sinks) (driver.Task, error) {
 	}
 	t.st.Stream = stream.New(d.streamAPI, uintptr(hs), stream.Config{Name: fmt.Sprintf("gpu%d/hip-s%d", d.index, n),
 		Events: d.events, Sinks: sinks, Domain: syncstate.DomainLibrary,
-		WaitTimeout: d.cfg.WaitTimeout, MaxInFlight: d.cfg.MaxInFlight, OnThrottle: d.cfg.OnThrottle})
+		WaitTimeout: d.cfg.WaitTimeout, MaxInFlight: d.cfg.MaxInFlight, OnThrottle: d.cfg.OnThrottle, Place: d.place})
 	if d.bridge {
 		t.st.Stream.SetBridge(d.hsaToHIP)
 	}
@@ -640,6 +642,8 @@ func (t *Task) Submit(op *driver.Op) (uint64, error) {
 		return t.host.Submit(op.Func)
 	case driver.Replay:
 		return t.replay(op)
+	case driver.CopyPeer:
+		return t.submitPeerCopy(op)
 	}
 	return 0, fmt.Errorf("%w: %v", driver.ErrUnsupported, op.Kind)
 }

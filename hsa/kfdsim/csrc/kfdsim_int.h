@@ -37,6 +37,10 @@ extern int kfdsim_debug_on;
  * without a queue error, as KFD without the debugger interface evicts it;
  * the MEMORY event is then the only report. */
 extern int kfdsim_vmfault_queue_error;
+/* 1 when KFDSIM_P2P=1: every two GPUs are linked (the P2P links KFD lists
+ * for GPUs that reach each other's memory over PCIe or xGMI), so ROCr lets
+ * one GPU be allowed access to another's memory. */
+extern int kfdsim_p2p;
 
 #define KFDSIM_DEBUG(...)                                                        \
 	do {                                                                     \

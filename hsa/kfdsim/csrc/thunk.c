@@ -15,6 +15,10 @@
  * GPU i (0-based, in spec order) is KFD node i+1; node 0 is the CPU. Without
  * a location GPU i sits at 0000:(03 + 16*i):00.0. Two GPUs at one location
  * are an error. Neither set: one gfx90a at 0000:03:00.0.
+ *
+ * KFDSIM_P2P=1 links every two GPUs (IO links of each GPU node to the
+ * others, after its link to the CPU), as KFD lists P2P links: without a
+ * link ROCr never allows one GPU access to another's memory.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -29,6 +33,7 @@ int kfdsim_num_gpus;
 kfdsim_gpu kfdsim_gpus[KFDSIM_MAX_GPUS];
 int kfdsim_debug_on;
 int kfdsim_vmfault_queue_error = 1;
+int kfdsim_p2p;
 
 static pthread_mutex_t state_lock = PTHREAD_MUTEX_INITIALIZER;
 static int open_count;
@@ -206,6 +211,8 @@ HSAKMT_STATUS HSAKMTAPI hsaKmtOpenKFD(void)
 	kfdsim_debug_on = dbg != NULL && dbg[0] != '\0' && strcmp(dbg, "0") != 0;
 	const char *qerr = getenv("KFDSIM_VMFAULT_QUEUE_ERROR");
 	kfdsim_vmfault_queue_error = qerr == NULL || strcmp(qerr, "0") != 0;
+	const char *p2p = getenv("KFDSIM_P2P");
+	kfdsim_p2p = p2p != NULL && strcmp(p2p, "1") == 0;
 	pthread_mutex_lock(&state_lock);
 	if (open_count > 0) {
 		open_count++;
@@ -363,7 +370,7 @@ HSAKMT_STATUS HSAKMTAPI hsaKmtGetNodeProperties(HSAuint32 node, HsaNodePropertie
 	p->NumFComputeCores = g->cus * g->simd_per_cu;
 	p->NumMemoryBanks = 3;
 	p->NumCaches = 2;
-	p->NumIOLinks = 1;
+	p->NumIOLinks = kfdsim_p2p ? (HSAuint32)kfdsim_num_gpus : 1; /* the CPU, and the other GPUs with KFDSIM_P2P */
 	p->FComputeIdLo = GPU_FCOMPUTE_ID_BASE + 0x100 * (node - 1);
 	p->Capability.ui32.QueueSizePowerOfTwo = 1;
 	p->Capability.ui32.QueueSize32bit = 1;
@@ -486,13 +493,19 @@ HSAKMT_STATUS HSAKMTAPI hsaKmtGetNodeIoLinkProperties(HSAuint32 node, HSAuint32 
 	if (l == NULL) return HSAKMT_STATUS_INVALID_PARAMETER;
 	HsaIoLinkProperties links[KFDSIM_MAX_GPUS];
 	memset(links, 0, sizeof links);
-	HSAuint32 have = node == 0 ? (HSAuint32)kfdsim_num_gpus : 1;
+	HSAuint32 have = node == 0 || kfdsim_p2p ? (HSAuint32)kfdsim_num_gpus : 1;
 	for (HSAuint32 i = 0; i < have; i++) {
 		links[i].IoLinkType = HSA_IOLINKTYPE_PCIEXPRESS;
 		links[i].VersionMajor = 4;
 		links[i].NodeFrom = node;
 		links[i].NodeTo = node == 0 ? i + 1 : 0;
 		links[i].Weight = 20;
+		if (node != 0 && i > 0) {
+			/* A P2P link to another GPU: node i+1 for i < node, skipping
+			 * this GPU itself. */
+			links[i].NodeTo = i < node ? i : i + 1;
+			links[i].Weight = 40;
+		}
 		links[i].MinimumBandwidth = 16000;
 		links[i].MaximumBandwidth = 32000;
 		links[i].RecTransferSize = 4096;

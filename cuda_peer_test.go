@@ -1,0 +1,50 @@
+package rocsync
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rocsync/rocsync/cublas"
+	"github.com/rocsync/rocsync/cuda"
+	"github.com/rocsync/rocsync/internal/cudadev/fakelib"
+)
+
+// The CUDA backend's peer copies through the real purego bindings, over
+// the fake libcuda (two devices, work run at the call): the chain's copies
+// go through cuDeviceCanAccessPeer, cuCtxEnablePeerAccess and
+// cuMemcpyPeerAsync, or, forced, through portable pinned memory, and the
+// results equal the CPU reference. The ordering itself is what the
+// emulator's tests check; on two NVIDIA GPUs the same tests run with
+// ROCSYNC_GPU=1 ROCSYNC_BACKEND=cuda.
+func TestCopyPeerOnFakeCUDA(t *testing.T) {
+	if gpuRun() {
+		t.Skip("the fake libcuda stands in for a GPU")
+	}
+	p, err := fakelib.Build()
+	if errors.Is(err, fakelib.ErrNoCompiler) {
+		t.Skip(err)
+	}
+	require.NoError(t, err)
+	t.Setenv(cuda.EnvLibCUDA, p.CUDA)
+	t.Setenv(cublas.EnvLibCUBLAS, p.CUBLAS)
+	for _, staged := range []bool{false, true} {
+		nop := zerolog.Nop()
+		devs, err := OpenAll(Options{Backend: CUDA, Policy: DeviceSide, Logger: &nop, stagePeerCopies: staged})
+		require.NoError(t, err)
+		require.Len(t, devs, 2)
+		direct, err := devs[0].PeerAccess(devs[1])
+		require.NoError(t, err)
+		require.Equal(t, !staged, direct)
+		pc := newPeerChain(t, devs)
+		for s := 0; s < 3; s++ {
+			require.NoError(t, pc.step())
+		}
+		pc.check(t, 3)
+		for _, d := range devs {
+			require.NoError(t, d.Close())
+		}
+	}
+}

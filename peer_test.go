@@ -1,0 +1,548 @@
+package rocsync
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rocsync/rocsync/driver"
+	"github.com/rocsync/rocsync/internal/emu"
+	"github.com/rocsync/rocsync/syncstate"
+)
+
+// openPeers opens n devices together: on the emulator (checker and random
+// delays on, peer access as given), or the GPUs of a ROCSYNC_GPU=1 run,
+// skipping when there are fewer than n.
+func openPeers(t *testing.T, p Policy, n int, mod ...func(*Options)) []*Device {
+	t.Helper()
+	nop := zerolog.Nop()
+	o := Options{Backend: Emulator, Policy: p, Logger: &nop,
+		Emulator: EmulatorOptions{Devices: n, HazardChecker: true, MaxDelay: 30 * time.Microsecond, Seed: 13}}
+	if gpuRun() {
+		o.Backend = gpuBackend()
+	}
+	for _, f := range mod {
+		f(&o)
+	}
+	devs, err := OpenAll(o)
+	require.NoError(t, err)
+	if len(devs) < n {
+		for _, d := range devs {
+			require.NoError(t, d.Close())
+		}
+		t.Skipf("needs %d GPUs, %d present (run it on a machine with more, such as nvidia-h200-x2)", n, len(devs))
+	}
+	t.Cleanup(func() {
+		for _, d := range devs {
+			require.NoError(t, d.Close())
+		}
+	})
+	return devs
+}
+
+// noPeerAccess is an emulated machine whose GPUs reach no other's memory:
+// every copy between them is staged through host memory.
+func noPeerAccess(o *Options) { o.Emulator.PeerAccess = func(int, int) bool { return false } }
+
+// evenPeersOnly lets only GPUs of the same parity reach each other, so
+// that one run has direct and staged copies.
+func evenPeersOnly(o *Options) {
+	o.Emulator.PeerAccess = func(a, b int) bool { return a%2 == b%2 }
+}
+
+// peerChain is a small data-parallel training step over the devices: each
+// device computes a gradient-like G_i = X_iᵀ·(X_i·W)² on its shard, the
+// gradients are gathered onto device 0 with peer copies and summed there,
+// device 0 updates W and the new W is copied back to every device. Every
+// step reads across devices both ways: device 0 reads the others'
+// gradients, the others read device 0's weights, and device 0's next update
+// overwrites weights the others' copies read.
+type peerChain struct {
+	devs    []*Device
+	tasks   []*Task
+	x, w    []*Array // per device: the shard, the weights
+	h, g, G []*Array // per device: X·W, its square, the gradient
+	recv    []*Array // on device 0: device i's gradient
+	acc     *Array   // on device 0
+	rows    int      // of each shard
+	k, c    int
+	lr      float64
+	// settle, if set, runs after every op: the checker's self-test lets
+	// each op finish, unobserved by the host, so that the races it
+	// reports are not also data races of the test process.
+	settle func()
+}
+
+func newPeerChain(t *testing.T, devs []*Device) *peerChain {
+	t.Helper()
+	const rows, k, c = 6, 5, 3
+	pc := &peerChain{devs: devs, rows: rows, k: k, c: c, lr: 0.01}
+	w0 := make([]float32, k*c)
+	for i := range w0 {
+		w0[i] = float32(i%7)/10 - 0.3
+	}
+	for i, d := range devs {
+		tk, err := d.NewTask()
+		require.NoError(t, err)
+		pc.tasks = append(pc.tasks, tk)
+		xs := make([]float32, rows*k)
+		for j := range xs {
+			xs[j] = float32((j*3+i*5)%11)/20 - 0.25
+		}
+		x, err := d.FromFloat32(rows, k, xs)
+		require.NoError(t, err)
+		w, err := d.FromFloat32(k, c, w0)
+		require.NoError(t, err)
+		pc.x, pc.w = append(pc.x, x), append(pc.w, w)
+		for _, dst := range []*[]*Array{&pc.h, &pc.g} {
+			a, err := d.Empty(rows, c, Float32)
+			require.NoError(t, err)
+			*dst = append(*dst, a)
+		}
+		G, err := d.Empty(k, c, Float32)
+		require.NoError(t, err)
+		pc.G = append(pc.G, G)
+		r, err := devs[0].Empty(k, c, Float32)
+		require.NoError(t, err)
+		pc.recv = append(pc.recv, r)
+	}
+	var err error
+	pc.acc, err = devs[0].Empty(k, c, Float32)
+	require.NoError(t, err)
+	return pc
+}
+
+// step submits one training step; nothing waits on the host unless the
+// policy does.
+func (pc *peerChain) do(err error) error {
+	if pc.settle != nil {
+		pc.settle()
+	}
+	return err
+}
+
+func (pc *peerChain) step() error {
+	for i, tk := range pc.tasks {
+		if err := pc.do(tk.MatMulInto(pc.h[i], pc.x[i], pc.w[i], false, false)); err != nil {
+			return fmt.Errorf("gpu%d h: %w", i, err)
+		}
+		if err := pc.do(tk.MulInto(pc.g[i], pc.h[i], pc.h[i])); err != nil {
+			return fmt.Errorf("gpu%d g: %w", i, err)
+		}
+		if err := pc.do(tk.MatMulInto(pc.G[i], pc.x[i], pc.g[i], true, false)); err != nil {
+			return fmt.Errorf("gpu%d G: %w", i, err)
+		}
+	}
+	t0 := pc.tasks[0]
+	if err := pc.do(t0.CopyInto(pc.acc, pc.G[0])); err != nil {
+		return err
+	}
+	for i := 1; i < len(pc.devs); i++ {
+		if err := pc.do(t0.CopyPeer(pc.recv[i], pc.G[i])); err != nil {
+			return fmt.Errorf("gather from gpu%d: %w", i, err)
+		}
+		if err := pc.do(t0.AddInto(pc.acc, pc.acc, pc.recv[i])); err != nil {
+			return err
+		}
+	}
+	if err := pc.do(t0.AXPYInto(pc.w[0], -pc.lr, pc.acc, pc.w[0])); err != nil {
+		return err
+	}
+	for i := 1; i < len(pc.devs); i++ {
+		if err := pc.do(pc.tasks[i].CopyPeer(pc.w[i], pc.w[0])); err != nil {
+			return fmt.Errorf("broadcast to gpu%d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// reference runs the same steps on the CPU in float64.
+func (pc *peerChain) reference(t *testing.T, steps int) []float64 {
+	t.Helper()
+	k, c, rows := pc.k, pc.c, pc.rows
+	w := make([]float64, k*c)
+	for i := range w {
+		w[i] = float64(float32(i%7)/10 - 0.3)
+	}
+	xs := make([][]float64, len(pc.devs))
+	for i := range xs {
+		xs[i] = make([]float64, rows*k)
+		for j := range xs[i] {
+			xs[i][j] = float64(float32((j*3+i*5)%11)/20 - 0.25)
+		}
+	}
+	for s := 0; s < steps; s++ {
+		acc := make([]float64, k*c)
+		for _, x := range xs {
+			g := make([]float64, rows*c)
+			for r := 0; r < rows; r++ {
+				for j := 0; j < c; j++ {
+					var h float64
+					for q := 0; q < k; q++ {
+						h += x[r*k+q] * w[q*c+j]
+					}
+					g[r*c+j] = h * h
+				}
+			}
+			for q := 0; q < k; q++ {
+				for j := 0; j < c; j++ {
+					var v float64
+					for r := 0; r < rows; r++ {
+						v += x[r*k+q] * g[r*c+j]
+					}
+					acc[q*c+j] += v
+				}
+			}
+		}
+		for i := range w {
+			w[i] -= pc.lr * acc[i]
+		}
+	}
+	return w
+}
+
+// check reads every device's weights back and compares them with the CPU.
+func (pc *peerChain) check(t *testing.T, steps int) {
+	t.Helper()
+	want := pc.reference(t, steps)
+	for i, w := range pc.w {
+		got, err := w.Float32s()
+		require.NoError(t, err, "gpu%d", i)
+		for j := range want {
+			require.InDelta(t, want[j], float64(got[j]), 1e-4*math.Max(1, math.Abs(want[j])), "gpu%d w[%d]", i, j)
+		}
+	}
+}
+
+// implicitHostWaits sums the host waits an op made for ordering (not
+// read-backs, Synchronize, Close or frees).
+func implicitHostWaits(s Stats) uint64 {
+	return s.HostWaitsFor(ReasonBoundary) + s.HostWaitsFor(ReasonCrossQueue) + s.HostWaitsFor(ReasonCrossDevice) +
+		s.HostWaitsFor(ReasonThrottle) + s.HostWaitsFor(ReasonWaitAlways)
+}
+
+// The acceptance chain: 2 and 4 devices, direct and staged peer copies,
+// every policy, checker and random delays on. Results equal the CPU
+// reference on every device, the checker finds nothing, and the host waits
+// are what the policy says: none at all where every crossing can wait on
+// the device (Unified; DeviceBridge), none between streams of one kind
+// (DeviceSide, which still host-waits at the HSA↔HIP boundary, also when
+// that boundary is between two devices).
+func TestPeerCopyTrainingChain(t *testing.T) {
+	const steps = 4
+	for _, n := range []int{2, 4} {
+		for _, access := range []struct {
+			name string
+			mod  func(*Options)
+		}{{"direct", func(*Options) {}}, {"staged", noPeerAccess}, {"mixed", evenPeersOnly}} {
+			for _, p := range syncstate.Policies {
+				t.Run(fmt.Sprintf("%dgpus/%s/%v", n, access.name, p), func(t *testing.T) {
+					mod := access.mod
+					if gpuRun() {
+						// Peer links are the hardware's: staging is forced.
+						switch access.name {
+						case "staged":
+							mod = func(o *Options) { o.stagePeerCopies = true }
+						case "mixed":
+							t.Skip("which pairs have peer access is the hardware's to choose")
+						}
+					}
+					devs := openPeers(t, p, n, mod)
+					for i := 1; i < n; i++ {
+						direct, err := devs[0].PeerAccess(devs[i])
+						require.NoError(t, err)
+						switch {
+						case devs[0].Emulated():
+							want := access.name == "direct" || (access.name == "mixed" && i%2 == 0)
+							require.Equal(t, want, direct, "gpu0 <- gpu%d", i)
+						case access.name == "staged":
+							require.False(t, direct, "staging forced")
+						default:
+							t.Logf("gpu0 <- gpu%d: peer access %v", i, direct)
+						}
+					}
+					pc := newPeerChain(t, devs)
+					var before []Stats
+					for _, d := range devs {
+						before = append(before, d.Stats())
+					}
+					for s := 0; s < steps; s++ {
+						require.NoError(t, pc.step())
+					}
+					var implicit, crossQueue uint64
+					for i, d := range devs {
+						st := d.Stats().Sub(before[i])
+						implicit += implicitHostWaits(st)
+						crossQueue += st.HostWaitsFor(ReasonCrossQueue)
+						t.Logf("gpu%d: %v", i, st)
+					}
+					pc.check(t, steps)
+					for _, d := range devs {
+						require.Empty(t, d.Hazards())
+					}
+					switch p {
+					case Unified, DeviceBridge:
+						if p == DeviceBridge && !devs[0].Emulated() && devs[0].Backend() == "rocm" {
+							break // HIP before 5.6 host-waits at the boundary
+						}
+						require.Zero(t, implicit, "host waits where the device can wait")
+					case DeviceSide:
+						require.Zero(t, crossQueue)
+					}
+				})
+			}
+		}
+	}
+}
+
+// A copy on device 1 of a buffer device 0's stream is still writing waits
+// for it on the device under DeviceSide (an event from device 0 waited for
+// by device 1's stream), and on the host, counted as cross-device, under
+// SkipSameQueue. The producer is held so that it cannot have completed
+// when the copy is ordered.
+func TestCrossDeviceWaitDecision(t *testing.T) {
+	for _, p := range []Policy{DeviceSide, SkipSameQueue, Unified} {
+		t.Run(p.String(), func(t *testing.T) {
+			devs := openPeers(t, p, 2)
+			emulatorOnly(t, devs[0], "it holds the device")
+			a, b := devs[0], devs[1]
+			src, err := a.NewBuffer(256)
+			require.NoError(t, err)
+			tmp, err := a.NewBuffer(256)
+			require.NoError(t, err)
+			dst, err := b.NewBuffer(256)
+			require.NoError(t, err)
+			in := make([]byte, 256)
+			for i := range in {
+				in[i] = byte(i)
+			}
+			ta, tb := a.DefaultTask(), b.DefaultTask()
+			require.NoError(t, ta.Upload(tmp, in))
+			require.NoError(t, ta.Synchronize())
+			release := a.machine.Hold()
+			require.NoError(t, ta.CopyBuffer(src, tmp)) // on gpu0's library stream, held
+			sa, sb := a.Stats(), b.Stats()
+			if p == SkipSameQueue {
+				go func() { time.Sleep(20 * time.Millisecond); release() }()
+			}
+			require.NoError(t, tb.CopyPeer(dst, src))
+			release()
+			db := b.Stats().Sub(sb)
+			switch p {
+			case SkipSameQueue:
+				require.EqualValues(t, 1, db.HostWaitsFor(ReasonCrossDevice), "%v", db)
+				require.Zero(t, db.DeviceWaits)
+			default:
+				require.Zero(t, db.HostWaitsTotal(), "%v", db)
+				require.EqualValues(t, 1, db.DeviceWaits, "%v", db)
+			}
+			// gpu0 overwrites src: it waits for gpu1's copy (a reader on
+			// gpu1's stream) the same way.
+			release = b.machine.Hold()
+			if p == SkipSameQueue {
+				go func() { time.Sleep(20 * time.Millisecond); release() }()
+			}
+			require.NoError(t, ta.Upload(src, make([]byte, 256)))
+			release()
+			da := a.Stats().Sub(sa)
+			if p == SkipSameQueue {
+				require.EqualValues(t, 1, da.HostWaitsFor(ReasonCrossDevice), "%v", da)
+			} else {
+				require.Zero(t, da.HostWaitsFor(ReasonCrossDevice), "%v", da)
+				require.NotZero(t, da.DeviceWaits, "%v", da)
+			}
+			got, err := dst.Bytes()
+			require.NoError(t, err)
+			require.Equal(t, in, got)
+			require.Empty(t, a.Hazards())
+		})
+	}
+}
+
+// The checker's self-test for this ordering: the same chain with only the
+// cross-device waits removed races, and the checker reports it, naming
+// queues of two devices. Direct and staged copies alike.
+func TestCrossDeviceWaitRemovedIsARace(t *testing.T) {
+	for _, access := range []struct {
+		name string
+		mod  func(*Options)
+	}{{"direct", func(*Options) {}}, {"staged", noPeerAccess}} {
+		t.Run(access.name, func(t *testing.T) {
+			devs := openPeers(t, DeviceSide, 2, access.mod, func(o *Options) {
+				o.disableCrossDeviceWaits = true
+				o.Emulator.MaxDelay = 200 * time.Microsecond
+			})
+			emulatorOnly(t, devs[0], "it needs the hazard checker")
+			pc := newPeerChain(t, devs)
+			pc.settle = devs[0].machine.Quiesce
+			for _, d := range devs {
+				d.peer.betweenHalves = d.machine.Quiesce
+			}
+			for s := 0; s < 4; s++ {
+				require.NoError(t, pc.step())
+			}
+			for _, d := range devs {
+				require.NoError(t, d.Synchronize())
+			}
+			hz := devs[0].Hazards()
+			require.NotEmpty(t, hz, "no race reported without the cross-device waits")
+			crossed := false
+			for _, h := range hz {
+				var he *emu.HazardError
+				require.True(t, errors.As(h, &he), "%T", h)
+				if strings.Contains(he.Queue+he.PriorQ, "gpu0") && strings.Contains(he.Queue+he.PriorQ, "gpu1") {
+					crossed = true
+				}
+			}
+			require.True(t, crossed, "no hazard between the two devices' queues: %v", hz)
+		})
+	}
+}
+
+// Bad input is a typed error and changes nothing.
+func TestCopyPeerBadInput(t *testing.T) {
+	devs := openPeers(t, DeviceSide, 2)
+	a, b := devs[0], devs[1]
+	tb := b.DefaultTask()
+	src, err := a.FromFloat32(2, 2, []float32{1, 2, 3, 4})
+	require.NoError(t, err)
+	dst, err := b.FromFloat32(2, 2, []float32{9, 9, 9, 9})
+	require.NoError(t, err)
+	small, err := b.Empty(1, 2, Float32)
+	require.NoError(t, err)
+	onA, err := a.Empty(2, 2, Float32)
+	require.NoError(t, err)
+	freed, err := a.FromFloat32(2, 2, []float32{1, 2, 3, 4})
+	require.NoError(t, err)
+	require.NoError(t, freed.Free())
+	nop := zerolog.Nop()
+	o := Options{Backend: Emulator, Logger: &nop, Emulator: EmulatorOptions{Devices: 2}}
+	if gpuRun() {
+		o.Backend = gpuBackend()
+	}
+	stranger, err := Open(o) // another Open call: not a peer
+	require.NoError(t, err)
+	defer func() { require.NoError(t, stranger.Close()) }()
+	far, err := stranger.FromFloat32(2, 2, []float32{1, 2, 3, 4})
+	require.NoError(t, err)
+	var nilArr *Array
+	var nilBuf *Buffer
+	for _, c := range []struct {
+		name string
+		kind error
+		call func() error
+	}{
+		{"nil destination", ErrNilArray, func() error { return tb.CopyPeer(nil, src) }},
+		{"nil source", ErrNilArray, func() error { return tb.CopyPeer(dst, nil) }},
+		{"typed nil array", ErrNilArray, func() error { return tb.CopyPeer(nilArr, src) }},
+		{"typed nil buffer", ErrNilArray, func() error { return tb.CopyPeer(dst, nilBuf) }},
+		{"size mismatch", ErrShape, func() error { return tb.CopyPeer(small, src) }},
+		{"destination not on the task's device", ErrDeviceMismatch, func() error { return tb.CopyPeer(onA, src) }},
+		{"freed source", ErrFreed, func() error { return tb.CopyPeer(dst, freed) }},
+		{"another Open's device", ErrDeviceMismatch, func() error { return tb.CopyPeer(dst, far) }},
+		{"nil task", ErrInvalid, func() error { var z *Task; return z.CopyPeer(dst, src) }},
+		{"peer of itself", ErrDeviceMismatch, func() error { _, err := a.PeerAccess(a); return err }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.call()
+			require.ErrorIs(t, err, c.kind)
+			var e *Error
+			require.ErrorAs(t, err, &e)
+		})
+	}
+	// Same device is CopyBuffer.
+	require.NoError(t, a.DefaultTask().CopyPeer(onA, src))
+	got, err := onA.Float32s()
+	require.NoError(t, err)
+	require.Equal(t, []float32{1, 2, 3, 4}, got)
+	// Nothing was written by the refused copies.
+	got, err = dst.Float32s()
+	require.NoError(t, err)
+	require.Equal(t, []float32{9, 9, 9, 9}, got)
+	// A closed source device.
+	require.NoError(t, a.Close())
+	require.ErrorIs(t, tb.CopyPeer(dst, src), ErrClosed)
+}
+
+// Closing the source device waits for a copy another device's stream is
+// still making out of its memory: the memory is not released under it.
+func TestSourceCloseWaitsForPeerCopy(t *testing.T) {
+	devs := openPeers(t, DeviceSide, 2)
+	emulatorOnly(t, devs[0], "it holds the device")
+	a, b := devs[0], devs[1]
+	src, err := a.FromFloat32(4, 4, randMatrix(3, 4))
+	require.NoError(t, err)
+	want, err := src.Float32s()
+	require.NoError(t, err)
+	dst, err := b.Empty(4, 4, Float32)
+	require.NoError(t, err)
+	tb := b.DefaultTask()
+	release := a.machine.Hold()
+	require.NoError(t, tb.CopyPeer(dst, src))
+	before := a.Stats()
+	go func() { time.Sleep(20 * time.Millisecond); release() }()
+	require.NoError(t, a.Close())
+	lib := tb.drv.Timeline(driver.LaneLibrary)
+	require.GreaterOrEqual(t, lib.Completed(), lib.LastTicket(), "gpu0 closed while gpu1 still copied out of it")
+	require.EqualValues(t, 1, a.Stats().Sub(before).HostWaitsFor(ReasonSync), "one wait, for the copy out of it")
+	got, err := dst.Float32s()
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+	require.Empty(t, b.Hazards())
+}
+
+// Copies each way between two devices while both close: every call
+// returns (nil, or ErrClosed once its device or the source closed), and
+// neither Close waits for the other forever.
+func TestCopyPeerBothWaysWhileClosing(t *testing.T) {
+	nop := zerolog.Nop()
+	for round := 0; round < 5; round++ {
+		devs, err := OpenAll(Options{Backend: Emulator, Logger: &nop,
+			Emulator: EmulatorOptions{Devices: 2, HazardChecker: true, MaxDelay: 20 * time.Microsecond, Seed: uint64(round)}})
+		require.NoError(t, err)
+		var bufs [2]*Buffer
+		var tasks [2]*Task
+		for i, d := range devs {
+			bufs[i], err = d.NewBuffer(4096)
+			require.NoError(t, err)
+			tasks[i], err = d.NewTask()
+			require.NoError(t, err)
+		}
+		done := make(chan error, 4)
+		for i := range devs {
+			go func(i int) {
+				var err error
+				for n := 0; n < 200 && err == nil; n++ {
+					err = tasks[i].CopyPeer(bufs[i], bufs[1-i])
+				}
+				if err != nil && !errors.Is(err, ErrClosed) {
+					done <- err
+					return
+				}
+				done <- nil
+			}(i)
+		}
+		for _, d := range devs {
+			go func(d *Device) {
+				time.Sleep(time.Duration(round) * 200 * time.Microsecond)
+				done <- d.Close()
+			}(d)
+		}
+		timeout := time.After(20 * time.Second)
+		for range 4 {
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+			case <-timeout:
+				t.Fatal("copies and Closes wait for one another")
+			}
+		}
+		require.Empty(t, devs[0].Hazards())
+	}
+}
