@@ -100,7 +100,10 @@ func checkTrace(t *testing.T, data []byte, name string, st Stats) {
 }
 
 func countsOf(st Stats) tracecheck.Counts {
-	c := tracecheck.Counts{Dispatches: st.Dispatches, DeviceWaits: st.DeviceWaits, HostWaits: map[string]uint64{}}
+	// On the emulator every op's queue or stream times it on the device
+	// (its 100 MHz clock ticks every 10 ns).
+	c := tracecheck.Counts{Dispatches: st.Dispatches, DeviceWaits: st.DeviceWaits, HostWaits: map[string]uint64{},
+		GPUSpans: st.Dispatches, ClockSkew: 0.01}
 	for _, r := range syncstate.Reasons {
 		c.HostWaits[r.String()] = st.HostWaits[r]
 	}

@@ -55,6 +55,9 @@ type Dispatch struct {
 type entry struct {
 	sig  *Signal
 	deps [hsa.BarrierAndMaxDependencies]*Signal
+	// timed: a dispatch submitted with timing on, whose times are read
+	// from sig when it retires.
+	timed bool
 }
 
 // Queue is one HSA queue with its completion tracking.
@@ -101,6 +104,11 @@ type Queue struct {
 	// hostBridge, when set, does the same for fences of host lanes: the
 	// lane completes the signal after the function.
 	hostBridge func(syncstate.Fence) (*Signal, error)
+
+	agent hsa.Agent
+	// timing, under mu, is the dispatch profiling EnableTiming turned on.
+	timing     *timing
+	timingLost atomic.Uint64
 }
 
 // SetBridge lets the queue wait on the device for fences of other domains:
@@ -142,7 +150,7 @@ func New(rt hsa.Runtime, c Config) (*Queue, error) {
 		return nil, fmt.Errorf("queue: size %d is not a power of two", c.Size)
 	}
 	q := &Queue{rt: rt, name: c.Name, signals: c.Signals, sinks: c.Sinks, kernargPool: c.KernargPool, timeout: c.WaitTimeout,
-		onThrottle: c.OnThrottle}
+		onThrottle: c.OnThrottle, agent: c.Agent}
 	hq, err := rt.QueueCreate(c.Agent, c.Size, hsa.QueueTypeSingle, q.onError)
 	if err != nil {
 		return nil, err
@@ -337,6 +345,10 @@ func (q *Queue) retireLocked() {
 			break
 		}
 		q.completed.Store(c + 1)
+		if e.timed {
+			e.timed = false
+			q.reportTimeLocked(c+1, e.sig)
+		}
 		e.sig.Release()
 		for i, d := range e.deps {
 			if d != nil {
@@ -559,6 +571,7 @@ func (q *Queue) Dispatch(d *Dispatch) (uint64, error) {
 	}
 	slot := hsa.Slot(q.hq, idx)
 	p.EncodeBody(slot)
+	q.slot(idx + 1).timed = q.timing != nil
 	return q.publishLocked(idx, sig, slot, p.FirstWord()), nil
 }
 

@@ -146,6 +146,9 @@ type Stream struct {
 	// hostBridge, when set, makes this stream wait on the device for a
 	// fence of a host lane (syncstate.DomainHost).
 	hostBridge func(s *Stream, f syncstate.Fence) error
+
+	// timing, set once by EnableTiming, times every op (tracing).
+	timing atomic.Pointer[timing]
 }
 
 var _ syncstate.Timeline = (*Stream)(nil)
@@ -231,11 +234,22 @@ func (s *Stream) Submit(enqueue func(stream uintptr) error) (uint64, error) {
 	if s.s == 0 {
 		return 0, fmt.Errorf("%w: %s", ErrClosed, s.name)
 	}
+	tm := s.timing.Load()
+	var start uintptr
+	if tm != nil {
+		start = s.startTimingLocked(tm)
+	}
 	if err := enqueue(s.s); err != nil {
+		if tm != nil {
+			s.stopTimingLocked(tm, start, 0, false)
+		}
 		return 0, err
 	}
 	t := s.lastTicket.Load() + 1
 	s.lastTicket.Store(t)
+	if tm != nil {
+		s.stopTimingLocked(tm, start, t, true)
+	}
 	if s.maxInFlight >= 4 && t%(s.maxInFlight/4) == 0 {
 		s.markLocked(t)
 	}
@@ -353,6 +367,9 @@ func (s *Stream) settle() {
 // usually the producer's newest ops, and a query that cannot prove those
 // complete would cost as much as the device wait it might save.
 func (s *Stream) Completed() uint64 {
+	if tm := s.timing.Load(); tm != nil {
+		s.pollTiming(tm)
+	}
 	c := s.completed.Load()
 	last := s.lastTicket.Load()
 	if c == last || !s.mu.TryLock() {
@@ -721,6 +738,9 @@ func (s *Stream) Close() error {
 	defer s.mu.Unlock()
 	if err != nil {
 		s.failLocked(err, s.lastTicket.Load())
+	}
+	if e := s.destroyTimingLocked(); e != nil && err == nil {
+		err = e // the drain reached every timing event
 	}
 	if s.s != 0 {
 		// hipStreamDestroy lets pending work finish, so after it every

@@ -223,7 +223,17 @@ type Counts struct {
 	Dispatches  uint64
 	HostWaits   map[string]uint64
 	DeviceWaits uint64
+	// GPUSpans is how many ops have device timestamps (slices of category
+	// "gpu" on the "<timeline> (GPU)" tracks).
+	GPUSpans uint64
+	// ClockSkew (µs) is how far a device timestamp may fall before the
+	// host time it follows: the device clock's tick and the error of
+	// mapping it to the host's clock.
+	ClockSkew float64
 }
+
+// GPUSuffix ends the name of a timeline's track of device timestamps.
+const GPUSuffix = " (GPU)"
 
 // Check compares what the process named process shows with c: a slice
 // per op on the track of its queue or stream (named by its fence) and one
@@ -266,6 +276,9 @@ func (t *Trace) Check(process string, c Counts) error {
 			return fmt.Errorf("tracecheck: submission of %q off the host tracks", s.Name)
 		}
 	}
+	if err := t.checkGPU(pid, c, used); err != nil {
+		return err
+	}
 	hasHost := false
 	for _, n := range t.TrackNames(pid) {
 		hasHost = hasHost || n == "host"
@@ -302,12 +315,19 @@ func (t *Trace) Check(process string, c Counts) error {
 			return fmt.Errorf("tracecheck: %d %s host-wait slices, none counted", n, r)
 		}
 	}
-	var device, host, total uint64
+	var device, host, total, gpuFlows uint64
 	for _, n := range c.HostWaits {
 		total += n
 	}
 	for _, f := range t.Flows {
 		if f.From.PID != pid || f.To.PID != pid {
+			continue
+		}
+		if f.Name == "gpu" {
+			if f.FromSlice.Cat != "submit" || f.ToSlice.Cat != "gpu" || f.FromSlice.Arg("fence") != f.ToSlice.Arg("fence") {
+				return fmt.Errorf("tracecheck: gpu flow from %q (%s) to %q (%s)", f.FromSlice.Name, f.FromSlice.Arg("fence"), f.ToSlice.Name, f.ToSlice.Arg("fence"))
+			}
+			gpuFlows++
 			continue
 		}
 		if t.IsHost(f.From) || f.FromSlice.Cat != "op" {
@@ -337,11 +357,58 @@ func (t *Trace) Check(process string, c Counts) error {
 			return fmt.Errorf("tracecheck: unknown flow %q", f.Name)
 		}
 	}
+	if gpuFlows != c.GPUSpans {
+		return fmt.Errorf("tracecheck: %d gpu flows, %d ops with device timestamps", gpuFlows, c.GPUSpans)
+	}
 	if device != c.DeviceWaits {
 		return fmt.Errorf("tracecheck: %d device-wait flows, %d device waits", device, c.DeviceWaits)
 	}
 	if host+noProducer != total {
 		return fmt.Errorf("tracecheck: %d host-wait flows and %d waits without a producer, %d host waits", host, noProducer, total)
+	}
+	return nil
+}
+
+// checkGPU checks the device-timestamp slices: c.GPUSpans of them, each
+// on the GPU track of its op's timeline, no earlier than its op's
+// submission began, and none overlapping another on its track (queues and
+// streams run their ops in order). It marks the GPU tracks used.
+func (t *Trace) checkGPU(pid int, c Counts, used map[string]bool) error {
+	gpu := t.Slices(pid, "gpu")
+	if n := uint64(len(gpu)); n != c.GPUSpans {
+		return fmt.Errorf("tracecheck: %d gpu slices, %d ops with device timestamps", n, c.GPUSpans)
+	}
+	submitted := map[string]float64{}
+	for _, s := range t.Slices(pid, "submit") {
+		submitted[s.Arg("fence")] = *s.TS
+	}
+	skew := c.ClockSkew
+	byTrack := map[Track][]Event{}
+	for _, g := range gpu {
+		track := t.Tracks[g.Track()]
+		fence := g.Arg("fence")
+		tl, _, ok := splitFence(fence)
+		if !ok || track != tl+GPUSuffix {
+			return fmt.Errorf("tracecheck: gpu slice at %q drawn on %s", fence, track)
+		}
+		sub, ok := submitted[fence]
+		if !ok {
+			return fmt.Errorf("tracecheck: gpu slice at %s has no submission", fence)
+		}
+		if *g.TS+skew < sub {
+			return fmt.Errorf("tracecheck: the op at %s starts on the GPU at %.3f µs, before its submission began at %.3f", fence, *g.TS, sub)
+		}
+		used[track] = true
+		byTrack[g.Track()] = append(byTrack[g.Track()], g)
+	}
+	for tr, gs := range byTrack {
+		sort.Slice(gs, func(i, j int) bool { return *gs[i].TS < *gs[j].TS })
+		for i := 1; i < len(gs); i++ {
+			if end := *gs[i-1].TS + *gs[i-1].Dur; *gs[i].TS+skew < end {
+				return fmt.Errorf("tracecheck: on %s the op at %s (%.3f µs) starts before the op at %s ends (%.3f)", t.Tracks[tr],
+					gs[i].Arg("fence"), *gs[i].TS, gs[i-1].Arg("fence"), end)
+			}
+		}
 	}
 	return nil
 }
