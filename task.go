@@ -228,7 +228,7 @@ func (t *Task) submit(name string, operands []access) (syncstate.Fence, error) {
 	op := &t.op
 	defer func() { op.Call, op.Host, op.Func = nil, nil, nil }() // hold nothing of the caller's
 	tl := t.drv.Timeline(op.Lane)
-	tr := d.trace
+	tr := d.tracer()
 	var began time.Duration
 	if tr != nil {
 		began = tr.now()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rocsync/rocsync/driver"
 	"github.com/rocsync/rocsync/internal/tracecheck"
+	"github.com/rocsync/rocsync/internal/traceopt"
 	"github.com/rocsync/rocsync/syncstate"
 )
 
@@ -77,6 +78,9 @@ var envTrace struct {
 // records into that file, rewritten whenever its last open device
 // closes), else none.
 func traceFor(o Options) *Trace {
+	if !traceopt.Enabled {
+		return nil
+	}
 	if o.Trace != nil {
 		return o.Trace
 	}
@@ -86,6 +90,16 @@ func traceFor(o Options) *Trace {
 	}
 	envTrace.once.Do(func() { envTrace.tr = NewTraceFile(path) })
 	return envTrace.tr
+}
+
+// tracer is the device's trace, or a constant nil where the build
+// compiled the trace out (rocsync_notrace): the submit path's hooks then
+// fold away.
+func (d *Device) tracer() *traceProc {
+	if !traceopt.Enabled {
+		return nil
+	}
+	return d.trace
 }
 
 // traceProc is one device's part of a trace (a process in the JSON).

@@ -1,3 +1,5 @@
+//go:build !rocsync_notrace
+
 package rocsync
 
 import (

@@ -20,6 +20,7 @@ import (
 
 	"github.com/rocsync/rocsync/hsa"
 	"github.com/rocsync/rocsync/internal/testhooks"
+	"github.com/rocsync/rocsync/internal/traceopt"
 	"github.com/rocsync/rocsync/syncstate"
 )
 
@@ -345,7 +346,7 @@ func (q *Queue) retireLocked() {
 			break
 		}
 		q.completed.Store(c + 1)
-		if e.timed {
+		if traceopt.Enabled && e.timed {
 			e.timed = false
 			q.reportTimeLocked(c+1, e.sig)
 		}
@@ -571,7 +572,7 @@ func (q *Queue) Dispatch(d *Dispatch) (uint64, error) {
 	}
 	slot := hsa.Slot(q.hq, idx)
 	p.EncodeBody(slot)
-	q.slot(idx + 1).timed = q.timing != nil
+	q.slot(idx + 1).timed = traceopt.Enabled && q.timing != nil
 	return q.publishLocked(idx, sig, slot, p.FirstWord()), nil
 }
 

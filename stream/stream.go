@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rocsync/rocsync/internal/traceopt"
 	"github.com/rocsync/rocsync/syncstate"
 )
 
@@ -234,7 +235,10 @@ func (s *Stream) Submit(enqueue func(stream uintptr) error) (uint64, error) {
 	if s.s == 0 {
 		return 0, fmt.Errorf("%w: %s", ErrClosed, s.name)
 	}
-	tm := s.timing.Load()
+	var tm *timing
+	if traceopt.Enabled {
+		tm = s.timing.Load()
+	}
 	var start uintptr
 	if tm != nil {
 		start = s.startTimingLocked(tm)
@@ -367,8 +371,10 @@ func (s *Stream) settle() {
 // usually the producer's newest ops, and a query that cannot prove those
 // complete would cost as much as the device wait it might save.
 func (s *Stream) Completed() uint64 {
-	if tm := s.timing.Load(); tm != nil {
-		s.pollTiming(tm)
+	if traceopt.Enabled {
+		if tm := s.timing.Load(); tm != nil {
+			s.pollTiming(tm)
+		}
 	}
 	c := s.completed.Load()
 	last := s.lastTicket.Load()
