@@ -6,8 +6,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"testing"
 	"time"
 
@@ -206,4 +208,52 @@ func TestTraceWithDebugLog(t *testing.T) {
 	st := d.Stats()
 	require.EqualValues(t, st.HostWaits[ReasonBoundary], bytes.Count(log.Bytes(), []byte("reason=boundary")), "boundary waits logged")
 	require.NotZero(t, st.HostWaits[ReasonBoundary])
+}
+
+// Every op of a traced run has device timestamps on its timeline's GPU
+// track (HSA dispatch profiling on queues, timing events on HIP and CUDA
+// streams): as many GPU slices as dispatches, each after its submission
+// began, none overlapping another on its in-order queue or stream, each
+// with a flow from its submission. It runs where the suite runs: on the
+// emulator by default, on the GPU with ROCSYNC_GPU=1 (ROCSYNC_BACKEND=cuda
+// for NVIDIA); ROCSYNC_TRACE_OUT=file keeps the trace.
+func TestTraceDeviceTimestamps(t *testing.T) {
+	if suiteOn() == onSimulatedDriver {
+		t.Skip("the simulated driver's packet processor writes no dispatch timestamps")
+	}
+	for _, pol := range []Policy{DeviceSide, Unified, DeviceBridge} {
+		t.Run(pol.String(), func(t *testing.T) {
+			var buf bytes.Buffer
+			d := openStrict(t, pol, func(o *Options) { o.Trace, o.TraceName = NewTrace(&buf), "timed" })
+			traceWork(t, d)
+			require.NoError(t, d.Close())
+			st := d.Stats()
+			if out := os.Getenv("ROCSYNC_TRACE_OUT"); out != "" {
+				require.NoError(t, os.WriteFile(fmt.Sprintf("%s.%s.json", out, pol), buf.Bytes(), 0o600))
+			}
+			tr, err := tracecheck.Parse(buf.Bytes())
+			require.NoError(t, err)
+			c := countsOf(st)
+			c.GPUSpans = st.Dispatches
+			if gpuRun() {
+				// Device clocks mapped to the host's: HSA's system clock
+				// read once, CUDA's and HIP's float-millisecond elapsed
+				// times from a reference event.
+				c.ClockSkew = 5
+			}
+			require.NoError(t, tr.Check("timed", c))
+			pid, _ := tr.ProcessByName("timed")
+			var gpu, op []float64
+			for _, s := range tr.Slices(pid, "gpu") {
+				gpu = append(gpu, *s.Dur)
+			}
+			for _, s := range tr.Slices(pid, "op") {
+				op = append(op, *s.Dur)
+			}
+			sort.Float64s(gpu)
+			sort.Float64s(op)
+			t.Logf("%d ops; device time per op (µs): median %.3f, max %.3f; execution slices as the host saw them: median %.3f, max %.3f; tracks %v",
+				len(gpu), gpu[len(gpu)/2], gpu[len(gpu)-1], op[len(op)/2], op[len(op)-1], tr.TrackNames(pid))
+		})
+	}
 }
