@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -219,7 +220,7 @@ func TestTraceWithDebugLog(t *testing.T) {
 // for NVIDIA); ROCSYNC_TRACE_OUT=file keeps the trace.
 func TestTraceDeviceTimestamps(t *testing.T) {
 	if suiteOn() == onSimulatedDriver {
-		t.Skip("the simulated driver's packet processor writes no dispatch timestamps")
+		t.Skip("TestTraceDeviceTimestampsOnSimulatedDriver runs this on the simulated driver")
 	}
 	for _, pol := range []Policy{DeviceSide, Unified, DeviceBridge} {
 		t.Run(pol.String(), func(t *testing.T) {
@@ -256,4 +257,48 @@ func TestTraceDeviceTimestamps(t *testing.T) {
 				len(gpu), gpu[len(gpu)/2], gpu[len(gpu)-1], op[len(op)/2], op[len(op)-1], tr.TrackNames(pid))
 		})
 	}
+}
+
+// On Debian's real ROCr and HIP 5.2.3 over the simulated driver, whose
+// packet processor writes each packet's start and end into its completion
+// signal (amd_signal_t start_ts, end_ts) and whose thunk answers
+// hsaKmtGetClockCounters: ROCr's hsa_amd_profiling_get_dispatch_time
+// gives every dispatch on the HSA queues its device times, HIP's
+// hipEventElapsedTime every op on its streams, and the trace draws them as
+// it does on the emulator.
+func TestTraceDeviceTimestampsOnSimulatedDriver(t *testing.T) {
+	childTest(t, simulatedSuiteRuns[0].gpus, nil, func(t *testing.T) {
+		var buf bytes.Buffer
+		nop := zerolog.Nop()
+		d, err := Open(Options{Backend: ROCm, Policy: DeviceSide, Logger: &nop, Trace: NewTrace(&buf), TraceName: "timed"})
+		require.NoError(t, err)
+		traceWork(t, d)
+		require.NoError(t, d.Close())
+		tr, err := tracecheck.Parse(buf.Bytes())
+		require.NoError(t, err)
+		pid, _ := tr.ProcessByName("timed")
+		ops := map[string]int{}
+		for _, s := range tr.Slices(pid, "op") {
+			ops[tr.Tracks[s.Track()]]++
+		}
+		timed := map[string]int{}
+		for _, s := range tr.Slices(pid, "gpu") {
+			timed[strings.TrimSuffix(tr.Tracks[s.Track()], tracecheck.GPUSuffix)]++
+		}
+		t.Logf("ops per track %v; ops with device times %v", ops, timed)
+		var queues, streams int
+		for track, n := range ops {
+			require.Equal(t, n, timed[track], "every op on %s has device times", track)
+			if strings.Contains(track, "/hsa-q") {
+				queues++
+			} else {
+				streams++
+			}
+		}
+		require.NotZero(t, queues)
+		require.NotZero(t, streams)
+		c := countsOf(d.Stats()) // every op has device times
+		c.ClockSkew = 5
+		require.NoError(t, tr.Check("timed", c))
+	})
 }
