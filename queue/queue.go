@@ -56,9 +56,6 @@ type Dispatch struct {
 type entry struct {
 	sig  *Signal
 	deps [hsa.BarrierAndMaxDependencies]*Signal
-	// timed: a dispatch submitted with timing on, whose times are read
-	// from sig when it retires.
-	timed bool
 }
 
 // Queue is one HSA queue with its completion tracking.
@@ -346,8 +343,7 @@ func (q *Queue) retireLocked() {
 			break
 		}
 		q.completed.Store(c + 1)
-		if traceopt.Enabled && e.timed {
-			e.timed = false
+		if traceopt.Enabled && q.timing != nil {
 			q.reportTimeLocked(c+1, e.sig)
 		}
 		e.sig.Release()
@@ -572,7 +568,9 @@ func (q *Queue) Dispatch(d *Dispatch) (uint64, error) {
 	}
 	slot := hsa.Slot(q.hq, idx)
 	p.EncodeBody(slot)
-	q.slot(idx + 1).timed = traceopt.Enabled && q.timing != nil
+	if traceopt.Enabled && q.timing != nil {
+		q.timing.timed[idx&q.mask] = true
+	}
 	return q.publishLocked(idx, sig, slot, p.FirstWord()), nil
 }
 

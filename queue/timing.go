@@ -21,6 +21,11 @@ type timing struct {
 	prof   hsa.Profiler
 	report TimingFunc
 	clock  SystemClock
+	// timed marks the ring slots holding a dispatch submitted with timing
+	// on (by packet index): barrier and marker packets are not timed. It
+	// sits here, not in the in-flight entries, so that a queue not timing
+	// keeps its entries small.
+	timed []bool
 }
 
 // SystemClock maps HSA system-clock ticks to the host clock: Ticks was
@@ -92,13 +97,18 @@ func (q *Queue) EnableTiming(report TimingFunc) error {
 	if err := prof.AMDProfilingSetProfilerEnabled(q.hq, true); err != nil {
 		return fmt.Errorf("%w: %w", ErrNoProfiling, err)
 	}
-	q.timing = &timing{prof: prof, report: report, clock: clock}
+	q.timing = &timing{prof: prof, report: report, clock: clock, timed: make([]bool, len(q.inflight))}
 	return nil
 }
 
 // reportTimeLocked reads the times of ticket t's dispatch from its
 // completion signal, which has completed and not yet been released.
 func (q *Queue) reportTimeLocked(t uint64, sig *Signal) {
+	slot := &q.timing.timed[(t-1)&q.mask]
+	if !*slot {
+		return // a barrier or marker packet, or submitted before timing
+	}
+	*slot = false
 	if from := q.brokenFrom.Load(); from != 0 && t >= from {
 		return // rocsync completed the signal itself: no dispatch ran
 	}
