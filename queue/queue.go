@@ -520,6 +520,9 @@ func (q *Queue) BarrierAnd(deps [hsa.BarrierAndMaxDependencies]*Signal) (uint64,
 	p.EncodeBody(slot)
 	e := q.slot(idx + 1)
 	e.deps = deps
+	if traceopt.Enabled && q.timing != nil {
+		q.timing.untimed[idx&q.mask] = true
+	}
 	return q.publishLocked(idx, sig, slot, p.FirstWord()), nil
 }
 
@@ -539,6 +542,9 @@ func (q *Queue) Marker(sig *Signal) (uint64, error) {
 	p := hsa.BarrierAndPacket{Header: header(hsa.PacketTypeBarrierAnd), CompletionSignal: sig.H}
 	slot := hsa.Slot(q.hq, idx)
 	p.EncodeBody(slot)
+	if traceopt.Enabled && q.timing != nil {
+		q.timing.untimed[idx&q.mask] = true
+	}
 	return q.publishLocked(idx, sig, slot, p.FirstWord()), nil
 }
 
@@ -568,9 +574,6 @@ func (q *Queue) Dispatch(d *Dispatch) (uint64, error) {
 	}
 	slot := hsa.Slot(q.hq, idx)
 	p.EncodeBody(slot)
-	if traceopt.Enabled && q.timing != nil {
-		q.timing.timed[idx&q.mask] = true
-	}
 	return q.publishLocked(idx, sig, slot, p.FirstWord()), nil
 }
 

@@ -21,11 +21,13 @@ type timing struct {
 	prof   hsa.Profiler
 	report TimingFunc
 	clock  SystemClock
-	// timed marks the ring slots holding a dispatch submitted with timing
-	// on (by packet index): barrier and marker packets are not timed. It
-	// sits here, not in the in-flight entries, so that a queue not timing
-	// keeps its entries small.
-	timed []bool
+	// untimed marks the ring slots (by packet index) holding a barrier or
+	// marker packet, which are not timed: only those packets pay for the
+	// mark, dispatches pay nothing, and a queue not timing keeps its
+	// in-flight entries small.
+	untimed []bool
+	// from is the first ticket submitted with timing on.
+	from uint64
 }
 
 // SystemClock maps HSA system-clock ticks to the host clock: Ticks was
@@ -97,18 +99,20 @@ func (q *Queue) EnableTiming(report TimingFunc) error {
 	if err := prof.AMDProfilingSetProfilerEnabled(q.hq, true); err != nil {
 		return fmt.Errorf("%w: %w", ErrNoProfiling, err)
 	}
-	q.timing = &timing{prof: prof, report: report, clock: clock, timed: make([]bool, len(q.inflight))}
+	q.timing = &timing{prof: prof, report: report, clock: clock, untimed: make([]bool, len(q.inflight)), from: q.lastTicket.Load() + 1}
 	return nil
 }
 
 // reportTimeLocked reads the times of ticket t's dispatch from its
 // completion signal, which has completed and not yet been released.
 func (q *Queue) reportTimeLocked(t uint64, sig *Signal) {
-	slot := &q.timing.timed[(t-1)&q.mask]
-	if !*slot {
-		return // a barrier or marker packet, or submitted before timing
+	if slot := &q.timing.untimed[(t-1)&q.mask]; *slot {
+		*slot = false
+		return // a barrier or marker packet
 	}
-	*slot = false
+	if t < q.timing.from {
+		return // submitted before timing was on
+	}
 	if from := q.brokenFrom.Load(); from != 0 && t >= from {
 		return // rocsync completed the signal itself: no dispatch ran
 	}
