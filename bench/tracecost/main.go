@@ -8,6 +8,11 @@
 // bootstrap 95% interval of the median.
 //
 //	go run ./bench/tracecost -rounds 20
+//	go run ./bench/tracecost -callgrind -benchtime 20000x
+//
+// -callgrind counts, under valgrind's callgrind, the instructions each
+// function of the submit path executes per op in both builds, which the
+// host's load does not change.
 //
 // -with and -without take binaries built elsewhere (to run on a machine
 // without Go, build them with CGO_ENABLED=0 go test -c [-tags
@@ -36,14 +41,15 @@ func main() {
 	benchtime := flag.String("benchtime", "100000x", "-test.benchtime of each run")
 	with := flag.String("with", "", "test binary with the trace compiled in (default: build it)")
 	without := flag.String("without", "", "test binary built with -tags rocsync_notrace (default: build it)")
+	callgrind := flag.Bool("callgrind", false, "count instructions per op under valgrind's callgrind instead of timing")
 	flag.Parse()
-	if err := run(*rounds, *bench, *benchtime, *with, *without); err != nil {
+	if err := run(*rounds, *bench, *benchtime, *with, *without, *callgrind); err != nil {
 		fmt.Fprintln(os.Stderr, "tracecost:", err)
 		os.Exit(1)
 	}
 }
 
-func run(rounds int, bench, benchtime, with, without string) error {
+func run(rounds int, bench, benchtime, with, without string, callgrind bool) error {
 	if with == "" || without == "" {
 		dir, err := os.MkdirTemp("", "tracecost")
 		if err != nil {
@@ -59,6 +65,9 @@ func run(rounds int, bench, benchtime, with, without string) error {
 				return fmt.Errorf("building %s: %w", b.out, err)
 			}
 		}
+	}
+	if callgrind {
+		return instructions(with, without, benchtime)
 	}
 	// ns/op by benchmark, per round, for each binary.
 	type pair struct{ with, without []float64 }
