@@ -7,6 +7,7 @@ package tracecheck
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -130,9 +131,12 @@ func Parse(data []byte) (*Trace, error) {
 			return nil, fmt.Errorf("tracecheck: event %d: unknown phase %q", i, e.Ph)
 		}
 	}
-	for tr := range slices {
+	for tr, ss := range slices {
 		if _, ok := t.Tracks[tr]; !ok {
 			return nil, fmt.Errorf("tracecheck: track %v holds slices but has no name", tr)
+		}
+		if err := nested(ss); err != nil {
+			return nil, fmt.Errorf("tracecheck: track %q: %w", t.Tracks[tr], err)
 		}
 		if _, ok := t.Processes[tr.PID]; !ok {
 			return nil, fmt.Errorf("tracecheck: process %d has no name", tr.PID)
@@ -176,6 +180,42 @@ func Parse(data []byte) (*Trace, error) {
 		return nil, fmt.Errorf("tracecheck: %d flow ends without a start", len(ends))
 	}
 	return t, nil
+}
+
+// nested checks that the slices of one track nest: each one either
+// inside another or apart from it, as Perfetto draws a track's slices as
+// a stack (slices that overlap only in part are import errors there).
+// Times are compared in whole nanoseconds, the precision rocsync writes
+// (µs with three decimals), so that float rounding does not make
+// adjacent slices overlap.
+func nested(ss []Event) error {
+	type span struct {
+		start, end int64
+		name       string
+	}
+	ns := func(us float64) int64 { return int64(math.Round(us * 1000)) }
+	sp := make([]span, len(ss))
+	for i, s := range ss {
+		sp[i] = span{ns(*s.TS), ns(*s.TS) + ns(*s.Dur), s.Name}
+	}
+	sort.SliceStable(sp, func(i, j int) bool {
+		if sp[i].start != sp[j].start {
+			return sp[i].start < sp[j].start
+		}
+		return sp[i].end > sp[j].end
+	})
+	var stack []span
+	for _, s := range sp {
+		for len(stack) > 0 && stack[len(stack)-1].end <= s.start {
+			stack = stack[:len(stack)-1]
+		}
+		if n := len(stack); n > 0 && s.end > stack[n-1].end {
+			top := stack[n-1]
+			return fmt.Errorf("slice %q [%d, %d] ns overlaps %q [%d, %d] ns in part", s.name, s.start, s.end, top.name, top.start, top.end)
+		}
+		stack = append(stack, s)
+	}
+	return nil
 }
 
 // ProcessByName returns the pid of the process named name.

@@ -60,6 +60,7 @@ func TestCheckerFires(t *testing.T) {
 	}{
 		{"phase", `"ph":"X","name":"Mul","cat":"op"`, `"ph":"B","name":"Mul","cat":"op"`, goodCounts, "unknown phase"},
 		{"negative duration", `"ts":1,"dur":4`, `"ts":1,"dur":-4`, goodCounts, "dur >= 0"},
+		{"slices overlap in part", `"cat":"submit","pid":1,"tid":0,"ts":9,"dur":1`, `"cat":"submit","pid":1,"tid":0,"ts":7.5,"dur":1`, goodCounts, "overlaps"},
 		{"unnamed track", `{"ph":"M","name":"thread_name","pid":1,"tid":65537,"args":{"name":"gpu0/hip-s1"}},`, ``, goodCounts, "has no name"},
 		{"flow end unbound", `"bp":"e",`, ``, goodCounts, "bp"},
 		{"flow outside slices", `"tid":0,"ts":3.5}`, `"tid":0,"ts":30}`, goodCounts, "inside slices"},
@@ -70,7 +71,7 @@ func TestCheckerFires(t *testing.T) {
 		{"device waits", ``, ``, Counts{Dispatches: 3, DeviceWaits: 1, HostWaits: map[string]uint64{"boundary": 1}, GPUSpans: 3}, "device-wait flows"},
 		{"gpu spans", ``, ``, Counts{Dispatches: 3, HostWaits: map[string]uint64{"boundary": 1}, GPUSpans: 2}, "gpu slices"},
 		{"gpu before its submission", `"cat":"gpu","pid":1,"tid":65539,"ts":8,"dur":3`, `"cat":"gpu","pid":1,"tid":65539,"ts":1.5,"dur":9`, goodCounts, "before its submission"},
-		{"gpu spans overlap", `"cat":"gpu","pid":1,"tid":65538,"ts":0.5,"dur":2`, `"cat":"gpu","pid":1,"tid":65538,"ts":0.5,"dur":10.2`, goodCounts, "starts before the op"},
+		{"gpu spans overlap", `"cat":"gpu","pid":1,"tid":65538,"ts":0.5,"dur":2`, `"cat":"gpu","pid":1,"tid":65538,"ts":0.5,"dur":11.5`, goodCounts, "starts before the op"},
 		{"gpu on the wrong track", `"cat":"gpu","pid":1,"tid":65539,"ts":8,"dur":3,"args":{"fence":"gpu0/hip-s1#1"}`, `"cat":"gpu","pid":1,"tid":65539,"ts":8,"dur":3,"args":{"fence":"gpu0/hsa-q0#3"}`, goodCounts, "drawn on"},
 		{"gpu flow from another op", `{"ph":"s","name":"gpu","cat":"flow","id":3,"pid":1,"tid":0,"ts":6}`, `{"ph":"s","name":"gpu","cat":"flow","id":3,"pid":1,"tid":0,"ts":0.8}`, goodCounts, "gpu flow"},
 		{"op on the wrong track", `"cat":"op","pid":1,"tid":65537,"ts":8,"dur":4,"args":{"fence":"gpu0/hip-s1#1"}`, `"cat":"op","pid":1,"tid":65537,"ts":8,"dur":4,"args":{"fence":"gpu0/hsa-q0#2"}`, goodCounts, "drawn on"},
