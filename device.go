@@ -421,6 +421,7 @@ func (d *Device) NewTask() (*Task, error) {
 		return nil, &Error{Op: "NewTask", Kind: ErrUnavailable, Err: err}
 	}
 	t.drv = dt
+	d.trace.timeTask(dt)
 	d.mu.Lock()
 	d.tasks = append(d.tasks, t)
 	d.mu.Unlock()

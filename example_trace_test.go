@@ -1,3 +1,5 @@
+//go:build !rocsync_notrace
+
 package rocsync_test
 
 import (
@@ -10,7 +12,8 @@ import (
 )
 
 // Example_trace records a timeline trace of two ops that cross from an
-// HSA queue to a HIP stream, and lists its tracks and slices. Written to
+// HSA queue to a HIP stream, and lists its tracks (each queue and stream
+// with its "(GPU)" track of device timestamps) and slices. Written to
 // a file (rocsync.NewTraceFile, or ROCSYNC_TRACE=trace.json without any
 // code), the JSON opens in ui.perfetto.dev.
 func Example_trace() {
@@ -44,6 +47,8 @@ func Example_trace() {
 			tracks = append(tracks, e.Args["name"].(string))
 		case e.Ph == "X" && e.Cat == "op":
 			slices = append(slices, e.Name+" on "+e.Args["fence"].(string))
+		case e.Ph == "X" && e.Cat == "gpu":
+			slices = append(slices, e.Name+" ran on the GPU as "+e.Args["fence"].(string))
 		case e.Ph == "X" && e.Cat == "host-wait" && e.Args["reason"] == "boundary":
 			// The gemm's host wait for the kernel, unless the kernel had
 			// already completed when the gemm was submitted.
@@ -57,8 +62,10 @@ func Example_trace() {
 	}
 	fmt.Println("boundary waits drawn as counted:", uint64(boundary) == dev.Stats().HostWaits[rocsync.ReasonBoundary])
 	// Output:
-	// [gpu0/hip-s1 gpu0/hsa-q0 host]
+	// [gpu0/hip-s1 gpu0/hip-s1 (GPU) gpu0/hsa-q0 gpu0/hsa-q0 (GPU) host]
 	// Mul on gpu0/hsa-q0#1
+	// Mul ran on the GPU as gpu0/hsa-q0#1
 	// MatMul on gpu0/hip-s1#1
+	// MatMul ran on the GPU as gpu0/hip-s1#1
 	// boundary waits drawn as counted: true
 }

@@ -41,6 +41,10 @@ type Task struct {
 	traceHost int // the task's host track in a trace
 
 	rec *recorder // set while Record runs: ops are recorded, not submitted (record.go)
+	// traceBegan and traceIssued are when the op being submitted began and
+	// went to the driver, while tracing: fields, not locals, so that the
+	// untraced path keeps no trace state live across its calls.
+	traceBegan, traceIssued time.Duration
 }
 
 // access is one Operand of an op: a buffer and how the op uses it.
@@ -236,10 +240,9 @@ func (t *Task) submit(name string, operands []access) (syncstate.Fence, error) {
 	op := &t.op
 	defer func() { op.Call, op.Host, op.Func = nil, nil, nil }() // hold nothing of the caller's
 	tl := t.drv.Timeline(op.Lane)
-	tr := d.trace
-	var began time.Duration
+	tr := d.tracer()
 	if tr != nil {
-		began = tr.now()
+		t.traceBegan = tr.now()
 	}
 	sop := syncstate.Op{Name: name}
 	for _, x := range operands {
@@ -252,7 +255,7 @@ func (t *Task) submit(name string, operands []access) (syncstate.Fence, error) {
 	}
 	if err := sop.Begin(&d.engine, tl, t.sinks); err != nil {
 		if tr != nil {
-			tr.opFailed(tl, t.traceHost, began)
+			tr.opFailed(tl, t.traceHost, t.traceBegan)
 		}
 		if errors.Is(err, syncstate.ErrTooManyOperands) {
 			return syncstate.Fence{}, &Error{Op: name, Kind: ErrInvalid, Err: err}
@@ -265,20 +268,19 @@ func (t *Task) submit(name string, operands []access) (syncstate.Fence, error) {
 	if err := freedIn(name, operands); err != nil {
 		sop.Abort()
 		if tr != nil {
-			tr.opFailed(tl, t.traceHost, began)
+			tr.opFailed(tl, t.traceHost, t.traceBegan)
 		}
 		return syncstate.Fence{}, err
 	}
-	var issued time.Duration
 	if tr != nil {
-		issued = tr.opIssued(began, t.traceHost)
+		t.traceIssued = tr.opIssued(t.traceBegan, t.traceHost)
 	}
 	ticket, err := t.drv.Submit(op)
 	if tr != nil {
 		if err != nil {
-			tr.opFailed(tl, t.traceHost, began)
+			tr.opFailed(tl, t.traceHost, t.traceBegan)
 		} else {
-			tr.opSubmitted(op, name, tl, ticket, t.traceHost, began, issued)
+			tr.opSubmitted(op, name, tl, ticket, t.traceHost, t.traceBegan, t.traceIssued)
 		}
 	}
 	if err != nil {
@@ -299,7 +301,7 @@ func (t *Task) submit(name string, operands []access) (syncstate.Fence, error) {
 	t.sinks.Dispatch()
 	err = t.afterSubmit(name, &sop, tl, f)
 	if tr != nil {
-		tr.opEnded(tl, ticket, t.traceHost, began)
+		tr.opEnded(tl, ticket, t.traceHost, t.traceBegan)
 	}
 	return f, err
 }

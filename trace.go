@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/rocsync/rocsync/driver"
+	"github.com/rocsync/rocsync/internal/tracecheck"
+	"github.com/rocsync/rocsync/internal/traceopt"
 	"github.com/rocsync/rocsync/syncstate"
 )
 
@@ -76,6 +78,9 @@ var envTrace struct {
 // records into that file, rewritten whenever its last open device
 // closes), else none.
 func traceFor(o Options) *Trace {
+	if !traceopt.Enabled {
+		return nil
+	}
 	if o.Trace != nil {
 		return o.Trace
 	}
@@ -85,6 +90,16 @@ func traceFor(o Options) *Trace {
 	}
 	envTrace.once.Do(func() { envTrace.tr = NewTraceFile(path) })
 	return envTrace.tr
+}
+
+// tracer is the device's trace, or a constant nil where the build
+// compiled the trace out (rocsync_notrace): the submit path's hooks then
+// fold away.
+func (d *Device) tracer() *traceProc {
+	if !traceopt.Enabled {
+		return nil
+	}
+	return d.trace
 }
 
 // traceProc is one device's part of a trace (a process in the JSON).
@@ -101,6 +116,10 @@ type traceProc struct {
 	done    map[syncstate.Timeline][]completion
 	pending map[syncstate.Timeline]*pendingOp // decisions made for the op about to be submitted
 	open    map[syncstate.Timeline]int        // index of a host wait under way for an op on the timeline
+	// gpu holds device timestamps by timeline (ops in ticket order as
+	// they retired); gpuTracks are the timelines' GPU track ids.
+	gpu       map[syncstate.Timeline][]gpuSpan
+	gpuTracks map[syncstate.Timeline]int
 	// throttles are the indices of throttle waits not yet ended.
 	throttles []int
 	callbacks []traceCallback
@@ -159,6 +178,52 @@ func (p *traceProc) callback(name string, f syncstate.Fence, begin time.Duration
 	p.callbacks = append(p.callbacks, traceCallback{name: name, f: f, begin: begin, end: now})
 }
 
+// gpuSpan is when the op with ticket ran on the device, as the runtime
+// timed it (HSA dispatch profiling, timing events).
+type gpuSpan struct {
+	ticket     uint64
+	start, end time.Duration
+}
+
+// timelineTimer is a timeline that can time its ops on the device
+// (queue.Queue, stream.Stream).
+type timelineTimer interface {
+	EnableTiming(report func(ticket uint64, start, end time.Time)) error
+}
+
+// timeTask asks the task's queue and streams to time every op on the
+// device, where the runtime can (HSA dispatch profiling on the queue,
+// timing events on HIP and CUDA streams); timelines that cannot get no
+// GPU track. Nothing when not tracing.
+func (p *traceProc) timeTask(dt driver.Task) {
+	if p == nil {
+		return
+	}
+	var seen [2]syncstate.Timeline
+	for i, l := range [2]driver.Lane{driver.LaneKernel, driver.LaneLibrary} {
+		tl := dt.Timeline(l)
+		if i == 1 && tl == seen[0] {
+			continue // Unified: one stream for both lanes
+		}
+		seen[i] = tl
+		if tt, ok := tl.(timelineTimer); ok {
+			_ = tt.EnableTiming(func(ticket uint64, start, end time.Time) { p.deviceSpan(tl, ticket, start, end) })
+		}
+	}
+}
+
+// deviceSpan records the device times of the op with ticket on tl. The
+// timeline calls it with its own lock held.
+func (p *traceProc) deviceSpan(tl syncstate.Timeline, ticket uint64, start, end time.Time) {
+	p.tr.mu.Lock()
+	defer p.tr.mu.Unlock()
+	if _, ok := p.gpuTracks[tl]; !ok {
+		p.gpuTracks[tl] = hostTracks + len(p.names)
+		p.names = append(p.names, tl.Name()+tracecheck.GPUSuffix)
+	}
+	p.gpu[tl] = append(p.gpu[tl], gpuSpan{ticket: ticket, start: start.Sub(p.tr.start), end: end.Sub(p.tr.start)})
+}
+
 type pendingOp struct {
 	skipped  int
 	devWaits []syncstate.Fence
@@ -177,12 +242,19 @@ func (tr *Trace) attach(name string) *traceProc {
 	defer tr.mu.Unlock()
 	p := &traceProc{tr: tr, pid: len(tr.procs) + 1, name: name, tracks: map[syncstate.Timeline]int{},
 		done: map[syncstate.Timeline][]completion{}, pending: map[syncstate.Timeline]*pendingOp{},
-		open: map[syncstate.Timeline]int{}, stop: make(chan struct{})}
+		open: map[syncstate.Timeline]int{}, stop: make(chan struct{}),
+		gpu: map[syncstate.Timeline][]gpuSpan{}, gpuTracks: map[syncstate.Timeline]int{}}
 	tr.procs = append(tr.procs, p)
 	tr.open++
 	return p
 }
 
+// now is the time since the trace began. It is not inlined: inlined into
+// Task.submit's hook, time.Since's body made the untraced path spill
+// registers around the hook's nil check (11 instructions per op, measured
+// with callgrind; docs/trace.md).
+//
+//go:noinline
 func (p *traceProc) now() time.Duration { return time.Since(p.tr.start) }
 
 // track returns tl's track id; the caller holds tr.mu.
@@ -632,6 +704,14 @@ func (p *traceProc) write(j *jsonWriter, flow *int) {
 		j.event(`"ph":"s","name":` + q(cat) + `,"cat":"flow","id":` + id + `,"pid":` + pid + `,"tid":` + src + `,"ts":` + us(ps.start+(ps.end-ps.start)/2))
 		j.event(`"ph":"f","bp":"e","name":` + q(cat) + `,"cat":"flow","id":` + id + `,"pid":` + pid + `,"tid":` + tid + `,"ts":` + us(at))
 	}
+	gpuOf := func(tl syncstate.Timeline, ticket uint64) (gpuSpan, bool) {
+		g := p.gpu[tl]
+		n := sort.Search(len(g), func(i int) bool { return g[i].ticket >= ticket })
+		if n < len(g) && g[n].ticket == ticket {
+			return g[n], true
+		}
+		return gpuSpan{}, false
+	}
 	for i, o := range p.ops {
 		host := strconv.Itoa(o.host)
 		tid := strconv.Itoa(p.tracks[o.tl])
@@ -658,6 +738,22 @@ func (p *traceProc) write(j *jsonWriter, flow *int) {
 			if k, ok := producer(dw); ok {
 				flowFrom(k, tid, s.start+(s.end-s.start)/2, "device wait")
 			}
+		}
+		if g, ok := gpuOf(o.tl, o.ticket); ok {
+			// The device's own times, on the timeline's GPU track, with
+			// an arrow from the op's submission (where it went to the
+			// driver) to them.
+			gtid := strconv.Itoa(p.gpuTracks[o.tl])
+			end := max(g.end, g.start+minSlice)
+			j.event(`"ph":"X","name":` + q(o.name) + `,"cat":"gpu","pid":` + pid + `,"tid":` + gtid + `,"ts":` + us(g.start) +
+				`,"dur":` + us(end-g.start) + `,"args":{"kind":` + q(o.kind.String()) + `,"fence":` + q(f.String()) + `}`)
+			*flow++
+			id := strconv.Itoa(*flow)
+			// Just after it went to the driver: a throttle wait may end
+			// at that very instant, and the arrow starts at the op.
+			from := min(max(o.issued+minSlice/2, o.begin), o.begin+max(o.end-o.begin, minSlice))
+			j.event(`"ph":"s","name":"gpu","cat":"flow","id":` + id + `,"pid":` + pid + `,"tid":` + host + `,"ts":` + us(from))
+			j.event(`"ph":"f","bp":"e","name":"gpu","cat":"flow","id":` + id + `,"pid":` + pid + `,"tid":` + gtid + `,"ts":` + us(g.start+(end-g.start)/2))
 		}
 	}
 	for _, w := range p.waits {

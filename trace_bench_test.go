@@ -10,7 +10,12 @@ import (
 // BenchmarkTraceOverhead is BenchmarkSameQueueSubmit with the trace off
 // and on, as sub-benchmarks that alternate under -count: "off" is the
 // path every untraced program takes (a nil check per step of an op), "on"
-// records every op and its decisions (written to io.Discard at Close).
+// records every op, its decisions and its device times (written to
+// io.Discard at Close). Besides wall time it reports cpu-ns/op, the
+// process's CPU time (every thread, the emulated device's included) per
+// op, which other processes on a shared host inflate less.
+// bench/tracecost compares "off" with a build without the trace
+// (rocsync_notrace).
 func BenchmarkTraceOverhead(b *testing.B) {
 	for _, v := range []struct {
 		name  string
@@ -34,11 +39,13 @@ func BenchmarkTraceOverhead(b *testing.B) {
 			must(b, t.Synchronize())
 			b.ReportAllocs()
 			b.ResetTimer()
+			cpu := processCPU()
 			for i := 0; i < b.N; i++ {
 				must(b, t.ScaleInto(x, 1, x))
 			}
-			b.StopTimer()
 			must(b, t.Synchronize())
+			b.StopTimer()
+			b.ReportMetric(float64(processCPU()-cpu)/float64(b.N), "cpu-ns/op")
 		})
 	}
 }

@@ -1,11 +1,16 @@
+//go:build !rocsync_notrace
+
 package rocsync
 
 import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -100,7 +105,10 @@ func checkTrace(t *testing.T, data []byte, name string, st Stats) {
 }
 
 func countsOf(st Stats) tracecheck.Counts {
-	c := tracecheck.Counts{Dispatches: st.Dispatches, DeviceWaits: st.DeviceWaits, HostWaits: map[string]uint64{}}
+	// On the emulator every op's queue or stream times it on the device
+	// (its 100 MHz clock ticks every 10 ns).
+	c := tracecheck.Counts{Dispatches: st.Dispatches, DeviceWaits: st.DeviceWaits, HostWaits: map[string]uint64{},
+		GPUSpans: st.Dispatches, ClockSkew: 0.01}
 	for _, r := range syncstate.Reasons {
 		c.HostWaits[r.String()] = st.HostWaits[r]
 	}
@@ -201,4 +209,96 @@ func TestTraceWithDebugLog(t *testing.T) {
 	st := d.Stats()
 	require.EqualValues(t, st.HostWaits[ReasonBoundary], bytes.Count(log.Bytes(), []byte("reason=boundary")), "boundary waits logged")
 	require.NotZero(t, st.HostWaits[ReasonBoundary])
+}
+
+// Every op of a traced run has device timestamps on its timeline's GPU
+// track (HSA dispatch profiling on queues, timing events on HIP and CUDA
+// streams): as many GPU slices as dispatches, each after its submission
+// began, none overlapping another on its in-order queue or stream, each
+// with a flow from its submission. It runs where the suite runs: on the
+// emulator by default, on the GPU with ROCSYNC_GPU=1 (ROCSYNC_BACKEND=cuda
+// for NVIDIA); ROCSYNC_TRACE_OUT=file keeps the trace.
+func TestTraceDeviceTimestamps(t *testing.T) {
+	if suiteOn() == onSimulatedDriver {
+		t.Skip("TestTraceDeviceTimestampsOnSimulatedDriver runs this on the simulated driver")
+	}
+	for _, pol := range []Policy{DeviceSide, Unified, DeviceBridge} {
+		t.Run(pol.String(), func(t *testing.T) {
+			var buf bytes.Buffer
+			d := openStrict(t, pol, func(o *Options) { o.Trace, o.TraceName = NewTrace(&buf), "timed" })
+			traceWork(t, d)
+			require.NoError(t, d.Close())
+			st := d.Stats()
+			if out := os.Getenv("ROCSYNC_TRACE_OUT"); out != "" {
+				require.NoError(t, os.WriteFile(fmt.Sprintf("%s.%s.json", out, pol), buf.Bytes(), 0o600))
+			}
+			tr, err := tracecheck.Parse(buf.Bytes())
+			require.NoError(t, err)
+			c := countsOf(st)
+			c.GPUSpans = st.Dispatches
+			if gpuRun() {
+				// Device clocks mapped to the host's: HSA's system clock
+				// read once, CUDA's and HIP's float-millisecond elapsed
+				// times from a reference event.
+				c.ClockSkew = 5
+			}
+			require.NoError(t, tr.Check("timed", c))
+			pid, _ := tr.ProcessByName("timed")
+			var gpu, op []float64
+			for _, s := range tr.Slices(pid, "gpu") {
+				gpu = append(gpu, *s.Dur)
+			}
+			for _, s := range tr.Slices(pid, "op") {
+				op = append(op, *s.Dur)
+			}
+			sort.Float64s(gpu)
+			sort.Float64s(op)
+			t.Logf("%d ops; device time per op (µs): median %.3f, max %.3f; execution slices as the host saw them: median %.3f, max %.3f; tracks %v",
+				len(gpu), gpu[len(gpu)/2], gpu[len(gpu)-1], op[len(op)/2], op[len(op)-1], tr.TrackNames(pid))
+		})
+	}
+}
+
+// On Debian's real ROCr and HIP 5.2.3 over the simulated driver, whose
+// packet processor writes each packet's start and end into its completion
+// signal (amd_signal_t start_ts, end_ts) and whose thunk answers
+// hsaKmtGetClockCounters: ROCr's hsa_amd_profiling_get_dispatch_time
+// gives every dispatch on the HSA queues its device times, HIP's
+// hipEventElapsedTime every op on its streams, and the trace draws them as
+// it does on the emulator.
+func TestTraceDeviceTimestampsOnSimulatedDriver(t *testing.T) {
+	childTest(t, simulatedSuiteRuns[0].gpus, nil, func(t *testing.T) {
+		var buf bytes.Buffer
+		nop := zerolog.Nop()
+		d, err := Open(Options{Backend: ROCm, Policy: DeviceSide, Logger: &nop, Trace: NewTrace(&buf), TraceName: "timed"})
+		require.NoError(t, err)
+		traceWork(t, d)
+		require.NoError(t, d.Close())
+		tr, err := tracecheck.Parse(buf.Bytes())
+		require.NoError(t, err)
+		pid, _ := tr.ProcessByName("timed")
+		ops := map[string]int{}
+		for _, s := range tr.Slices(pid, "op") {
+			ops[tr.Tracks[s.Track()]]++
+		}
+		timed := map[string]int{}
+		for _, s := range tr.Slices(pid, "gpu") {
+			timed[strings.TrimSuffix(tr.Tracks[s.Track()], tracecheck.GPUSuffix)]++
+		}
+		t.Logf("ops per track %v; ops with device times %v", ops, timed)
+		var queues, streams int
+		for track, n := range ops {
+			require.Equal(t, n, timed[track], "every op on %s has device times", track)
+			if strings.Contains(track, "/hsa-q") {
+				queues++
+			} else {
+				streams++
+			}
+		}
+		require.NotZero(t, queues)
+		require.NotZero(t, streams)
+		c := countsOf(d.Stats()) // every op has device times
+		c.ClockSkew = 5
+		require.NoError(t, tr.Check("timed", c))
+	})
 }

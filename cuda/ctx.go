@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"math"
 	"runtime"
 	"unsafe"
 
@@ -115,6 +116,14 @@ func (c *Ctx) EventQuery(e Event) error { return c.lib.invoke(c, symEventQuery, 
 // waits, as with any blocking C call.
 func (c *Ctx) EventSynchronize(e Event) error {
 	return c.lib.invoke(c, symEventSynchronize, uintptr(e))
+}
+
+// EventElapsedTime is cuEventElapsedTime: milliseconds from start's newest
+// record to stop's, both reached (ErrorNotReady before); events created
+// with EventDisableTiming are refused (ErrorInvalidHandle).
+func (c *Ctx) EventElapsedTime(start, stop Event) (float32, error) {
+	v, err := c.lib.outInvoke(c, symEventElapsedTime, uintptr(start), uintptr(stop))
+	return math.Float32frombits(uint32(v)), err
 }
 
 // StreamWaitEvent is cuStreamWaitEvent(s, e, 0).

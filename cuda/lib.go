@@ -36,6 +36,7 @@ const (
 	symEventQuery
 	symEventSynchronize
 	symEventDestroy
+	symEventElapsedTime
 	symStreamWaitEvent
 	symMemAlloc
 	symMemFree
@@ -89,31 +90,35 @@ var BoundSymbols = []string{
 	symEventQuery:              "cuEventQuery",
 	symEventSynchronize:        "cuEventSynchronize",
 	symEventDestroy:            "cuEventDestroy_v2",
-	symStreamWaitEvent:         "cuStreamWaitEvent",
-	symMemAlloc:                "cuMemAlloc_v2",
-	symMemFree:                 "cuMemFree_v2",
-	symMemcpyHtoD:              "cuMemcpyHtoD_v2",
-	symMemcpyDtoH:              "cuMemcpyDtoH_v2",
-	symMemcpyHtoDAsync:         "cuMemcpyHtoDAsync_v2",
-	symMemcpyDtoHAsync:         "cuMemcpyDtoHAsync_v2",
-	symMemcpyDtoDAsync:         "cuMemcpyDtoDAsync_v2",
-	symMemHostAlloc:            "cuMemHostAlloc",
-	symMemFreeHost:             "cuMemFreeHost",
-	symModuleLoadData:          "cuModuleLoadData",
-	symModuleUnload:            "cuModuleUnload",
-	symModuleGetFunction:       "cuModuleGetFunction",
-	symLaunchKernel:            "cuLaunchKernel",
-	symGetErrorName:            "cuGetErrorName",
-	symGetErrorString:          "cuGetErrorString",
-	symStreamBeginCapture:      "cuStreamBeginCapture_v2",
-	symStreamEndCapture:        "cuStreamEndCapture",
-	symGraphInstantiate:        "cuGraphInstantiateWithFlags",
-	symGraphLaunch:             "cuGraphLaunch",
-	symGraphDestroy:            "cuGraphDestroy",
-	symGraphExecDestroy:        "cuGraphExecDestroy",
-	symDeviceCanAccessPeer:     "cuDeviceCanAccessPeer",
-	symCtxEnablePeerAccess:     "cuCtxEnablePeerAccess",
-	symMemcpyPeerAsync:         "cuMemcpyPeerAsync",
+	// Every driver exports cuEventElapsedTime, CUDA 2.0's entry point
+	// (drivers keep old entry points for old binaries); CUDA 12.8 added a
+	// _v2 that newer headers map the name to.
+	symEventElapsedTime:    "cuEventElapsedTime",
+	symStreamWaitEvent:     "cuStreamWaitEvent",
+	symMemAlloc:            "cuMemAlloc_v2",
+	symMemFree:             "cuMemFree_v2",
+	symMemcpyHtoD:          "cuMemcpyHtoD_v2",
+	symMemcpyDtoH:          "cuMemcpyDtoH_v2",
+	symMemcpyHtoDAsync:     "cuMemcpyHtoDAsync_v2",
+	symMemcpyDtoHAsync:     "cuMemcpyDtoHAsync_v2",
+	symMemcpyDtoDAsync:     "cuMemcpyDtoDAsync_v2",
+	symMemHostAlloc:        "cuMemHostAlloc",
+	symMemFreeHost:         "cuMemFreeHost",
+	symModuleLoadData:      "cuModuleLoadData",
+	symModuleUnload:        "cuModuleUnload",
+	symModuleGetFunction:   "cuModuleGetFunction",
+	symLaunchKernel:        "cuLaunchKernel",
+	symGetErrorName:        "cuGetErrorName",
+	symGetErrorString:      "cuGetErrorString",
+	symStreamBeginCapture:  "cuStreamBeginCapture_v2",
+	symStreamEndCapture:    "cuStreamEndCapture",
+	symGraphInstantiate:    "cuGraphInstantiateWithFlags",
+	symGraphLaunch:         "cuGraphLaunch",
+	symGraphDestroy:        "cuGraphDestroy",
+	symGraphExecDestroy:    "cuGraphExecDestroy",
+	symDeviceCanAccessPeer: "cuDeviceCanAccessPeer",
+	symCtxEnablePeerAccess: "cuCtxEnablePeerAccess",
+	symMemcpyPeerAsync:     "cuMemcpyPeerAsync",
 }
 
 // EnvLibCUDA names the environment variable that, when set, is the only

@@ -405,3 +405,39 @@ func (o *fakeObjs) close() {
 	o.pb.Free()
 	_ = errors.Join(o.c.MemFree(o.p), o.c.ModuleUnload(o.m), o.c.EventDestroy(o.e), o.c.StreamDestroy(o.s))
 }
+
+// cuEventElapsedTime takes the output float first and the events in order,
+// its float result comes back whole, and DisableTiming events are refused.
+func TestFakeEventElapsedTime(t *testing.T) {
+	l := fakeLib(t)
+	c, err := l.PrimaryCtxRetain(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Release()
+	s, err := c.StreamCreate(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.StreamDestroy(s)
+	a, _ := c.EventCreate(0)
+	defer c.EventDestroy(a)
+	b, _ := c.EventCreate(0)
+	defer c.EventDestroy(b)
+	untimed, _ := c.EventCreate(EventDisableTiming)
+	defer c.EventDestroy(untimed)
+	for _, e := range []Event{a, untimed, b} {
+		if err := c.EventRecord(e, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ms, err := c.EventElapsedTime(a, b); err != nil || ms != 0.5 {
+		t.Errorf("EventElapsedTime = %v, %v; want 0.5 (two records apart)", ms, err)
+	}
+	if ms, err := c.EventElapsedTime(b, a); err != nil || ms != -0.5 {
+		t.Errorf("EventElapsedTime backwards = %v, %v", ms, err)
+	}
+	if _, err := c.EventElapsedTime(a, untimed); !errors.Is(err, &Error{Code: ErrorInvalidHandle, Func: "cuEventElapsedTime"}) {
+		t.Errorf("EventElapsedTime with a DisableTiming event = %v", err)
+	}
+}

@@ -391,3 +391,34 @@ func TestFakeHotPathsDoNotAllocate(t *testing.T) {
 		}
 	}
 }
+
+// hipEventElapsedTime passes the output float first and the two events in
+// order, and its float result comes back whole.
+func TestFakeEventElapsedTime(t *testing.T) {
+	l := fakeLib(t)
+	s, err := l.StreamCreate(1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.StreamDestroy(s)
+	a, _ := l.EventCreate(1, 0)
+	defer l.EventDestroy(a)
+	b, _ := l.EventCreate(1, 0)
+	defer l.EventDestroy(b)
+	untimed, _ := l.EventCreate(1, EventDisableTiming)
+	defer l.EventDestroy(untimed)
+	if _, err := l.EventElapsedTime(a, b); !errors.Is(err, &Error{Func: "hipEventElapsedTime", Code: ErrorNotReady}) {
+		t.Errorf("EventElapsedTime before the records = %v", err)
+	}
+	for _, e := range []Event{a, b, untimed} {
+		if err := l.EventRecord(e, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ms, err := l.EventElapsedTime(a, b); err != nil || ms != 1.5 {
+		t.Errorf("EventElapsedTime = %v, %v", ms, err)
+	}
+	if _, err := l.EventElapsedTime(a, untimed); !errors.Is(err, &Error{Code: ErrorInvalidHandle}) {
+		t.Errorf("EventElapsedTime with a DisableTiming event = %v", err)
+	}
+}

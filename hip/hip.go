@@ -134,6 +134,11 @@ type Runtime interface {
 	StreamQuery(s Stream) error
 
 	EventCreate(device int, flags uint32) (Event, error)
+	// EventElapsedTime is hipEventElapsedTime: milliseconds from start's
+	// newest record to stop's, both reached; events made with
+	// EventDisableTiming are refused (ErrorInvalidHandle), records not
+	// yet reached are ErrorNotReady.
+	EventElapsedTime(start, stop Event) (float32, error)
 	EventDestroy(e Event) error
 	EventRecord(e Event, s Stream) error
 	EventQuery(e Event) error

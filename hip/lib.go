@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"maps"
+	"math"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -38,6 +39,7 @@ const (
 	symEventQuery
 	symEventSynchronize
 	symEventDestroy
+	symEventElapsedTime
 	symStreamWaitEvent
 	symMalloc
 	symExtMallocWithFlags
@@ -80,6 +82,7 @@ var BoundSymbols = []string{
 	symStreamSynchronize:     "hipStreamSynchronize",
 	symStreamQuery:           "hipStreamQuery",
 	symEventCreateWithFlags:  "hipEventCreateWithFlags",
+	symEventElapsedTime:      "hipEventElapsedTime",
 	symEventRecord:           "hipEventRecord",
 	symEventQuery:            "hipEventQuery",
 	symEventSynchronize:      "hipEventSynchronize",
@@ -462,6 +465,14 @@ func (l *Lib) EventQuery(e Event) error { return l.simple(symEventQuery, uintptr
 // EventSynchronize is hipEventSynchronize. It holds an OS thread while it
 // waits.
 func (l *Lib) EventSynchronize(e Event) error { return l.simple(symEventSynchronize, uintptr(e)) }
+
+// EventElapsedTime is hipEventElapsedTime: the time between two reached
+// records of events created with timing (flags without
+// EventDisableTiming), in milliseconds.
+func (l *Lib) EventElapsedTime(start, stop Event) (float32, error) {
+	v, err := l.outCall(-1, symEventElapsedTime, uintptr(start), uintptr(stop))
+	return math.Float32frombits(uint32(v)), err
+}
 
 // StreamWaitEvent is hipStreamWaitEvent(s, e, 0).
 func (l *Lib) StreamWaitEvent(s Stream, e Event) error {

@@ -95,6 +95,9 @@ func abiTable() []abiEntry {
 
 		// Types passed in one register or read as 32 bits.
 		lit("sizeof(hsa_agent_t)", uint64(unsafe.Sizeof(Agent(0))), "Agent"),
+		lit("sizeof(hsa_amd_profiling_dispatch_time_t)", uint64(unsafe.Sizeof(DispatchTime{})), "DispatchTime"),
+		lit("offsetof(hsa_amd_profiling_dispatch_time_t.start)", uint64(unsafe.Offsetof(DispatchTime{}.Start)), "DispatchTime.Start"),
+		lit("offsetof(hsa_amd_profiling_dispatch_time_t.end)", uint64(unsafe.Offsetof(DispatchTime{}.End)), "DispatchTime.End"),
 		lit("sizeof(hsa_signal_t)", uint64(unsafe.Sizeof(Signal(0))), "Signal"),
 		lit("sizeof(hsa_amd_memory_pool_t)", uint64(unsafe.Sizeof(MemoryPool(0))), "MemoryPool"),
 		lit("sizeof(hsa_isa_t)", uint64(unsafe.Sizeof(ISA(0))), "ISA"),

@@ -173,6 +173,16 @@ func runFakeRuntime(t *testing.T) {
 		t.Errorf("BuildVersion = %q, %v", v, err)
 	}
 
+	// Profiling: the agent, the signal and the output struct in order.
+	takeLog()
+	if dt, err := l.AMDProfilingGetDispatchTime(gpu, 77); err != nil || dt != (DispatchTime{Start: 1000, End: 3000}) {
+		t.Errorf("AMDProfilingGetDispatchTime = %+v, %v", dt, err)
+	}
+	wantLog("dispatch time", "hsa_amd_profiling_get_dispatch_time(agent=512,signal=77)")
+	if _, err := l.AMDProfilingGetDispatchTime(0x999, 77); !errors.Is(err, &Error{Status: StatusErrorInvalidAgent}) {
+		t.Errorf("AMDProfilingGetDispatchTime(bad agent) = %v", err)
+	}
+
 	// Memory pools.
 	pools, err := l.MemoryPools(gpu)
 	must(err)
@@ -266,6 +276,8 @@ func runFakeRuntime(t *testing.T) {
 	if v := *(*uint32)(unsafe.Add(q.Handle, queueOffReserved1)); v != 0xdeadbeef {
 		t.Errorf("hsa_queue_t.reserved1 = %#x: queue offsets are off", v)
 	}
+	must(l.AMDProfilingSetProfilerEnabled(q, true))
+	wantLog("profiler", "hsa_amd_profiling_set_profiler_enabled(queue=set,enable=1)")
 	if got := l.QueueAddWriteIndexScacqScrel(q, 1); got != 0 {
 		t.Errorf("first reserved index = %d", got)
 	}

@@ -257,3 +257,26 @@ type Runtime interface {
 	// every event as not handled.
 	RegisterSystemEventHandler(fn SystemEventFunc) (cancel func(), err error)
 }
+
+// DispatchTime is hsa_amd_profiling_dispatch_time_t: when a dispatch
+// started and ended on the device, in system-domain ticks
+// (SystemInfoTimestamp, SystemInfoTimestampFrequency per second).
+type DispatchTime struct {
+	Start, End uint64
+}
+
+// Profiler is the optional part of a Runtime that times dispatches (ROCr's
+// hsa_amd_profiling_* calls): queue/ asks for it with a type assertion
+// when a trace wants device timestamps.
+type Profiler interface {
+	// AMDProfilingSetProfilerEnabled is
+	// hsa_amd_profiling_set_profiler_enabled.
+	AMDProfilingSetProfilerEnabled(q *Queue, enable bool) error
+	// AMDProfilingGetDispatchTime is hsa_amd_profiling_get_dispatch_time:
+	// a's is the queue's agent, s the completed dispatch's completion
+	// signal, read before the signal is used again.
+	AMDProfilingGetDispatchTime(a Agent, s Signal) (DispatchTime, error)
+	// SystemInfoUint64 is hsa_system_get_info for SystemInfoTimestamp and
+	// SystemInfoTimestampFrequency.
+	SystemInfoUint64(attr SystemInfo) (uint64, error)
+}

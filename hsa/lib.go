@@ -80,6 +80,8 @@ const (
 	symExecutableGetSymbolByName
 	symExecutableSymbolGetInfo
 	symAMDRegisterSystemEventHandler
+	symAMDProfilingSetProfilerEnabled
+	symAMDProfilingGetDispatchTime
 	numSyms
 )
 
@@ -128,6 +130,8 @@ var BoundSymbols = []string{
 	symExecutableGetSymbolByName:        "hsa_executable_get_symbol_by_name",
 	symExecutableSymbolGetInfo:          "hsa_executable_symbol_get_info",
 	symAMDRegisterSystemEventHandler:    "hsa_amd_register_system_event_handler",
+	symAMDProfilingSetProfilerEnabled:   "hsa_amd_profiling_set_profiler_enabled",
+	symAMDProfilingGetDispatchTime:      "hsa_amd_profiling_get_dispatch_time",
 }
 
 // Library names for dl.Open. The soname has been .so.1 from ROCm 5 to 7.

@@ -20,6 +20,7 @@ import (
 
 	"github.com/rocsync/rocsync/hsa"
 	"github.com/rocsync/rocsync/internal/testhooks"
+	"github.com/rocsync/rocsync/internal/traceopt"
 	"github.com/rocsync/rocsync/syncstate"
 )
 
@@ -103,6 +104,10 @@ type Queue struct {
 	// hostBridge, when set, does the same for fences of host lanes: the
 	// lane completes the signal after the function.
 	hostBridge func(syncstate.Fence) (*Signal, error)
+
+	// timing, under mu, is the dispatch profiling EnableTiming turned on.
+	timing     *timing
+	timingLost atomic.Uint64
 }
 
 // SetBridge lets the queue wait on the device for fences of other domains:
@@ -342,6 +347,9 @@ func (q *Queue) retireLocked() {
 			break
 		}
 		q.completed.Store(c + 1)
+		if traceopt.Enabled && q.timing != nil {
+			q.reportTimeLocked(c+1, e.sig)
+		}
 		e.sig.Release()
 		for i, d := range e.deps {
 			if d != nil {
@@ -524,6 +532,9 @@ func (q *Queue) BarrierAnd(deps [hsa.BarrierAndMaxDependencies]*Signal) (uint64,
 	p.EncodeBody(slot)
 	e := q.slot(idx + 1)
 	e.deps = deps
+	if traceopt.Enabled && q.timing != nil {
+		q.timing.untimed[idx&q.mask] = true
+	}
 	return q.publishLocked(idx, sig, slot, p.FirstWord()), nil
 }
 
@@ -543,6 +554,9 @@ func (q *Queue) Marker(sig *Signal) (uint64, error) {
 	p := hsa.BarrierAndPacket{Header: header(hsa.PacketTypeBarrierAnd), CompletionSignal: sig.H}
 	slot := hsa.Slot(q.hq, idx)
 	p.EncodeBody(slot)
+	if traceopt.Enabled && q.timing != nil {
+		q.timing.untimed[idx&q.mask] = true
+	}
 	return q.publishLocked(idx, sig, slot, p.FirstWord()), nil
 }
 

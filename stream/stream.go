@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rocsync/rocsync/internal/traceopt"
 	"github.com/rocsync/rocsync/syncstate"
 )
 
@@ -147,6 +148,9 @@ type Stream struct {
 	// hostBridge, when set, makes this stream wait on the device for a
 	// fence of a host lane (syncstate.DomainHost).
 	hostBridge func(s *Stream, f syncstate.Fence) error
+
+	// timing, set once by EnableTiming, times every op (tracing).
+	timing atomic.Pointer[timing]
 }
 
 var _ syncstate.Timeline = (*Stream)(nil)
@@ -235,11 +239,25 @@ func (s *Stream) Submit(enqueue func(stream uintptr) error) (uint64, error) {
 	if s.s == 0 {
 		return 0, fmt.Errorf("%w: %s", ErrClosed, s.name)
 	}
+	var tm *timing
+	if traceopt.Enabled {
+		tm = s.timing.Load()
+	}
+	var start uintptr
+	if tm != nil {
+		start = s.startTimingLocked(tm)
+	}
 	if err := enqueue(s.s); err != nil {
+		if tm != nil {
+			s.stopTimingLocked(tm, start, 0, false)
+		}
 		return 0, err
 	}
 	t := s.lastTicket.Load() + 1
 	s.lastTicket.Store(t)
+	if tm != nil {
+		s.stopTimingLocked(tm, start, t, true)
+	}
 	if s.maxInFlight >= 4 && t%(s.maxInFlight/4) == 0 {
 		s.markLocked(t)
 	}
@@ -357,6 +375,11 @@ func (s *Stream) settle() {
 // usually the producer's newest ops, and a query that cannot prove those
 // complete would cost as much as the device wait it might save.
 func (s *Stream) Completed() uint64 {
+	if traceopt.Enabled {
+		if tm := s.timing.Load(); tm != nil {
+			s.pollTiming(tm)
+		}
+	}
 	c := s.completed.Load()
 	last := s.lastTicket.Load()
 	if c == last || !s.mu.TryLock() {
@@ -734,6 +757,9 @@ func (s *Stream) Close() error {
 	defer s.mu.Unlock()
 	if err != nil {
 		s.failLocked(err, s.lastTicket.Load())
+	}
+	if e := s.destroyTimingLocked(); e != nil && err == nil {
+		err = e // the drain reached every timing event
 	}
 	if s.s != 0 {
 		// hipStreamDestroy lets pending work finish, so after it every

@@ -81,6 +81,7 @@ g.fillStyle = "#fff"; g.fillRect(0, 0, W, H);
 function colour(e, name) {
   if (e.cat === "host-wait") return "#d62728";
   if (e.cat === "submit") return "#1f77b4";
+  if (e.cat === "gpu") return name.includes("hsa-q") ? "#146c14" : "#a65200";
   if (name.includes("hsa-q")) return "#2ca02c";
   return "#ff7f0e";
 }
@@ -126,7 +127,7 @@ for (const fl of flows.values()) {
   const a = rowOf.get(fl.s.pid + "/" + fl.s.tid), b = rowOf.get(fl.f.pid + "/" + fl.f.tid);
   if (!a || !b) continue;
   const x1 = a.x(fl.s.ts), y1 = a.y + rowH / 2, x2 = b.x(fl.f.ts), y2 = b.y + rowH / 2;
-  g.strokeStyle = fl.s.name === "device wait" ? "#9467bd" : "#444";
+  g.strokeStyle = fl.s.name === "device wait" ? "#9467bd" : fl.s.name === "gpu" ? "#b8b8b8" : "#444";
   g.beginPath(); g.moveTo(x1, y1); g.lineTo(x2, y2); g.stroke();
   const ang = Math.atan2(y2 - y1, x2 - x1);
   g.beginPath(); g.moveTo(x2, y2);
@@ -135,6 +136,6 @@ for (const fl of flows.values()) {
   g.closePath(); g.fillStyle = g.strokeStyle; g.fill();
 }
 g.fillStyle = "#000"; g.font = "11px sans-serif";
-g.fillText("blue: op submitted (host)   green: HSA queue   orange: HIP stream   red: host wait   arrows: producer -> wait (purple: device wait)", left, H - 4);
+g.fillText("blue: op submitted (host)   green: HSA queue   orange: HIP stream   dark: (GPU) device timestamps   red: host wait   arrows: producer -> wait (purple: device wait, grey: submission -> GPU)", left, H - 4);
 </script></body></html>
 `

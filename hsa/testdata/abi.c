@@ -85,6 +85,9 @@ int main(void) {
 
   /* Types the binding passes as one 64-bit register or reads as 32 bits. */
   SIZE(hsa_agent_t);
+  SIZE(hsa_amd_profiling_dispatch_time_t);
+  OFF(hsa_amd_profiling_dispatch_time_t, start);
+  OFF(hsa_amd_profiling_dispatch_time_t, end);
   SIZE(hsa_signal_t);
   SIZE(hsa_amd_memory_pool_t);
   SIZE(hsa_isa_t);

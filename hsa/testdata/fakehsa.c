@@ -570,3 +570,21 @@ hsa_status_t hsa_executable_symbol_get_info(hsa_executable_symbol_t executable_s
   }
   return HSA_STATUS_SUCCESS;
 }
+
+/* ---- profiling ---- */
+
+hsa_status_t hsa_amd_profiling_set_profiler_enabled(hsa_queue_t *queue, int enable) {
+  OPEN();
+  logf_("hsa_amd_profiling_set_profiler_enabled(queue=%s,enable=%d)", queue ? "set" : "NULL", enable);
+  return queue ? HSA_STATUS_SUCCESS : HSA_STATUS_ERROR_INVALID_QUEUE;
+}
+
+hsa_status_t hsa_amd_profiling_get_dispatch_time(hsa_agent_t agent, hsa_signal_t signal, hsa_amd_profiling_dispatch_time_t *time) {
+  OPEN();
+  logf_("hsa_amd_profiling_get_dispatch_time(agent=%llu,signal=%llu)", (unsigned long long)agent.handle, (unsigned long long)signal.handle);
+  if (agent.handle != GPU) return HSA_STATUS_ERROR_INVALID_AGENT;
+  if (time == NULL) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+  time->start = 1000;
+  time->end = 3000;
+  return HSA_STATUS_SUCCESS;
+}

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/rocsync/rocsync/cublas"
@@ -163,6 +164,26 @@ func (b *cudaBackend) eventCreate() (uintptr, error) {
 	}
 	e, err := c.EventCreate(cuda.EventDisableTiming)
 	return uintptr(e), err
+}
+
+var _ timingBackend = (*cudaBackend)(nil)
+
+// timingEventCreate makes an event with timing on (flags 0), for the
+// trace's device timestamps.
+func (b *cudaBackend) timingEventCreate() (uintptr, error) {
+	c, err := b.context()
+	if err != nil {
+		return 0, err
+	}
+	e, err := c.EventCreate(0)
+	return uintptr(e), err
+}
+
+// eventElapsed is cuEventElapsedTime (float milliseconds, about 0.5 µs
+// resolution per the CUDA documentation).
+func (b *cudaBackend) eventElapsed(start, stop uintptr) (time.Duration, error) {
+	ms, err := b.ctx.Load().EventElapsedTime(cuda.Event(start), cuda.Event(stop))
+	return time.Duration(float64(ms) * float64(time.Millisecond)), err
 }
 
 func (b *cudaBackend) eventDestroy(e uintptr) error { return b.ctx.Load().EventDestroy(cuda.Event(e)) }

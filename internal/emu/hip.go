@@ -451,6 +451,9 @@ type hevent struct {
 	cond *sync.Cond
 	dev  int
 	last *hrecord // the newest record; nil: never recorded (complete)
+	// timing: created without hipEventDisableTiming, so that
+	// hipEventElapsedTime accepts it.
+	timing bool
 }
 
 // hrecord is one record of an event; its fields are guarded by the
@@ -458,12 +461,16 @@ type hevent struct {
 type hrecord struct {
 	done bool
 	vc   vclock
-	err  error // set when the record executed on a broken stream
+	err  error     // set when the record executed on a broken stream
+	at   time.Time // when the stream reached it (timing events)
 }
 
 func (e *hevent) complete(r *hrecord, a *actor) {
 	e.mu.Lock()
 	r.done = true
+	if e.timing {
+		r.at = time.Now()
+	}
 	if a != nil {
 		r.vc = a.vc.clone()
 	}
@@ -498,7 +505,7 @@ func (h *HIP) EventCreate(hd int, flags uint32) (hip.Event, error) {
 	if err != nil {
 		return 0, err
 	}
-	e := &hevent{dev: d}
+	e := &hevent{dev: d, timing: flags&hip.EventDisableTiming == 0}
 	e.cond = sync.NewCond(&e.mu)
 	h.mu.Lock()
 	id := hip.Event(h.handle())
@@ -578,6 +585,45 @@ func (h *HIP) EventSynchronize(id hip.Event) error {
 	vc, ferr := e.wait(r)
 	h.m.hostAcquire(vc)
 	return ferr
+}
+
+// EventElapsedTime is hipEventElapsedTime, with HIP's rules: both events
+// made with timing (hipEventDisableTiming refused as an invalid handle),
+// on one device, recorded (an event never recorded is an invalid handle)
+// and reached (hipErrorNotReady before).
+func (h *HIP) EventElapsedTime(start, stop hip.Event) (float32, error) {
+	const fn = "hipEventElapsedTime"
+	a, err := h.event(fn, start)
+	if err != nil {
+		return 0, err
+	}
+	b, err := h.event(fn, stop)
+	if err != nil {
+		return 0, err
+	}
+	if !a.timing || !b.timing {
+		return 0, hipErr(fn, hip.ErrorInvalidHandle, "event created with hipEventDisableTiming")
+	}
+	if a.dev != b.dev {
+		return 0, hipErr(fn, hip.ErrorInvalidHandle, "events of two devices")
+	}
+	var at [2]time.Time
+	for i, e := range [2]*hevent{a, b} {
+		e.mu.Lock()
+		r := e.last
+		done := r != nil && r.done
+		if done {
+			at[i] = r.at
+		}
+		e.mu.Unlock()
+		if r == nil {
+			return 0, hipErr(fn, hip.ErrorInvalidHandle, "event never recorded")
+		}
+		if !done {
+			return 0, hipErr(fn, hip.ErrorNotReady, "")
+		}
+	}
+	return float32(float64(at[1].Sub(at[0])) / float64(time.Millisecond)), nil
 }
 
 // StreamWaitEvent captures the event's newest record at call time, as HIP

@@ -119,6 +119,8 @@ func (m *Machine) injectFault(op string) bool {
 // Machine is one emulated system: a CPU agent and Options.Devices GPUs.
 type Machine struct {
 	opts Options
+	// epoch is the start of the emulated system clock (profiling ticks).
+	epoch time.Time
 
 	memMu  sync.RWMutex
 	allocs []*alloc // sorted by base
@@ -230,7 +232,7 @@ func New(o Options) *Machine {
 	if o.MemoryPerDevice == 0 {
 		o.MemoryPerDevice = 4 << 30
 	}
-	m := &Machine{opts: o, agents: 1, host: vclock{0}}
+	m := &Machine{opts: o, agents: 1, host: vclock{0}, epoch: time.Now()}
 	for i := 0; i < o.Devices; i++ {
 		// Spread over buses as on a multi-socket server.
 		loc := pciLocation{domain: uint32(i / 4), bus: 0x03 + 0x20*uint32(i%4)}

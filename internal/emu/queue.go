@@ -40,6 +40,7 @@ type queue struct {
 	broken    atomic.Bool
 	stopping  atomic.Bool
 	waitingOn atomic.Pointer[signal] // the signal a barrier is blocked on
+	profiling atomic.Bool            // hsa_amd_profiling_set_profiler_enabled
 }
 
 type rung struct {
@@ -236,6 +237,7 @@ func (q *queue) complete(sig hsa.Signal, a *actor) {
 
 func (q *queue) dispatch(p *hsa.DispatchPacket, a *actor) {
 	q.m.waitGate()
+	q.profileStart(p.CompletionSignal)
 	q.delay.sleep()
 	dims := p.Setup & 3
 	if dims == 0 || p.WorkgroupSize[0] == 0 {
@@ -284,6 +286,7 @@ func (q *queue) dispatch(p *hsa.DispatchPacket, a *actor) {
 		q.fail(faultStatus(err), err.Error())
 		return
 	}
+	q.profileEnd(p.CompletionSignal)
 	q.complete(p.CompletionSignal, a)
 }
 

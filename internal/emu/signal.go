@@ -23,6 +23,9 @@ type signal struct {
 	// hipMallocSignalMemory): HIP allocated it, so every HIP release
 	// accepts its address in stream memory operations.
 	hipMemory bool
+	// startTS and endTS are the newest profiled dispatch's times
+	// (amd_signal_t's start_ts and end_ts), in system-clock ticks.
+	startTS, endTS atomic.Uint64
 }
 
 func (m *Machine) newSignal(initial int64, interrupt bool) hsa.Signal {

@@ -7,6 +7,7 @@ package tracecheck
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -130,9 +131,12 @@ func Parse(data []byte) (*Trace, error) {
 			return nil, fmt.Errorf("tracecheck: event %d: unknown phase %q", i, e.Ph)
 		}
 	}
-	for tr := range slices {
+	for tr, ss := range slices {
 		if _, ok := t.Tracks[tr]; !ok {
 			return nil, fmt.Errorf("tracecheck: track %v holds slices but has no name", tr)
+		}
+		if err := nested(ss); err != nil {
+			return nil, fmt.Errorf("tracecheck: track %q: %w", t.Tracks[tr], err)
 		}
 		if _, ok := t.Processes[tr.PID]; !ok {
 			return nil, fmt.Errorf("tracecheck: process %d has no name", tr.PID)
@@ -176,6 +180,42 @@ func Parse(data []byte) (*Trace, error) {
 		return nil, fmt.Errorf("tracecheck: %d flow ends without a start", len(ends))
 	}
 	return t, nil
+}
+
+// nested checks that the slices of one track nest: each one either
+// inside another or apart from it, as Perfetto draws a track's slices as
+// a stack (slices that overlap only in part are import errors there).
+// Times are compared in whole nanoseconds, the precision rocsync writes
+// (µs with three decimals), so that float rounding does not make
+// adjacent slices overlap.
+func nested(ss []Event) error {
+	type span struct {
+		start, end int64
+		name       string
+	}
+	ns := func(us float64) int64 { return int64(math.Round(us * 1000)) }
+	sp := make([]span, len(ss))
+	for i, s := range ss {
+		sp[i] = span{ns(*s.TS), ns(*s.TS) + ns(*s.Dur), s.Name}
+	}
+	sort.SliceStable(sp, func(i, j int) bool {
+		if sp[i].start != sp[j].start {
+			return sp[i].start < sp[j].start
+		}
+		return sp[i].end > sp[j].end
+	})
+	var stack []span
+	for _, s := range sp {
+		for len(stack) > 0 && stack[len(stack)-1].end <= s.start {
+			stack = stack[:len(stack)-1]
+		}
+		if n := len(stack); n > 0 && s.end > stack[n-1].end {
+			top := stack[n-1]
+			return fmt.Errorf("slice %q [%d, %d] ns overlaps %q [%d, %d] ns in part", s.name, s.start, s.end, top.name, top.start, top.end)
+		}
+		stack = append(stack, s)
+	}
+	return nil
 }
 
 // ProcessByName returns the pid of the process named name.
@@ -223,7 +263,17 @@ type Counts struct {
 	Dispatches  uint64
 	HostWaits   map[string]uint64
 	DeviceWaits uint64
+	// GPUSpans is how many ops have device timestamps (slices of category
+	// "gpu" on the "<timeline> (GPU)" tracks).
+	GPUSpans uint64
+	// ClockSkew (µs) is how far a device timestamp may fall before the
+	// host time it follows: the device clock's tick and the error of
+	// mapping it to the host's clock.
+	ClockSkew float64
 }
+
+// GPUSuffix ends the name of a timeline's track of device timestamps.
+const GPUSuffix = " (GPU)"
 
 // Check compares what the process named process shows with c: a slice
 // per op on the track of its queue or stream (named by its fence) and one
@@ -266,6 +316,9 @@ func (t *Trace) Check(process string, c Counts) error {
 			return fmt.Errorf("tracecheck: submission of %q off the host tracks", s.Name)
 		}
 	}
+	if err := t.checkGPU(pid, c, used); err != nil {
+		return err
+	}
 	hasHost := false
 	for _, n := range t.TrackNames(pid) {
 		hasHost = hasHost || n == "host"
@@ -302,12 +355,19 @@ func (t *Trace) Check(process string, c Counts) error {
 			return fmt.Errorf("tracecheck: %d %s host-wait slices, none counted", n, r)
 		}
 	}
-	var device, host, total uint64
+	var device, host, total, gpuFlows uint64
 	for _, n := range c.HostWaits {
 		total += n
 	}
 	for _, f := range t.Flows {
 		if f.From.PID != pid || f.To.PID != pid {
+			continue
+		}
+		if f.Name == "gpu" {
+			if f.FromSlice.Cat != "submit" || f.ToSlice.Cat != "gpu" || f.FromSlice.Arg("fence") != f.ToSlice.Arg("fence") {
+				return fmt.Errorf("tracecheck: gpu flow from %q (%s) to %q (%s)", f.FromSlice.Name, f.FromSlice.Arg("fence"), f.ToSlice.Name, f.ToSlice.Arg("fence"))
+			}
+			gpuFlows++
 			continue
 		}
 		if t.IsHost(f.From) || f.FromSlice.Cat != "op" {
@@ -337,11 +397,58 @@ func (t *Trace) Check(process string, c Counts) error {
 			return fmt.Errorf("tracecheck: unknown flow %q", f.Name)
 		}
 	}
+	if gpuFlows != c.GPUSpans {
+		return fmt.Errorf("tracecheck: %d gpu flows, %d ops with device timestamps", gpuFlows, c.GPUSpans)
+	}
 	if device != c.DeviceWaits {
 		return fmt.Errorf("tracecheck: %d device-wait flows, %d device waits", device, c.DeviceWaits)
 	}
 	if host+noProducer != total {
 		return fmt.Errorf("tracecheck: %d host-wait flows and %d waits without a producer, %d host waits", host, noProducer, total)
+	}
+	return nil
+}
+
+// checkGPU checks the device-timestamp slices: c.GPUSpans of them, each
+// on the GPU track of its op's timeline, no earlier than its op's
+// submission began, and none overlapping another on its track (queues and
+// streams run their ops in order). It marks the GPU tracks used.
+func (t *Trace) checkGPU(pid int, c Counts, used map[string]bool) error {
+	gpu := t.Slices(pid, "gpu")
+	if n := uint64(len(gpu)); n != c.GPUSpans {
+		return fmt.Errorf("tracecheck: %d gpu slices, %d ops with device timestamps", n, c.GPUSpans)
+	}
+	submitted := map[string]float64{}
+	for _, s := range t.Slices(pid, "submit") {
+		submitted[s.Arg("fence")] = *s.TS
+	}
+	skew := c.ClockSkew
+	byTrack := map[Track][]Event{}
+	for _, g := range gpu {
+		track := t.Tracks[g.Track()]
+		fence := g.Arg("fence")
+		tl, _, ok := splitFence(fence)
+		if !ok || track != tl+GPUSuffix {
+			return fmt.Errorf("tracecheck: gpu slice at %q drawn on %s", fence, track)
+		}
+		sub, ok := submitted[fence]
+		if !ok {
+			return fmt.Errorf("tracecheck: gpu slice at %s has no submission", fence)
+		}
+		if *g.TS+skew < sub {
+			return fmt.Errorf("tracecheck: the op at %s starts on the GPU at %.3f µs, before its submission began at %.3f", fence, *g.TS, sub)
+		}
+		used[track] = true
+		byTrack[g.Track()] = append(byTrack[g.Track()], g)
+	}
+	for tr, gs := range byTrack {
+		sort.Slice(gs, func(i, j int) bool { return *gs[i].TS < *gs[j].TS })
+		for i := 1; i < len(gs); i++ {
+			if end := *gs[i-1].TS + *gs[i-1].Dur; *gs[i].TS+skew < end {
+				return fmt.Errorf("tracecheck: on %s the op at %s (%.3f µs) starts before the op at %s ends (%.3f)", t.Tracks[tr],
+					gs[i].Arg("fence"), *gs[i].TS, gs[i-1].Arg("fence"), end)
+			}
+		}
 	}
 	return nil
 }
