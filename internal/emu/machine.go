@@ -359,6 +359,7 @@ type alloc struct {
 	device     int    // -1 for host memory
 	access     uint64 // bit d: GPU d may access it (under memMu)
 	freed      bool
+	tracked    bool // host memory whose host and GPU accesses the checker follows (TrackHost)
 	shadow     shadow
 }
 
@@ -468,7 +469,7 @@ func (m *Machine) span(addr, n uint64, write bool, a *actor) ([]byte, error) {
 		}
 		return nil, fmt.Errorf("emu: [%#x, %#x) was freed", addr, addr+n)
 	}
-	if a != nil && m.opts.Hazards && r.device >= 0 {
+	if a != nil && m.opts.Hazards && (r.device >= 0 || r.tracked) {
 		m.report(r.shadow.access(addr, addr+n, write, a))
 	}
 	off := addr - r.base
