@@ -11,6 +11,7 @@ import (
 
 	"github.com/rocsync/rocsync/cublas"
 	"github.com/rocsync/rocsync/cuda"
+	"github.com/rocsync/rocsync/internal/cudadev"
 	"github.com/rocsync/rocsync/userkernel"
 )
 
@@ -106,4 +107,53 @@ func TestOpSetAcceptanceCUDA(t *testing.T) {
 			require.NoError(t, d.DefaultTask().LibraryCall(nil, func(uintptr) error { return blas.Destroy(h) }))
 		})
 	}
+}
+
+// A host function in the middle of a GPU chain on the GPU: kernel →
+// host function → kernel → library call, under DeviceSide. With 64-bit
+// stream memory operations (an H100) the GPU ops after the function wait
+// for it on the device (cuStreamWaitValue64 on the word its host lane
+// publishes): no boundary host wait; without them, boundary waits.
+func TestHostFuncMidChainCUDA(t *testing.T) {
+	d := openCUDAOpPath(t, DeviceSide)
+	support := d.drv.(*cudadev.Device).HostWaitsOnDevice()
+	t.Logf("streams wait for host lanes on the device: %v", support == nil)
+	tk, err := d.NewTask()
+	require.NoError(t, err)
+	const n = 1 << 16
+	x, err := tk.Full(1, n, Float32, 3)
+	require.NoError(t, err)
+	y, err := d.Empty(1, n, Float32)
+	require.NoError(t, err)
+	for it := range 10 {
+		require.NoError(t, tk.ScaleInto(x, 2, x))
+		require.NoError(t, tk.HostFunc([]Arg{In(x), Out(y)}, func(h *HostAccess) error {
+			v, err := h.Float32s(x)
+			if err != nil {
+				return err
+			}
+			for i := range v {
+				v[i]++
+			}
+			return h.SetFloat32s(y, v)
+		}))
+		require.NoError(t, tk.AddInto(x, x, y), "iteration %d", it) // x = 2x + (2x+1), on the kernel stream after the function
+	}
+	got, err := x.Float32s()
+	require.NoError(t, err)
+	want := float32(3)
+	for range 10 {
+		want = 2*want + (2*want + 1)
+	}
+	for i, v := range got {
+		require.Equal(t, want, v, "element %d", i)
+	}
+	s := tk.Stats()
+	t.Logf("boundary host waits %d, device waits %d", s.HostWaitsFor(ReasonBoundary), s.DeviceWaits)
+	if support == nil {
+		require.Zero(t, s.HostWaitsFor(ReasonBoundary), "the kernels after the host functions waited on the device")
+	} else {
+		require.NotZero(t, s.HostWaitsFor(ReasonBoundary))
+	}
+	require.NoError(t, tk.Close())
 }
