@@ -157,3 +157,17 @@ func TestHostFuncMidChainCUDA(t *testing.T) {
 	}
 	require.NoError(t, tk.Close())
 }
+
+// On CUDA the HSA form of the handshake is a typed ErrUnavailable error,
+// and nothing is poisoned.
+func TestSignalHandshakeUnavailableOnCUDA(t *testing.T) {
+	d := openCUDAOpPath(t, DeviceSide)
+	tk := d.DefaultTask()
+	x, err := tk.Full(4, 4, Float32, 1)
+	require.NoError(t, err)
+	_, err = tk.ExportSignal(In(x))
+	require.ErrorIs(t, err, ErrUnavailable)
+	require.ErrorIs(t, tk.ImportSignal(1, Out(x)), ErrUnavailable)
+	require.ErrorIs(t, tk.ReleaseSignal(1), ErrUnavailable)
+	require.NoError(t, x.Err())
+}

@@ -127,11 +127,19 @@ const (
 	// fences the lane was told to wait for have completed; the submitter
 	// does not wait. Its error fails its ticket.
 	HostFunc
+	// SignalExport completes the HSA signal Op.Signal (from
+	// SignalFencer.NewExternalSignal) once everything before it on the
+	// kernel queue has completed: a marker packet. LaneKernel.
+	SignalExport
+	// SignalImport makes the kernel queue wait until the foreign HSA
+	// signal Op.Signal reads 0: a barrier-AND packet. LaneKernel.
+	SignalImport
 	numKinds
 )
 
 var kindNames = [...]string{KindInvalid: "invalid", Dispatch: "dispatch", Gemm: "gemm", LibraryCall: "library call",
-	CopyHtoD: "copy host to device", CopyDtoH: "copy device to host", CopyDtoD: "copy device to device", HostFunc: "host function"}
+	CopyHtoD: "copy host to device", CopyDtoH: "copy device to host", CopyDtoD: "copy device to device", HostFunc: "host function",
+	SignalExport: "signal export", SignalImport: "signal import"}
 
 func (k Kind) String() string {
 	if k < numKinds {
@@ -212,6 +220,9 @@ type Op struct {
 
 	// HostFunc: called once, on the host lane's goroutine.
 	Func func() error
+
+	// SignalExport, SignalImport: an hsa_signal_t handle.
+	Signal uint64
 }
 
 // Task is one task's place to submit work: a timeline per lane (the same

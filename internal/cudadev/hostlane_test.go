@@ -141,3 +141,12 @@ func TestHostFuncDeviceWaitIsNeeded(t *testing.T) {
 		t.Fatal("without the device-side wait the kernel still read the host function's output")
 	}
 }
+
+// CUDA has no HSA signals: its tasks are not driver.SignalFencers, which
+// rocsync's ExportSignal and ImportSignal turn into ErrUnavailable errors.
+func TestNoHSASignals(t *testing.T) {
+	var tk driver.Task = &Task{}
+	if _, ok := tk.(driver.SignalFencer); ok {
+		t.Fatal("a CUDA task claims to exchange HSA signals")
+	}
+}
