@@ -9,6 +9,7 @@ import (
 
 	"github.com/rocsync/rocsync/hip"
 	"github.com/rocsync/rocsync/hsa"
+	"github.com/rocsync/rocsync/internal/rocmdev"
 )
 
 // signalPolicies are the policies whose tasks have an HSA queue.
@@ -25,7 +26,8 @@ type foreignHSA struct {
 }
 
 func newForeignHSA(t *testing.T, d *Device) *foreignHSA {
-	return &foreignHSA{t: t, rt: d.machine.HSA(), hip: d.machine.HIP()}
+	rt := d.drv.(*rocmdev.Device).Runtimes() // the emulator's, or the real ROCr and HIP
+	return &foreignHSA{t: t, rt: rt.HSA, hip: rt.HIP}
 }
 
 func (f *foreignHSA) read(x *Array) []float32 {
@@ -54,52 +56,57 @@ func TestSignalHandshake(t *testing.T) {
 	for _, p := range signalPolicies {
 		t.Run(p.String(), func(t *testing.T) {
 			d := openOpPath(t, p)
-			f := newForeignHSA(t, d)
-			tk, err := d.NewTask()
-			require.NoError(t, err)
-			const n = 32
-			x, err := d.Empty(n, n, Float32)
-			require.NoError(t, err)
-			y, err := tk.Full(n, n, Float32, 0)
-			require.NoError(t, err)
-			z, err := d.Empty(n, n, Float32)
-			require.NoError(t, err)
-			for it := range 4 {
-				require.NoError(t, tk.Fill(x, float64(it))) // rocsync writes x
-				require.NoError(t, tk.ScaleInto(z, 1, y))   // and reads y: the foreign write must wait
-				sig, err := tk.ExportSignal(In(x), Out(y))
-				require.NoError(t, err)
-				done, err := f.rt.SignalCreate(1, nil)
-				require.NoError(t, err)
-				finished := make(chan struct{})
-				go func() {
-					defer close(finished)
-					time.Sleep(time.Millisecond) // rocsync's ops below are queued first
-					f.waitZero(sig)
-					v := f.read(x)
-					for i := range v {
-						v[i]++
-					}
-					f.write(y, v)
-					f.rt.SignalStoreScrelease(done, 0)
-				}()
-				require.NoError(t, tk.ImportSignal(uint64(done), In(x), Out(y)))
-				require.NoError(t, tk.ScaleInto(z, 2, y)) // reads the foreign y
-				require.NoError(t, tk.Fill(x, -1))        // overwrites what the foreign work read
-				got, err := z.Float32s()
-				require.NoError(t, err)
-				for i, v := range got {
-					require.Equal(t, 2*float32(it+1), v, "iteration %d element %d", it, i)
-				}
-				<-finished
-				require.NoError(t, tk.ReleaseSignal(sig))
-				require.NoError(t, tk.Synchronize())
-				require.NoError(t, f.rt.SignalDestroy(done))
-			}
-			require.NoError(t, tk.Close())
+			signalBracket(t, d)
 			require.NoError(t, d.Synchronize())
 			require.Empty(t, d.Hazards())
 		})
+	}
+}
+
+// signalBracket is the bracketed handshake of TestSignalHandshake on d.
+func signalBracket(t *testing.T, d *Device) {
+	f := newForeignHSA(t, d)
+	tk, err := d.NewTask()
+	require.NoError(t, err)
+	defer func() { require.NoError(t, tk.Close()) }()
+	const n = 32
+	x, err := d.Empty(n, n, Float32)
+	require.NoError(t, err)
+	y, err := tk.Full(n, n, Float32, 0)
+	require.NoError(t, err)
+	z, err := d.Empty(n, n, Float32)
+	require.NoError(t, err)
+	for it := range 4 {
+		require.NoError(t, tk.Fill(x, float64(it))) // rocsync writes x
+		require.NoError(t, tk.ScaleInto(z, 1, y))   // and reads y: the foreign write must wait
+		sig, err := tk.ExportSignal(In(x), Out(y))
+		require.NoError(t, err)
+		done, err := f.rt.SignalCreate(1, nil)
+		require.NoError(t, err)
+		finished := make(chan struct{})
+		go func() {
+			defer close(finished)
+			time.Sleep(time.Millisecond) // rocsync's ops below are queued first
+			f.waitZero(sig)
+			v := f.read(x)
+			for i := range v {
+				v[i]++
+			}
+			f.write(y, v)
+			f.rt.SignalStoreScrelease(done, 0)
+		}()
+		require.NoError(t, tk.ImportSignal(uint64(done), In(x), Out(y)))
+		require.NoError(t, tk.ScaleInto(z, 2, y)) // reads the foreign y
+		require.NoError(t, tk.Fill(x, -1))        // overwrites what the foreign work read
+		got, err := z.Float32s()
+		require.NoError(t, err)
+		for i, v := range got {
+			require.Equal(t, 2*float32(it+1), v, "iteration %d element %d", it, i)
+		}
+		<-finished
+		require.NoError(t, tk.ReleaseSignal(sig))
+		require.NoError(t, tk.Synchronize())
+		require.NoError(t, f.rt.SignalDestroy(done))
 	}
 }
 

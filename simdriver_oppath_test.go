@@ -251,3 +251,34 @@ func TestOpSetAcceptanceOnSimulatedDriver(t *testing.T) {
 	}
 	require.Equal(t, uint64(1), builder.Stats().Compiles, "compiled once, then from the builder's cache")
 }
+
+// The HSA form of the handshake on Debian's real ROCr and HIP 5.2.3 over
+// the simulated driver: the exported signal is completed by ROCr's own
+// marker packet on the simulated command processor, the foreign signal is
+// a real hsa_signal_t the test's goroutine completes, and rocsync's queue
+// waits for it with a real barrier-AND packet. Every policy with an HSA
+// queue; results equal the reference.
+func TestSignalHandshakeOnSimulatedDriver(t *testing.T) {
+	if !kfdsim.InChild(t) {
+		parentOfSimulatedDriver(t)
+		out := kfdsim.Run(t, simulatedSuiteRuns[0].gpus, t.Name(), kfdsim.Options{Env: simblasEnv(t)})
+		logChildSummary(t, out)
+		return
+	}
+	e, err := kfdsim.RegisterExecutor("")
+	require.NoError(t, err)
+	defer e.Close()
+	nop := zerolog.Nop()
+	for _, p := range signalPolicies {
+		t.Run(p.String(), func(t *testing.T) {
+			devs, err := OpenAll(Options{Backend: ROCm, Policy: p, Logger: &nop})
+			require.NoError(t, err)
+			require.Len(t, devs, 1)
+			d := devs[0]
+			defer func() { require.NoError(t, d.Close()) }()
+			before := e.Stats()
+			signalBracket(t, d)
+			require.Equal(t, before.Faults, e.Stats().Faults)
+		})
+	}
+}
