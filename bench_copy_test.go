@@ -10,20 +10,33 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/rocsync/rocsync/cuda"
+	"github.com/rocsync/rocsync/driver"
 	"github.com/rocsync/rocsync/hip"
+	"github.com/rocsync/rocsync/syncstate"
 )
 
 // BenchmarkCopyBandwidth measures host→device and device→host copies of
-// 1, 16 and 256 MiB through rocsync (Task.Upload from a Go slice and
-// Task.Download into one, both through pooled pinned staging, ordered by
-// the op path) against the raw driver's asynchronous copy from pinned
-// memory on a stream of its own (cuMemcpyHtoDAsync/DtoHAsync, or
-// hipMemcpyAsync on the emulator), in one process, the two paths run
-// alternately at each size. Each copy is taken to completion before the
-// next (Task.Synchronize or Pending.Wait; cuStreamSynchronize), so MB/s is
-// what one copy at a time achieves, latency included. "bounce" is the CPU
-// copy between the Go slice and pinned memory alone, which rocsync's path
-// adds to the driver's.
+// 1, 16 and 256 MiB through rocsync against the raw driver, in one
+// process, the paths run alternately at each size. Each copy is taken to
+// completion before the next, so MB/s is what one copy at a time
+// achieves, latency included:
+//
+//   - rocsync: Task.Upload from a Go slice, then a blocking wait for the
+//     upload's last copy op (what Pending.Wait does for a download);
+//     Task.Download into a Go slice, then Pending.Wait. Both go through
+//     pooled pinned staging, chunked and overlapped, and the op path;
+//   - rocsync+sync: Task.Upload, then Task.Synchronize (which, under a
+//     bounded WaitTimeout, polls the stream);
+//   - raw-pinned: the driver's asynchronous copy from pinned memory on a
+//     stream of its own, then a stream synchronize (cuMemcpyHtoDAsync,
+//     cuStreamSynchronize; hipMemcpyAsync on the emulator): the DMA alone;
+//   - raw-pageable: the driver's synchronous copy from the same Go slice
+//     rocsync copies from (cuMemcpyHtoD/DtoH_v2; hipMemcpy on the
+//     emulator), which stages through the driver's own pinned buffers: what
+//     a program without rocsync gets from Go memory;
+//   - bounce/memcpy: one goroutine's CPU copy between the slice and pinned
+//     memory, the cost rocsync's staging splits over goroutines and
+//     overlaps with the DMA.
 //
 // With ROCSYNC_GPU=1 ROCSYNC_BACKEND=cuda it runs on the NVIDIA GPU;
 // otherwise on the emulator, whose numbers are CPU memcpy, not GPU numbers
@@ -51,7 +64,15 @@ func BenchmarkCopyBandwidth(b *testing.B) {
 			host[i] = byte(i)
 		}
 		label := fmt.Sprintf("%dMiB", size>>20)
+		hostPtr := unsafe.Pointer(unsafe.SliceData(host))
+		lib := tk.drv.Timeline(driver.LaneLibrary)
 		upload := func() error {
+			if err := tk.Upload(buf, host); err != nil {
+				return err
+			}
+			return waitCopy(nil, syncstate.Fence{TL: lib, Ticket: lib.LastTicket()})
+		}
+		uploadSync := func() error {
 			if err := tk.Upload(buf, host); err != nil {
 				return err
 			}
@@ -64,33 +85,36 @@ func BenchmarkCopyBandwidth(b *testing.B) {
 			}
 			return p.Wait(context.Background())
 		}
+		type path struct {
+			name string
+			copy func() error
+		}
 		for _, dir := range []struct {
-			name          string
-			rocsync, base func() error
+			name  string
+			paths []path
 		}{
-			{"HtoD", upload, func() error { return raw.htod(uint64(size)) }},
-			{"DtoH", download, func() error { return raw.dtoh(uint64(size)) }},
-			// The bounce alone: the CPU copy between a Go slice and pinned
-			// memory that rocsync's path adds to the driver's copy.
-			{"bounce", nil, func() error { copy(unsafe.Slice((*byte)(raw.host), size), host); return nil }},
+			{"HtoD", []path{
+				{"raw-pinned", func() error { return raw.htod(uint64(size)) }},
+				{"raw-pageable", func() error { return raw.htodPageable(hostPtr, uint64(size)) }},
+				{"rocsync", upload},
+				{"rocsync+sync", uploadSync},
+			}},
+			{"DtoH", []path{
+				{"raw-pinned", func() error { return raw.dtoh(uint64(size)) }},
+				{"raw-pageable", func() error { return raw.dtohPageable(hostPtr, uint64(size)) }},
+				{"rocsync", download},
+			}},
+			// The bounce alone: one goroutine's CPU copy between a Go slice
+			// and pinned memory.
+			{"bounce", []path{{"memcpy", func() error { copy(unsafe.Slice((*byte)(raw.host), size), host); return nil }}}},
 		} {
-			for _, path := range []struct {
-				name string
-				copy func() error
-			}{{"raw", dir.base}, {"rocsync", dir.rocsync}} {
-				if path.copy == nil {
-					continue
-				}
-				pname := path.name
-				if dir.rocsync == nil {
-					pname = "memcpy"
-				}
-				b.Run(name+"/"+dir.name+"/"+label+"/"+pname, func(b *testing.B) {
-					must(b, path.copy()) // the staging slot and the pinned pages exist before timing
+			for _, p := range dir.paths {
+				b.Run(name+"/"+dir.name+"/"+label+"/"+p.name, func(b *testing.B) {
+					must(b, p.copy()) // the staging slot and the pinned pages exist before timing
 					b.SetBytes(int64(size))
 					b.ResetTimer()
 					for i := 0; i < b.N; i++ {
-						must(b, path.copy())
+						must(b, p.copy())
 					}
 				})
 			}
@@ -103,9 +127,11 @@ func BenchmarkCopyBandwidth(b *testing.B) {
 // driver's own asynchronous copies on a stream of its own, synchronizing
 // that stream after each.
 type rawCopier struct {
-	htod, dtoh func(size uint64) error
-	close      func()
-	host       unsafe.Pointer // the pinned buffer
+	htod, dtoh   func(size uint64) error
+	htodPageable func(src unsafe.Pointer, size uint64) error
+	dtohPageable func(dst unsafe.Pointer, size uint64) error
+	close        func()
+	host         unsafe.Pointer // the pinned buffer
 
 }
 
@@ -131,7 +157,9 @@ func newRawHIPCopier(h hip.Runtime, size uint64) (*rawCopier, error) {
 		return nil, err
 	}
 	return &rawCopier{
-		host: host,
+		host:         host,
+		htodPageable: func(src unsafe.Pointer, n uint64) error { return h.MemcpyHtoD(dev, dptr, src, n) },
+		dtohPageable: func(dst unsafe.Pointer, n uint64) error { return h.MemcpyDtoH(dev, dst, dptr, n) },
 		htod: func(n uint64) error {
 			if err := h.MemcpyHtoDAsync(dptr, host, n, s); err != nil {
 				return err
@@ -183,7 +211,9 @@ func newRawCUDACopier(size uint64) (*rawCopier, error) {
 		return nil, err
 	}
 	return &rawCopier{
-		host: host,
+		host:         host,
+		htodPageable: func(src unsafe.Pointer, n uint64) error { return c.MemcpyHtoD(dptr, src, n) },
+		dtohPageable: func(dst unsafe.Pointer, n uint64) error { return c.MemcpyDtoH(dst, dptr, n) },
 		htod: func(n uint64) error {
 			if err := c.MemcpyHtoDAsync(dptr, host, n, s); err != nil {
 				return err

@@ -80,3 +80,119 @@ func (t *Task) handshake(name string, foreign uintptr, operands []Arg, export bo
 	_, err := t.submit(name, accs)
 	return err
 }
+
+// The same handshake with HSA code outside rocsync (another runtime's
+// queues, a library that takes hsa_signal_t), through signals instead of
+// streams, on the task's HSA queue:
+//
+//   - ExportSignal returns an hsa_signal_t that reaches 0 once the work
+//     the operands' accesses must follow has completed (a marker packet
+//     with that completion signal, after the operands' writers, and for
+//     Out and InOut their readers): a foreign consumer waits for it (a
+//     barrier-AND packet on its queue, hsa_signal_wait_scacquire) before
+//     it touches the operands;
+//   - ImportSignal makes rocsync's later ops on the operands wait until a
+//     foreign signal reads 0 (a barrier-AND packet on the task's queue):
+//     the foreign work that completes it becomes the writer of Out and
+//     InOut operands and a reader of In ones.
+//
+//	sig, _ := tk.ExportSignal(In(x), Out(y)) // 0 once x's writer, y's writer and readers completed
+//	... foreign work waits for sig, reads x, writes y, completes done ...
+//	tk.ImportSignal(done, In(x), Out(y))     // rocsync's next ops on x and y wait for done
+//	tk.ReleaseSignal(sig)
+//
+// An exported signal belongs to the device until ReleaseSignal (or the
+// device's Close); foreign code may wait on it but not change it. Both are
+// ops on the task's kernel queue and never block the host. On CUDA, and
+// under the Unified policy (no HSA queue), they are ErrUnavailable errors:
+// use ExportTo and ImportFrom with a stream there.
+
+// ExportSignal returns an HSA signal (an hsa_signal_t handle) that reaches
+// 0, on the device, once the work the operands' accesses must follow has
+// completed. Release it with ReleaseSignal.
+func (t *Task) ExportSignal(operands ...Arg) (uint64, error) {
+	const name = "ExportSignal"
+	sf, err := t.signalFencer(name, operands)
+	if err != nil {
+		return 0, err
+	}
+	h, err := sf.NewExternalSignal()
+	if err != nil {
+		return 0, &Error{Op: name, Kind: ErrUnavailable, Detail: "creating the signal", Err: err}
+	}
+	t.op.Kind, t.op.Lane, t.op.Signal = driver.SignalExport, driver.LaneKernel, h
+	if err := t.submitHandshake(name, operands); err != nil {
+		_ = sf.ReleaseExternalSignal(h)
+		return 0, err
+	}
+	return h, nil
+}
+
+// ImportSignal makes rocsync's later ops on the operands wait, on the
+// device, until the foreign HSA signal (an hsa_signal_t handle) reads 0:
+// what the foreign work writes (Out, InOut) has it as its writer, what it
+// reads (In) has it as a reader. It does not block the host.
+func (t *Task) ImportSignal(signal uint64, operands ...Arg) error {
+	const name = "ImportSignal"
+	if _, err := t.signalFencer(name, operands); err != nil {
+		return err
+	}
+	if signal == 0 {
+		return newErr(name, ErrInvalid, "the null signal")
+	}
+	t.op.Kind, t.op.Lane, t.op.Signal = driver.SignalImport, driver.LaneKernel, signal
+	return t.submitHandshake(name, operands)
+}
+
+// ReleaseSignal gives back a signal ExportSignal returned: the device may
+// hand it out again once its marker packet has completed, so no foreign
+// code may still wait on it. Releasing one twice, or any other signal, is
+// an ErrInvalid error.
+func (t *Task) ReleaseSignal(signal uint64) error {
+	const name = "ReleaseSignal"
+	if err := t.check(name); err != nil {
+		return err
+	}
+	sf, ok := t.drv.(driver.SignalFencer)
+	if !ok {
+		return newErr(name, ErrUnavailable, "the %s backend has no HSA signals", t.dev.backend)
+	}
+	if err := sf.ReleaseExternalSignal(signal); err != nil {
+		return &Error{Op: name, Kind: ErrInvalid, Err: err}
+	}
+	return nil
+}
+
+// signalFencer checks a signal handshake's task and operands.
+func (t *Task) signalFencer(name string, operands []Arg) (driver.SignalFencer, error) {
+	if err := t.check(name); err != nil {
+		return nil, err
+	}
+	sf, ok := t.drv.(driver.SignalFencer)
+	if !ok {
+		return nil, newErr(name, ErrUnavailable, "the %s backend has no HSA signals: use ExportTo/ImportFrom with a stream", t.dev.backend)
+	}
+	if err := sf.ExternalSignals(); err != nil {
+		return nil, &Error{Op: name, Kind: ErrUnavailable, Detail: "use ExportTo/ImportFrom with the HIP stream", Err: err}
+	}
+	if len(operands) == 0 {
+		return nil, newErr(name, ErrInvalid, "no operands: name what the foreign work reads and writes")
+	}
+	return sf, t.checkOperands(name, operands)
+}
+
+// submitHandshake submits t.op with the operands' accesses.
+func (t *Task) submitHandshake(name string, operands []Arg) error {
+	accs := t.operands[:0]
+	for i, a := range operands {
+		if a.who == nil {
+			return newErr(name, ErrInvalid, "operand %d is a scalar: a handshake takes buffers and arrays", i)
+		}
+		if len(accs) == cap(accs) {
+			return newErr(name, ErrInvalid, "more than %d operands", cap(accs))
+		}
+		accs = append(accs, access{a.buf, a.who, a.access})
+	}
+	_, err := t.submit(name, accs)
+	return err
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rocsync/rocsync/internal/cudadev"
 	"github.com/rocsync/rocsync/syncstate"
 )
 
@@ -308,13 +309,17 @@ func TestHostFuncBounded(t *testing.T) {
 // kernelLaneWaitsForHost says whether, where the suite runs, the kernel
 // lane waits for a host function on the device under p: HSA queues always
 // can (a signal the lane completes); a HIP stream (the kernel lane under
-// Unified) only from HIP 5.6 on, as DeviceBridge; CUDA streams host-wait.
-func kernelLaneWaitsForHost(t *testing.T, p Policy) bool {
+// Unified) only from HIP 5.6 on, as DeviceBridge; CUDA streams where the
+// driver has 64-bit stream memory operations (cuStreamWaitValue64).
+func kernelLaneWaitsForHost(t *testing.T, p Policy, d *Device) bool {
 	switch {
 	case !deviceWaitsForHost(p):
 		return false
 	case suiteOn() == onEmulator:
 		return true
+	case gpuBackend() == CUDA:
+		cd, ok := d.drv.(*cudadev.Device)
+		return ok && cd.HostWaitsOnDevice() == nil
 	case gpuBackend() != ROCm:
 		return false
 	case p == Unified:
@@ -341,7 +346,7 @@ func TestHostFuncOrdersGPUWork(t *testing.T) {
 			y, err := d.Empty(n, n, Float32)
 			require.NoError(t, err)
 			gate := make(chan struct{})
-			held := kernelLaneWaitsForHost(t, p)
+			held := kernelLaneWaitsForHost(t, p, d)
 			if !held {
 				close(gate)
 			}

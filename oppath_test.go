@@ -451,6 +451,11 @@ func TestCopyMissingAccessIsARace(t *testing.T) {
 			y, err := d.Empty(4, 4, Float32)
 			require.NoError(t, err)
 			require.NoError(t, tk.ScaleInto(y, 2, x)) // read on the kernel queue
+			// The last op writes x again: a later dispatch recycling the
+			// first one's signal would let the host learn of the first
+			// write (an acquire), and the copy would be ordered after it
+			// by chance. Nothing learns of the last op before the copy.
+			require.NoError(t, tk.ScaleInto(x, 1, x))
 			d.machine.Quiesce()
 			slot, err := d.staging.take(d, "test", 64)
 			require.NoError(t, err)

@@ -145,7 +145,7 @@ var SearchDirs = []string{
 type Lib struct {
 	path   string
 	handle uintptr
-	sym    [numSyms]uintptr
+	sym    [numSyms + numOptional]uintptr
 
 	errs errcache.Cache[Error] // one immutable *Error per (function, code)
 
@@ -182,6 +182,7 @@ func Open() (*Lib, error) {
 	}
 	l := &Lib{path: lib.Path, handle: lib.Handle, modules: make(map[Module]unsafe.Pointer)}
 	copy(l.sym[:], addrs)
+	l.resolveOptional()
 	return l, nil
 }
 
@@ -204,7 +205,7 @@ func (l *Lib) check(fn int, r uintptr) error {
 // read-only.
 func (l *Lib) errorFor(fn int, code Result) *Error {
 	return l.errs.Get(fn, uint32(code), func() *Error {
-		return &Error{Func: BoundSymbols[fn], Code: code, Name: l.ErrorName(code), Text: l.ErrorString(code)}
+		return &Error{Func: symbolName(fn), Code: code, Name: l.ErrorName(code), Text: l.ErrorString(code)}
 	})
 }
 

@@ -134,12 +134,20 @@ const (
 	// on this task's device, asynchronously on the lane's stream, after
 	// PeerCopier.EnablePeer(Peer) said the devices reach each other.
 	CopyPeer
+	// SignalExport completes the HSA signal Op.Signal (from
+	// SignalFencer.NewExternalSignal) once everything before it on the
+	// kernel queue has completed: a marker packet. LaneKernel.
+	SignalExport
+	// SignalImport makes the kernel queue wait until the foreign HSA
+	// signal Op.Signal reads 0: a barrier-AND packet. LaneKernel.
+	SignalImport
 	numKinds
 )
 
 var kindNames = [...]string{KindInvalid: "invalid", Dispatch: "dispatch", Gemm: "gemm", LibraryCall: "library call",
 	CopyHtoD: "copy host to device", CopyDtoH: "copy device to host", CopyDtoD: "copy device to device", HostFunc: "host function",
-	Replay: "replay", CopyPeer: "copy between devices"}
+	Replay: "replay", CopyPeer: "copy between devices",
+	SignalExport: "signal export", SignalImport: "signal import"}
 
 func (k Kind) String() string {
 	if k < numKinds {
@@ -225,6 +233,8 @@ type Op struct {
 	Recorded Recorded
 	// CopyPeer: the device Src is on (of the same family).
 	Peer Device
+	// SignalExport, SignalImport: an hsa_signal_t handle.
+	Signal uint64
 }
 
 // Task is one task's place to submit work: a timeline per lane (the same

@@ -58,6 +58,11 @@ type Config struct {
 	// OnThrottle, if set, is told of every throttle wait before it is
 	// made; an error refuses it and Submit fails with it.
 	OnThrottle func(f syncstate.Fence) error
+	// Publish, if set, receives every completed ticket (failed ones too),
+	// in order, by an atomic store: a word in host memory mapped to a GPU,
+	// which a stream waits on with a "greater or equal" stream memory
+	// operation (cuStreamWaitValue64) instead of the host waiting.
+	Publish *uint64
 }
 
 type entry struct {
@@ -355,6 +360,9 @@ func (l *Lane) runOne(e *entry) {
 	}
 	l.mu.Lock()
 	l.completed.Store(e.ticket)
+	if l.cfg.Publish != nil {
+		atomic.StoreUint64(l.cfg.Publish, e.ticket)
+	}
 	close(l.changed)
 	l.changed = make(chan struct{})
 	var due []notice

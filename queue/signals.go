@@ -20,13 +20,25 @@ type Signal struct {
 // Retain adds a reference.
 func (s *Signal) Retain() { s.refs.Add(1) }
 
-// Release drops a reference; the last one returns the signal to its pool.
+// Release drops a reference; the last one returns the signal to its pool
+// (a foreign signal has none: its owner destroys it).
 func (s *Signal) Release() {
 	if n := s.refs.Add(-1); n == 0 {
-		s.pool.put(s)
+		if s.pool != nil {
+			s.pool.put(s)
+		}
 	} else if n < 0 {
 		panic("queue: signal released too often")
 	}
+}
+
+// Foreign wraps a signal rocsync did not create (a producer's outside
+// rocsync) so a barrier-AND packet can depend on it; it has one reference
+// and is never destroyed by rocsync.
+func Foreign(h hsa.Signal) *Signal {
+	s := &Signal{H: h}
+	s.refs.Store(1)
+	return s
 }
 
 // SignalPool hands out completion signals set to 1, so that a packet's

@@ -595,6 +595,37 @@ func (s *Stream) WaitHostContext(ctx context.Context, t uint64) error {
 		bound = syncstate.Bound{Ctx: ctx, Timeout: s.timeout, Start: time.Now()}
 		b = &bound
 	}
+	return s.waitBound(b, t)
+}
+
+// WaitHostBlocking is WaitHost as one blocking runtime call (an event or
+// stream synchronize), whatever the stream's timeout: for a caller that
+// bounds the wait itself on another goroutine, as copies do, so that a
+// copy's completion is seen at once rather than at the next poll.
+func (s *Stream) WaitHostBlocking(t uint64) error { return s.waitBound(nil, t) }
+
+// WaitTimeout is the bound of the stream's host waits (0: none).
+func (s *Stream) WaitTimeout() time.Duration { return s.timeout }
+
+// PinTicket is Pin without a closure: it returns the event a later
+// WaitHost(t) waits for (0: t is complete), held until UnpinTicket.
+func (s *Stream) PinTicket(t uint64) (uintptr, error) {
+	ev, ok, err := s.eventFor(t)
+	if err != nil || !ok {
+		return 0, err
+	}
+	return ev, nil
+}
+
+// UnpinTicket releases what PinTicket returned (0 is ignored).
+func (s *Stream) UnpinTicket(ev uintptr) {
+	if ev != 0 {
+		s.releaseEvent(ev)
+	}
+}
+
+// waitBound is a host wait for t, polling under b (nil: blocking).
+func (s *Stream) waitBound(b *syncstate.Bound, t uint64) error {
 	if last, ok := s.wholeStream(t); ok {
 		// Ops another goroutine submits meanwhile may be waited for too,
 		// which is harmless; only tickets up to last are claimed done.

@@ -1,6 +1,7 @@
 package userkernel
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -30,6 +31,7 @@ type Stats struct {
 	Compiles     uint64 // OpenCL builds that ran clang
 	ToolProbes   uint64 // clang/ld.lld --version runs (once per tool binary, then cached on disk)
 	DiskHits     uint64 // builds loaded from the on-disk cache
+	PrebuiltHits uint64 // builds loaded, with no compiler on the machine, from a compiler-independent entry (see Build)
 	MemoryHits   uint64 // builds found in memory
 	DiskRepairs  uint64 // corrupt or foreign entries found and rebuilt
 	DiskWrites   uint64 // entries written
@@ -135,30 +137,43 @@ func (b *Builder) Build(src *Source, dev Device) (*Image, error) {
 	return b.compile(src, t, sm)
 }
 
-// compile builds an OpenCL source for one target, once per key.
+// compile builds an OpenCL source for one target, once per key. Without
+// a compiler it loads the compiler-independent entry (prebuiltKey) a
+// compiler on this or another machine left in the cache, if any.
 func (b *Builder) compile(src *Source, t Target, sm int) (*Image, error) {
-	clang, err := findClang(b.opts.Clang)
+	clang, lld, clangVersion, lldVersion, err := b.findTools(t)
 	if err != nil {
-		return nil, err
-	}
-	lld := ""
-	if t.Family == AMD {
-		if lld, err = findLLD(b.opts.LLD, clang); err != nil {
-			return nil, err
+		if errors.Is(err, ErrNoCompiler) {
+			return b.loadPrebuilt(src, t, err)
 		}
-	}
-	clangVersion, err := b.toolVersion(clang)
-	if err != nil {
 		return nil, err
-	}
-	lldVersion := ""
-	if lld != "" {
-		if lldVersion, err = b.toolVersion(lld); err != nil {
-			return nil, err
-		}
 	}
 	key := buildKey(src, t, clangVersion, lldVersion)
+	return b.once(key, func() (*Image, error) { return b.loadOrCompile(key, src, t, sm, clang, lld) })
+}
 
+// findTools finds the compiler (and, for AMD, the linker) and their versions.
+func (b *Builder) findTools(t Target) (clang, lld, clangVersion, lldVersion string, err error) {
+	if clang, err = findClang(b.opts.Clang); err != nil {
+		return
+	}
+	if t.Family == AMD {
+		if lld, err = findLLD(b.opts.LLD, clang); err != nil {
+			return
+		}
+	}
+	if clangVersion, err = b.toolVersion(clang); err != nil {
+		return
+	}
+	if lld != "" {
+		lldVersion, err = b.toolVersion(lld)
+	}
+	return
+}
+
+// once runs build for key once (concurrent callers share the flight) and
+// keeps a successful image in memory.
+func (b *Builder) once(key string, build func() (*Image, error)) (*Image, error) {
 	b.mu.Lock()
 	if img, ok := b.images[key]; ok {
 		b.stats.MemoryHits++
@@ -174,7 +189,7 @@ func (b *Builder) compile(src *Source, t Target, sm int) (*Image, error) {
 	b.inflight[key] = f
 	b.mu.Unlock()
 
-	f.img, f.err = b.loadOrCompile(key, src, t, sm, clang, lld)
+	f.img, f.err = build()
 
 	b.mu.Lock()
 	delete(b.inflight, key)
@@ -201,6 +216,7 @@ func (b *Builder) loadOrCompile(key string, src *Source, t Target, sm int, clang
 			img, perr := checkBuilt(code, t)
 			if perr == nil {
 				b.count(func(s *Stats) { s.DiskHits++ })
+				b.keepPrebuilt(src, t, code, false)
 				return img, nil
 			}
 			err = perr
@@ -229,8 +245,69 @@ func (b *Builder) loadOrCompile(key string, src *Source, t Target, sm int, clang
 		} else {
 			b.count(func(s *Stats) { s.DiskWrites++ })
 		}
+		b.keepPrebuilt(src, t, code, true)
 	}
 	return img, nil
+}
+
+// A machine without a compiler (a GPU host with the driver only) can
+// still run OpenCL kernels from a cache filled elsewhere: each build is
+// also stored under prebuiltKey, a hash of everything that decides the
+// output except the tools' versions, which that machine cannot learn. It
+// is read only when no compiler is found, verified like every entry
+// (key, kind, target, size, SHA-256, parsed as the target's code), and a
+// missing, corrupt or foreign one is a typed error (ErrNoCompiler, and
+// ErrCacheEntry when an entry was there), never loaded. The newest build
+// of a source for a target wins: the entry is rewritten by every compile.
+
+// ErrCacheEntry is matched (errors.Is), together with ErrNoCompiler, when
+// a machine without a compiler finds a prebuilt entry for a kernel that
+// does not verify: it is not loaded, and only a compiler can rebuild it.
+var ErrCacheEntry = errors.New("userkernel: prebuilt cache entry unusable")
+
+// prebuiltKey hashes a build's inputs but the tools' versions.
+func prebuiltKey(src *Source, t Target) string {
+	return buildKey(src, t, "rocsync userkernel prebuilt 1: any clang", "any ld.lld")
+}
+
+// keepPrebuilt stores code under the source's prebuiltKey: always after a
+// compile, after a disk hit only if no valid entry is there (a cache
+// filled before prebuilt entries existed, or a corrupt one).
+func (b *Builder) keepPrebuilt(src *Source, t Target, code []byte, compiled bool) {
+	key := prebuiltKey(src, t)
+	if !compiled {
+		if old, err := b.cache.read(key, "prebuilt "+t.cacheKind(), t.String()); err == nil && bytes.Equal(old, code) {
+			return
+		}
+	}
+	if err := b.cache.write(key, "prebuilt "+t.cacheKind(), t.String(), code); err != nil {
+		b.cacheFailed(err)
+	}
+}
+
+// loadPrebuilt loads src's prebuilt entry for t, for a machine where no
+// compiler was found (noCompiler says why).
+func (b *Builder) loadPrebuilt(src *Source, t Target, noCompiler error) (*Image, error) {
+	if b.cache == nil {
+		return nil, noCompiler
+	}
+	key := prebuiltKey(src, t)
+	return b.once("prebuilt:"+key, func() (*Image, error) {
+		code, err := b.cache.read(key, "prebuilt "+t.cacheKind(), t.String())
+		if errors.Is(err, errEntryMissing) {
+			return nil, fmt.Errorf("%w; and the kernel cache %s holds no build of this source for %s (fill it on a machine with clang: see the package documentation)",
+				noCompiler, b.cache.root, t)
+		}
+		var img *Image
+		if err == nil {
+			img, err = checkBuilt(code, t)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w: %s: %w", ErrNoCompiler, ErrCacheEntry, t, err)
+		}
+		b.count(func(s *Stats) { s.PrebuiltHits++ })
+		return img, nil
+	})
 }
 
 // buildKey hashes everything that decides a build's output.

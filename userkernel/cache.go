@@ -40,7 +40,7 @@ const (
 
 type manifest struct {
 	Key    string `json:"key"`
-	Kind   string `json:"kind"`   // "code-object", "ptx" or "tool-version"
+	Kind   string `json:"kind"`   // "code-object", "ptx", "prebuilt code-object", "prebuilt ptx" or "tool-version"
 	Target string `json:"target"` // e.g. "gfx90a/v5", "sm_80", or the tool's path
 	Size   int    `json:"size"`
 	SHA256 string `json:"sha256"`

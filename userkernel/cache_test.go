@@ -294,8 +294,8 @@ func TestCachePermissions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if files != 3 { // the code object and the clang and ld.lld versions
-		t.Errorf("%d files in the cache, want 3", files)
+	if files != 4 { // the code object, its prebuilt copy, and the clang and ld.lld versions
+		t.Errorf("%d files in the cache, want 4", files)
 	}
 
 	// A cache path that is a file: the build goes on without the cache

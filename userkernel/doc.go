@@ -20,6 +20,18 @@
 // corrupt or foreign one is rebuilt, never loaded. A Registry loads each
 // image once per device through a Loader the device's driver implements.
 //
+// A machine without a compiler (a GPU host with only the driver) runs
+// OpenCL kernels from a cache filled on one with clang: every build is
+// also stored as a prebuilt entry keyed by source, options and target but
+// not the tools' versions, which is read only when no compiler is found.
+// Fill a cache for an architecture by building for a Device with that ISA
+// (Device{ISA: "sm_90"}) with CacheDir (or $ROCSYNC_KERNEL_CACHE) set,
+// carry the directory over, make it private to the user that runs there
+// (chmod -R go= DIR: entries readable by others are refused), and point
+// $ROCSYNC_KERNEL_CACHE at it. A missing entry is an ErrNoCompiler error;
+// a corrupt, foreign or too-open one is ErrNoCompiler and ErrCacheEntry;
+// neither is loaded.
+//
 // Kernel.Pack checks a launch (geometry, buffers with their access,
 // typed scalars) against the kernel's metadata and writes the kernarg
 // block; every mistake is a *ArgError (errors.Is ErrKernelArgs) or a

@@ -19,12 +19,21 @@
 //     cuGraphLaunch of its instance runs them in order; calls that would
 //     wait on a capturing stream fail, as CUDA's do. The fake cuBLAS does
 //     not take part in capture.
+//   - cuStreamWaitValue64_v2 blocks the calling thread until the host word
+//     satisfies the condition (the fake's streams run at the call), up to
+//     10 s, then fails with CUDA_ERROR_LAUNCH_TIMEOUT (702); its memory
+//     comes from cuMemHostAlloc, whose device pointer is its host pointer
+//     (unified addressing). Since a blocking wait at the call would hold
+//     the caller's locks, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS
+//     (93) reads 0 (rocsync then waits on the host) unless
+//     FAKECUDA_STREAM_MEM_OPS is set: the binding's tests call it directly.
 // fakecuda_count(i) reads call counters, for tests.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef int CUresult;
 enum {
@@ -56,7 +65,7 @@ static struct ctx ctxs[NDEV];
 static int inited;
 static __thread struct ctx* cur;
 
-enum { C_SETCURRENT, C_LAUNCH, C_RECORD, C_WAIT, C_QUERY, C_SYNC, C_ALLOC, C_FREE, C_HTOD, C_DTOH, C_LOAD, C_GRAPHLAUNCH, NCOUNT };
+enum { C_SETCURRENT, C_LAUNCH, C_RECORD, C_WAIT, C_QUERY, C_SYNC, C_ALLOC, C_FREE, C_HTOD, C_DTOH, C_LOAD, C_GRAPHLAUNCH, C_WAITVALUE, NCOUNT };
 static long counts[NCOUNT];
 long fakecuda_count(int i) { return i >= 0 && i < NCOUNT ? __atomic_load_n(&counts[i], __ATOMIC_RELAXED) : -1; }
 static void bump(int i) { __atomic_add_fetch(&counts[i], 1, __ATOMIC_RELAXED); }
@@ -101,6 +110,7 @@ CUresult cuDeviceGetAttribute(int* v, int attr, int dev) {
   case 75: *v = dev == 0 ? 9 : 8; return OK; // compute capability major
   case 76: *v = 0; return OK;
   case 16: *v = 132; return OK;
+  case 93: *v = getenv("FAKECUDA_STREAM_MEM_OPS") ? 1 : 0; return OK;
   default: *v = attr * 10 + dev; return OK;
   }
 }
@@ -271,6 +281,25 @@ CUresult cuMemcpyPeerAsync(uint64_t dst, void* dc, uint64_t src, void* sc, size_
   return OK;
 }
 CUresult cuMemFreeHost(void* p) { NEED_CTX(); free(p); return OK; }
+CUresult cuMemHostGetDevicePointer_v2(uint64_t* d, void* p, unsigned flags) {
+  NEED_CTX();
+  if (!p || flags != 0) return INVALID_VALUE;
+  *d = (uint64_t)(uintptr_t)p;
+  return OK;
+}
+CUresult cuStreamWaitValue64_v2(void* s, uint64_t addr, uint64_t value, unsigned flags) {
+  NEED_CTX(); bump(C_WAITVALUE);
+  CUresult r = stream_ok(s);
+  if (r != OK) return r;
+  if (!addr || (flags & 0xf) != 0 /* GEQ only */) return INVALID_VALUE;
+  const uint64_t* w = (const uint64_t*)(uintptr_t)addr;
+  struct timespec pause = {0, 20000};
+  for (long i = 0; i < 500000; i++) { // 10 s
+    if ((int64_t)(__atomic_load_n(w, __ATOMIC_ACQUIRE) - value) >= 0) return OK;
+    nanosleep(&pause, NULL);
+  }
+  return 702;
+}
 
 CUresult cuModuleLoadData(void** m, const void* image) {
   NEED_CTX();

@@ -57,6 +57,13 @@ type backend interface {
 	copyAsync(kind driver.Kind, dst, src driver.DevicePtr, host unsafe.Pointer, size uint64, s uintptr) error
 	hostAlloc(size uint64) (unsafe.Pointer, error)
 	hostFree(p unsafe.Pointer) error
+	// streamMemOps is nil when streams can wait on the device for a
+	// 64-bit word in mapped host memory (cuStreamWaitValue64), else why
+	// not; mappedAlloc allocates such memory (freed by hostFree), and
+	// streamWaitValueGEQ makes s wait until the word at addr is >= value.
+	streamMemOps() error
+	mappedAlloc(size uint64) (host unsafe.Pointer, dev driver.DevicePtr, err error)
+	streamWaitValueGEQ(s uintptr, addr driver.DevicePtr, value uint64) error
 	// call runs a library call's function with the device's context
 	// current on a locked OS thread: CUDA libraries (cuBLAS, cuFFT,
 	// cuDNN) act in the calling thread's context.
@@ -311,6 +318,41 @@ func (b *cudaBackend) call(fn func(stream uintptr) error, s uintptr) error {
 }
 
 func (b *cudaBackend) hostFree(p unsafe.Pointer) error { return b.ctx.Load().MemFreeHost(p) }
+
+func (b *cudaBackend) streamMemOps() error {
+	if !b.lib.HasStreamMemOps() {
+		return errors.New("the driver lacks cuStreamWaitValue64_v2 (CUDA 11.7 and later)")
+	}
+	v, err := b.lib.DeviceAttribute(b.dev, cuda.AttrCanUse64BitStreamMemOps)
+	if err != nil {
+		return fmt.Errorf("asking CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS: %w", err)
+	}
+	if v == 0 {
+		return errors.New("the device does not support 64-bit stream memory operations")
+	}
+	return nil
+}
+
+func (b *cudaBackend) mappedAlloc(size uint64) (unsafe.Pointer, driver.DevicePtr, error) {
+	c, err := b.context()
+	if err != nil {
+		return nil, 0, err
+	}
+	p, err := c.MemHostAllocFlags(size, cuda.MemHostAllocDeviceMap)
+	if err != nil {
+		return nil, 0, err
+	}
+	dp, err := c.MemHostGetDevicePointer(p)
+	if err != nil {
+		_ = c.MemFreeHost(p)
+		return nil, 0, err
+	}
+	return p, driver.DevicePtr(dp), nil
+}
+
+func (b *cudaBackend) streamWaitValueGEQ(s uintptr, addr driver.DevicePtr, value uint64) error {
+	return b.ctx.Load().StreamWaitValue64(cuda.Stream(s), cuda.DevicePtr(addr), value, cuda.StreamWaitValueGEQ)
+}
 
 func (b *cudaBackend) blasError() error { return b.blasErr }
 

@@ -154,6 +154,7 @@ type Device struct {
 
 	reductions driver.ReductionCache // reduce.go
 	peers      peerState             // peer.go
+	hostWords  laneWords             // hostwait.go
 }
 
 var (
@@ -222,7 +223,7 @@ func (d *Device) CopyDtoH(dst unsafe.Pointer, src driver.DevicePtr, size uint64)
 // Close releases the events, the module and the primary context; the tasks
 // must be closed first.
 func (d *Device) Close() error {
-	return errors.Join(d.events.Destroy(), d.b.close())
+	return errors.Join(d.events.Destroy(), d.freeLaneWords(), d.b.close())
 }
 
 // function returns the kernel for op and dt, loading the module on first
@@ -286,10 +287,11 @@ type Task struct {
 	userParams map[*driver.Kernel]*cuda.ParamBlock
 	blas       uintptr   // the cuBLAS handle bound to the library stream, or 0
 	op         driver.Op // filled by Launch and Gemm
-	// host is the task's host lane. CUDA streams wait for it on the host
-	// (a boundary wait): a device-side wait would be cuStreamWaitValue64
-	// on a pinned word the lane writes, which this package does not bind
-	// yet. cuLaunchHostFunc is not used: CUDA forbids CUDA calls in it.
+	// host is the task's host lane. CUDA streams wait for it on the
+	// device, with cuStreamWaitValue64 on a mapped word the lane
+	// publishes its tickets to (hostwait.go), or on the host where stream
+	// memory operations are unsupported (a boundary wait).
+	// cuLaunchHostFunc is not used: CUDA forbids CUDA calls in it.
 	host *hostlane.Lane
 }
 
@@ -302,9 +304,15 @@ var (
 func (d *Device) NewTask(sinks syncstate.Sinks) (driver.Task, error) {
 	n := d.tasks.Add(1)
 	t := &Task{d: d}
-	var err error
+	word, wordDev, err := d.newLaneWord()
+	if err != nil {
+		return nil, err
+	}
 	t.host = hostlane.New(hostlane.Config{Name: fmt.Sprintf("gpu%d/host%d", d.index, n), MaxPending: d.cfg.MaxInFlight,
-		WaitTimeout: d.cfg.WaitTimeout, Sinks: sinks, OnThrottle: d.cfg.OnThrottle})
+		WaitTimeout: d.cfg.WaitTimeout, Sinks: sinks, OnThrottle: d.cfg.OnThrottle, Publish: word})
+	if word != nil {
+		d.registerLane(t.host, wordDev)
+	}
 	if t.params, err = cuda.NewParamBlock(kernels.KernargSize, d.offsets); err != nil {
 		return nil, err
 	}
@@ -334,9 +342,13 @@ func (d *Device) newStream(name string, dom syncstate.Domain, sinks syncstate.Si
 	if err != nil {
 		return nil, fmt.Errorf("cudadev: creating a CUDA stream: %w", err)
 	}
-	return stream.New(d.api, s, stream.Config{Name: name, Domain: dom, Events: d.events, Sinks: sinks,
+	st := stream.New(d.api, s, stream.Config{Name: name, Domain: dom, Events: d.events, Sinks: sinks,
 		CrossDomain: d.cfg.Policy == syncstate.DeviceBridge, WaitTimeout: d.cfg.WaitTimeout, MaxInFlight: d.cfg.MaxInFlight,
-		OnThrottle: d.cfg.OnThrottle, Place: d.place}), nil
+		OnThrottle: d.cfg.OnThrottle, Place: d.place})
+	if d.hostWaitSupport() == nil {
+		st.SetHostBridge(d.hostToStream)
+	}
+	return st, nil
 }
 
 // Timeline implements driver.Task.
@@ -514,6 +526,7 @@ func (t *Task) Close() error {
 	if t.host != nil {
 		// First: its functions may wait for the streams.
 		errs = append(errs, t.host.Close())
+		t.d.forgetLane(t.host)
 		t.host = nil
 	}
 	if t.library != nil && t.blas != 0 {

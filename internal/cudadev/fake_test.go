@@ -7,6 +7,8 @@ import (
 	"math"
 	"sort"
 	"sync"
+	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/rocsync/rocsync/cuda"
@@ -46,9 +48,15 @@ type emuBackend struct {
 
 	graphLaunches int
 	errs          []error
+	// noMemOps, when set, is why streams cannot wait for mapped host
+	// memory (as on a driver without stream memory operations).
+	noMemOps error
+	// dropValueWaits makes cuStreamWaitValue64 a no-op: the missing wait
+	// TestHostFuncDeviceWaitIsNeeded shows is caught.
+	dropValueWaits bool
 
 	// counters
-	records, waits, eventSyncs, streamSyncs, queries, launches, gemms, eventsMade int
+	records, waits, eventSyncs, streamSyncs, queries, launches, gemms, eventsMade, valueWaits int
 }
 
 type emuFunc struct {
@@ -61,6 +69,9 @@ type emuOp struct {
 	run  func()
 	wait *emuStream // for a wait: runnable once wait.done >= pos
 	pos  uint64
+	// until, for a wait on host memory, is runnable once it holds: the
+	// host writes that memory, so nothing on the device can make it so.
+	until func() bool
 }
 
 type emuStream struct {
@@ -110,6 +121,9 @@ func (f *emuBackend) step() bool {
 		if h.wait != nil && h.wait.done < h.pos {
 			continue
 		}
+		if h.until != nil && !h.until() {
+			continue
+		}
 		if best == nil || h.seq > best.ops[0].seq {
 			best = s
 		}
@@ -126,13 +140,66 @@ func (f *emuBackend) step() bool {
 	return true
 }
 
-// runUntil steps until cond holds.
+// runUntil steps until cond holds. When nothing can run but a stream
+// waits for host memory, it lets go of the lock while the host (a host
+// lane's goroutine) gets to write it, for up to 10 s.
 func (f *emuBackend) runUntil(cond func() bool) error {
+	var deadline time.Time
 	for !cond() {
-		if !f.step() {
+		if f.step() {
+			continue
+		}
+		if !f.waitsOnHost() {
 			return fmt.Errorf("emu: deadlock: nothing can run")
 		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(10 * time.Second)
+		} else if time.Now().After(deadline) {
+			return fmt.Errorf("emu: deadlock: a stream waits for host memory nobody writes")
+		}
+		f.mu.Unlock()
+		time.Sleep(20 * time.Microsecond)
+		f.mu.Lock()
 	}
+	return nil
+}
+
+func (f *emuBackend) waitsOnHost() bool {
+	for _, s := range f.streams {
+		if len(s.ops) > 0 && s.ops[0].until != nil {
+			return true
+		}
+	}
+	return false
+}
+
+func (f *emuBackend) streamMemOps() error { return f.noMemOps }
+
+func (f *emuBackend) mappedAlloc(size uint64) (unsafe.Pointer, driver.DevicePtr, error) {
+	if f.noMemOps != nil {
+		return nil, 0, f.noMemOps
+	}
+	b := make([]uint64, (size+7)/8)
+	p := unsafe.Pointer(&b[0])
+	return p, driver.DevicePtr(uintptr(p)), nil // unified addressing
+}
+
+func (f *emuBackend) streamWaitValueGEQ(s uintptr, addr driver.DevicePtr, value uint64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st, err := f.stream(s)
+	if err != nil {
+		return err
+	}
+	if f.noMemOps != nil {
+		return f.noMemOps
+	}
+	f.valueWaits++
+	if f.dropValueWaits {
+		return nil
+	}
+	word := (*uint64)(cptrOf(uintptr(addr)))
+	f.push(st, emuOp{until: func() bool { return atomic.LoadUint64(word) >= value }})
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package cudadev
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"unsafe"
@@ -34,50 +35,118 @@ func (tk *htask) hostFunc(reads, writes []*harr, fn func() error) {
 	}
 }
 
-// A host function between two kernels on every CUDA backend and policy:
-// the kernel before it writes x, the function computes y = x + 1 on the
-// host (synchronous copies from the lane's goroutine, with the context
-// made current there), and the kernel after it reads y. CUDA streams wait
-// for the host lane on the host (a boundary wait): there is no device-side
-// wait for it on this backend yet.
+// emuHostWait is the Go emulation without stream memory operations, as on
+// a driver or device that lacks them: streams wait for host lanes on the
+// host.
+var emuHostWait = backendKind{"emu-hostwait", func(t testing.TB, cfg driver.DeviceConfig) (*Device, *emuBackend) {
+	e := newEmu()
+	e.noMemOps = errors.New("emulated: no stream memory operations")
+	d, err := newDevice(e, cfg, 0, "emulated GPU", 9, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, e
+}}
+
+// hostWaitPolicy says whether a policy waits for a host lane on the host
+// whatever the backend can do (its definition: a host wait at every
+// crossing, or after every op).
+func hostWaitPolicy(p syncstate.Policy) bool {
+	return p == syncstate.WaitAlways || p == syncstate.SkipSameQueue
+}
+
+// hostFuncChain runs kernel → host function → kernel: the kernel before
+// it writes x, the function computes y = x + 1 on the host (synchronous
+// copies from the lane's goroutine, with the context made current there),
+// and the kernel after it reads y. It returns the counts of the kernel
+// after the function and whether z = (a²+1)² came out right.
+func hostFuncChain(h *harness) (syncstate.Snapshot, bool) {
+	tk := h.task()
+	host := randVals(3, side*side)
+	a := h.upload(host)
+	x := h.alloc(side*side, kernels.F32)
+	y := h.alloc(side*side, kernels.F32)
+	z := h.alloc(side*side, kernels.F32)
+	tk.mul(x, a, a)
+	size := uint64(4 * side * side)
+	tk.hostFunc([]*harr{x}, []*harr{y}, func() error {
+		v := make([]float32, side*side)
+		if err := h.d.CopyDtoH(unsafe.Pointer(&v[0]), x.ptr, size); err != nil {
+			return err
+		}
+		for i := range v {
+			v[i]++
+		}
+		return h.d.CopyHtoD(y.ptr, unsafe.Pointer(&v[0]), size)
+	})
+	before := h.stats.Snapshot()
+	tk.mul(z, y, y)
+	mid := h.stats.Snapshot().Sub(before)
+	got := h.read(z)
+	for i, v := range host {
+		want := (v*v + 1) * (v*v + 1)
+		if d := got[i] - want; d > 1e-5 || d < -1e-5 {
+			return mid, false
+		}
+	}
+	return mid, true
+}
+
+// A host function between two kernels on every CUDA backend and policy.
+// Where the driver has 64-bit stream memory operations (the emulation,
+// an H100) the kernel after it waits on the device (cuStreamWaitValue64
+// on the lane's published ticket): no host wait. Without them (the fake C
+// driver, emu-hostwait), and under the policies that host-wait at every
+// crossing, it is one boundary wait.
 func TestHostFuncOnCUDA(t *testing.T) {
-	for _, kind := range backendKinds {
+	for _, kind := range append(backendKinds, emuHostWait) {
 		for _, p := range syncstate.Policies {
 			t.Run(fmt.Sprintf("%s/%s", kind.name, p), func(t *testing.T) {
 				h := newHarness(t, kind, p)
-				tk := h.task()
-				host := randVals(3, side*side)
-				a := h.upload(host)
-				x := h.alloc(side*side, kernels.F32)
-				y := h.alloc(side*side, kernels.F32)
-				z := h.alloc(side*side, kernels.F32)
-				tk.mul(x, a, a)
-				size := uint64(4 * side * side)
-				tk.hostFunc([]*harr{x}, []*harr{y}, func() error {
-					v := make([]float32, side*side)
-					if err := h.d.CopyDtoH(unsafe.Pointer(&v[0]), x.ptr, size); err != nil {
-						return err
-					}
-					for i := range v {
-						v[i]++
-					}
-					return h.d.CopyHtoD(y.ptr, unsafe.Pointer(&v[0]), size)
-				})
-				before := h.stats.Snapshot()
-				tk.mul(z, y, y)
-				mid := h.stats.Snapshot().Sub(before)
-				// One boundary wait, unless the function had already run.
-				if mid.DeviceWaits != 0 || mid.HostWaitsFor(syncstate.ReasonBoundary)+mid.SkippedWaits != 1 {
+				mid, ok := hostFuncChain(h)
+				if !ok {
+					t.Fatal("the kernel after the host function read stale data")
+				}
+				onDevice := h.d.HostWaitsOnDevice() == nil && !hostWaitPolicy(p)
+				if kind.name == "gpu" {
+					t.Logf("stream memory operations: %v", h.d.HostWaitsOnDevice())
+				}
+				switch {
+				case onDevice && (mid.HostWaitsFor(syncstate.ReasonBoundary) != 0 || mid.DeviceWaits+mid.SkippedWaits != 1):
+					t.Errorf("the kernel after the host function: %v, want one device wait (or a skipped one) and no host wait", mid)
+				case !onDevice && (mid.DeviceWaits != 0 || mid.HostWaitsFor(syncstate.ReasonBoundary)+mid.SkippedWaits != 1):
 					t.Errorf("the kernel after the host function: %v, want one boundary wait or a skipped one", mid)
 				}
-				got := h.read(z)
-				for i, v := range host {
-					want := (v*v + 1) * (v*v + 1)
-					if d := got[i] - want; d > 1e-5 || d < -1e-5 {
-						t.Fatalf("element %d: got %g, want %g", i, got[i], want)
-					}
+				if h.emu != nil && onDevice && mid.DeviceWaits == 1 && h.emu.valueWaits == 0 {
+					t.Error("no cuStreamWaitValue64 was made")
 				}
 			})
 		}
+	}
+}
+
+// The device-side wait is what orders the kernel after the host function:
+// with the emulation dropping cuStreamWaitValue64, the kernel runs first
+// (the emulated device runs the newest runnable op) and reads stale data.
+func TestHostFuncDeviceWaitIsNeeded(t *testing.T) {
+	bad := 0
+	for range 5 {
+		h := newHarness(t, backendKinds[0], syncstate.DeviceSide)
+		h.emu.dropValueWaits = true
+		if _, ok := hostFuncChain(h); !ok {
+			bad++
+		}
+	}
+	if bad == 0 {
+		t.Fatal("without the device-side wait the kernel still read the host function's output")
+	}
+}
+
+// CUDA has no HSA signals: its tasks are not driver.SignalFencers, which
+// rocsync's ExportSignal and ImportSignal turn into ErrUnavailable errors.
+func TestNoHSASignals(t *testing.T) {
+	var tk driver.Task = &Task{}
+	if _, ok := tk.(driver.SignalFencer); ok {
+		t.Fatal("a CUDA task claims to exchange HSA signals")
 	}
 }

@@ -381,6 +381,7 @@ type alloc struct {
 	// through it. The host's own reads and writes of it are plain Go
 	// memory accesses the checker does not see.
 	checked bool
+	tracked bool // host memory whose host and GPU accesses the checker follows (TrackHost)
 	freed   bool
 	shadow  shadow
 }
@@ -501,7 +502,7 @@ func (m *Machine) span(addr, n uint64, write bool, a *actor) ([]byte, error) {
 		}
 		return nil, fmt.Errorf("emu: [%#x, %#x) was freed", addr, addr+n)
 	}
-	if a != nil && m.opts.Hazards && (r.device >= 0 || r.checked) {
+	if a != nil && m.opts.Hazards && (r.device >= 0 || r.checked || r.tracked) {
 		m.report(r.shadow.access(addr, addr+n, write, a))
 	}
 	off := addr - r.base

@@ -252,6 +252,7 @@ type Device struct {
 	// bridgeSignals are GPU-only signals, which have a value address for
 	// HIP's stream memory operations (DeviceBridge).
 	bridgeSignals *queue.SignalPool
+	exported      exportedSignals // external.go
 	streamAPI     stream.API
 	events        *stream.EventPool
 	queues        tls.QueuePool
@@ -382,7 +383,7 @@ func (d *Device) Close() error {
 	if d.closed.Swap(true) {
 		return nil
 	}
-	err := errors.Join(d.queues.Close(), d.signals.Destroy(), d.bridgeSignals.Destroy(), d.events.Destroy(), d.unloadKernels(), d.unloadUserModules())
+	err := errors.Join(d.queues.Close(), d.signals.Destroy(), d.bridgeSignals.Destroy(), d.destroyExported(), d.events.Destroy(), d.unloadKernels(), d.unloadUserModules())
 	if d.faults != nil {
 		d.faults.remove(d)
 	}
@@ -644,6 +645,10 @@ func (t *Task) Submit(op *driver.Op) (uint64, error) {
 		return t.replay(op)
 	case driver.CopyPeer:
 		return t.submitPeerCopy(op)
+	case driver.SignalExport:
+		return t.exportSignal(op.Signal)
+	case driver.SignalImport:
+		return t.importSignal(op.Signal)
 	}
 	return 0, fmt.Errorf("%w: %v", driver.ErrUnsupported, op.Kind)
 }

@@ -10,3 +10,8 @@ import "sync/atomic"
 // to the GPU (no hsa_amd_agents_allow_access), the defect a discrete GPU
 // answers with a memory fault on the first dispatch.
 var SkipKernargAllowAccess atomic.Bool
+
+// SkipStagingWait makes the staging pool hand out a slot whose last copy
+// has not completed (no wait for it): the host then overwrites pinned
+// memory a copy still reads, or reads memory a copy still fills.
+var SkipStagingWait atomic.Bool
