@@ -69,6 +69,10 @@ type Queue struct {
 	mask        uint64
 	timeout     time.Duration
 	maxInFlight uint64
+	// retireBatch is how many packets may be in flight before a
+	// submission retires the completed ones: retiring each time costs a
+	// signal load that finds the newest packet still running.
+	retireBatch uint64
 	onThrottle  func(syncstate.Fence) error
 
 	mu         sync.Mutex
@@ -79,6 +83,10 @@ type Queue struct {
 	// lastTicket are the ones in flight.
 	inflight  []entry
 	readIndex uint64 // the packet processor's read index as last loaded, under mu
+	// spare holds retired completion signals of the queue's own pool that
+	// nothing else referenced, for the next packets, under mu: reusing
+	// them skips the pool's lock twice per packet.
+	spare []*Signal
 	brokenErr atomic.Pointer[error]
 	// health says which tickets failed: from the queue's own fault on, or
 	// behind a barrier that waited for a fence that failed.
@@ -154,6 +162,8 @@ func New(rt hsa.Runtime, c Config) (*Queue, error) {
 	if c.MaxInFlight > 0 && uint64(c.MaxInFlight) < q.maxInFlight {
 		q.maxInFlight = uint64(c.MaxInFlight)
 	}
+	q.retireBatch = min(32, max(q.maxInFlight/2, 1))
+	q.spare = make([]*Signal, 0, q.maxInFlight+1)
 	q.kernarg, err = rt.MemoryPoolAllocate(c.KernargPool, uint64(hq.Size)*KernargSlot)
 	if err != nil {
 		_ = rt.QueueDestroy(hq)
@@ -337,7 +347,11 @@ func (q *Queue) retireLocked() {
 			break
 		}
 		q.completed.Store(c + 1)
-		e.sig.Release()
+		if e.sig.pool == q.signals && len(q.spare) < cap(q.spare) && e.sig.refs.CompareAndSwap(1, 0) {
+			q.spare = append(q.spare, e.sig)
+		} else {
+			e.sig.Release()
+		}
 		for i, d := range e.deps {
 			if d != nil {
 				d.Release()
@@ -579,7 +593,9 @@ func (q *Queue) reserveWithLocked(sig *Signal) (uint64, *Signal, error) {
 	if err := q.Err(); err != nil {
 		return fail(err)
 	}
-	q.retireLocked()
+	if q.lastTicket.Load()-q.completed.Load() >= q.retireBatch {
+		q.retireLocked()
+	}
 	for q.lastTicket.Load()-q.completed.Load() >= q.maxInFlight {
 		t := q.completed.Load() + 1
 		if q.onThrottle != nil {
@@ -598,9 +614,17 @@ func (q *Queue) reserveWithLocked(sig *Signal) (uint64, *Signal, error) {
 		q.retireLocked()
 	}
 	if sig == nil {
-		var err error
-		if sig, err = q.signals.Get(); err != nil {
-			return 0, nil, err
+		if n := len(q.spare); n > 0 {
+			sig = q.spare[n-1]
+			q.spare[n-1] = nil
+			q.spare = q.spare[:n-1]
+			q.rt.SignalStoreRelaxed(sig.H, 1)
+			sig.refs.Store(1)
+		} else {
+			var err error
+			if sig, err = q.signals.Get(); err != nil {
+				return 0, nil, err
+			}
 		}
 	}
 	idx := q.rt.QueueAddWriteIndexScacqScrel(q.hq, 1)
@@ -647,5 +671,9 @@ func (q *Queue) Close() error {
 	}
 	err = errors.Join(err, q.rt.QueueDestroy(q.hq), q.rt.MemoryPoolFree(q.kernarg))
 	q.hq = nil
+	for _, s := range q.spare {
+		q.signals.put(s)
+	}
+	q.spare = nil
 	return err
 }

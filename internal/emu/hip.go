@@ -613,7 +613,9 @@ func (h *HIP) Malloc(hd int, size uint64) (hip.DevicePtr, error) {
 	dv.next += rounded
 	dv.used += rounded
 	dv.mu.Unlock()
-	h.m.addAlloc(&alloc{base: base, size: size, data: make([]byte, size), device: d, access: 1 << uint(d)})
+	r := &alloc{base: base, size: size, data: make([]byte, size), device: d}
+	r.access.Store(1 << uint(d))
+	h.m.addAlloc(r)
 	return hip.DevicePtr(base), nil
 }
 

@@ -114,11 +114,19 @@ func (m *Machine) injectFault(op string) bool {
 type Machine struct {
 	opts Options
 
-	memMu  sync.RWMutex
-	allocs []*alloc // sorted by base
+	// memMu serializes changes to the memory table and guards freed;
+	// lookups read allocTab, which every change replaces, without it:
+	// every range every kernel touches is looked up.
+	memMu    sync.RWMutex
+	allocTab atomic.Pointer[[]*alloc] // sorted by base
 
-	sigMu   sync.RWMutex
-	signals []*signal // handle = index+1
+	// sigMu serializes creating signals; lookups read sigTab without
+	// it. The table only grows, and each growth publishes a new slice, so
+	// a lookup (every signal load, store and completion, on the host and
+	// on the emulated queues) costs an atomic load instead of a read lock
+	// whose shared counter both sides would bounce between cores.
+	sigMu  sync.Mutex
+	sigTab atomic.Pointer[[]*signal] // handle = index+1
 
 	clockMu  sync.Mutex
 	agents   int    // agent ids handed out; 0 is the host
@@ -356,8 +364,8 @@ func (d *delayer) sleep() {
 type alloc struct {
 	base, size uint64
 	data       []byte
-	device     int    // -1 for host memory
-	access     uint64 // bit d: GPU d may access it (under memMu)
+	device     int           // -1 for host memory
+	access     atomic.Uint64 // bit d: GPU d may access it
 	freed      bool
 	shadow     shadow
 }
@@ -378,10 +386,7 @@ func (m *Machine) gpuSpan(dev int, addr, n uint64, write bool, a *actor) ([]byte
 	if err != nil {
 		return nil, err
 	}
-	m.memMu.RLock()
-	ok := r.access&(1<<uint(dev)) != 0
-	m.memMu.RUnlock()
-	if !ok {
+	if r.access.Load()&(1<<uint(dev)) == 0 {
 		owner := "host memory"
 		if r.device >= 0 {
 			owner = fmt.Sprintf("gpu%d's memory", r.device)
@@ -391,7 +396,7 @@ func (m *Machine) gpuSpan(dev int, addr, n uint64, write bool, a *actor) ([]byte
 		m.vmFault(f)
 		return nil, f
 	}
-	return m.span(addr, n, write, a)
+	return m.spanIn(r, addr, n, write, a)
 }
 
 // allowAccess grants GPU dev access to the region holding addr.
@@ -400,9 +405,7 @@ func (m *Machine) allowAccess(addr uint64, dev int) bool {
 	if err != nil {
 		return false
 	}
-	m.memMu.Lock()
-	r.access |= 1 << uint(dev)
-	m.memMu.Unlock()
+	r.access.Or(1 << uint(dev))
 	return true
 }
 
@@ -410,30 +413,42 @@ func (m *Machine) allowAccess(addr uint64, dev int) bool {
 func (m *Machine) addAlloc(a *alloc) {
 	m.memMu.Lock()
 	defer m.memMu.Unlock()
-	i := sort.Search(len(m.allocs), func(i int) bool { return m.allocs[i].base > a.base })
-	m.allocs = append(m.allocs, nil)
-	copy(m.allocs[i+1:], m.allocs[i:])
-	m.allocs[i] = a
+	old := m.allocTable()
+	i := sort.Search(len(old), func(i int) bool { return old[i].base > a.base })
+	// A new table: lookups may still be reading the old one.
+	tab := make([]*alloc, 0, len(old)+1)
+	tab = append(append(append(tab, old[:i]...), a), old[i:]...)
+	m.allocTab.Store(&tab)
+}
+
+// allocTable is the current memory table, sorted by base.
+func (m *Machine) allocTable() []*alloc {
+	if p := m.allocTab.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // find returns the region containing [addr, addr+n).
 func (m *Machine) find(addr, n uint64) (*alloc, error) {
-	m.memMu.RLock()
-	defer m.memMu.RUnlock()
-	i := sort.Search(len(m.allocs), func(i int) bool { return m.allocs[i].base > addr }) - 1
-	if i < 0 || addr+n > m.allocs[i].base+m.allocs[i].size || addr < m.allocs[i].base {
+	tab := m.allocTable()
+	i := sort.Search(len(tab), func(i int) bool { return tab[i].base > addr }) - 1
+	if i < 0 || addr+n > tab[i].base+tab[i].size || addr < tab[i].base {
 		return nil, fmt.Errorf("emu: address range [%#x, %#x) is not mapped", addr, addr+n)
 	}
-	return m.allocs[i], nil
+	return tab[i], nil
 }
 
 // removeHost drops a host region from the table (hsa_amd_memory_pool_free).
 func (m *Machine) removeHost(base uint64) bool {
 	m.memMu.Lock()
 	defer m.memMu.Unlock()
-	for i, a := range m.allocs {
+	old := m.allocTable()
+	for i, a := range old {
 		if a.base == base && a.device < 0 {
-			m.allocs = append(m.allocs[:i], m.allocs[i+1:]...)
+			tab := make([]*alloc, 0, len(old)-1)
+			tab = append(append(tab, old[:i]...), old[i+1:]...)
+			m.allocTab.Store(&tab)
 			return true
 		}
 	}
@@ -461,6 +476,11 @@ func (m *Machine) span(addr, n uint64, write bool, a *actor) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	return m.spanIn(r, addr, n, write, a)
+}
+
+// spanIn is span of [addr, addr+n) within the region r that holds it.
+func (m *Machine) spanIn(r *alloc, addr, n uint64, write bool, a *actor) ([]byte, error) {
 	if r.freed {
 		if a != nil {
 			m.report([]*HazardError{{Kind: HazardUseAfterFree, Lo: addr, Hi: addr + n, Op: a.what, Queue: a.where,
