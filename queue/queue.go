@@ -86,7 +86,7 @@ type Queue struct {
 	// spare holds retired completion signals of the queue's own pool that
 	// nothing else referenced, for the next packets, under mu: reusing
 	// them skips the pool's lock twice per packet.
-	spare []*Signal
+	spare     []*Signal
 	brokenErr atomic.Pointer[error]
 	// health says which tickets failed: from the queue's own fault on, or
 	// behind a barrier that waited for a fence that failed.

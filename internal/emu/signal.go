@@ -12,15 +12,15 @@ import (
 // signal is an HSA signal: a 64-bit value with blocking waits. Its clock is
 // what a waiter that observes the value learns (release/acquire).
 type signal struct {
-	v         atomic.Int64
-	mu        sync.Mutex
-	cond      sync.Cond // every waiter, host or device
+	v    atomic.Int64
+	mu   sync.Mutex
+	cond sync.Cond // every waiter, host or device
 	// waiters counts the goroutines in waitDevice, so that a change
 	// nobody waits for (most completions) takes no lock: a waiter counts
 	// itself before it reads the value, a notifier reads the count after
 	// it changes the value, and both are sequentially consistent, so one
 	// of them sees the other.
-	waiters atomic.Int32
+	waiters   atomic.Int32
 	vc        vclock
 	interrupt bool   // interrupt signals refuse hsa_amd_signal_value_pointer
 	doorbell  *queue // set for a queue's doorbell signal
