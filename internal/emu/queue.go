@@ -15,15 +15,21 @@ import (
 // queue is an emulated HSA queue: a ring of AQL packets in host memory and
 // a packet-processor goroutine.
 type queue struct {
-	m       *Machine
-	dev     int
-	agent   int // clock index
-	name    string
-	ring    []byte
-	hq      *hsa.Queue
-	write   atomic.Uint64
+	m     *Machine
+	dev   int
+	agent int // clock index
+	name  string
+	ring  []byte
+	hq    *hsa.Queue
+	write atomic.Uint64
+	rung  atomic.Int64 // newest doorbell value
+	// The packet processor's read index sits on a cache line of its own,
+	// as in ROCr's amd_queue_t: the host adds to the write index and the
+	// processor stores the read index for every packet, and on one line
+	// the two would bounce it between cores.
+	_       [64]byte
 	read    atomic.Uint64
-	rung    atomic.Int64 // newest doorbell value
+	_       [64]byte
 	kick    chan struct{}
 	done    chan struct{}
 	exited  chan struct{}
