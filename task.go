@@ -91,7 +91,7 @@ func (t *Task) SynchronizeContext(ctx context.Context) error {
 		err = t.drain(ctx)
 	}
 	t.lifeMu.Unlock()
-	return asError("Synchronize", errors.Join(err, t.dev.frees.poll(t.dev, false)))
+	return asError("Synchronize", errors.Join(err, t.dev.frees.poll(t.dev, false, true)))
 }
 
 // drain host-waits for the task's timelines (one wait each, counted as a
@@ -354,7 +354,7 @@ func (t *Task) afterSubmit(name string, sop *syncstate.Op, tl syncstate.Timeline
 		}
 	}
 	if d.frees.n.Load() != 0 {
-		_ = d.frees.poll(d, false)
+		d.frees.pollSubmitted(d)
 	}
 	return nil
 }

@@ -221,11 +221,13 @@ func (r *rocSide) iterate(readBack bool) (dispatch, total time.Duration, sum flo
 }
 
 func freeAll(as []*rocsync.Array) error {
-	var errs []error
+	var err error
 	for _, a := range as {
-		errs = append(errs, a.Free())
+		if e := a.Free(); e != nil {
+			err = errors.Join(err, e) // only on failure: no slice per iteration
+		}
 	}
-	return errors.Join(errs...)
+	return err
 }
 
 // allocIters is how many iterations of each side alone count allocations.

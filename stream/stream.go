@@ -104,6 +104,20 @@ type mark struct {
 type deferred struct {
 	ticket uint64
 	fn     func()
+	hook   Hook // run instead of fn when set
+}
+
+// Hook is work to run at a ticket, handed over as an interface so that a
+// pooled object (a bridge signal) needs no closure, which would allocate
+// on every crossing.
+type Hook interface{ Run() }
+
+func (d *deferred) run() {
+	if d.hook != nil {
+		d.hook.Run()
+		return
+	}
+	d.fn()
 }
 
 // Stream is one stream with its ticket timeline.
@@ -268,7 +282,14 @@ func (s *Stream) markLocked(t uint64) {
 // wait or Close), for resources the device may still read until then.
 func (s *Stream) AfterComplete(t uint64, fn func()) {
 	s.mu.Lock()
-	s.after = append(s.after, deferred{t, fn})
+	s.after = append(s.after, deferred{ticket: t, fn: fn})
+	s.mu.Unlock()
+}
+
+// AfterCompleteHook is AfterComplete with a Hook.
+func (s *Stream) AfterCompleteHook(t uint64, h Hook) {
+	s.mu.Lock()
+	s.after = append(s.after, deferred{ticket: t, hook: h})
 	s.mu.Unlock()
 }
 
@@ -277,9 +298,14 @@ func (s *Stream) AfterComplete(t uint64, fn func()) {
 // reached). It is dropped once t completes normally. The bridge uses it to
 // complete the signals that waiters on other queues would otherwise wait
 // for forever.
-func (s *Stream) OnFailure(t uint64, fn func()) {
+func (s *Stream) OnFailure(t uint64, fn func()) { s.onFailure1(deferred{ticket: t, fn: fn}) }
+
+// OnFailureHook is OnFailure with a Hook.
+func (s *Stream) OnFailureHook(t uint64, h Hook) { s.onFailure1(deferred{ticket: t, hook: h}) }
+
+func (s *Stream) onFailure1(d deferred) {
 	s.mu.Lock()
-	s.onFailure = append(s.onFailure, deferred{t, fn})
+	s.onFailure = append(s.onFailure, d)
 	if s.health.Failure() != nil {
 		s.recycleLocked(false)
 	}
@@ -414,7 +440,7 @@ func (s *Stream) recycleLocked(query bool) {
 			case d.ticket > c:
 				kept = append(kept, d)
 			case failed:
-				d.fn()
+				d.run()
 			}
 		}
 		clear(s.onFailure[len(kept):])
@@ -426,7 +452,7 @@ func (s *Stream) recycleLocked(query bool) {
 		kept := s.after[:0]
 		for _, d := range s.after {
 			if d.ticket <= c {
-				d.fn()
+				d.run()
 				continue
 			}
 			kept = append(kept, d)
