@@ -221,7 +221,11 @@ func (s *Stream) SetHostBridge(bridge func(s *Stream, f syncstate.Fence) error) 
 // Submit runs enqueue (which must put exactly one op on the stream) under
 // the stream's lock, and returns the op's ticket.
 func (s *Stream) Submit(enqueue func(stream uintptr) error) (uint64, error) {
-	if s.maxInFlight > 0 && s.lastTicket.Load()-s.Completed() >= s.maxInFlight {
+	// What is known complete only grows, so the cap can bite only when the
+	// last count says so: only then ask Completed, which may query the
+	// runtime (an event query costs about as much as a launch).
+	if s.maxInFlight > 0 && s.lastTicket.Load()-s.completed.Load() >= s.maxInFlight &&
+		s.lastTicket.Load()-s.Completed() >= s.maxInFlight {
 		// Back-pressure: wait for the older half of what is in flight
 		// (a periodic mark covers it), counted as a throttle wait.
 		t := s.lastTicket.Load() - s.maxInFlight/2

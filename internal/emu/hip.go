@@ -187,7 +187,25 @@ type launchArgs struct {
 
 type kernargBuf [256]byte
 
-var kernargBufs = sync.Pool{New: func() any { return new(kernargBuf) }}
+// takeKernarg returns a free argument buffer of the stream's (a stack
+// that grows to the launches ever in flight at once, and is never
+// dropped, unlike a sync.Pool's).
+func (s *hstream) takeKernarg() *kernargBuf {
+	s.kaMu.Lock()
+	defer s.kaMu.Unlock()
+	if n := len(s.kaFree); n > 0 {
+		b := s.kaFree[n-1]
+		s.kaFree = s.kaFree[:n-1]
+		return b
+	}
+	return new(kernargBuf)
+}
+
+func (s *hstream) giveKernarg(b *kernargBuf) {
+	s.kaMu.Lock()
+	s.kaFree = append(s.kaFree, b)
+	s.kaMu.Unlock()
+}
 
 func (l *launchArgs) kernarg() []byte {
 	if l.buf != nil {
@@ -226,6 +244,8 @@ type hstream struct {
 	seq    uint32
 	err    error // sticky: a failed command breaks the stream
 	closed bool
+	kaMu   sync.Mutex
+	kaFree []*kernargBuf // launch argument buffers not in use
 }
 
 func (h *HIP) StreamCreate(hd int, flags uint32) (hip.Stream, error) {
@@ -412,7 +432,7 @@ func (s *hstream) work(c *cmd, a *actor) (err error) {
 	case cmdLaunch:
 		err := s.runLaunch(&c.l, a)
 		if c.l.buf != nil {
-			kernargBufs.Put(c.l.buf)
+			s.giveKernarg(c.l.buf)
 			c.l.buf = nil
 		}
 		return err
@@ -868,7 +888,7 @@ func (h *HIP) ModuleLaunchKernel(f hip.Function, grid, block [3]uint32, sharedMe
 	}
 	l := launchArgs{k: k, grid: grid, block: block, sharedMem: sharedMem, n: len(args)}
 	if len(args) <= len(kernargBuf{}) {
-		l.buf = kernargBufs.Get().(*kernargBuf)
+		l.buf = s.takeKernarg()
 		copy(l.buf[:], args)
 	} else {
 		l.heap = append([]byte(nil), args...)
