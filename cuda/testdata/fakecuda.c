@@ -24,7 +24,7 @@ typedef int CUresult;
 enum {
   OK = 0, INVALID_VALUE = 1, NOT_INITIALIZED = 3, NO_DEVICE = 100, INVALID_DEVICE = 101,
   INVALID_IMAGE = 200, INVALID_CONTEXT = 201, INVALID_HANDLE = 400, NOT_FOUND = 500,
-  NOT_READY = 600, LAUNCH_FAILED = 719,
+  NOT_READY = 600, LAUNCH_FAILED = 719, ILLEGAL_STATE = 401, CAPTURE_UNSUPPORTED = 900,
 };
 #define NDEV 2
 #define MAGIC_CTX 0x43545854U
@@ -32,15 +32,18 @@ enum {
 #define MAGIC_EVENT 0x45564e54U
 #define MAGIC_MODULE 0x4d4f444cU
 #define MAGIC_FUNC 0x46554e43U
+#define MAGIC_GRAPH 0x47525048U
+#define MAGIC_EXEC 0x47455845U
 
 struct ctx { uint32_t magic; int dev; int refs; };
-struct obj { uint32_t magic; struct ctx* ctx; unsigned flags; int state; const char* image; char name[64]; };
+struct graph;
+struct obj { uint32_t magic; struct ctx* ctx; unsigned flags; int state; const char* image; char name[64]; struct graph* capture; };
 
 static struct ctx ctxs[NDEV];
 static int inited;
 static __thread struct ctx* cur;
 
-enum { C_SETCURRENT, C_LAUNCH, C_RECORD, C_WAIT, C_QUERY, C_SYNC, C_ALLOC, C_FREE, C_HTOD, C_DTOH, C_LOAD, C_GETCURRENT, NCOUNT };
+enum { C_SETCURRENT, C_LAUNCH, C_RECORD, C_WAIT, C_QUERY, C_SYNC, C_ALLOC, C_FREE, C_HTOD, C_DTOH, C_LOAD, C_GETCURRENT, C_GRAPHLAUNCH, NCOUNT };
 static long counts[NCOUNT];
 long fakecuda_count(int i) { return i >= 0 && i < NCOUNT ? __atomic_load_n(&counts[i], __ATOMIC_RELAXED) : -1; }
 static void bump(int i) { __atomic_add_fetch(&counts[i], 1, __ATOMIC_RELAXED); }
@@ -130,8 +133,11 @@ static CUresult stream_ok(void* s) {
   SAME_CTX(s);
   return OK;
 }
-CUresult cuStreamSynchronize(void* s) { NEED_CTX(); bump(C_SYNC); return stream_ok(s); }
-CUresult cuStreamQuery(void* s) { NEED_CTX(); bump(C_QUERY); return stream_ok(s); }
+// A capturing stream refuses synchronization and queries, as the driver
+// does (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED).
+static int capturing(void* s) { return s && is(s, MAGIC_STREAM) && ((struct obj*)s)->capture; }
+CUresult cuStreamSynchronize(void* s) { NEED_CTX(); bump(C_SYNC); return capturing(s) ? CAPTURE_UNSUPPORTED : stream_ok(s); }
+CUresult cuStreamQuery(void* s) { NEED_CTX(); bump(C_QUERY); return capturing(s) ? CAPTURE_UNSUPPORTED : stream_ok(s); }
 
 CUresult cuEventCreate(void** e, unsigned flags) {
   NEED_CTX();
@@ -272,6 +278,83 @@ CUresult cuModuleGetFunction(void** f, void* m, const char* name) {
     }                                                                                   \
   } while (0)
 
+// Stream capture: a capturing stream records its kernel launches (the
+// function, geometry and argument values) instead of running them, and an
+// instantiated graph runs them in order on cuGraphLaunch. Only launches on
+// the capturing stream itself are captured; event records and waits during
+// a capture are accepted and order nothing (the fake runs everything in
+// order at once anyway).
+struct node { void* f; unsigned g[3], b[3], shared; uint64_t out, a, b2, n; double alpha; };
+struct graph { uint32_t magic; int n, cap; struct node* nodes; };
+static CUresult run_launch(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                           unsigned shared, void* s, uint64_t out, uint64_t a, uint64_t b, uint64_t n, double alpha);
+static CUresult record_node(struct graph* g, void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                            unsigned bz, unsigned shared, uint64_t out, uint64_t a, uint64_t b, uint64_t n, double alpha) {
+  if (g->n == g->cap) {
+    int cap = g->cap ? 2 * g->cap : 16;
+    struct node* nn = realloc(g->nodes, (size_t)cap * sizeof *nn);
+    if (!nn) return INVALID_VALUE;
+    g->nodes = nn; g->cap = cap;
+  }
+  g->nodes[g->n++] = (struct node){f, {gx, gy, gz}, {bx, by, bz}, shared, out, a, b, n, alpha};
+  return OK;
+}
+CUresult cuStreamBeginCapture_v2(void* s, int mode) {
+  NEED_CTX();
+  if (!s || !is(s, MAGIC_STREAM)) return INVALID_VALUE; // the legacy stream cannot be captured
+  SAME_CTX(s);
+  if (mode < 0 || mode > 2) return INVALID_VALUE;
+  if (((struct obj*)s)->capture) return ILLEGAL_STATE;
+  struct graph* g = calloc(1, sizeof *g);
+  g->magic = MAGIC_GRAPH;
+  ((struct obj*)s)->capture = g;
+  return OK;
+}
+CUresult cuStreamEndCapture(void* s, void** graph) {
+  NEED_CTX();
+  if (!s || !is(s, MAGIC_STREAM)) return INVALID_HANDLE;
+  if (!((struct obj*)s)->capture) return ILLEGAL_STATE;
+  *graph = ((struct obj*)s)->capture;
+  ((struct obj*)s)->capture = NULL;
+  return OK;
+}
+CUresult cuGraphInstantiateWithFlags(void** exec, void* graph, unsigned long long flags) {
+  NEED_CTX();
+  if (!is(graph, MAGIC_GRAPH)) return INVALID_HANDLE;
+  if (flags) return INVALID_VALUE;
+  struct graph* g = graph;
+  struct graph* e = calloc(1, sizeof *e);
+  e->magic = MAGIC_EXEC; e->n = e->cap = g->n;
+  e->nodes = calloc((size_t)(g->n ? g->n : 1), sizeof *e->nodes);
+  if (g->n) memcpy(e->nodes, g->nodes, (size_t)g->n * sizeof *e->nodes);
+  *exec = e;
+  return OK;
+}
+CUresult cuGraphLaunch(void* exec, void* s) {
+  NEED_CTX();
+  bump(C_GRAPHLAUNCH);
+  if (!is(exec, MAGIC_EXEC)) return INVALID_HANDLE;
+  CUresult r = stream_ok(s);
+  if (r) return r;
+  struct graph* e = exec;
+  for (int i = 0; i < e->n; i++) {
+    struct node* d = &e->nodes[i];
+    if (!is(d->f, MAGIC_FUNC)) return INVALID_HANDLE; // its module was unloaded
+    r = run_launch(d->f, d->g[0], d->g[1], d->g[2], d->b[0], d->b[1], d->b[2], d->shared, s, d->out, d->a, d->b2, d->n, d->alpha);
+    if (r) return r;
+  }
+  return OK;
+}
+static CUresult graph_free(void* p, uint32_t magic) {
+  NEED_CTX();
+  if (!is(p, magic)) return INVALID_HANDLE;
+  struct graph* g = p;
+  g->magic = 0; free(g->nodes); free(g);
+  return OK;
+}
+CUresult cuGraphDestroy(void* g) { return graph_free(g, MAGIC_GRAPH); }
+CUresult cuGraphExecDestroy(void* e) { return graph_free(e, MAGIC_EXEC); }
+
 CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                         unsigned bz, unsigned shared, void* s, void** params, void** extra) {
   NEED_CTX();
@@ -282,6 +365,17 @@ CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned
   if (r) return r;
   if (!params || extra) return INVALID_VALUE;
   if (!gx || !gy || !gz || !bx || !by || !bz || bx * by * bz > 1024) return INVALID_VALUE;
+  int f64 = strlen(((struct obj*)f)->name) > 4 && !strcmp(((struct obj*)f)->name + strlen(((struct obj*)f)->name) - 3, "f64");
+  uint64_t out = *(uint64_t*)params[0], a = *(uint64_t*)params[1], b = *(uint64_t*)params[2];
+  uint64_t n = *(uint64_t*)params[4];
+  double alpha = f64 ? *(double*)params[3] : (double)*(float*)params[3];
+  if (capturing(s)) return record_node(((struct obj*)s)->capture, f, gx, gy, gz, bx, by, bz, shared, out, a, b, n, alpha);
+  return run_launch(f, gx, gy, gz, bx, by, bz, shared, s, out, a, b, n, alpha);
+}
+
+// run_launch runs a launch whose arguments were read (or recorded).
+static CUresult run_launch(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                           unsigned shared, void* s, uint64_t out, uint64_t a, uint64_t b, uint64_t n, double alpha) {
   const char* name = ((struct obj*)f)->name;
   char op[16];
   const char* p = name + strlen("rocsync_");
@@ -289,9 +383,6 @@ CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned
   if (strncmp(name, "rocsync_", 8) || !us || us <= p || (size_t)(us - p) >= sizeof op) return LAUNCH_FAILED;
   memcpy(op, p, (size_t)(us - p)); op[us - p] = 0;
   int f64 = !strcmp(us + 1, "f64");
-  uint64_t out = *(uint64_t*)params[0], a = *(uint64_t*)params[1], b = *(uint64_t*)params[2];
-  uint64_t n = *(uint64_t*)params[4];
-  double alpha = f64 ? *(double*)params[3] : (double)*(float*)params[3];
   last = (struct launch){{gx, gy, gz}, {bx, by, bz}, shared, s, out, a, b, n, alpha, {0}};
   snprintf(last.name, sizeof last.name, "%s", name);
   if (f64) RUN(double, alpha); else RUN(float, alpha);
@@ -313,6 +404,8 @@ CUresult cuGetErrorName(CUresult e, const char** s) {
   case 400: *s = "CUDA_ERROR_INVALID_HANDLE"; return OK;
   case 500: *s = "CUDA_ERROR_NOT_FOUND"; return OK;
   case 600: *s = "CUDA_ERROR_NOT_READY"; return OK;
+  case 401: *s = "CUDA_ERROR_ILLEGAL_STATE"; return OK;
+  case 900: *s = "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"; return OK;
   case 719: *s = "CUDA_ERROR_LAUNCH_FAILED"; return OK;
   }
   *s = NULL;

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/rocsync/rocsync/cublas"
@@ -76,5 +78,122 @@ func TestRunOnFakeCUDA(t *testing.T) {
 		if sums["mixed/event"] != sums["mixed/one-stream"] || sums["mixed/host-wait"] != sums["mixed/one-stream"] {
 			t.Errorf("mixed checksums differ: %v", sums)
 		}
+	}
+}
+
+// The CUDA-graph replay on the fake libcuda, which records a capturing
+// stream's launches and runs them at cuGraphLaunch: the kernel programs
+// replay to the eager result, and the replay's host side allocates
+// nothing. (The fake cuBLAS does not take part in captures, so matmul and
+// mixed/one-stream are captured only on a GPU.)
+func TestGraphReplayOnFakeCUDA(t *testing.T) {
+	p, err := fakelib.Build()
+	if errors.Is(err, fakelib.ErrNoCompiler) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(cuda.EnvLibCUDA, p.CUDA)
+	t.Setenv(cublas.EnvLibCUBLAS, p.CUBLAS)
+	for _, perCall := range []bool{false, true} {
+		out, err := Run(Config{N: 8, Iters: 5, Warmup: 1, Repeat: 2, Seed: 1, PerCall: perCall, Graph: true,
+			Programs: []string{"elementwise", "chain99", "mixed/event"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range out.Results {
+			switch r.Program {
+			case "mixed/event":
+				if r.GraphTotalMedianUS != 0 || r.GraphUnavailableCause != "" {
+					t.Errorf("a two-stream program was replayed: %+v", r)
+				}
+			default:
+				if r.GraphTotalMedianUS <= 0 || r.GraphLaunchMedianUS <= 0 || r.GraphChecksum != r.Checksum || r.Checksum == 0 {
+					t.Errorf("replay: %+v", r)
+				}
+				if r.GraphMallocsPerIter > 0.5 {
+					t.Errorf("%s: a replay allocates %v times", r.Program, r.GraphMallocsPerIter)
+				}
+			}
+		}
+		if out.Results[1].Ops != 99 || out.Results[0].Ops != 3 {
+			t.Errorf("ops per iteration: %d, %d", out.Results[0].Ops, out.Results[1].Ops)
+		}
+		var buf strings.Builder
+		WriteText(&buf, out)
+		if !strings.Contains(buf.String(), "CUDA-graph replay") {
+			t.Errorf("no replay table:\n%s", buf.String())
+		}
+	}
+}
+
+// A capture records instead of running, and the fake enforces the
+// driver's rules around it: no synchronization of a capturing stream, no
+// second capture, no replay of a destroyed graph.
+func TestGraphBindingsOnFakeCUDA(t *testing.T) {
+	p, err := fakelib.Build()
+	if errors.Is(err, fakelib.ErrNoCompiler) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(cuda.EnvLibCUDA, p.CUDA)
+	t.Setenv(cublas.EnvLibCUBLAS, p.CUBLAS)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	g, err := Open(0, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	prog, err := g.Prepare("elementwise", 4, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prog.Close()
+	if _, _, err := prog.Replay(); err == nil {
+		t.Fatal("replay before capture")
+	}
+	lib := g.lib
+	if err := lib.BeginCapture(prog.final, cuda.CaptureModeThreadLocal); err != nil {
+		t.Fatal(err)
+	}
+	if err := lib.BeginCapture(prog.final, cuda.CaptureModeThreadLocal); !errors.Is(err, &cuda.Error{Code: 401}) {
+		t.Fatalf("second capture: %v", err)
+	}
+	if err := lib.StreamSynchronize(prog.final); !errors.Is(err, &cuda.Error{Code: 900}) {
+		t.Fatalf("synchronizing a capturing stream: %v", err)
+	}
+	if err := prog.body(); err != nil {
+		t.Fatal(err)
+	}
+	graph, err := lib.EndCapture(prog.final)
+	if err != nil || graph == 0 {
+		t.Fatal(graph, err)
+	}
+	if _, err := lib.EndCapture(prog.final); !errors.Is(err, &cuda.Error{Code: 401}) {
+		t.Fatalf("ending no capture: %v", err)
+	}
+	exec, err := lib.GraphInstantiate(graph)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lib.GraphDestroy(graph); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing ran during the capture; the replay computes the result.
+	if err := lib.GraphLaunch(exec, prog.final); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := prog.Verify(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lib.GraphExecDestroy(exec); err != nil {
+		t.Fatal(err)
+	}
+	if err := lib.GraphLaunch(exec, prog.final); !errors.Is(err, &cuda.Error{Code: 400}) {
+		t.Fatalf("launching a destroyed graph: %v", err)
 	}
 }
