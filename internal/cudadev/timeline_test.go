@@ -540,3 +540,46 @@ func TestSameStreamOpDriverCallsOnFakeLibrary(t *testing.T) {
 		t.Fatalf("%d cuCtxSetCurrent for %d ops: the context should stay current on the thread", got, n)
 	}
 }
+
+// A crossing under DeviceBridge costs the driver what the raw
+// mixed/event shape pays: one cuEventRecord on the producer's stream and
+// one cuStreamWaitEvent on the consumer's, no query; under Unified none.
+// (The Go emulation's device runs nothing until the host waits, so no
+// producer is found complete early.)
+func TestCrossingDriverCalls(t *testing.T) {
+	for _, c := range []struct {
+		p              syncstate.Policy
+		records, waits int
+	}{{syncstate.DeviceBridge, 1, 1}, {syncstate.Unified, 0, 0}} {
+		t.Run(c.p.String(), func(t *testing.T) {
+			h := newHarness(t, backendKinds[0], c.p)
+			tk := h.task()
+			x := h.upload(randVals(1, side*side))
+			sq, out := h.alloc(side*side, kernels.F32), h.alloc(side*side, kernels.F32)
+			for it := 0; it < 10; it++ {
+				e := h.emu
+				records, waits, queries, launches, gemms := e.records, e.waits, e.queries, e.launches, e.gemms
+				tk.mul(sq, x, x)
+				tk.matmul(out, sq, x)
+				if e.launches-launches != 1 || e.gemms-gemms != 1 {
+					t.Fatalf("iteration %d: %d launches, %d gemms", it, e.launches-launches, e.gemms-gemms)
+				}
+				if got := e.records - records; got != c.records {
+					t.Fatalf("iteration %d: %d event records per crossing, want %d", it, got, c.records)
+				}
+				if got := e.waits - waits; got != c.waits {
+					t.Fatalf("iteration %d: %d stream waits per crossing, want %d", it, got, c.waits)
+				}
+				// The first iteration records x's first reader on the
+				// library stream, which drops the readers known complete
+				// (one query); later ones update it in place.
+				if got := e.queries - queries; got != 0 && it > 0 {
+					t.Fatalf("iteration %d: %d event queries per crossing", it, got)
+				}
+				if err := tk.tk.Library().Drain(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rocsync/rocsync/bench/internal/measure"
 	"github.com/rocsync/rocsync/cublas"
 	"github.com/rocsync/rocsync/cuda"
 	"github.com/rocsync/rocsync/internal/cudadev/fakelib"
@@ -196,4 +197,88 @@ func TestGraphBindingsOnFakeCUDA(t *testing.T) {
 	if err := lib.GraphLaunch(exec, prog.final); !errors.Is(err, &cuda.Error{Code: 400}) {
 		t.Fatalf("launching a destroyed graph: %v", err)
 	}
+}
+
+// mixedShapes alternates iterations of the mixed programs' raw shapes in
+// one process, one GPU (and cuBLAS handle) per shape on the calling OS
+// thread, and returns per shape the median dispatch and total times (µs):
+// what the raw driver pays for DeviceBridge's crossings (mixed/event: a
+// cuEventRecord and a cuStreamWaitEvent each) against Unified's one stream
+// (mixed/one-stream), measured side by side.
+func mixedShapes(tb testing.TB, n, iters int) map[string][2]float64 {
+	tb.Helper()
+	shapes := []string{"mixed/one-stream", "mixed/event", "mixed/host-wait"}
+	progs := make([]*Program, len(shapes))
+	for i, name := range shapes {
+		g, err := Open(0, false)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() { _ = g.Close() })
+		if progs[i], err = g.Prepare(name, n, 3, 1); err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() { _ = progs[i].Close() })
+	}
+	times := make([][2][]float64, len(shapes))
+	for it := -iters / 10; it < iters; it++ { // a tenth more as warm-up
+		for i, p := range progs {
+			d, tot, err := p.Iterate()
+			if err != nil {
+				tb.Fatal(err)
+			}
+			if it >= 0 {
+				times[i][0] = append(times[i][0], measure.Micros(d))
+				times[i][1] = append(times[i][1], measure.Micros(tot))
+			}
+		}
+	}
+	out := map[string][2]float64{}
+	for i, name := range shapes {
+		out[name] = [2]float64{measure.Quantile(times[i][0], 0.5), measure.Quantile(times[i][1], 0.5)}
+	}
+	return out
+}
+
+func TestMixedShapesOnFakeCUDA(t *testing.T) {
+	p, err := fakelib.Build()
+	if errors.Is(err, fakelib.ErrNoCompiler) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(cuda.EnvLibCUDA, p.CUDA)
+	t.Setenv(cublas.EnvLibCUBLAS, p.CUBLAS)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	m := mixedShapes(t, 8, 20)
+	for name, v := range m {
+		if v[0] <= 0 || v[1] < v[0] {
+			t.Errorf("%s: dispatch %v, total %v", name, v[0], v[1])
+		}
+	}
+}
+
+// BenchmarkGPUMixedShapes (ROCSYNC_GPU=1) is the floor under DeviceBridge
+// against Unified on mixed: the raw driver's two shapes alternating in one
+// process. It reports each shape's median dispatch and total (µs per
+// iteration), the event shape over the one-stream shape, and the host
+// cost per crossing of the event calls (the dispatch difference over the
+// 3 crossings). b.N iterations of each shape.
+func BenchmarkGPUMixedShapes(b *testing.B) {
+	if os.Getenv("ROCSYNC_GPU") != "1" {
+		b.Skip("set ROCSYNC_GPU=1 to run on an NVIDIA GPU")
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	m := mixedShapes(b, 128, b.N)
+	one, ev, hw := m["mixed/one-stream"], m["mixed/event"], m["mixed/host-wait"]
+	b.ReportMetric(one[1], "one-stream-total-µs")
+	b.ReportMetric(ev[1], "event-total-µs")
+	b.ReportMetric(hw[1], "host-wait-total-µs")
+	b.ReportMetric(ev[1]/one[1], "event/one-stream-total")
+	b.ReportMetric(one[0], "one-stream-dispatch-µs")
+	b.ReportMetric(ev[0], "event-dispatch-µs")
+	b.ReportMetric((ev[0]-one[0])/3, "event-calls-µs/crossing")
 }
