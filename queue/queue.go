@@ -410,12 +410,15 @@ const waitTimeoutHint = 10_000_000
 // that will never signal ends.
 func (q *Queue) waitSignal(ctx context.Context, s *Signal, t uint64) error {
 	b := syncstate.Bound{Ctx: ctx, Timeout: q.timeout}
-	if q.timeout > 0 {
-		b.Start = time.Now()
-	}
 	for {
 		if q.rt.SignalWaitScacquire(s.H, hsa.ConditionLt, 1, waitTimeoutHint, hsa.WaitStateBlocked) < 1 {
 			return q.Failed(t)
+		}
+		if q.timeout > 0 && b.Start.IsZero() {
+			// The clock is read only once a wait outlasts its first
+			// slice (most end within it); the bound then counts from
+			// here, so it ends at most one slice late, never early.
+			b.Start = time.Now()
 		}
 		q.health.Probe()
 		if err := q.Failed(t); err != nil {

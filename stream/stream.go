@@ -552,10 +552,20 @@ func (s *Stream) releaseEvent(ev uintptr) {
 // the ops submitted after t.
 func (s *Stream) WaitHost(t uint64) error { return s.WaitHostContext(context.Background(), t) }
 
-// poll waits for query to report done, polling with a growing pause,
-// until b ends the wait or the stream is found to fail.
+// poll waits for query to report done, until b ends the wait or the
+// stream is found to fail. Neither HIP nor CUDA has a synchronize call
+// with a deadline, so a bounded wait polls: first for spinFor, yielding
+// the processor between queries (what a spinning cuEventSynchronize does,
+// and most crossings' waits end there), then with a pause that grows to
+// maxPause, so that a long wait neither holds a core nor overshoots by
+// much.
 func (s *Stream) poll(b *syncstate.Bound, t uint64, h, ev uintptr) error {
-	pause := time.Microsecond
+	const spinFor, maxPause = 50 * time.Microsecond, 100 * time.Microsecond
+	start := b.Start
+	if start.IsZero() {
+		start = time.Now()
+	}
+	pause := 10 * time.Microsecond
 	for {
 		var ok bool
 		var err error
@@ -574,12 +584,12 @@ func (s *Stream) poll(b *syncstate.Bound, t uint64, h, ev uintptr) error {
 		if err := s.health.Failed(t); err != nil {
 			return &boundErr{err}
 		}
-		if pause < 16*time.Microsecond {
+		if time.Since(start) < spinFor {
 			runtime.Gosched()
-		} else {
-			time.Sleep(pause)
+			continue
 		}
-		pause = min(2*pause, 200*time.Microsecond)
+		time.Sleep(pause)
+		pause = min(2*pause, maxPause)
 	}
 }
 
