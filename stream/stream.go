@@ -388,6 +388,13 @@ func (s *Stream) Completed() uint64 {
 	if c == last || !s.mu.TryLock() {
 		return c
 	}
+	if !s.settler.Started() && s.s != 0 && s.health.Failure() != nil {
+		// The stream failed without the runtime having said so (a
+		// producer it waited for on the device failed): nothing else
+		// may ever ask the runtime how far it got, and consumers behind
+		// it wait for its failed tickets to settle.
+		s.settler.Start(s.settle)
+	}
 	if n := len(s.marks); n > 0 {
 		if m := s.marks[n-1]; m.ticket == last && m.ticket > s.completed.Load() {
 			if ok, err := s.api.EventQuery(m.ev); err == nil && ok {
