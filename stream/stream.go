@@ -360,7 +360,14 @@ func (s *Stream) settle() {
 		s.mu.Lock()
 		last := s.lastTicket.Load()
 		if s.reached.Load() < last && s.s != 0 {
-			if ok, err := s.api.StreamQuery(s.s); ok || err != nil {
+			if ok, err := s.api.StreamQuery(s.s); err != nil {
+				// The runtime's own error: the tickets from the first
+				// not known complete on fail with it (the earliest
+				// failure is kept), whatever made this stream settle (a
+				// producer's failure, seen first, may fail only later
+				// tickets).
+				s.failLocked(err, last)
+			} else if ok {
 				s.reached.Store(last)
 			}
 		}
