@@ -113,7 +113,7 @@ func TestGraphReplayOnFakeCUDA(t *testing.T) {
 				if r.GraphTotalMedianUS <= 0 || r.GraphLaunchMedianUS <= 0 || r.GraphChecksum != r.Checksum || r.Checksum == 0 {
 					t.Errorf("replay: %+v", r)
 				}
-				if r.GraphMallocsPerIter > 0.5 {
+				if !raceEnabled && r.GraphMallocsPerIter > 0.5 {
 					t.Errorf("%s: a replay allocates %v times", r.Program, r.GraphMallocsPerIter)
 				}
 			}
