@@ -73,6 +73,7 @@ type Queue struct {
 	// submission retires the completed ones: retiring each time costs a
 	// signal load that finds the newest packet still running.
 	retireBatch uint64
+	sinceRetire uint64 // submissions since the last retire, under mu
 	onThrottle  func(syncstate.Fence) error
 
 	mu         sync.Mutex
@@ -400,6 +401,9 @@ func (q *Queue) WaitHostContext(ctx context.Context, t uint64) error {
 	return err
 }
 
+// retireEvery is how many submissions may pass between two retires.
+const retireEvery = 16
+
 // waitTimeoutHint bounds each blocking wait so a broken queue, whose
 // signals never complete, is noticed instead of hanging forever.
 const waitTimeoutHint = 10_000_000
@@ -596,7 +600,13 @@ func (q *Queue) reserveWithLocked(sig *Signal) (uint64, *Signal, error) {
 	if err := q.Err(); err != nil {
 		return fail(err)
 	}
-	if q.lastTicket.Load()-q.completed.Load() >= q.retireBatch {
+	// Retire once retireBatch packets are in flight, at most every
+	// retireEvery submissions (each retire ends at a packet still running:
+	// a signal load), and always before the cap would make a throttle wait.
+	q.sinceRetire++
+	if inFlight := q.lastTicket.Load() - q.completed.Load(); inFlight >= q.maxInFlight ||
+		inFlight >= q.retireBatch && q.sinceRetire >= retireEvery {
+		q.sinceRetire = 0
 		q.retireLocked()
 	}
 	for q.lastTicket.Load()-q.completed.Load() >= q.maxInFlight {
