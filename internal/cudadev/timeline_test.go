@@ -536,7 +536,9 @@ func TestSameStreamOpDriverCallsOnFakeLibrary(t *testing.T) {
 	if got, calls := delta(fakeGetCurrent), delta(fakeLaunch)+delta(fakeRecord)+delta(fakeQuery)+delta(fakeSync)+int64(d.EventsCreated()-events); got != calls {
 		t.Fatalf("%d cuCtxGetCurrent for %d driver calls (%d ops), want one per call", got, calls, n)
 	}
-	if got := delta(fakeSetCurrent); got > 8 {
+	// Only when the goroutine moved to another OS thread (rare; the bound
+	// leaves room for a loaded machine), not once per call.
+	if got := delta(fakeSetCurrent); got > n/8 {
 		t.Fatalf("%d cuCtxSetCurrent for %d ops: the context should stay current on the thread", got, n)
 	}
 }
