@@ -159,7 +159,7 @@ func (d *Device) allocBuffer(op string, b *buffer, size uint64) error {
 				return err
 			}
 		}
-		if d.frees.poll(d, true) == nil {
+		if d.frees.poll(d, true, true) == nil {
 			_ = d.cache.trim(d.drv)
 			p, err = d.drv.Malloc(size)
 		}
@@ -291,20 +291,52 @@ type pendingFrees struct {
 	mu      sync.Mutex
 	entries []pendingFree
 	n       atomic.Int32 // len(entries), read without the lock on the fast path
+	// sinceAsk counts the polls after submissions (pollSubmitted).
+	sinceAsk atomic.Uint32
 }
 
 type pendingFree struct {
 	ptr    driver.DevicePtr
 	size   uint64
-	fences []syncstate.Fence
+	n      int                // fences in inline
+	inline [4]syncstate.Fence // the fences, when they fit
+	more   []syncstate.Fence  // the fences, when they do not
 }
 
+func (e *pendingFree) fences() []syncstate.Fence {
+	if e.more != nil {
+		return e.more
+	}
+	return e.inline[:e.n]
+}
+
+// add queues a free behind fences, which it copies: freeing an array
+// whose work is pending allocates nothing once entries has grown.
 func (p *pendingFrees) add(ptr driver.DevicePtr, size uint64, fences []syncstate.Fence) {
 	p.mu.Lock()
-	p.entries = append(p.entries, pendingFree{ptr, size, fences})
+	p.entries = append(p.entries, pendingFree{ptr: ptr, size: size})
+	e := &p.entries[len(p.entries)-1]
+	if len(fences) <= len(e.inline) {
+		e.n = copy(e.inline[:], fences)
+	} else {
+		e.more = append([]syncstate.Fence(nil), fences...)
+	}
 	p.n.Store(int32(len(p.entries)))
 	p.mu.Unlock()
 }
+
+// pollSubmitted is the poll after a submission: it asks the runtime
+// (a stream query per pending stream fence, which costs about as much as
+// a launch) only every freeAskEvery submissions, and otherwise releases
+// what the timelines already know complete.
+func (p *pendingFrees) pollSubmitted(d *Device) {
+	ask := p.sinceAsk.Add(1)%freeAskEvery == 0
+	_ = p.poll(d, false, ask)
+}
+
+// freeAskEvery is how many submissions pass between runtime queries for
+// the work that pending frees wait for.
+const freeAskEvery = 32
 
 // poller is a timeline that can ask the device whether it is idle (HIP
 // streams), which frees use because nothing else may ever record an event.
@@ -320,17 +352,19 @@ func done(f syncstate.Fence, ask bool) bool {
 	return false
 }
 
-// poll releases entries whose work is done. With wait set it first waits
-// on the host for every pending fence (counted as a free wait).
-func (p *pendingFrees) poll(d *Device, wait bool) error {
+// poll releases entries whose work is done, asking the runtime where the
+// timeline does not know (ask). With wait set it first waits on the host
+// for every pending fence (counted as a free wait).
+func (p *pendingFrees) poll(d *Device, wait, ask bool) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var errs []error
 	kept := p.entries[:0]
-	for _, e := range p.entries {
+	for i := range p.entries {
+		e := p.entries[i]
 		ready := true
-		for _, f := range e.fences {
-			if done(f, true) {
+		for _, f := range e.fences() {
+			if done(f, ask || wait) {
 				continue
 			}
 			if !wait {
@@ -348,7 +382,9 @@ func (p *pendingFrees) poll(d *Device, wait bool) error {
 			}
 		}
 		if ready {
-			errs = append(errs, d.release(e.ptr, e.size))
+			if err := d.release(e.ptr, e.size); err != nil {
+				errs = append(errs, err)
+			}
 			continue
 		}
 		kept = append(kept, e)

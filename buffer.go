@@ -210,7 +210,8 @@ func (b *buffer) free(who fmt.Stringer) error {
 		return err
 	}
 	b.freed = true
-	pending := b.st.PendingLocked(nil)
+	var buf [8]syncstate.Fence
+	pending := b.st.PendingLocked(buf[:0])
 	b.st.Unlock()
 	if len(pending) == 0 {
 		return d.release(b.ptr, b.size)

@@ -488,7 +488,7 @@ func (d *Device) synchronize(ctx context.Context) error {
 		}
 		t.lifeMu.Unlock()
 	}
-	errs = append(errs, d.peer.waitReaders(ctx, d), d.frees.poll(d, true))
+	errs = append(errs, d.peer.waitReaders(ctx, d), d.frees.poll(d, true, true))
 	return errors.Join(errs...)
 }
 
@@ -538,7 +538,7 @@ func (d *Device) CloseContext(ctx context.Context) error {
 	// Memory freed while failed work still held it was quarantined (see
 	// pendingFrees); with the queues and streams destroyed, and their
 	// failed work settled, it can go back now.
-	errs = append(errs, d.frees.poll(d, false))
+	errs = append(errs, d.frees.poll(d, false, true))
 	errs = append(errs, d.reduce.release(d), d.cache.trim(d.drv), d.staging.free(d), d.peer.free(d), d.drv.Close(), d.trace.detach())
 	if err := errors.Join(errs...); err != nil {
 		return &Error{Op: "Close", Kind: kindOf(err), Detail: "closing " + d.String(), Err: err}

@@ -40,6 +40,9 @@ func (t *Task) HostFunc(operands []Arg, fn func(h *HostAccess) error) error {
 	if err := t.checkOperands(name, operands); err != nil {
 		return err
 	}
+	// Two allocations, the handle (its operands inline) and the function
+	// the lane queues: the handle is fresh for every call, so that one
+	// kept past its function's return stays dead (ended).
 	h := &HostAccess{dev: t.dev}
 	accs := t.operands[:0]
 	for i, a := range operands {
@@ -51,11 +54,11 @@ func (t *Task) HostFunc(operands []Arg, fn func(h *HostAccess) error) error {
 		}
 		accs = append(accs, access{a.buf, a.who, a.access})
 	}
-	h.ops = append(h.ops[:0], accs...)
+	h.ops = append(h.opsBuf[:0], accs...)
 	t.op.Kind, t.op.Lane = driver.HostFunc, driver.LaneHost
 	t.op.Func = func() error {
 		h.ended.Store(false) // a replayed recording runs it again
-		defer func() { h.ended.Store(true) }()
+		defer h.ended.Store(true)
 		return fn(h)
 	}
 	_, err := t.submit(name, accs)
@@ -67,9 +70,10 @@ func (t *Task) HostFunc(operands []Arg, fn func(h *HostAccess) error) error {
 // (reading one declared only Out, or writing one declared only In, is an
 // ErrInvalid error). It is valid only while the function runs.
 type HostAccess struct {
-	dev   *Device
-	ops   []access
-	ended atomic.Bool
+	dev    *Device
+	ops    []access
+	opsBuf [syncstate.MaxOperands]access
+	ended  atomic.Bool
 }
 
 // find returns x's buffer if it was declared with access a.

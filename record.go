@@ -464,7 +464,7 @@ func (r *Recording) Replay() error {
 		}
 	}
 	if d.frees.n.Load() != 0 {
-		_ = d.frees.poll(d, false)
+		d.frees.pollSubmitted(d)
 	}
 	return nil
 }

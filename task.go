@@ -37,6 +37,9 @@ type Task struct {
 	op       driver.Op
 	operands [syncstate.MaxOperands]access
 	kargs    [maxKernelArgs]userkernel.Arg
+	// lanes caches drv.Timeline per lane (a driver task's timelines are
+	// fixed for its life), saving an interface call per op.
+	lanes [driver.LaneHost + 1]syncstate.Timeline
 
 	traceHost int // the task's host track in a trace
 
@@ -97,7 +100,7 @@ func (t *Task) SynchronizeContext(ctx context.Context) error {
 		err = t.drain(ctx)
 	}
 	t.lifeMu.Unlock()
-	return asError("Synchronize", errors.Join(err, t.dev.frees.poll(t.dev, false)))
+	return asError("Synchronize", errors.Join(err, t.dev.frees.poll(t.dev, false, true)))
 }
 
 // drain host-waits for the task's timelines (one wait each, counted as a
@@ -232,14 +235,40 @@ func (t *Task) submit(name string, operands []access) (syncstate.Fence, error) {
 	if t.rec != nil {
 		return t.record(name, operands)
 	}
-	d := t.dev
-	if err := d.enter(name); err != nil {
+	if err := t.dev.enter(name); err != nil {
 		return syncstate.Fence{}, err
 	}
-	defer d.leave()
+	// One defer and two returns: the compiler open-codes it, where the
+	// submission's many returns would make it a deferred call record.
+	defer t.leaveSubmit()
+	return t.submitEntered(name, operands)
+}
+
+// leaveSubmit ends a submission: the op holds nothing of the caller's
+// any more, and the device may close.
+func (t *Task) leaveSubmit() {
+	t.op.Call, t.op.Host, t.op.Func = nil, nil, nil
+	t.dev.leave()
+}
+
+// timeline returns the timeline of lane l.
+func (t *Task) timeline(l driver.Lane) syncstate.Timeline {
+	if int(l) >= len(t.lanes) {
+		return t.drv.Timeline(l)
+	}
+	tl := t.lanes[l]
+	if tl == nil {
+		tl = t.drv.Timeline(l)
+		t.lanes[l] = tl
+	}
+	return tl
+}
+
+// submitEntered is submit once the device is entered.
+func (t *Task) submitEntered(name string, operands []access) (syncstate.Fence, error) {
+	d := t.dev
 	op := &t.op
-	defer func() { op.Call, op.Host, op.Func = nil, nil, nil }() // hold nothing of the caller's
-	tl := t.drv.Timeline(op.Lane)
+	tl := t.timeline(op.Lane)
 	tr := d.tracer()
 	if tr != nil {
 		t.traceBegan = tr.now()
@@ -335,7 +364,7 @@ func (t *Task) afterSubmit(name string, sop *syncstate.Op, tl syncstate.Timeline
 		}
 	}
 	if d.frees.n.Load() != 0 {
-		_ = d.frees.poll(d, false)
+		d.frees.pollSubmitted(d)
 	}
 	return nil
 }

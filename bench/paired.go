@@ -142,10 +142,18 @@ type pairResult struct {
 	// PairRatioMedian the median over iterations of rocsync's total over
 	// the raw total just before it; DiffMedianUS the median of their
 	// difference.
-	TotalRatio       float64 `json:"total_ratio"`
-	DispatchRatio    float64 `json:"dispatch_ratio"`
-	PairRatioMedian  float64 `json:"pair_ratio_median"`
-	DiffMedianUS     float64 `json:"diff_median_us"`
+	TotalRatio      float64 `json:"total_ratio"`
+	DispatchRatio   float64 `json:"dispatch_ratio"`
+	PairRatioMedian float64 `json:"pair_ratio_median"`
+	DiffMedianUS    float64 `json:"diff_median_us"`
+	// OpsPerIter is the kernel launches and gemms of one iteration (the
+	// same on both sides); PerOpUS is DiffMedianUS over them, rocsync's
+	// host cost per op over the raw driver (the issue's ≤ 0.3 µs target),
+	// and PerOpDispatchUS the same from the dispatch times (the median of
+	// the per-pair dispatch differences over the ops).
+	OpsPerIter       int     `json:"ops_per_iter"`
+	PerOpUS          float64 `json:"per_op_over_raw_us"`
+	PerOpDispatchUS  float64 `json:"per_op_dispatch_over_raw_us"`
 	RawP90OverMedian float64 `json:"raw_p90_over_median"`
 	RocP90OverMedian float64 `json:"rocsync_p90_over_median"`
 
@@ -221,11 +229,13 @@ func (r *rocSide) iterate(readBack bool) (dispatch, total time.Duration, sum flo
 }
 
 func freeAll(as []*rocsync.Array) error {
-	var errs []error
+	var err error
 	for _, a := range as {
-		errs = append(errs, a.Free())
+		if e := a.Free(); e != nil {
+			err = errors.Join(err, e) // only on failure: no slice per iteration
+		}
 	}
-	return errors.Join(errs...)
+	return err
 }
 
 // allocIters is how many iterations of each side alone count allocations.
@@ -364,6 +374,7 @@ func runPair(cfg config, g *raw.GPU, p pair, progress *progress) (r pairResult, 
 	r.RocDeviceWaitsPerIter = float64(st1.DeviceWaits) / it
 	r.RocEventsPerIter = float64(st1.EventsRecorded) / it
 
+	r.OpsPerIter = rp.Ops()
 	fillPairStats(&r, rawD, rawT, rocD, rocT)
 
 	// Allocations of each side alone.
@@ -414,6 +425,14 @@ func fillPairStats(r *pairResult, rawD, rawT, rocD, rocT []float64) {
 		diffs[i] = rocT[i] - rawT[i]
 	}
 	r.PairRatioMedian, r.DiffMedianUS = measure.Quantile(ratios, 0.5), measure.Quantile(diffs, 0.5)
+	if r.OpsPerIter > 0 {
+		dd := make([]float64, len(rawD))
+		for i := range rawD {
+			dd[i] = rocD[i] - rawD[i]
+		}
+		r.PerOpUS = r.DiffMedianUS / float64(r.OpsPerIter)
+		r.PerOpDispatchUS = measure.Quantile(dd, 0.5) / float64(r.OpsPerIter)
+	}
 	r.RawP90OverMedian = r.RawTotalP90US / r.RawTotalMedianUS
 	r.RocP90OverMedian = r.RocTotalP90US / r.RocTotalMedianUS
 }
@@ -428,12 +447,12 @@ func printPaired(w io.Writer, out *pairedOutput) {
 	fmt.Fprintf(w, "%dx%d float32 (mixed: repeat %d); %d measured pair iterations after %d warm-up; mallocs per side from %d iterations alone; times in µs, total = submit + final sync\n\n",
 		m.N, m.N, m.Repeat, m.Iterations, m.Warmup, m.AllocIters)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "program\tpolicy\traw shape\traw total med\tp90\trocsync total med\tp90\tratio\tpair ratio med\tdiff med\traw dispatch med\trocsync dispatch med\traw p90/med\trocsync p90/med\t"+
+	fmt.Fprintln(tw, "program\tpolicy\traw shape\traw total med\tp90\trocsync total med\tp90\tratio\tpair ratio med\tdiff med\tops/it\tµs/op over raw\tdispatch µs/op over raw\traw dispatch med\trocsync dispatch med\traw p90/med\trocsync p90/med\t"+
 		"raw mallocs/it\trocsync mallocs/it\tGCs in loop\trocsync host waits/it\tdevice waits/it\topen ms\tfirst it ms\tsame checksum\t")
 	for _, r := range out.Pairs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.3f\t%.3f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%d\t%.2f\t%.2f\t%.1f\t%.1f\t%v\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.3f\t%.3f\t%.2f\t%d\t%.3f\t%.3f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%d\t%.2f\t%.2f\t%.1f\t%.1f\t%v\t\n",
 			r.Program, r.Policy, r.RawProgram, r.RawTotalMedianUS, r.RawTotalP90US, r.RocTotalMedianUS, r.RocTotalP90US, r.TotalRatio,
-			r.PairRatioMedian, r.DiffMedianUS, r.RawDispatchMedianUS, r.RocDispatchMedianUS, r.RawP90OverMedian, r.RocP90OverMedian,
+			r.PairRatioMedian, r.DiffMedianUS, r.OpsPerIter, r.PerOpUS, r.PerOpDispatchUS, r.RawDispatchMedianUS, r.RocDispatchMedianUS, r.RawP90OverMedian, r.RocP90OverMedian,
 			r.RawMallocsPerIter, r.RocMallocsPerIter, r.LoopGCs, r.RocHostWaitsPerIter, r.RocDeviceWaitsPerIter, r.RocOpenMS, r.RocFirstIterMS, r.SameChecksum)
 	}
 	tw.Flush()

@@ -174,6 +174,9 @@ func TestPairedOnFakeCUDA(t *testing.T) {
 			r.RawTotalP90US < r.RawTotalMedianUS || r.RocTotalP90US < r.RocTotalMedianUS || r.RocP90OverMedian < 1 {
 			t.Errorf("%s/%s: implausible times %+v", r.Program, r.Policy, r)
 		}
+		if wantOps := map[string]int{"matmul": 3, "elementwise": 3, "mixed": 6}[r.Program]; r.OpsPerIter != wantOps {
+			t.Errorf("%s: %d ops per iteration, want %d", r.Program, r.OpsPerIter, wantOps)
+		}
 		if !r.SameChecksum || r.RawChecksum == 0 || r.RawMaxRelErr > 1e-5 {
 			t.Errorf("%s/%s: checksums raw %v rocsync %v, raw error %g", r.Program, r.Policy, r.RawChecksum, r.RocChecksum, r.RawMaxRelErr)
 		}
@@ -200,7 +203,7 @@ func TestPairedOnFakeCUDA(t *testing.T) {
 	}
 	s := out.String()
 	t.Logf("\n%s", s)
-	for _, want := range []string{"raw context per call: true", "pair ratio med", "rocsync mallocs/it", "elementwise  DeviceSide", "Unified"} {
+	for _, want := range []string{"raw context per call: true", "pair ratio med", "rocsync mallocs/it", "µs/op over raw", "elementwise  DeviceSide", "Unified"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("table lacks %q:\n%s", want, s)
 		}
@@ -232,5 +235,14 @@ func TestFillPairStats(t *testing.T) {
 	}
 	if r.PairRatioMedian != 1.1 || r.DiffMedianUS != 1 || r.RawTotalMinUS != 10 || r.RocTotalP90US != 20 || r.RocP90OverMedian != 20.0/11 {
 		t.Errorf("%+v", r)
+	}
+	if r.PerOpUS != 0 {
+		t.Errorf("per-op cost without an op count: %v", r.PerOpUS)
+	}
+	// Per op: the median differences over the ops of one iteration.
+	r = pairResult{OpsPerIter: 4}
+	fillPairStats(&r, rawD, rawT, rocD, rocT)
+	if r.PerOpUS != 0.25 || r.PerOpDispatchUS != 0.25 {
+		t.Errorf("per op: total %v, dispatch %v, want 0.25 and 0.25", r.PerOpUS, r.PerOpDispatchUS)
 	}
 }

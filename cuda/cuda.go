@@ -38,9 +38,6 @@ type (
 	Event    uintptr
 	Module   uintptr
 	Function uintptr
-	// Graph and GraphExec are CUgraph and CUgraphExec (graph.go).
-	Graph     uintptr
-	GraphExec uintptr
 )
 
 // Device is a CUdevice (an ordinal-like int).

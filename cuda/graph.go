@@ -1,48 +1,208 @@
 package cuda
 
-// CUDA graphs by stream capture: the work enqueued on a capturing stream
-// is recorded into a graph instead of run; an instantiated graph runs it
-// all with one launch.
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
 
-// StreamCaptureModeRelaxed is CU_STREAM_CAPTURE_MODE_RELAXED: the capture
-// may be ended from another OS thread than the one that began it (a
-// goroutine may move between calls), and no call elsewhere is refused
-// because of it.
-const StreamCaptureModeRelaxed = 2
+	"github.com/ebitengine/purego"
 
-// StreamBeginCapture is cuStreamBeginCapture_v2(s, mode).
-func (c *Ctx) StreamBeginCapture(s Stream, mode int) error {
-	return c.lib.invoke(c, symStreamBeginCapture, uintptr(s), uintptr(mode))
+	"github.com/rocsync/rocsync/internal/cmem"
+)
+
+// CUDA graphs by stream capture: the work a stream is given between
+// BeginCapture and EndCapture is recorded instead of run, GraphInstantiate
+// makes the recorded graph launchable, and GraphLaunch submits the whole
+// sequence in one call. The entry points are resolved on first use, not by
+// Open (BoundSymbols), so a driver without them still opens; a call then
+// returns an error matching ErrGraphUnavailable.
+
+// Graph is a CUgraph, GraphExec a CUgraphExec.
+type (
+	Graph     uintptr
+	GraphExec uintptr
+)
+
+// CaptureMode is CUstreamCaptureMode: which calls other threads may make
+// while a capture is under way (cuda.h).
+type CaptureMode uint32
+
+const (
+	CaptureModeGlobal      CaptureMode = 0
+	CaptureModeThreadLocal CaptureMode = 1
+	CaptureModeRelaxed     CaptureMode = 2
+)
+
+// ErrGraphUnavailable is matched by the error of a graph call on a driver
+// that lacks the entry points.
+var ErrGraphUnavailable = errors.New("cuda: the driver has no CUDA graph entry points")
+
+// Indexes into GraphSymbols.
+const (
+	graphBeginCapture = iota
+	graphEndCapture
+	graphInstantiate
+	graphLaunch
+	graphDestroy
+	graphExecDestroy
+	numGraphSyms
+)
+
+// GraphSymbols are the entry points the graph calls bind. cuda.h maps
+// cuStreamBeginCapture to its _v2 (with a mode) and, since CUDA 12,
+// cuGraphInstantiate to cuGraphInstantiateWithFlags (CUDA 11.4 and later).
+var GraphSymbols = []string{
+	graphBeginCapture: "cuStreamBeginCapture_v2",
+	graphEndCapture:   "cuStreamEndCapture",
+	graphInstantiate:  "cuGraphInstantiateWithFlags",
+	graphLaunch:       "cuGraphLaunch",
+	graphDestroy:      "cuGraphDestroy",
+	graphExecDestroy:  "cuGraphExecDestroy",
 }
 
-// StreamEndCapture is cuStreamEndCapture: the graph of what was captured
-// on s (an error when the capture was invalidated).
-func (c *Ctx) StreamEndCapture(s Stream) (Graph, error) {
+type graphBinding struct {
+	once sync.Once
+	sym  [numGraphSyms]uintptr
+	err  error
+}
+
+// graphSym returns entry point i, resolving them all on the first call.
+func (l *Lib) graphSym(i int) (uintptr, error) {
+	g := &l.graph
+	g.once.Do(func() {
+		var missing []string
+		for j, name := range GraphSymbols {
+			addr, err := purego.Dlsym(l.handle, name)
+			if err != nil || addr == 0 {
+				missing = append(missing, name)
+				continue
+			}
+			g.sym[j] = addr
+		}
+		if len(missing) > 0 {
+			g.err = fmt.Errorf("%w: %s lacks %v", ErrGraphUnavailable, l.path, missing)
+		}
+	})
+	if g.err != nil {
+		return 0, g.err
+	}
+	return g.sym[i], nil
+}
+
+// graphCall calls entry point i with b's argument array, on c when non-nil
+// (the thread locked and c current, as every Ctx call), and returns its
+// error.
+func (l *Lib) graphCall(c *Ctx, i int, args ...uintptr) error {
+	fn, err := l.graphSym(i)
+	if err != nil {
+		return err
+	}
+	b := blocks.Get()
+	defer blocks.Put(b)
+	return l.graphCallIn(b, c, fn, i, args...)
+}
+
+func (l *Lib) graphCallIn(b *cmem.Block, c *Ctx, fn uintptr, i int, args ...uintptr) error {
+	if c != nil {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := c.MakeCurrent(); err != nil {
+			return err
+		}
+	}
+	code := Result(uint32(b.Call(fn, args...)))
+	if code == Success {
+		return nil
+	}
+	return l.errs.Get(numSyms+i, uint32(code), func() *Error {
+		return &Error{Func: GraphSymbols[i], Code: code, Name: l.ErrorName(code), Text: l.ErrorString(code)}
+	})
+}
+
+// graphOut calls entry point i with an out-parameter (a handle) at
+// position out among args (whose entry there is ignored), and returns
+// the handle written.
+func (l *Lib) graphOut(c *Ctx, i, out int, args ...uintptr) (uintptr, error) {
+	fn, err := l.graphSym(i)
+	if err != nil {
+		return 0, err
+	}
 	b := blocks.Get()
 	defer blocks.Put(b)
 	*b.U64(0) = 0
-	r, failed := c.lib.callOn(b, c, symStreamEndCapture, []uintptr{uintptr(s), b.Word(0)})
-	if err := c.lib.check(failed, r); err != nil {
+	args[out] = b.Word(0)
+	if err := l.graphCallIn(b, c, fn, i, args...); err != nil {
 		return 0, err
 	}
-	return Graph(*b.U64(0)), nil
+	return uintptr(*b.U64(0)), nil
 }
 
-// GraphInstantiate is cuGraphInstantiateWithFlags(&exec, g, 0).
-func (c *Ctx) GraphInstantiate(g Graph) (GraphExec, error) {
-	v, err := c.lib.outInvoke(c, symGraphInstantiate, uintptr(g), 0)
-	return GraphExec(v), err
+// BeginCapture is cuStreamBeginCapture: s records the work it is given
+// from now on, until EndCapture, instead of running it.
+func (l *Lib) BeginCapture(s Stream, mode CaptureMode) error {
+	return l.graphCall(nil, graphBeginCapture, uintptr(s), uintptr(mode))
 }
 
-// GraphLaunch is cuGraphLaunch(exec, s): the whole graph, in stream order.
-func (c *Ctx) GraphLaunch(e GraphExec, s Stream) error {
-	return c.lib.invoke(c, symGraphLaunch, uintptr(e), uintptr(s))
+// EndCapture is cuStreamEndCapture(hStream, *phGraph): the graph of what
+// s recorded.
+func (l *Lib) EndCapture(s Stream) (Graph, error) {
+	h, err := l.graphOut(nil, graphEndCapture, 1, uintptr(s), 0)
+	return Graph(h), err
 }
 
-// GraphDestroy is cuGraphDestroy; an instantiated graph does not need it.
-func (c *Ctx) GraphDestroy(g Graph) error { return c.lib.invoke(c, symGraphDestroy, uintptr(g)) }
+// GraphInstantiate is cuGraphInstantiateWithFlags(*phGraphExec, hGraph,
+// flags) with no flags.
+func (l *Lib) GraphInstantiate(g Graph) (GraphExec, error) {
+	h, err := l.graphOut(nil, graphInstantiate, 0, 0, uintptr(g), 0)
+	return GraphExec(h), err
+}
+
+// GraphLaunch is cuGraphLaunch: the whole recorded sequence on s.
+func (l *Lib) GraphLaunch(e GraphExec, s Stream) error {
+	return l.graphCall(nil, graphLaunch, uintptr(e), uintptr(s))
+}
+
+// GraphDestroy is cuGraphDestroy.
+func (l *Lib) GraphDestroy(g Graph) error { return l.graphCall(nil, graphDestroy, uintptr(g)) }
 
 // GraphExecDestroy is cuGraphExecDestroy.
+func (l *Lib) GraphExecDestroy(e GraphExec) error {
+	return l.graphCall(nil, graphExecDestroy, uintptr(e))
+}
+
+// The same on a Ctx, correct from any goroutine. A capture records what
+// its stream is given from any thread under CaptureModeRelaxed; the
+// stricter modes refuse, during a capture, the unsafe calls of the
+// capturing thread (ThreadLocal) or of every thread (Global), and a
+// goroutine may change threads between Ctx calls.
+
+// BeginCapture is cuStreamBeginCapture on c.
+func (c *Ctx) BeginCapture(s Stream, mode CaptureMode) error {
+	return c.lib.graphCall(c, graphBeginCapture, uintptr(s), uintptr(mode))
+}
+
+// EndCapture is cuStreamEndCapture on c.
+func (c *Ctx) EndCapture(s Stream) (Graph, error) {
+	h, err := c.lib.graphOut(c, graphEndCapture, 1, uintptr(s), 0)
+	return Graph(h), err
+}
+
+// GraphInstantiate is cuGraphInstantiateWithFlags on c.
+func (c *Ctx) GraphInstantiate(g Graph) (GraphExec, error) {
+	h, err := c.lib.graphOut(c, graphInstantiate, 0, 0, uintptr(g), 0)
+	return GraphExec(h), err
+}
+
+// GraphLaunch is cuGraphLaunch on c.
+func (c *Ctx) GraphLaunch(e GraphExec, s Stream) error {
+	return c.lib.graphCall(c, graphLaunch, uintptr(e), uintptr(s))
+}
+
+// GraphDestroy is cuGraphDestroy on c.
+func (c *Ctx) GraphDestroy(g Graph) error { return c.lib.graphCall(c, graphDestroy, uintptr(g)) }
+
+// GraphExecDestroy is cuGraphExecDestroy on c.
 func (c *Ctx) GraphExecDestroy(e GraphExec) error {
-	return c.lib.invoke(c, symGraphExecDestroy, uintptr(e))
+	return c.lib.graphCall(c, graphExecDestroy, uintptr(e))
 }

@@ -53,12 +53,6 @@ const (
 	symLaunchKernel
 	symGetErrorName
 	symGetErrorString
-	symStreamBeginCapture
-	symStreamEndCapture
-	symGraphInstantiate
-	symGraphLaunch
-	symGraphDestroy
-	symGraphExecDestroy
 	symDeviceCanAccessPeer
 	symCtxEnablePeerAccess
 	symMemcpyPeerAsync
@@ -110,12 +104,6 @@ var BoundSymbols = []string{
 	symLaunchKernel:        "cuLaunchKernel",
 	symGetErrorName:        "cuGetErrorName",
 	symGetErrorString:      "cuGetErrorString",
-	symStreamBeginCapture:  "cuStreamBeginCapture_v2",
-	symStreamEndCapture:    "cuStreamEndCapture",
-	symGraphInstantiate:    "cuGraphInstantiateWithFlags",
-	symGraphLaunch:         "cuGraphLaunch",
-	symGraphDestroy:        "cuGraphDestroy",
-	symGraphExecDestroy:    "cuGraphExecDestroy",
 	symDeviceCanAccessPeer: "cuDeviceCanAccessPeer",
 	symCtxEnablePeerAccess: "cuCtxEnablePeerAccess",
 	symMemcpyPeerAsync:     "cuMemcpyPeerAsync",
@@ -151,6 +139,8 @@ type Lib struct {
 
 	modMu   sync.Mutex
 	modules map[Module]unsafe.Pointer // the C copy of each module's image
+
+	graph graphBinding // the optional cuGraph* entry points (graph.go)
 }
 
 // Open loads libcuda.so.1 ($ROCSYNC_LIBCUDA when set, else SearchDirs, else

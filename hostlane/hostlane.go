@@ -89,7 +89,8 @@ type Lane struct {
 	pending  []syncstate.Fence // waits for the next Submit (WaitDevice)
 	unpins   []func()          // pending's pins, index for index
 	notices  []notice
-	changed  chan struct{} // closed and replaced at each completion
+	changed  chan struct{} // closed and replaced at a completion once a waiter took it
+	watched  bool          // a waiter took changed (under mu)
 	wake     chan struct{} // the goroutine's doorbell (buffered, 1)
 	closing  bool
 	finished chan struct{} // closed when the goroutine ends
@@ -264,6 +265,7 @@ func (l *Lane) WaitHostContext(ctx context.Context, t uint64) error {
 	for {
 		l.mu.Lock()
 		ch := l.changed
+		l.watched = true
 		l.mu.Unlock()
 		if t <= l.completed.Load() {
 			return l.Failed(t)
@@ -363,8 +365,13 @@ func (l *Lane) runOne(e *entry) {
 	if l.cfg.Publish != nil {
 		atomic.StoreUint64(l.cfg.Publish, e.ticket)
 	}
-	close(l.changed)
-	l.changed = make(chan struct{})
+	if l.watched {
+		// Only a waiter needs the broadcast: a run of functions nobody
+		// waits for makes no channel each.
+		close(l.changed)
+		l.changed = make(chan struct{})
+		l.watched = false
+	}
 	var due []notice
 	kept := l.notices[:0]
 	for _, n := range l.notices {

@@ -71,6 +71,11 @@ type Queue struct {
 	mask        uint64
 	timeout     time.Duration
 	maxInFlight uint64
+	// retireBatch is how many packets may be in flight before a
+	// submission retires the completed ones: retiring each time costs a
+	// signal load that finds the newest packet still running.
+	retireBatch uint64
+	sinceRetire uint64 // submissions since the last retire, under mu
 	onThrottle  func(syncstate.Fence) error
 	place       uint64
 
@@ -82,6 +87,10 @@ type Queue struct {
 	// lastTicket are the ones in flight.
 	inflight  []entry
 	readIndex uint64 // the packet processor's read index as last loaded, under mu
+	// spare holds retired completion signals of the queue's own pool that
+	// nothing else referenced, for the next packets, under mu: reusing
+	// them skips the pool's lock twice per packet.
+	spare     []*Signal
 	brokenErr atomic.Pointer[error]
 	// health says which tickets failed: from the queue's own fault on, or
 	// behind a barrier that waited for a fence that failed.
@@ -164,6 +173,8 @@ func New(rt hsa.Runtime, c Config) (*Queue, error) {
 	if c.MaxInFlight > 0 && uint64(c.MaxInFlight) < q.maxInFlight {
 		q.maxInFlight = uint64(c.MaxInFlight)
 	}
+	q.retireBatch = min(32, max(q.maxInFlight/2, 1))
+	q.spare = make([]*Signal, 0, q.maxInFlight+1)
 	q.kernarg, err = rt.MemoryPoolAllocate(c.KernargPool, uint64(hq.Size)*KernargSlot)
 	if err != nil {
 		_ = rt.QueueDestroy(hq)
@@ -350,7 +361,11 @@ func (q *Queue) retireLocked() {
 		if traceopt.Enabled && q.timing != nil {
 			q.reportTimeLocked(c+1, e.sig)
 		}
-		e.sig.Release()
+		if e.sig.pool == q.signals && len(q.spare) < cap(q.spare) && e.sig.refs.CompareAndSwap(1, 0) {
+			q.spare = append(q.spare, e.sig)
+		} else {
+			e.sig.Release()
+		}
 		for i, d := range e.deps {
 			if d != nil {
 				d.Release()
@@ -399,6 +414,9 @@ func (q *Queue) WaitHostContext(ctx context.Context, t uint64) error {
 	return err
 }
 
+// retireEvery is how many submissions may pass between two retires.
+const retireEvery = 16
+
 // waitTimeoutHint bounds each blocking wait so a broken queue, whose
 // signals never complete, is noticed instead of hanging forever.
 const waitTimeoutHint = 10_000_000
@@ -409,12 +427,15 @@ const waitTimeoutHint = 10_000_000
 // that will never signal ends.
 func (q *Queue) waitSignal(ctx context.Context, s *Signal, t uint64) error {
 	b := syncstate.Bound{Ctx: ctx, Timeout: q.timeout}
-	if q.timeout > 0 {
-		b.Start = time.Now()
-	}
 	for {
 		if q.rt.SignalWaitScacquire(s.H, hsa.ConditionLt, 1, waitTimeoutHint, hsa.WaitStateBlocked) < 1 {
 			return q.Failed(t)
+		}
+		if q.timeout > 0 && b.Start.IsZero() {
+			// The clock is read only once a wait outlasts its first
+			// slice (most end within it); the bound then counts from
+			// here, so it ends at most one slice late, never early.
+			b.Start = time.Now()
 		}
 		q.health.Probe()
 		if err := q.Failed(t); err != nil {
@@ -606,7 +627,15 @@ func (q *Queue) reserveWithLocked(sig *Signal) (uint64, *Signal, error) {
 	if err := q.Err(); err != nil {
 		return fail(err)
 	}
-	q.retireLocked()
+	// Retire once retireBatch packets are in flight, at most every
+	// retireEvery submissions (each retire ends at a packet still running:
+	// a signal load), and always before the cap would make a throttle wait.
+	q.sinceRetire++
+	if inFlight := q.lastTicket.Load() - q.completed.Load(); inFlight >= q.maxInFlight ||
+		inFlight >= q.retireBatch && q.sinceRetire >= retireEvery {
+		q.sinceRetire = 0
+		q.retireLocked()
+	}
 	for q.lastTicket.Load()-q.completed.Load() >= q.maxInFlight {
 		t := q.completed.Load() + 1
 		if q.onThrottle != nil {
@@ -625,9 +654,17 @@ func (q *Queue) reserveWithLocked(sig *Signal) (uint64, *Signal, error) {
 		q.retireLocked()
 	}
 	if sig == nil {
-		var err error
-		if sig, err = q.signals.Get(); err != nil {
-			return 0, nil, err
+		if n := len(q.spare); n > 0 {
+			sig = q.spare[n-1]
+			q.spare[n-1] = nil
+			q.spare = q.spare[:n-1]
+			q.rt.SignalStoreRelaxed(sig.H, 1)
+			sig.refs.Store(1)
+		} else {
+			var err error
+			if sig, err = q.signals.Get(); err != nil {
+				return 0, nil, err
+			}
 		}
 	}
 	idx := q.rt.QueueAddWriteIndexScacqScrel(q.hq, 1)
@@ -674,5 +711,9 @@ func (q *Queue) Close() error {
 	}
 	err = errors.Join(err, q.rt.QueueDestroy(q.hq), q.rt.MemoryPoolFree(q.kernarg))
 	q.hq = nil
+	for _, s := range q.spare {
+		q.signals.put(s)
+	}
+	q.spare = nil
 	return err
 }

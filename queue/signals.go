@@ -20,6 +20,10 @@ type Signal struct {
 // Retain adds a reference.
 func (s *Signal) Retain() { s.refs.Add(1) }
 
+// Complete stores 0 into the signal, as the packet that owns it would on
+// completion.
+func (s *Signal) Complete() { s.pool.rt.SignalStoreScrelease(s.H, 0) }
+
 // Release drops a reference; the last one returns the signal to its pool
 // (a foreign signal has none: its owner destroys it).
 func (s *Signal) Release() {

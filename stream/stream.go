@@ -105,6 +105,20 @@ type mark struct {
 type deferred struct {
 	ticket uint64
 	fn     func()
+	hook   Hook // run instead of fn when set
+}
+
+// Hook is work to run at a ticket, handed over as an interface so that a
+// pooled object (a bridge signal) needs no closure, which would allocate
+// on every crossing.
+type Hook interface{ Run() }
+
+func (d *deferred) run() {
+	if d.hook != nil {
+		d.hook.Run()
+		return
+	}
+	d.fn()
 }
 
 // Stream is one stream with its ticket timeline.
@@ -215,7 +229,11 @@ func (s *Stream) SetHostBridge(bridge func(s *Stream, f syncstate.Fence) error) 
 // Submit runs enqueue (which must put exactly one op on the stream) under
 // the stream's lock, and returns the op's ticket.
 func (s *Stream) Submit(enqueue func(stream uintptr) error) (uint64, error) {
-	if s.maxInFlight > 0 && s.lastTicket.Load()-s.Completed() >= s.maxInFlight {
+	// What is known complete only grows, so the cap can bite only when the
+	// last count says so: only then ask Completed, which may query the
+	// runtime (an event query costs about as much as a launch).
+	if s.maxInFlight > 0 && s.lastTicket.Load()-s.completed.Load() >= s.maxInFlight &&
+		s.lastTicket.Load()-s.Completed() >= s.maxInFlight {
 		// Back-pressure: wait for the older half of what is in flight
 		// (a periodic mark covers it), counted as a throttle wait.
 		t := s.lastTicket.Load() - s.maxInFlight/2
@@ -290,7 +308,14 @@ func (s *Stream) markLocked(t uint64) {
 // wait or Close), for resources the device may still read until then.
 func (s *Stream) AfterComplete(t uint64, fn func()) {
 	s.mu.Lock()
-	s.after = append(s.after, deferred{t, fn})
+	s.after = append(s.after, deferred{ticket: t, fn: fn})
+	s.mu.Unlock()
+}
+
+// AfterCompleteHook is AfterComplete with a Hook.
+func (s *Stream) AfterCompleteHook(t uint64, h Hook) {
+	s.mu.Lock()
+	s.after = append(s.after, deferred{ticket: t, hook: h})
 	s.mu.Unlock()
 }
 
@@ -299,9 +324,14 @@ func (s *Stream) AfterComplete(t uint64, fn func()) {
 // reached). It is dropped once t completes normally. The bridge uses it to
 // complete the signals that waiters on other queues would otherwise wait
 // for forever.
-func (s *Stream) OnFailure(t uint64, fn func()) {
+func (s *Stream) OnFailure(t uint64, fn func()) { s.onFailure1(deferred{ticket: t, fn: fn}) }
+
+// OnFailureHook is OnFailure with a Hook.
+func (s *Stream) OnFailureHook(t uint64, h Hook) { s.onFailure1(deferred{ticket: t, hook: h}) }
+
+func (s *Stream) onFailure1(d deferred) {
 	s.mu.Lock()
-	s.onFailure = append(s.onFailure, deferred{t, fn})
+	s.onFailure = append(s.onFailure, d)
 	if s.health.Failure() != nil {
 		s.recycleLocked(false)
 	}
@@ -352,7 +382,14 @@ func (s *Stream) settle() {
 		s.mu.Lock()
 		last := s.lastTicket.Load()
 		if s.reached.Load() < last && s.s != 0 {
-			if ok, err := s.api.StreamQuery(s.s); ok || err != nil {
+			if ok, err := s.api.StreamQuery(s.s); err != nil {
+				// The runtime's own error: the tickets from the first
+				// not known complete on fail with it (the earliest
+				// failure is kept), whatever made this stream settle (a
+				// producer's failure, seen first, may fail only later
+				// tickets).
+				s.failLocked(err, last)
+			} else if ok {
 				s.reached.Store(last)
 			}
 		}
@@ -384,6 +421,13 @@ func (s *Stream) Completed() uint64 {
 	last := s.lastTicket.Load()
 	if c == last || !s.mu.TryLock() {
 		return c
+	}
+	if !s.settler.Started() && s.s != 0 && s.health.Failure() != nil {
+		// The stream failed without the runtime having said so (a
+		// producer it waited for on the device failed): nothing else
+		// may ever ask the runtime how far it got, and consumers behind
+		// it wait for its failed tickets to settle.
+		s.settler.Start(s.settle)
 	}
 	if n := len(s.marks); n > 0 {
 		if m := s.marks[n-1]; m.ticket == last && m.ticket > s.completed.Load() {
@@ -441,7 +485,7 @@ func (s *Stream) recycleLocked(query bool) {
 			case d.ticket > c:
 				kept = append(kept, d)
 			case failed:
-				d.fn()
+				d.run()
 			}
 		}
 		clear(s.onFailure[len(kept):])
@@ -453,7 +497,7 @@ func (s *Stream) recycleLocked(query bool) {
 		kept := s.after[:0]
 		for _, d := range s.after {
 			if d.ticket <= c {
-				d.fn()
+				d.run()
 				continue
 			}
 			kept = append(kept, d)
@@ -549,10 +593,20 @@ func (s *Stream) releaseEvent(ev uintptr) {
 // the ops submitted after t.
 func (s *Stream) WaitHost(t uint64) error { return s.WaitHostContext(context.Background(), t) }
 
-// poll waits for query to report done, polling with a growing pause,
-// until b ends the wait or the stream is found to fail.
+// poll waits for query to report done, until b ends the wait or the
+// stream is found to fail. Neither HIP nor CUDA has a synchronize call
+// with a deadline, so a bounded wait polls: first for spinFor, yielding
+// the processor between queries (what a spinning cuEventSynchronize does,
+// and most crossings' waits end there), then with a pause that grows to
+// maxPause, so that a long wait neither holds a core nor overshoots by
+// much.
 func (s *Stream) poll(b *syncstate.Bound, t uint64, h, ev uintptr) error {
-	pause := time.Microsecond
+	const spinFor, maxPause = 50 * time.Microsecond, 100 * time.Microsecond
+	start := b.Start
+	if start.IsZero() {
+		start = time.Now()
+	}
+	pause := 10 * time.Microsecond
 	for {
 		var ok bool
 		var err error
@@ -571,12 +625,12 @@ func (s *Stream) poll(b *syncstate.Bound, t uint64, h, ev uintptr) error {
 		if err := s.health.Failed(t); err != nil {
 			return &boundErr{err}
 		}
-		if pause < 16*time.Microsecond {
+		if time.Since(start) < spinFor {
 			runtime.Gosched()
-		} else {
-			time.Sleep(pause)
+			continue
 		}
-		pause = min(2*pause, 200*time.Microsecond)
+		time.Sleep(pause)
+		pause = min(2*pause, maxPause)
 	}
 }
 

@@ -48,6 +48,7 @@ func main() {
 	flag.Uint64Var(&cfg.Seed, "seed", 1, "input seed (bench's inputs)")
 	flag.IntVar(&cfg.Device, "device", 0, "CUDA device ordinal")
 	flag.BoolVar(&cfg.PerCall, "percall", false, "lock the thread and set the context on every call, as rocsync does")
+	flag.BoolVar(&cfg.Graph, "graph", false, "also capture the single-stream programs (matmul, elementwise, chain99, mixed/one-stream) into CUDA graphs and replay them, alternating with the eager iterations")
 	flag.BoolVar(&asJSON, "json", false, "print JSON")
 	flag.StringVar(&progs, "programs", strings.Join(raw.Programs, ","), "comma-separated programs")
 	flag.Parse()

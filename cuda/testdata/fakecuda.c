@@ -65,7 +65,7 @@ static struct ctx ctxs[NDEV];
 static int inited;
 static __thread struct ctx* cur;
 
-enum { C_SETCURRENT, C_LAUNCH, C_RECORD, C_WAIT, C_QUERY, C_SYNC, C_ALLOC, C_FREE, C_HTOD, C_DTOH, C_LOAD, C_GRAPHLAUNCH, C_WAITVALUE, NCOUNT };
+enum { C_SETCURRENT, C_LAUNCH, C_RECORD, C_WAIT, C_QUERY, C_SYNC, C_ALLOC, C_FREE, C_HTOD, C_DTOH, C_LOAD, C_GETCURRENT, C_GRAPHLAUNCH, C_WAITVALUE, NCOUNT };
 static long counts[NCOUNT];
 long fakecuda_count(int i) { return i >= 0 && i < NCOUNT ? __atomic_load_n(&counts[i], __ATOMIC_RELAXED) : -1; }
 static void bump(int i) { __atomic_add_fetch(&counts[i], 1, __ATOMIC_RELAXED); }
@@ -133,7 +133,7 @@ CUresult cuCtxSetCurrent(void* c) {
   cur = c;
   return OK;
 }
-CUresult cuCtxGetCurrent(void** c) { *c = cur; return OK; }
+CUresult cuCtxGetCurrent(void** c) { bump(C_GETCURRENT); *c = cur; return OK; }
 CUresult cuCtxSynchronize(void) { NEED_CTX(); return OK; }
 
 CUresult cuStreamCreate(void** s, unsigned flags) {

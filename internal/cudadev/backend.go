@@ -416,11 +416,11 @@ func (b *cudaBackend) gemm(h uintptr, dt kernels.DType, transA, transB bool, m, 
 }
 
 func (b *cudaBackend) captureBegin(s uintptr) error {
-	return b.ctx.Load().StreamBeginCapture(cuda.Stream(s), cuda.StreamCaptureModeRelaxed)
+	return b.ctx.Load().BeginCapture(cuda.Stream(s), cuda.CaptureModeRelaxed)
 }
 
 func (b *cudaBackend) captureEnd(s uintptr) (uintptr, error) {
-	g, err := b.ctx.Load().StreamEndCapture(cuda.Stream(s))
+	g, err := b.ctx.Load().EndCapture(cuda.Stream(s))
 	return uintptr(g), err
 }
 

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ebitengine/purego"
+
 	"github.com/rocsync/rocsync/cublas"
 	"github.com/rocsync/rocsync/cuda"
 	"github.com/rocsync/rocsync/driver"
@@ -401,5 +403,185 @@ func TestConcurrentTasks(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// An op on the stream of the op before it costs the driver one call, the
+// launch: no event query (the ops-in-flight cap asks the runtime only once
+// the count it knows reaches the cap) and no event record beyond the
+// cap's periodic marks (one per MaxInFlight/4 ops). The old Submit asked
+// Completed before every op, which queried the newest mark's event after
+// each one.
+func TestSameStreamOpCostsOneDriverCall(t *testing.T) {
+	const maxInFlight, n = 64, 1000
+	d, e := backendKinds[0].open(t, driver.DeviceConfig{Policy: syncstate.DeviceSide, MaxInFlight: maxInFlight})
+	tk := newTask(t, d, syncstate.Sinks{})
+	defer func() {
+		if err := errors.Join(tk.Close(), d.Close()); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	p, _ := d.Malloc(256)
+	defer d.Free(p)
+	// The emulated device runs nothing until the host waits, so the cap
+	// would throttle: keep the stream under it by draining.
+	for done := 0; done < n; done += maxInFlight / 2 {
+		launches, queries, records := e.launches, e.queries, e.records
+		launchN(t, tk, maxInFlight/2, p)
+		if got := e.launches - launches; got != maxInFlight/2 {
+			t.Fatalf("%d launches for %d ops", got, maxInFlight/2)
+		}
+		if got := e.queries - queries; got != 0 {
+			t.Fatalf("%d event queries for %d same-stream ops", got, maxInFlight/2)
+		}
+		if got := e.records - records; got > 2 {
+			t.Fatalf("%d event records for %d same-stream ops, want at most 2 (the cap's marks, one per %d ops)", got, maxInFlight/2, maxInFlight/4)
+		}
+		if err := tk.Kernel().Drain(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// fakeCounts reads the fake libcuda's call counters (fakecuda_count),
+// through the library the cuda package opened (dlopen of the same path
+// returns the same instance).
+type fakeCounts struct{ fn uintptr }
+
+// The fake's counter indices (enum in cuda/testdata/fakecuda.c).
+const (
+	fakeSetCurrent = 0
+	fakeLaunch     = 1
+	fakeRecord     = 2
+	fakeWait       = 3
+	fakeQuery      = 4
+	fakeSync       = 5
+	fakeGetCurrent = 11
+)
+
+func openFakeCounts(t *testing.T, path string) fakeCounts {
+	t.Helper()
+	h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn, err := purego.Dlsym(h, "fakecuda_count")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fakeCounts{fn}
+}
+
+func (c fakeCounts) get(i int) int64 {
+	r, _, _ := purego.SyscallN(c.fn, uintptr(i))
+	return int64(r)
+}
+
+// The same through the real bindings, counted by the fake libcuda: per
+// same-stream op exactly one cuLaunchKernel and one cuCtxGetCurrent (the
+// check that the task's context is current on the calling thread, which a
+// C program that set it once does not make), and no cuEventQuery or
+// cuEventRecord beyond what the ops-in-flight cap needs (a mark per
+// MaxInFlight/4 ops, a query when the count it knows reaches the cap).
+func TestSameStreamOpDriverCallsOnFakeLibrary(t *testing.T) {
+	p, err := fakelib.Build()
+	if errors.Is(err, fakelib.ErrNoCompiler) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(cuda.EnvLibCUDA, p.CUDA)
+	t.Setenv(cublas.EnvLibCUBLAS, p.CUBLAS)
+	const maxInFlight, n = 64, 1024
+	d := openFirst(t, driver.DeviceConfig{Policy: syncstate.DeviceSide, MaxInFlight: maxInFlight})
+	tk := newTask(t, d, syncstate.Sinks{})
+	defer func() {
+		if err := errors.Join(tk.Close(), d.Close()); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	dp, err := d.Malloc(256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Free(dp)
+	c := openFakeCounts(t, p.CUDA)
+	launchN(t, tk, 8, dp) // the parameter block, the first context check
+	events := d.EventsCreated()
+	var before [12]int64
+	for i := range before {
+		before[i] = c.get(i)
+	}
+	launchN(t, tk, n, dp)
+	delta := func(i int) int64 { return c.get(i) - before[i] }
+	if got := delta(fakeLaunch); got != n {
+		t.Fatalf("%d cuLaunchKernel for %d ops", got, n)
+	}
+	// The fake completes everything at once, so the cap learns progress
+	// from its newest mark whenever the count it knows reaches the cap:
+	// one query per MaxInFlight/2 ops at most (the old Submit asked after
+	// every mark, one per MaxInFlight/4).
+	if got, most := delta(fakeQuery), int64(n/(maxInFlight/2)); got > most {
+		t.Fatalf("%d cuEventQuery/cuStreamQuery for %d same-stream ops, want at most %d", got, n, most)
+	}
+	if got, marks := delta(fakeRecord), int64(n/(maxInFlight/4)); got > marks {
+		t.Fatalf("%d cuEventRecord for %d same-stream ops, want at most %d (the cap's marks)", got, n, marks)
+	}
+	if got := delta(fakeWait); got != 0 {
+		t.Fatalf("%d cuStreamWaitEvent for same-stream ops", got)
+	}
+	// One context check per driver call: launches, the marks (and the
+	// events the pool creates for them) and the queries.
+	if got, calls := delta(fakeGetCurrent), delta(fakeLaunch)+delta(fakeRecord)+delta(fakeQuery)+delta(fakeSync)+int64(d.EventsCreated()-events); got != calls {
+		t.Fatalf("%d cuCtxGetCurrent for %d driver calls (%d ops), want one per call", got, calls, n)
+	}
+	// Only when the goroutine moved to another OS thread (rare; the bound
+	// leaves room for a loaded machine), not once per call.
+	if got := delta(fakeSetCurrent); got > n/8 {
+		t.Fatalf("%d cuCtxSetCurrent for %d ops: the context should stay current on the thread", got, n)
+	}
+}
+
+// A crossing under DeviceBridge costs the driver what the raw
+// mixed/event shape pays: one cuEventRecord on the producer's stream and
+// one cuStreamWaitEvent on the consumer's, no query; under Unified none.
+// (The Go emulation's device runs nothing until the host waits, so no
+// producer is found complete early.)
+func TestCrossingDriverCalls(t *testing.T) {
+	for _, c := range []struct {
+		p              syncstate.Policy
+		records, waits int
+	}{{syncstate.DeviceBridge, 1, 1}, {syncstate.Unified, 0, 0}} {
+		t.Run(c.p.String(), func(t *testing.T) {
+			h := newHarness(t, backendKinds[0], c.p)
+			tk := h.task()
+			x := h.upload(randVals(1, side*side))
+			sq, out := h.alloc(side*side, kernels.F32), h.alloc(side*side, kernels.F32)
+			for it := 0; it < 10; it++ {
+				e := h.emu
+				records, waits, queries, launches, gemms := e.records, e.waits, e.queries, e.launches, e.gemms
+				tk.mul(sq, x, x)
+				tk.matmul(out, sq, x)
+				if e.launches-launches != 1 || e.gemms-gemms != 1 {
+					t.Fatalf("iteration %d: %d launches, %d gemms", it, e.launches-launches, e.gemms-gemms)
+				}
+				if got := e.records - records; got != c.records {
+					t.Fatalf("iteration %d: %d event records per crossing, want %d", it, got, c.records)
+				}
+				if got := e.waits - waits; got != c.waits {
+					t.Fatalf("iteration %d: %d stream waits per crossing, want %d", it, got, c.waits)
+				}
+				// The first iteration records x's first reader on the
+				// library stream, which drops the readers known complete
+				// (one query); later ones update it in place.
+				if got := e.queries - queries; got != 0 && it > 0 {
+					t.Fatalf("iteration %d: %d event queries per crossing", it, got)
+				}
+				if err := tk.tk.Library().Drain(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -165,7 +165,53 @@ type cmd struct {
 	value uint64
 	flags uint32
 	mask  uint64
-	g     gemmArgs // for cmdGemm
+	g     gemmArgs   // for cmdGemm
+	cp    copyArgs   // for cmdCopy
+	l     launchArgs // for cmdLaunch
+}
+
+// copyArgs is an asynchronous copy: the command carries its operands, so
+// that enqueuing one allocates nothing.
+type copyArgs struct{ dst, src, size uint64 }
+
+// launchArgs is a hipModuleLaunchKernel: the kernel, its geometry and a
+// copy of its argument block (pooled when it fits kernargBuf).
+type launchArgs struct {
+	k           *kernelImpl
+	grid, block [3]uint32
+	sharedMem   uint32
+	buf         *kernargBuf // holds the arguments when they fit
+	heap        []byte      // holds them when they do not
+	n           int
+}
+
+type kernargBuf [256]byte
+
+// takeKernarg returns a free argument buffer of the stream's (a stack
+// that grows to the launches ever in flight at once, and is never
+// dropped, unlike a sync.Pool's).
+func (s *hstream) takeKernarg() *kernargBuf {
+	s.kaMu.Lock()
+	defer s.kaMu.Unlock()
+	if n := len(s.kaFree); n > 0 {
+		b := s.kaFree[n-1]
+		s.kaFree = s.kaFree[:n-1]
+		return b
+	}
+	return new(kernargBuf)
+}
+
+func (s *hstream) giveKernarg(b *kernargBuf) {
+	s.kaMu.Lock()
+	s.kaFree = append(s.kaFree, b)
+	s.kaMu.Unlock()
+}
+
+func (l *launchArgs) kernarg() []byte {
+	if l.buf != nil {
+		return l.buf[:l.n]
+	}
+	return l.heap
 }
 
 type cmdKind uint8
@@ -177,6 +223,8 @@ const (
 	cmdWaitValue
 	cmdWriteValue
 	cmdGemm
+	cmdCopy
+	cmdLaunch
 )
 
 // hstream executes its commands in order on its own goroutine.
@@ -196,6 +244,8 @@ type hstream struct {
 	seq    uint32
 	err    error // sticky: a failed command breaks the stream
 	closed bool
+	kaMu   sync.Mutex
+	kaFree []*kernargBuf // launch argument buffers not in use
 }
 
 func (h *HIP) StreamCreate(hd int, flags uint32) (hip.Stream, error) {
@@ -302,7 +352,7 @@ func (s *hstream) exec(c cmd) {
 	}
 	a := s.actor(&c)
 	switch c.kind {
-	case cmdWork, cmdGemm:
+	case cmdWork, cmdGemm, cmdCopy, cmdLaunch:
 		s.m.waitGate()
 		s.delay.sleep()
 		var err error
@@ -374,8 +424,18 @@ func (s *hstream) work(c *cmd, a *actor) (err error) {
 			err = fmt.Errorf("emulator fault: %v", r)
 		}
 	}()
-	if c.kind == cmdGemm {
+	switch c.kind {
+	case cmdGemm:
 		return s.m.runGemm(s.dev, &c.g, a)
+	case cmdCopy:
+		return s.runCopy(&c.cp, a)
+	case cmdLaunch:
+		err := s.runLaunch(&c.l, a)
+		if c.l.buf != nil {
+			s.giveKernarg(c.l.buf)
+			c.l.buf = nil
+		}
+		return err
 	}
 	return c.fn(a)
 }
@@ -659,7 +719,9 @@ func (h *HIP) Malloc(hd int, size uint64) (hip.DevicePtr, error) {
 	dv.next += rounded
 	dv.used += rounded
 	dv.mu.Unlock()
-	h.m.addAlloc(&alloc{base: base, size: size, data: make([]byte, size), device: d, access: 1 << uint(d)})
+	r := &alloc{base: base, size: size, data: make([]byte, size), device: d}
+	r.access.Store(1 << uint(d))
+	h.m.addAlloc(r)
 	return hip.DevicePtr(base), nil
 }
 
@@ -732,18 +794,21 @@ func (h *HIP) MemcpyDtoDAsync(dst, src hip.DevicePtr, size uint64, sid hip.Strea
 	if err != nil {
 		return err
 	}
-	return s.enqueue(cmd{kind: cmdWork, what: "hipMemcpyAsync(DtoD)", fn: func(a *actor) error {
-		in, err := h.m.gpuSpan(s.dev, uint64(src), size, false, a)
-		if err != nil {
-			return err
-		}
-		out, err := h.m.gpuSpan(s.dev, uint64(dst), size, true, a)
-		if err != nil {
-			return err
-		}
-		copy(out, in)
-		return nil
-	}})
+	return s.enqueue(cmd{kind: cmdCopy, what: "hipMemcpyAsync(DtoD)", cp: copyArgs{dst: uint64(dst), src: uint64(src), size: size}})
+}
+
+// runCopy runs an asynchronous copy.
+func (s *hstream) runCopy(c *copyArgs, a *actor) error {
+	in, err := s.m.gpuSpan(s.dev, c.src, c.size, false, a)
+	if err != nil {
+		return err
+	}
+	out, err := s.m.gpuSpan(s.dev, c.dst, c.size, true, a)
+	if err != nil {
+		return err
+	}
+	copy(out, in)
+	return nil
 }
 
 func (h *HIP) MemsetAsync(dst hip.DevicePtr, value byte, size uint64, sid hip.Stream) error {
@@ -867,35 +932,45 @@ func (h *HIP) ModuleLaunchKernel(f hip.Function, grid, block [3]uint32, sharedMe
 	if err != nil {
 		return err
 	}
-	kernarg := append([]byte(nil), args...)
+	l := launchArgs{k: k, grid: grid, block: block, sharedMem: sharedMem, n: len(args)}
+	if len(args) <= len(kernargBuf{}) {
+		l.buf = s.takeKernarg()
+		copy(l.buf[:], args)
+	} else {
+		l.heap = append([]byte(nil), args...)
+	}
+	return s.enqueue(cmd{kind: cmdLaunch, what: k.symbol, l: l})
+}
+
+// runLaunch runs a kernel launched on the stream.
+func (s *hstream) runLaunch(l *launchArgs, a *actor) error {
+	k, grid, block, sharedMem, kernarg := l.k, l.grid, l.block, l.sharedMem, l.kernarg()
 	items := uint64(grid[0]) * uint64(block[0])
 	lds := uint64(k.groupSize) + uint64(sharedMem)
-	return s.enqueue(cmd{kind: cmdWork, what: k.symbol, fn: func(a *actor) error {
-		if lds > LDSPerWorkgroup {
-			return fmt.Errorf("no local memory available: %d static + %d dynamic LDS bytes over %d", k.groupSize, sharedMem, LDSPerWorkgroup)
+	if lds > LDSPerWorkgroup {
+		return fmt.Errorf("no local memory available: %d static + %d dynamic LDS bytes over %d", k.groupSize, sharedMem, LDSPerWorkgroup)
+	}
+	gridItems := [3]uint32{uint32(min(uint64(grid[0])*uint64(block[0]), 1<<32-1)), grid[1] * max(block[1], 1), grid[2] * max(block[2], 1)}
+	if err := k.checkGeometry(gridItems, [3]uint16{uint16(min(block[0], 1<<16-1)), uint16(min(block[1], 1<<16-1)), uint16(min(block[2], 1<<16-1))}); err != nil {
+		return s.m.kernelFault(err)
+	}
+	if k.user != nil {
+		g := userkernel.Geometry{Dims: 3}
+		for i := range g.Grid {
+			g.Grid[i], g.Workgroup[i] = grid[i]*block[i], block[i]
 		}
-		gridItems := [3]uint32{uint32(min(uint64(grid[0])*uint64(block[0]), 1<<32-1)), grid[1] * max(block[1], 1), grid[2] * max(block[2], 1)}
-		if err := k.checkGeometry(gridItems, [3]uint16{uint16(min(block[0], 1<<16-1)), uint16(min(block[1], 1<<16-1)), uint16(min(block[2], 1<<16-1))}); err != nil {
-			return h.m.kernelFault(err)
-		}
-		if k.user != nil {
-			g := userkernel.Geometry{Dims: 3}
-			for i := range g.Grid {
-				g.Grid[i], g.Workgroup[i] = grid[i]*block[i], block[i]
+		if grid[2] <= 1 && block[2] <= 1 {
+			g.Dims = 2
+			if grid[1] <= 1 && block[1] <= 1 {
+				g.Dims = 1
 			}
-			if grid[2] <= 1 && block[2] <= 1 {
-				g.Dims = 2
-				if grid[1] <= 1 && block[1] <= 1 {
-					g.Dims = 1
-				}
-			}
-			return h.m.runUserKernel(s.dev, k, kernarg, g, a)
 		}
-		if !k.implemented {
-			return fmt.Errorf("kernel %s: no code the emulator can run", k.symbol)
-		}
-		return h.m.runKernel(s.dev, k, kernarg, items, a)
-	}})
+		return s.m.runUserKernel(s.dev, k, kernarg, g, a)
+	}
+	if !k.implemented {
+		return fmt.Errorf("kernel %s: no code the emulator can run", k.symbol)
+	}
+	return s.m.runKernel(s.dev, k, kernarg, items, a)
 }
 
 // signalArg resolves the address a stream memory operation acts on. HIP
@@ -1024,16 +1099,5 @@ func (h *HIP) copyAsync(what string, dst, src, size uint64, sid hip.Stream) erro
 			return hipErr("hipMemcpyAsync", hip.ErrorInvalidValue, err.Error())
 		}
 	}
-	return s.enqueue(cmd{kind: cmdWork, what: what, fn: func(a *actor) error {
-		in, err := h.m.gpuSpan(s.dev, src, size, false, a)
-		if err != nil {
-			return err
-		}
-		out, err := h.m.gpuSpan(s.dev, dst, size, true, a)
-		if err != nil {
-			return err
-		}
-		copy(out, in)
-		return nil
-	}})
+	return s.enqueue(cmd{kind: cmdCopy, what: what, cp: copyArgs{dst: dst, src: src, size: size}})
 }

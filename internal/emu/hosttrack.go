@@ -15,15 +15,12 @@ import (
 // at p: the GPU's copies through it and the host's accesses reported
 // with HostAccess. It reports whether p is such a block.
 func (m *Machine) TrackHost(p unsafe.Pointer) bool {
-	m.memMu.Lock()
-	defer m.memMu.Unlock()
-	for _, a := range m.allocs {
-		if a.base == uint64(uintptr(p)) && a.device < 0 && !a.freed {
-			a.tracked = true
-			return true
-		}
+	r, err := m.find(uint64(uintptr(p)), 1)
+	if err != nil || r.base != uint64(uintptr(p)) || r.device >= 0 {
+		return false
 	}
-	return false
+	r.checked.Store(true)
+	return true
 }
 
 // HostAccess records an access by the host (a copy into or out of

@@ -122,11 +122,19 @@ type Machine struct {
 	// epoch is the start of the emulated system clock (profiling ticks).
 	epoch time.Time
 
-	memMu  sync.RWMutex
-	allocs []*alloc // sorted by base
+	// memMu serializes changes to the memory table and guards freed;
+	// lookups read allocTab, which every change replaces, without it:
+	// every range every kernel touches is looked up.
+	memMu    sync.RWMutex
+	allocTab atomic.Pointer[[]*alloc] // sorted by base
 
-	sigMu   sync.RWMutex
-	signals []*signal // handle = index+1
+	// sigMu serializes creating signals; lookups read sigTab without
+	// it. The table only grows, and each growth publishes a new slice, so
+	// a lookup (every signal load, store and completion, on the host and
+	// on the emulated queues) costs an atomic load instead of a read lock
+	// whose shared counter both sides would bounce between cores.
+	sigMu  sync.Mutex
+	sigTab atomic.Pointer[[]*signal] // handle = index+1
 
 	clockMu  sync.Mutex
 	agents   int    // agent ids handed out; 0 is the host
@@ -374,14 +382,15 @@ func (d *delayer) sleep() {
 type alloc struct {
 	base, size uint64
 	data       []byte
-	device     int    // -1 for host memory
-	access     uint64 // bit d: GPU d may access it (under memMu)
+	device     int           // -1 for host memory
+	access     atomic.Uint64 // bit d: GPU d may access it
 	// checked host memory (hipHostMalloc) goes through the hazard
-	// checker like device memory: copies between GPUs are staged
-	// through it. The host's own reads and writes of it are plain Go
-	// memory accesses the checker does not see.
-	checked bool
-	tracked bool // host memory whose host and GPU accesses the checker follows (TrackHost)
+	// checker like device memory: copies between GPUs and pinned
+	// staging are staged through it. The host's own reads and writes of
+	// it are plain Go memory accesses the checker sees only where they
+	// are reported (HostAccess). Set after the region is published, so
+	// atomic: lookups take no lock.
+	checked atomic.Bool
 	freed   bool
 	shadow  shadow
 }
@@ -402,9 +411,12 @@ func (m *Machine) gpuSpan(dev int, addr, n uint64, write bool, a *actor) ([]byte
 	if err != nil {
 		return nil, err
 	}
-	m.memMu.RLock()
-	ok := r.access&(1<<uint(dev)) != 0 || (r.device >= 0 && m.peerOn[dev]&(1<<uint(r.device)) != 0)
-	m.memMu.RUnlock()
+	ok := r.access.Load()&(1<<uint(dev)) != 0
+	if !ok && r.device >= 0 {
+		m.memMu.RLock()
+		ok = m.peerOn[dev]&(1<<uint(r.device)) != 0
+		m.memMu.RUnlock()
+	}
 	if !ok {
 		owner := "host memory"
 		if r.device >= 0 {
@@ -415,7 +427,7 @@ func (m *Machine) gpuSpan(dev int, addr, n uint64, write bool, a *actor) ([]byte
 		m.vmFault(f)
 		return nil, f
 	}
-	return m.span(addr, n, write, a)
+	return m.spanIn(r, addr, n, write, a)
 }
 
 // allowAccess grants GPU dev access to the region holding addr.
@@ -424,9 +436,7 @@ func (m *Machine) allowAccess(addr uint64, dev int) bool {
 	if err != nil {
 		return false
 	}
-	m.memMu.Lock()
-	r.access |= 1 << uint(dev)
-	m.memMu.Unlock()
+	r.access.Or(1 << uint(dev))
 	return true
 }
 
@@ -434,9 +444,7 @@ func (m *Machine) allowAccess(addr uint64, dev int) bool {
 // addr.
 func (m *Machine) checkHost(addr uint64) {
 	if r, err := m.find(addr, 1); err == nil {
-		m.memMu.Lock()
-		r.checked = true
-		m.memMu.Unlock()
+		r.checked.Store(true)
 	}
 }
 
@@ -444,30 +452,42 @@ func (m *Machine) checkHost(addr uint64) {
 func (m *Machine) addAlloc(a *alloc) {
 	m.memMu.Lock()
 	defer m.memMu.Unlock()
-	i := sort.Search(len(m.allocs), func(i int) bool { return m.allocs[i].base > a.base })
-	m.allocs = append(m.allocs, nil)
-	copy(m.allocs[i+1:], m.allocs[i:])
-	m.allocs[i] = a
+	old := m.allocTable()
+	i := sort.Search(len(old), func(i int) bool { return old[i].base > a.base })
+	// A new table: lookups may still be reading the old one.
+	tab := make([]*alloc, 0, len(old)+1)
+	tab = append(append(append(tab, old[:i]...), a), old[i:]...)
+	m.allocTab.Store(&tab)
+}
+
+// allocTable is the current memory table, sorted by base.
+func (m *Machine) allocTable() []*alloc {
+	if p := m.allocTab.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // find returns the region containing [addr, addr+n).
 func (m *Machine) find(addr, n uint64) (*alloc, error) {
-	m.memMu.RLock()
-	defer m.memMu.RUnlock()
-	i := sort.Search(len(m.allocs), func(i int) bool { return m.allocs[i].base > addr }) - 1
-	if i < 0 || addr+n > m.allocs[i].base+m.allocs[i].size || addr < m.allocs[i].base {
+	tab := m.allocTable()
+	i := sort.Search(len(tab), func(i int) bool { return tab[i].base > addr }) - 1
+	if i < 0 || addr+n > tab[i].base+tab[i].size || addr < tab[i].base {
 		return nil, fmt.Errorf("emu: address range [%#x, %#x) is not mapped", addr, addr+n)
 	}
-	return m.allocs[i], nil
+	return tab[i], nil
 }
 
 // removeHost drops a host region from the table (hsa_amd_memory_pool_free).
 func (m *Machine) removeHost(base uint64) bool {
 	m.memMu.Lock()
 	defer m.memMu.Unlock()
-	for i, a := range m.allocs {
+	old := m.allocTable()
+	for i, a := range old {
 		if a.base == base && a.device < 0 {
-			m.allocs = append(m.allocs[:i], m.allocs[i+1:]...)
+			tab := make([]*alloc, 0, len(old)-1)
+			tab = append(append(tab, old[:i]...), old[i+1:]...)
+			m.allocTab.Store(&tab)
 			return true
 		}
 	}
@@ -495,6 +515,11 @@ func (m *Machine) span(addr, n uint64, write bool, a *actor) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	return m.spanIn(r, addr, n, write, a)
+}
+
+// spanIn is span of [addr, addr+n) within the region r that holds it.
+func (m *Machine) spanIn(r *alloc, addr, n uint64, write bool, a *actor) ([]byte, error) {
 	if r.freed {
 		if a != nil {
 			m.report([]*HazardError{{Kind: HazardUseAfterFree, Lo: addr, Hi: addr + n, Op: a.what, Queue: a.where,
@@ -502,7 +527,7 @@ func (m *Machine) span(addr, n uint64, write bool, a *actor) ([]byte, error) {
 		}
 		return nil, fmt.Errorf("emu: [%#x, %#x) was freed", addr, addr+n)
 	}
-	if a != nil && m.opts.Hazards && (r.device >= 0 || r.checked || r.tracked) {
+	if a != nil && m.opts.Hazards && (r.device >= 0 || r.checked.Load()) {
 		m.report(r.shadow.access(addr, addr+n, write, a))
 	}
 	off := addr - r.base

@@ -15,15 +15,25 @@ import (
 // queue is an emulated HSA queue: a ring of AQL packets in host memory and
 // a packet-processor goroutine.
 type queue struct {
-	m       *Machine
-	dev     int
-	agent   int // clock index
-	name    string
-	ring    []byte
-	hq      *hsa.Queue
-	write   atomic.Uint64
-	read    atomic.Uint64
-	rung    atomic.Int64 // newest doorbell value
+	m     *Machine
+	dev   int
+	agent int // clock index
+	name  string
+	ring  []byte
+	hq    *hsa.Queue
+	write atomic.Uint64
+	rung  atomic.Int64 // newest doorbell value
+	// The packet processor's read index sits on a cache line of its own,
+	// as in ROCr's amd_queue_t: the host adds to the write index and the
+	// processor stores the read index for every packet, and on one line
+	// the two would bounce it between cores.
+	_    [64]byte
+	read atomic.Uint64
+	// idle is set while the packet processor has nothing to do, so that
+	// only a doorbell that finds it idle pays for the channel send that
+	// wakes it (a GPU's doorbell, likewise, costs the host one store).
+	idle    atomic.Bool
+	_       [64]byte
 	kick    chan struct{}
 	done    chan struct{}
 	exited  chan struct{}
@@ -79,6 +89,11 @@ func (q *queue) ringDoorbell(index int64) {
 	if index > q.rung.Load() {
 		q.rung.Store(index)
 	}
+	// The processor sets idle before it looks at rung a last time, and
+	// this reads idle after storing rung: one of the two sees the other.
+	if !q.idle.Load() {
+		return
+	}
 	select {
 	case q.kick <- struct{}{}:
 	default:
@@ -110,13 +125,22 @@ func (q *queue) stop() {
 
 func (q *queue) process() {
 	defer close(q.exited)
+	// stalledAt is the doorbell value when the last pass stopped at a
+	// header not yet published (-1: it did not); only a later ring
+	// brings that header.
+	stalledAt := int64(-1)
 	for {
-		select {
-		case <-q.kick:
-		case <-q.done:
-			q.inflight.Wait()
-			return
+		q.idle.Store(true)
+		if q.broken.Load() || int64(q.read.Load()) > q.rung.Load() || (stalledAt >= 0 && q.rung.Load() == stalledAt) {
+			select {
+			case <-q.kick:
+			case <-q.done:
+				q.inflight.Wait()
+				return
+			}
 		}
+		q.idle.Store(false)
+		stalledAt = -1
 		for !q.broken.Load() {
 			idx := q.read.Load()
 			if int64(idx) > q.rung.Load() {
@@ -125,6 +149,7 @@ func (q *queue) process() {
 			slot := hsa.Slot(q.hq, idx)
 			first := hsa.LoadHeader(slot)
 			if hsa.HeaderType(uint16(first)) == hsa.PacketTypeInvalid {
+				stalledAt = q.rung.Load()
 				break // rung before the header was published; a later ring follows
 			}
 			if !q.execute(idx, slot, uint16(first)) {

@@ -12,9 +12,15 @@ import (
 // signal is an HSA signal: a 64-bit value with blocking waits. Its clock is
 // what a waiter that observes the value learns (release/acquire).
 type signal struct {
-	v         atomic.Int64
-	mu        sync.Mutex
-	cond      sync.Cond // every waiter, host or device
+	v    atomic.Int64
+	mu   sync.Mutex
+	cond sync.Cond // every waiter, host or device
+	// waiters counts the goroutines in waitDevice, so that a change
+	// nobody waits for (most completions) takes no lock: a waiter counts
+	// itself before it reads the value, a notifier reads the count after
+	// it changes the value, and both are sequentially consistent, so one
+	// of them sees the other.
+	waiters   atomic.Int32
 	vc        vclock
 	interrupt bool   // interrupt signals refuse hsa_amd_signal_value_pointer
 	doorbell  *queue // set for a queue's doorbell signal
@@ -33,17 +39,31 @@ func (m *Machine) newSignal(initial int64, interrupt bool) hsa.Signal {
 	s.v.Store(initial)
 	m.sigMu.Lock()
 	defer m.sigMu.Unlock()
-	m.signals = append(m.signals, s)
-	return hsa.Signal(len(m.signals))
+	var old []*signal
+	if p := m.sigTab.Load(); p != nil {
+		old = *p
+	}
+	// Appending in place is safe: a reader holding the old slice never
+	// reads past its length, and the Store publishes the new entry.
+	tab := append(old, s)
+	m.sigTab.Store(&tab)
+	return hsa.Signal(len(tab))
+}
+
+// signalTable is the current table of signals (handle = index+1).
+func (m *Machine) signalTable() []*signal {
+	if p := m.sigTab.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 func (m *Machine) signal(h hsa.Signal) *signal {
-	m.sigMu.RLock()
-	defer m.sigMu.RUnlock()
-	if h == 0 || int(h) > len(m.signals) {
+	tab := m.signalTable()
+	if h == 0 || int(h) > len(tab) {
 		return nil
 	}
-	return m.signals[h-1]
+	return tab[h-1]
 }
 
 // signalAt finds the signal whose value lives at p (for the HIP stream
@@ -51,9 +71,7 @@ func (m *Machine) signal(h hsa.Signal) *signal {
 func (m *Machine) signalAt(p unsafe.Pointer) *signal { return m.signalAtAddr(uintptr(p)) }
 
 func (m *Machine) signalAtAddr(p uintptr) *signal {
-	m.sigMu.RLock()
-	defer m.sigMu.RUnlock()
-	for _, s := range m.signals {
+	for _, s := range m.signalTable() {
 		if uintptr(unsafe.Pointer(&s.v)) == p {
 			return s
 		}
@@ -63,6 +81,9 @@ func (m *Machine) signalAtAddr(p uintptr) *signal {
 
 // notify wakes the waiters after a change.
 func (s *signal) notify() {
+	if s.waiters.Load() == 0 {
+		return
+	}
 	s.mu.Lock()
 	if s.cond.L != nil {
 		s.cond.Broadcast()
@@ -80,6 +101,8 @@ func (s *signal) waitDevice(pred func(int64) bool, stop func() bool) int64 {
 	if s.cond.L == nil {
 		s.cond.L = &s.mu
 	}
+	s.waiters.Add(1)
+	defer s.waiters.Add(-1)
 	for {
 		v := s.v.Load()
 		if pred(v) || stop() {

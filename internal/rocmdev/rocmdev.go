@@ -780,10 +780,20 @@ func (d *Device) hipToHSA(f syncstate.Fence) (*queue.Signal, error) {
 	// the signal would never pass: complete it then, and the consumer
 	// learns of the failure from its upstream record.
 	sig.Retain()
-	p.OnFailure(t, func() { d.rt.HSA.SignalStoreScrelease(sig.H, 0) })
-	p.AfterComplete(t, sig.Release)
+	p.OnFailureHook(t, (*completeSignal)(sig))
+	p.AfterCompleteHook(t, (*releaseSignal)(sig))
 	return sig, nil
 }
+
+// completeSignal and releaseSignal are a bridge signal's stream hooks:
+// conversions of the signal itself, so a crossing allocates no closure.
+type (
+	completeSignal queue.Signal
+	releaseSignal  queue.Signal
+)
+
+func (s *completeSignal) Run() { (*queue.Signal)(s).Complete() }
+func (s *releaseSignal) Run()  { (*queue.Signal)(s).Release() }
 
 // hsaToHIP bridges an HSA fence to a HIP stream. The producer's completion
 // signals are interrupt signals, which have no value address, so a marker
@@ -848,7 +858,7 @@ func (d *Device) streamWaitZero(s *stream.Stream, sig *queue.Signal, ptr unsafe.
 		sig.Release()
 		return err
 	}
-	s.AfterComplete(t, sig.Release)
+	s.AfterCompleteHook(t, (*releaseSignal)(sig))
 	return nil
 }
 

@@ -15,6 +15,17 @@
 //	                       cuEventRecord + cuStreamWaitEvent (DeviceBridge's shape)
 //	mixed/host-wait        the same two streams, ordered by cuEventRecord +
 //	                       cuEventSynchronize (DeviceSide's shape)
+//	chain99                t1 = y∘y, t(i+1) = y∘t(i), 99 multiplies on one stream,
+//	                       where y = 1 + x (so that the product neither under-
+//	                       nor overflows): a long chain for per-op costs
+//
+// With Graph the single-stream programs (matmul, elementwise, chain99,
+// mixed/one-stream) are also captured once into a CUDA graph (stream
+// capture: cuStreamBeginCapture, the program's calls, cuStreamEndCapture,
+// cuGraphInstantiate), and every measured iteration then also replays it
+// (cuGraphLaunch, then the same final synchronization), alternating with
+// the eager iteration: the graph's total per iteration, and the host cost
+// of one cuGraphLaunch as its dispatch time.
 //
 // By default every driver call is made from one OS thread with the context
 // made current once (Open does it; the caller holds runtime.LockOSThread),
@@ -43,7 +54,10 @@ import (
 
 // Programs are the program names Prepare knows, in the standalone
 // command's default order.
-var Programs = []string{"matmul", "elementwise", "mixed/one-stream", "mixed/event", "mixed/host-wait"}
+var Programs = []string{"matmul", "elementwise", "mixed/one-stream", "mixed/event", "mixed/host-wait", "chain99"}
+
+// chainLength is chain99's number of multiplies.
+const chainLength = 99
 
 // Config is one standalone run (the rawcuda command's flags).
 type Config struct {
@@ -52,6 +66,8 @@ type Config struct {
 	Device                   int
 	PerCall                  bool
 	Programs                 []string
+	// Graph also replays the single-stream programs as CUDA graphs.
+	Graph bool
 }
 
 // Meta describes the machine and the start-up costs.
@@ -94,6 +110,21 @@ type Result struct {
 	GCs              uint32  `json:"gcs"`
 	Checksum         float64 `json:"checksum"`
 	MaxRelErr        float64 `json:"max_rel_err_vs_cpu"`
+
+	// With Config.Graph, for the programs a graph can hold: the replay's
+	// total per iteration (cuGraphLaunch + the final synchronization) and
+	// the host cost of the cuGraphLaunch call, from the same iterations as
+	// the eager numbers above (one eager, one replay, in turn).
+	Ops                   int     `json:"ops_per_iter"`
+	GraphTotalMedianUS    float64 `json:"graph_total_median_us,omitempty"`
+	GraphTotalP90US       float64 `json:"graph_total_p90_us,omitempty"`
+	GraphLaunchMedianUS   float64 `json:"graph_launch_median_us,omitempty"`
+	GraphLaunchP90US      float64 `json:"graph_launch_p90_us,omitempty"`
+	GraphOverEager        float64 `json:"graph_total_over_eager,omitempty"`
+	GraphChecksum         float64 `json:"graph_checksum,omitempty"`
+	GraphMallocsPerIter   float64 `json:"graph_go_mallocs_per_iter,omitempty"`
+	GraphInstantiateMS    float64 `json:"graph_capture_instantiate_ms,omitempty"`
+	GraphUnavailableCause string  `json:"graph_unavailable,omitempty"`
 }
 
 // Output is what the command's -json prints.
@@ -147,9 +178,27 @@ func WriteText(w io.Writer, out *Output) {
 		m.InitMS, m.CtxRetainMS, m.ModuleLoadMS, m.ModuleLoad2MS, m.CUBLASCreateMS)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "program\tshape\tdispatch med µs\tp90\ttotal med µs\tp90\tmin\tmallocs/it\tGCs\tchecksum\tmax rel err\t")
+	graphs := false
 	for _, r := range out.Results {
 		fmt.Fprintf(tw, "%s\t%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%d\t%.6g\t%.1e\t\n", r.Program, r.Shape, r.DispatchMedianUS, r.DispatchP90US,
 			r.TotalMedianUS, r.TotalP90US, r.TotalMinUS, r.MallocsPerIter, r.GCs, r.Checksum, r.MaxRelErr)
+		graphs = graphs || r.GraphTotalMedianUS > 0 || r.GraphUnavailableCause != ""
+	}
+	tw.Flush()
+	if !graphs {
+		return
+	}
+	fmt.Fprintln(w, "CUDA-graph replay, alternating with the eager iterations above:")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "program\tops\teager total med µs\tgraph total med µs\tp90\tgraph/eager\tcuGraphLaunch med µs\tp90\tcapture+instantiate ms\tmallocs/it\tsame checksum\t")
+	for _, r := range out.Results {
+		switch {
+		case r.GraphUnavailableCause != "":
+			fmt.Fprintf(tw, "%s\t%d\t%.2f\t%s\t\t\t\t\t\t\t\t\n", r.Program, r.Ops, r.TotalMedianUS, r.GraphUnavailableCause)
+		case r.GraphTotalMedianUS > 0:
+			fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%.2f\t%.3f\t%.2f\t%.2f\t%.2f\t%.2f\t%v\t\n", r.Program, r.Ops, r.TotalMedianUS, r.GraphTotalMedianUS, r.GraphTotalP90US,
+				r.GraphOverEager, r.GraphLaunchMedianUS, r.GraphLaunchP90US, r.GraphInstantiateMS, r.GraphMallocsPerIter, r.GraphChecksum == r.Checksum)
+		}
 	}
 	tw.Flush()
 }
@@ -354,7 +403,10 @@ type Program struct {
 	n, repeat int
 	shape     string
 	hostWaits float64
+	ops       int
 	k, l      cuda.Stream
+	graph     cuda.Graph
+	exec      cuda.GraphExec
 	ev        cuda.Event
 	bufs      []cuda.DevicePtr
 	final     cuda.Stream
@@ -392,6 +444,11 @@ func (g *GPU) Prepare(name string, n, repeat int, seed uint64) (p *Program, err 
 	}
 	host := measure.InputMatrix(n, seed)
 	p.bufs = make([]cuda.DevicePtr, 0, 1+2*max(repeat, 3))
+	if name == "chain99" {
+		for i := range host {
+			host[i] += 1
+		}
+	}
 	for range cap(p.bufs) {
 		b, err := lib.MemAlloc(uint64(4 * nn))
 		if err != nil {
@@ -414,7 +471,7 @@ func (g *GPU) Prepare(name string, n, repeat int, seed uint64) (p *Program, err 
 	k, l := p.k, p.l
 	switch name {
 	case "matmul":
-		p.final, p.result = l, bufs[3]
+		p.final, p.result, p.ops = l, bufs[3], 3
 		p.body = func() error {
 			if err := g.matmul(bufs[1], x, x, n); err != nil {
 				return err
@@ -425,6 +482,27 @@ func (g *GPU) Prepare(name string, n, repeat int, seed uint64) (p *Program, err 
 			return g.matmul(bufs[3], x, bufs[2], n)
 		}
 		p.ref = func() []float64 { return reference.MatMul(hx, reference.MatMul(hx, reference.MatMul(hx, hx, n), n), n) }
+	case "chain99":
+		// y in bufs[0]; the products alternate between bufs[1] and bufs[2].
+		p.final, p.result, p.ops = k, bufs[1+(chainLength-1)%2], chainLength
+		p.body = func() error {
+			prev := x
+			for i := 0; i < chainLength; i++ {
+				out := bufs[1+i%2]
+				if err := g.launchMul(k, out, x, prev, nn); err != nil {
+					return err
+				}
+				prev = out
+			}
+			return nil
+		}
+		p.ref = func() []float64 {
+			r := reference.Mul(hx, hx)
+			for i := 1; i < chainLength; i++ {
+				r = reference.Mul(hx, r)
+			}
+			return r
+		}
 	case "elementwise":
 		p.final, p.result = k, bufs[3]
 		p.body = func() error {
@@ -437,13 +515,14 @@ func (g *GPU) Prepare(name string, n, repeat int, seed uint64) (p *Program, err 
 			return g.launchMul(k, bufs[3], x, bufs[2], nn)
 		}
 		p.ref = func() []float64 { return reference.Mul(hx, reference.Mul(hx, reference.Mul(hx, hx))) }
+		p.ops = 3
 	default: // the mixed shapes
 		p.shape = fmt.Sprintf("%dx%d, repeat %d", n, n, repeat)
 		ks := k
 		if name == "mixed/one-stream" {
 			ks = l
 		}
-		p.final, p.result = l, bufs[2*repeat]
+		p.final, p.result, p.ops = l, bufs[2*repeat], 2*repeat
 		if name == "mixed/host-wait" {
 			p.hostWaits = float64(repeat)
 		}
@@ -530,10 +609,87 @@ func (p *Program) Verify() (checksum, maxRelErr float64, err error) {
 	return checksum, maxRelErr, nil
 }
 
-// Close frees the buffers and destroys the streams and the event.
+// Ops is the number of kernel launches and gemms one iteration submits.
+func (p *Program) Ops() int { return p.ops }
+
+// Graphable reports whether the program runs on one stream, which one
+// stream capture records whole.
+func (p *Program) Graphable() bool {
+	switch p.name {
+	case "matmul", "elementwise", "chain99", "mixed/one-stream":
+		return true
+	}
+	return false
+}
+
+// Capture records one iteration of the program into a CUDA graph on its
+// stream and instantiates it, for Replay. It runs nothing.
+func (p *Program) Capture() error {
+	if !p.Graphable() {
+		return fmt.Errorf("%s: runs on two streams; only single-stream programs are captured", p.name)
+	}
+	if p.exec != 0 {
+		return nil
+	}
+	g := p.g
+	begin, end, inst := g.lib.BeginCapture, g.lib.EndCapture, g.lib.GraphInstantiate
+	if g.perCall {
+		begin, end, inst = g.ctx.BeginCapture, g.ctx.EndCapture, g.ctx.GraphInstantiate
+	}
+	if err := begin(p.final, cuda.CaptureModeThreadLocal); err != nil {
+		return err
+	}
+	bodyErr := p.body()
+	graph, err := end(p.final)
+	if err != nil || bodyErr != nil {
+		if graph != 0 {
+			_ = g.lib.GraphDestroy(graph)
+		}
+		return errors.Join(bodyErr, err)
+	}
+	p.graph = graph
+	if p.exec, err = inst(graph); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Replay runs the captured graph once: cuGraphLaunch (launch is its host
+// cost), then the final synchronization (total is both).
+func (p *Program) Replay() (launch, total time.Duration, err error) {
+	if p.exec == 0 {
+		return 0, 0, fmt.Errorf("%s: not captured", p.name)
+	}
+	t0 := time.Now()
+	if p.g.perCall {
+		err = p.g.ctx.GraphLaunch(p.exec, p.final)
+	} else {
+		err = p.g.lib.GraphLaunch(p.exec, p.final)
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	t1 := time.Now()
+	if err := p.g.streamSync(p.final); err != nil {
+		return 0, 0, err
+	}
+	t2 := time.Now()
+	return t1.Sub(t0), t2.Sub(t0), nil
+}
+
+// Close frees the buffers and destroys the graph, the streams and the
+// event.
 func (p *Program) Close() error {
 	lib := p.g.lib
 	var errs []error
+	if p.exec != 0 {
+		errs = append(errs, lib.GraphExecDestroy(p.exec))
+		p.exec = 0
+	}
+	if p.graph != 0 {
+		errs = append(errs, lib.GraphDestroy(p.graph))
+		p.graph = 0
+	}
 	for _, b := range p.bufs {
 		errs = append(errs, lib.MemFree(b))
 	}
@@ -557,10 +713,28 @@ func (g *GPU) runProgram(cfg Config, name string) (Result, error) {
 	if err != nil {
 		return r, err
 	}
-	r.Shape, r.HostWaitsPerIter = p.Shape(), p.HostWaitsPerIter()
+	r.Shape, r.HostWaitsPerIter, r.Ops = p.Shape(), p.HostWaitsPerIter(), p.Ops()
 	dispatch := make([]float64, 0, cfg.Iters)
 	totals := make([]float64, 0, cfg.Iters)
-	var before, after runtime.MemStats
+	graphed := false
+	var launches, graphTotals []float64
+	if cfg.Graph && p.Graphable() {
+		// Capture after one eager iteration (cuBLAS sets up its workspace
+		// outside the capture).
+		if _, _, err := p.Iterate(); err != nil {
+			return r, errors.Join(err, p.Close())
+		}
+		t := time.Now()
+		if err := p.Capture(); err != nil {
+			r.GraphUnavailableCause = err.Error()
+		} else {
+			graphed = true
+			r.GraphInstantiateMS = ms(time.Since(t))
+			launches, graphTotals = make([]float64, 0, cfg.Iters), make([]float64, 0, cfg.Iters)
+		}
+	}
+	var before, after, gBefore, gAfter runtime.MemStats
+	var graphMallocs uint64
 	for i := 0; i < cfg.Warmup+cfg.Iters; i++ {
 		if i == cfg.Warmup {
 			runtime.ReadMemStats(&before)
@@ -573,15 +747,47 @@ func (g *GPU) runProgram(cfg Config, name string) (Result, error) {
 			dispatch = append(dispatch, measure.Micros(d))
 			totals = append(totals, measure.Micros(t))
 		}
+		if !graphed {
+			continue
+		}
+		if i >= cfg.Warmup {
+			runtime.ReadMemStats(&gBefore)
+		}
+		l, t, err := p.Replay()
+		if err != nil {
+			return r, errors.Join(err, p.Close())
+		}
+		if i >= cfg.Warmup {
+			runtime.ReadMemStats(&gAfter)
+			graphMallocs += gAfter.Mallocs - gBefore.Mallocs
+			launches = append(launches, measure.Micros(l))
+			graphTotals = append(graphTotals, measure.Micros(t))
+		}
 	}
 	runtime.ReadMemStats(&after)
-	r.MallocsPerIter = float64(after.Mallocs-before.Mallocs) / float64(cfg.Iters)
+	r.MallocsPerIter = float64(after.Mallocs-before.Mallocs-graphMallocs) / float64(cfg.Iters)
+	if graphed {
+		r.GraphLaunchMedianUS, r.GraphLaunchP90US = measure.Quantile(launches, 0.5), measure.Quantile(launches, 0.9)
+		r.GraphTotalMedianUS, r.GraphTotalP90US = measure.Quantile(graphTotals, 0.5), measure.Quantile(graphTotals, 0.9)
+		r.GraphMallocsPerIter = float64(graphMallocs) / float64(cfg.Iters)
+		// The result the last replay left.
+		if r.GraphChecksum, _, err = p.Verify(); err != nil {
+			return r, errors.Join(fmt.Errorf("graph replay: %w", err), p.Close())
+		}
+	}
 	r.GCs = after.NumGC - before.NumGC
 	r.DispatchMedianUS, r.DispatchP90US = measure.Quantile(dispatch, 0.5), measure.Quantile(dispatch, 0.9)
 	r.TotalMedianUS, r.TotalP90US = measure.Quantile(totals, 0.5), measure.Quantile(totals, 0.9)
 	r.TotalMinUS = slices.Min(totals)
 	for _, v := range totals {
 		r.TotalMeanUS += v / float64(len(totals))
+	}
+	if graphed {
+		// The eager result, checked after an eager iteration of its own.
+		if _, _, err := p.Iterate(); err != nil {
+			return r, errors.Join(err, p.Close())
+		}
+		r.GraphOverEager = r.GraphTotalMedianUS / r.TotalMedianUS
 	}
 	r.Checksum, r.MaxRelErr, err = p.Verify()
 	return r, errors.Join(err, p.Close())

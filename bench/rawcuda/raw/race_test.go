@@ -1,0 +1,5 @@
+//go:build race
+
+package raw
+
+const raceEnabled = true
