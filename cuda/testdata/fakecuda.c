@@ -393,14 +393,14 @@ CUresult cuStreamBeginCapture_v2(void* s, int mode) {
   if (!is(s, MAGIC_STREAM)) return INVALID_HANDLE; // the legacy stream cannot be captured
   SAME_CTX(s);
   if (mode < 0 || mode > 2) return INVALID_VALUE;
-  if (capturing(s)) return INVALID_VALUE; // CUDA_ERROR_ILLEGAL_STATE
+  if (capturing(s)) return 401; // CUDA_ERROR_ILLEGAL_STATE
   ((struct obj*)s)->capturing = calloc(1, sizeof(struct graph));
   return OK;
 }
 CUresult cuStreamEndCapture(void* s, void** graph) {
   NEED_CTX();
   if (!is(s, MAGIC_STREAM)) return INVALID_HANDLE;
-  if (!capturing(s)) return INVALID_VALUE;
+  if (!capturing(s)) return 401; // CUDA_ERROR_ILLEGAL_STATE
   struct obj* g = mk(MAGIC_GRAPH, 0);
   g->capturing = ((struct obj*)s)->capturing;
   ((struct obj*)s)->capturing = NULL;
