@@ -46,9 +46,17 @@ func (l *Lib) resolveOptional() {
 // Device attributes of stream memory operations (cuda.h).
 const (
 	// AttrCanUse64BitStreamMemOps is
-	// CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS: cuStreamWaitValue64
-	// and cuStreamWriteValue64 are supported.
-	AttrCanUse64BitStreamMemOps int32 = 93
+	// CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS (CUDA 11.7 and
+	// later): the _v2 cuStreamWaitValue64 and cuStreamWriteValue64, which
+	// rocsync binds, are supported. Not to be confused with
+	// AttrCanUse64BitStreamMemOpsV1.
+	AttrCanUse64BitStreamMemOps int32 = 122
+	// AttrCanUse64BitStreamMemOpsV1 is the deprecated
+	// CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS_V1 (93), which
+	// speaks only of the legacy entry points: drivers report 0 unless the
+	// nvidia module was loaded with NVreg_EnableStreamMemOPs=1 (an H100
+	// with driver 580 does), though the _v2 calls work there.
+	AttrCanUse64BitStreamMemOpsV1 int32 = 93
 )
 
 // Flags of cuStreamWaitValue64 (CUstreamWaitValue_flags).

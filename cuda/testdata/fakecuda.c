@@ -25,8 +25,10 @@
 //     comes from cuMemHostAlloc, whose device pointer is its host pointer
 //     (unified addressing). Since a blocking wait at the call would hold
 //     the caller's locks, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS
-//     (93) reads 0 (rocsync then waits on the host) unless
+//     (122) reads 0 (rocsync then waits on the host) unless
 //     FAKECUDA_STREAM_MEM_OPS is set: the binding's tests call it directly.
+//     The deprecated _V1 attribute (93) reads 0, as on a driver loaded
+//     without NVreg_EnableStreamMemOPs=1 (the H100 machine's).
 // fakecuda_count(i) reads call counters, for tests.
 #include <math.h>
 #include <stdint.h>
@@ -110,7 +112,8 @@ CUresult cuDeviceGetAttribute(int* v, int attr, int dev) {
   case 75: *v = dev == 0 ? 9 : 8; return OK; // compute capability major
   case 76: *v = 0; return OK;
   case 16: *v = 132; return OK;
-  case 93: *v = getenv("FAKECUDA_STREAM_MEM_OPS") ? 1 : 0; return OK;
+  case 93: *v = 0; return OK; // the legacy (_V1) operations: off by default
+  case 122: *v = getenv("FAKECUDA_STREAM_MEM_OPS") ? 1 : 0; return OK;
   default: *v = attr * 10 + dev; return OK;
   }
 }
