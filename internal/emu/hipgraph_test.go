@@ -114,10 +114,18 @@ func TestGraphLaunchAccessesAreChecked(t *testing.T) {
 	e, err := hp.GraphInstantiate(g)
 	require.NoError(t, err)
 	s2, _ := hp.StreamCreate(0, hip.StreamNonBlocking)
-	hold := r.m.Hold()
 	require.NoError(t, hp.GraphLaunch(e, r.s))
+	// Wait for the launch to end without the host learning of it (no
+	// hipStreamSynchronize): Go's race detector sees the order, the
+	// emulated GPU's clocks do not.
+	st, err := hp.stream("test", r.s)
+	require.NoError(t, err)
+	st.mu.Lock()
+	for st.ran < st.queued {
+		st.cond.Wait()
+	}
+	st.mu.Unlock()
 	require.NoError(t, hp.MemcpyDtoDAsync(b, a, 256, s2))
-	hold()
 	require.NoError(t, hp.StreamSynchronize(r.s))
 	require.NoError(t, hp.StreamSynchronize(s2))
 	hz := r.m.Hazards()
