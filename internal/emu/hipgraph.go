@@ -51,6 +51,19 @@ type graphState struct {
 	execs          map[hip.GraphExec]*hgraph
 	launches       atomic.Uint64
 	captured       atomic.Uint64 // captures ended with a graph
+	unavailable    atomic.Bool   // SetGraphsUnavailable
+}
+
+// SetGraphsUnavailable makes the emulated HIP behave as a libamdhip64
+// without the hipGraph API behind hip.Lib: every graph call fails with
+// hip.ErrGraphsUnavailable.
+func (h *HIP) SetGraphsUnavailable(v bool) { h.graphs.unavailable.Store(v) }
+
+func (h *HIP) graphsUnavailable(fn string) error {
+	if h.graphs.unavailable.Load() {
+		return fmt.Errorf("%w: emulated HIP without %s", hip.ErrGraphsUnavailable, fn)
+	}
+	return nil
 }
 
 // hcapture is one capture sequence, begun on origin.
@@ -116,6 +129,9 @@ func (h *HIP) captureStream(fn string, id hip.Stream) (*hstream, error) {
 
 func (h *HIP) StreamBeginCapture(id hip.Stream, mode hip.StreamCaptureMode) error {
 	const fn = "hipStreamBeginCapture"
+	if err := h.graphsUnavailable("hipStreamBeginCapture"); err != nil {
+		return err
+	}
 	if id == 0 {
 		return hipErr(fn, hip.ErrorStreamCaptureUnsupported, "capture cannot begin on the null stream")
 	}
@@ -163,6 +179,9 @@ func (h *HIP) endCapture(cp *hcapture) {
 
 func (h *HIP) StreamEndCapture(id hip.Stream) (hip.Graph, error) {
 	const fn = "hipStreamEndCapture"
+	if err := h.graphsUnavailable("hipStreamEndCapture"); err != nil {
+		return 0, err
+	}
 	if id == 0 {
 		return 0, hipErr(fn, hip.ErrorInvalidValue, "null stream")
 	}
@@ -298,6 +317,9 @@ func (h *HIP) captureStreamWait(e *hevent, s *hstream) (done bool, err error) {
 // GraphInstantiate is hipGraphInstantiate: the executable graph holds
 // the nodes of g as they are now.
 func (h *HIP) GraphInstantiate(g hip.Graph) (hip.GraphExec, error) {
+	if err := h.graphsUnavailable("hipGraphInstantiate"); err != nil {
+		return 0, err
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	gr := h.graphs.graphs[g]
@@ -336,6 +358,9 @@ func (h *HIP) GraphExecDestroy(e hip.GraphExec) error {
 // a kernel: the stream carries the error.
 func (h *HIP) GraphLaunch(e hip.GraphExec, id hip.Stream) error {
 	const fn = "hipGraphLaunch"
+	if err := h.graphsUnavailable("hipGraphLaunch"); err != nil {
+		return err
+	}
 	h.mu.Lock()
 	gr := h.graphs.execs[e]
 	h.mu.Unlock()

@@ -10,3 +10,9 @@ import "sync/atomic"
 // to the GPU (no hsa_amd_agents_allow_access), the defect a discrete GPU
 // answers with a memory fault on the first dispatch.
 var SkipKernargAllowAccess atomic.Bool
+
+// ForceHIPCapture makes rocmdev capture a stream recording into a hipGraph
+// even on a HIP (before 5.3) that does not capture hipModuleLaunchKernel,
+// to show what that HIP then does: the kernels run at capture and the
+// graph lacks them.
+var ForceHIPCapture atomic.Bool
