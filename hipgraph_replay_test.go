@@ -156,3 +156,32 @@ func TestHIPGraphForcedOnHIP52LacksKernels(t *testing.T) {
 	require.Equal(t, []float32{0, 0, 0, 0}, got, "the graph lacks the kernel")
 	require.NoError(t, rec.Close())
 }
+
+// A hipGraph replay allocates nothing on the host (the checker off, as in
+// the hot-path benchmarks).
+func TestHIPGraphReplayAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	nop := zerolog.Nop()
+	d, err := Open(Options{Backend: Emulator, Policy: Unified, Logger: &nop})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, d.Close()) }()
+	tk := d.DefaultTask()
+	x, err := d.FromFloat32(1, 64, make([]float32, 64))
+	require.NoError(t, err)
+	rec, err := tk.Record(func() error { return scaleChain(tk, x) })
+	require.NoError(t, err)
+	graphs, _ := rec.Graphs()
+	require.Equal(t, 1, graphs)
+	require.NoError(t, rec.Replay())
+	require.NoError(t, tk.Synchronize())
+	allocs := testing.AllocsPerRun(100, func() {
+		if err := rec.Replay(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	require.NoError(t, tk.Synchronize())
+	require.Zero(t, allocs)
+	require.NoError(t, rec.Close())
+}

@@ -86,6 +86,8 @@ func (cp *hcapture) add(c cmd) {
 // capture order.
 type hgraph struct {
 	nodes []cmd
+	dev   int                  // the capturing stream's GPU (gemms run there)
+	run   func(a *actor) error // an instantiated graph's work, made once
 }
 
 func init() {
@@ -206,7 +208,7 @@ func (h *HIP) StreamEndCapture(id hip.Stream) (hip.Graph, error) {
 		h.graphs.execs = map[hip.GraphExec]*hgraph{}
 	}
 	g := hip.Graph(h.handle())
-	h.graphs.graphs[g] = &hgraph{nodes: nodes}
+	h.graphs.graphs[g] = &hgraph{nodes: nodes, dev: s.dev}
 	h.graphs.captured.Add(1)
 	return g, nil
 }
@@ -327,7 +329,23 @@ func (h *HIP) GraphInstantiate(g hip.Graph) (hip.GraphExec, error) {
 		return 0, hipErr("hipGraphInstantiate", hip.ErrorInvalidValue, "unknown graph")
 	}
 	e := hip.GraphExec(h.handle())
-	h.graphs.execs[e] = &hgraph{nodes: append([]cmd(nil), gr.nodes...)}
+	x := &hgraph{nodes: append([]cmd(nil), gr.nodes...), dev: gr.dev}
+	x.run = func(a *actor) error {
+		for i := range x.nodes {
+			n := &x.nodes[i]
+			var err error
+			if n.kind == cmdGemm {
+				err = h.m.runGemm(x.dev, &n.g, a)
+			} else {
+				err = n.fn(a)
+			}
+			if err != nil {
+				return fmt.Errorf("graph node %d (%s): %w", i, n.what, err)
+			}
+		}
+		return nil
+	}
+	h.graphs.execs[e] = x
 	return e, nil
 }
 
@@ -354,7 +372,8 @@ func (h *HIP) GraphExecDestroy(e hip.GraphExec) error {
 }
 
 // GraphLaunch is hipGraphLaunch: one command on the stream that runs the
-// graph's nodes in capture order. A node that fails fails the launch like
+// graph's nodes in capture order (gemms on the GPU the graph was captured
+// on). A node that fails fails the launch like
 // a kernel: the stream carries the error.
 func (h *HIP) GraphLaunch(e hip.GraphExec, id hip.Stream) error {
 	const fn = "hipGraphLaunch"
@@ -371,21 +390,6 @@ func (h *HIP) GraphLaunch(e hip.GraphExec, id hip.Stream) error {
 	if err != nil {
 		return err
 	}
-	nodes := gr.nodes
 	h.graphs.launches.Add(1)
-	return s.enqueue(cmd{kind: cmdWork, what: fn, direct: true, fn: func(a *actor) error {
-		for i := range nodes {
-			n := &nodes[i]
-			var err error
-			if n.kind == cmdGemm {
-				err = h.m.runGemm(s.dev, &n.g, a)
-			} else {
-				err = n.fn(a)
-			}
-			if err != nil {
-				return fmt.Errorf("graph node %d (%s): %w", i, n.what, err)
-			}
-		}
-		return nil
-	}})
+	return s.enqueue(cmd{kind: cmdWork, what: fn, direct: true, fn: gr.run})
 }
