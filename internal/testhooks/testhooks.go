@@ -16,3 +16,8 @@ var SkipKernargAllowAccess atomic.Bool
 // to show what that HIP then does: the kernels run at capture and the
 // graph lacks them.
 var ForceHIPCapture atomic.Bool
+
+// SkipHIPCapture makes rocmdev replay every stream recording as its
+// recorded calls in order (no hipGraph), for benchmarks that compare the
+// two on the real HIP.
+var SkipHIPCapture atomic.Bool
