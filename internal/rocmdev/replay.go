@@ -64,8 +64,10 @@ func (r *recorded) Graph() (bool, error) { return r.exec != 0, r.captureErr }
 var ErrNotCaptured = errors.New("rocmdev: not captured into a hipGraph")
 
 // captureCalls records calls into a hipGraph on a stream of its own and
-// instantiates it; on success r.call launches the graph.
-func (t *Task) captureCalls(r *recorded, ops []driver.Op, calls []func(uintptr) error) (err error) {
+// instantiates it; on success r.call launches the graph. A library call's
+// function runs here once (what it enqueues is captured, not run), and
+// again at every replay only if capture failed.
+func (t *Task) captureCalls(r *recorded, calls []func(uintptr) error) (err error) {
 	hp := t.d.rt.HIP
 	if testhooks.SkipHIPCapture.Load() {
 		return fmt.Errorf("%w: testhooks.SkipHIPCapture", ErrNotCaptured)
@@ -162,7 +164,7 @@ func (t *Task) Record(lane driver.Lane, ops []driver.Op) (driver.Recorded, error
 		}
 		r.calls = append(r.calls, c)
 	}
-	if r.captureErr = t.captureCalls(r, ops, r.calls); r.captureErr != nil {
+	if r.captureErr = t.captureCalls(r, r.calls); r.captureErr != nil {
 		calls := r.calls
 		r.call = func(s uintptr) error {
 			for _, c := range calls {
