@@ -81,9 +81,11 @@ func TestHIPGraphReplayOnSimulatedDriver(t *testing.T) {
 }
 
 // What HIP 5.2.3 does when rocsync captures a kernel launch anyway (the
-// test-only switch): hipModuleLaunchKernel runs the kernel on the stream
-// at capture, hipStreamEndCapture and hipGraphInstantiate succeed, and the
-// graph lacks the kernel, so a replay does not compute. This is why
+// test-only switch), for rocsync's kernel under Unified and simblas's
+// gemm: hipModuleLaunchKernel runs it on the stream at capture, no call
+// reports an error (hipStreamBeginCapture, hipStreamEndCapture,
+// hipGraphInstantiate, hipGraphLaunch all return hipSuccess), and the
+// graph lacks it, so a replay does not compute. This is why
 // rocsync does not capture kernels on HIP before 5.3.
 func TestHIPGraphLacksModuleLaunchOnHIP52OnSimulatedDriver(t *testing.T) {
 	childTest(t, simulatedSuiteRuns[0].gpus, nil, func(t *testing.T) {
@@ -111,6 +113,26 @@ func TestHIPGraphLacksModuleLaunchOnHIP52OnSimulatedDriver(t *testing.T) {
 		require.NoError(t, err)
 		t.Logf("after a replay of the graph: y = %v", got)
 		require.Equal(t, []float32{0, 0, 0, 0}, got, "the graph lacks the kernel")
+		require.NoError(t, rec.Close())
+
+		// simblas's gemm (hipModuleLaunchKernel on the handle's stream,
+		// rebound to the capture stream by rocblas_set_stream): the same.
+		a, err := d.FromFloat32(2, 2, []float32{1, 2, 3, 4})
+		require.NoError(t, err)
+		c, err := d.FromFloat32(2, 2, []float32{0, 0, 0, 0})
+		require.NoError(t, err)
+		rec, err = tk.Record(func() error { return tk.MatMulInto(c, a, a, false, false) })
+		require.NoError(t, err)
+		graphs, fallbacks = rec.Graphs()
+		require.Equal(t, 1, graphs, "%v", fallbacks)
+		want, err := c.Float32s()
+		require.NoError(t, err)
+		require.NotEqual(t, []float32{0, 0, 0, 0}, want, "the gemm ran at capture")
+		require.NoError(t, tk.Fill(c, 0))
+		require.NoError(t, rec.Replay())
+		got, err = c.Float32s()
+		require.NoError(t, err)
+		require.Equal(t, []float32{0, 0, 0, 0}, got, "the graph lacks the gemm")
 		require.NoError(t, rec.Close())
 	})
 }
