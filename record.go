@@ -111,6 +111,28 @@ func (r *Recording) Segments() int {
 	return len(r.segs)
 }
 
+// Graphs is the number of segments that replay as one runtime graph (a
+// CUDA graph, a hipGraph: one launch per replay), and why capture failed
+// for each stream segment that replays its recorded calls in order instead
+// (one stream submission of them; Record also logs it at debug level).
+// HSA queue segments are prebuilt packets and count in neither.
+func (r *Recording) Graphs() (graphs int, fallbacks []error) {
+	if r == nil {
+		return 0, nil
+	}
+	for _, s := range r.segs {
+		if g, ok := s.rec.(driver.GraphRecorded); ok {
+			switch yes, why := g.Graph(); {
+			case yes:
+				graphs++
+			case why != nil:
+				fallbacks = append(fallbacks, fmt.Errorf("%s: %w", s.tl.Name(), why))
+			}
+		}
+	}
+	return graphs, fallbacks
+}
+
 // Record runs fn and records every op fn submits on t instead of running
 // it: rocsync's kernels, Gemm and MatMul, Sum, user kernels (Launch),
 // LibraryCall, Upload and CopyBuffer, HostFunc. The ops are checked as
@@ -255,6 +277,12 @@ func (r *Recording) build(ops []recordedOp, rops [][]access) error {
 			}
 		}
 		seg.done = syncstate.NewState()
+		if g, ok := seg.rec.(driver.GraphRecorded); ok {
+			if yes, why := g.Graph(); !yes && why != nil {
+				t.dev.log.Debug().Str("timeline", seg.tl.Name()).Int("ops", seg.ops).Err(why).
+					Msg("rocsync: recorded segment not captured into a graph; it replays its calls in order")
+			}
+		}
 		r.segs = append(r.segs, seg)
 		i = j
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rocsync/rocsync/driver"
 	"github.com/rocsync/rocsync/hip"
 	"github.com/rocsync/rocsync/internal/testhooks"
 	"github.com/rocsync/rocsync/rocblas"
@@ -104,6 +105,10 @@ func checkReplayEqualsEager(t *testing.T, d *Device, tk *Task, p replayProgram, 
 	require.NoError(t, err)
 	defer func() { require.NoError(t, rec.Close()) }()
 	require.Positive(t, rec.Ops())
+	var launches0 uint64
+	if d.Emulated() {
+		launches0 = d.machine.HIP().GraphLaunches()
+	}
 	for it := range iters {
 		host := randMatrix(uint64(10+it), n)
 		for i := range host {
@@ -125,6 +130,30 @@ func checkReplayEqualsEager(t *testing.T, d *Device, tk *Task, p replayProgram, 
 	}
 	// Replayed arrays cannot be freed while the recording lives.
 	require.ErrorIs(t, replayed[0].Free(), ErrRecording)
+	if d.Emulated() {
+		requireHIPGraphReplay(t, d, rec, launches0, iters)
+	}
+}
+
+// requireHIPGraphReplay checks, on the emulator, that every HIP stream
+// segment of rec was captured into a hipGraph (none fell back to the
+// in-order calls) and that each of the iters replays launched each graph
+// once.
+func requireHIPGraphReplay(t *testing.T, d *Device, rec *Recording, launches0 uint64, iters int) {
+	t.Helper()
+	graphs, fallbacks := rec.Graphs()
+	require.Empty(t, fallbacks, "segments not captured into a hipGraph")
+	streamSegs := 0
+	for _, s := range rec.segs {
+		if s.lane != driver.LaneHost && (s.lane != driver.LaneKernel || d.Policy() == Unified) {
+			streamSegs++ // the HIP stream's
+		}
+	}
+	require.Equal(t, streamSegs, graphs)
+	if d.Policy() == Unified {
+		require.Positive(t, graphs, "under Unified every recorded op is on the HIP stream")
+	}
+	require.EqualValues(t, graphs*iters, d.machine.HIP().GraphLaunches()-launches0, "hipGraphLaunch count")
 }
 
 func TestReplayEqualsEagerSeedPrograms(t *testing.T) {

@@ -17,3 +17,11 @@ type Recorded interface {
 	// once no replay of it is in flight; the front package drains first.
 	Release() error
 }
+
+// GraphRecorded is a Recorded that may replay as one runtime graph (a
+// CUDA graph, a hipGraph). Graph reports whether it does and, if capture
+// was tried and failed, why (the recording then replays its calls in
+// order).
+type GraphRecorded interface {
+	Graph() (bool, error)
+}

@@ -149,6 +149,7 @@ type Lib struct {
 	sym     [numSyms]uintptr
 	scratch *cmem.Pool
 	launch  *cmem.Pool
+	graph   graphSyms // the hipGraph API, resolved on first use
 
 	errs      errcache.Cache[Error] // one immutable *Error per (function, code)
 	noDevOnce sync.Once

@@ -28,6 +28,24 @@ int main(void) {
   P(hipErrorNotSupported);
   P(hipErrorUnknown);
 
+  P(hipErrorIllegalState);
+  P(hipErrorStreamCaptureUnsupported);
+  P(hipErrorStreamCaptureInvalidated);
+  P(hipErrorStreamCaptureUnmatched);
+  P(hipErrorStreamCaptureIsolation);
+  P(hipErrorStreamCaptureImplicit);
+  P(hipErrorCapturedEvent);
+  P(hipErrorStreamCaptureWrongThread);
+  P(hipStreamCaptureModeGlobal);
+  P(hipStreamCaptureModeThreadLocal);
+  P(hipStreamCaptureModeRelaxed);
+  P(hipStreamCaptureStatusNone);
+  P(hipStreamCaptureStatusActive);
+  P(hipStreamCaptureStatusInvalidated);
+  P(sizeof(hipStreamCaptureMode));
+  P(sizeof(hipGraph_t));
+  P(sizeof(hipGraphExec_t));
+
   P(hipStreamDefault);
   P(hipStreamNonBlocking);
   P(hipEventDefault);

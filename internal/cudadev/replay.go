@@ -8,7 +8,10 @@ import (
 	"github.com/rocsync/rocsync/driver"
 )
 
-var _ driver.Recorder = (*Task)(nil)
+var (
+	_ driver.Recorder      = (*Task)(nil)
+	_ driver.GraphRecorded = (*recorded)(nil)
+)
 
 // recorded is a sequence prebuilt for one of the task's streams: a CUDA
 // graph captured from the driver calls of its ops, launched with one

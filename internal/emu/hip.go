@@ -26,6 +26,7 @@ type HIP struct {
 	funcs   map[hip.Function]*kernelImpl
 	pinned  map[unsafe.Pointer]bool // hipHostMalloc memory
 	next    uintptr
+	graphs  graphState // stream capture and hipGraph (hipgraph.go)
 
 	maxDynamicLDS atomic.Uint32 // the largest sharedMemBytes launched
 }
@@ -168,6 +169,9 @@ type cmd struct {
 	g     gemmArgs   // for cmdGemm
 	cp    copyArgs   // for cmdCopy
 	l     launchArgs // for cmdLaunch
+	// direct: a call HIP does not capture, which runs on the stream even
+	// while it captures (hipModuleLaunchKernel before HIP 5.3).
+	direct bool
 }
 
 // copyArgs is an asynchronous copy: the command carries its operands, so
@@ -246,6 +250,9 @@ type hstream struct {
 	closed bool
 	kaMu   sync.Mutex
 	kaFree []*kernargBuf // launch argument buffers not in use
+	// capture is the capture the stream takes part in (nil: none): its
+	// work is recorded into that graph instead of run.
+	capture *hcapture
 }
 
 func (h *HIP) StreamCreate(hd int, flags uint32) (hip.Stream, error) {
@@ -284,6 +291,7 @@ func (h *HIP) StreamDestroy(id hip.Stream) error {
 	h.mu.Lock()
 	delete(h.streams, id)
 	h.mu.Unlock()
+	h.endCaptureOnDestroy(s)
 	// hipStreamDestroy lets pending work finish.
 	s.synchronize()
 	s.mu.Lock()
@@ -299,6 +307,11 @@ func (s *hstream) enqueue(c cmd) error {
 	if s.closed {
 		s.mu.Unlock()
 		return hipErr("enqueue", hip.ErrorInvalidHandle, "stream destroyed")
+	}
+	if cp := s.capture; cp != nil && (c.kind == cmdWork || c.kind == cmdGemm || c.kind == cmdCopy || c.kind == cmdLaunch) && !c.direct {
+		s.mu.Unlock()
+		cp.add(c)
+		return nil
 	}
 	s.queued++
 	s.mu.Unlock()
@@ -474,6 +487,9 @@ func (h *HIP) StreamSynchronize(id hip.Stream) error {
 	if err != nil {
 		return err
 	}
+	if err := h.captureOngoing("hipStreamSynchronize", s); err != nil {
+		return err
+	}
 	return s.synchronize()
 }
 
@@ -487,6 +503,9 @@ var (
 func (h *HIP) StreamQuery(id hip.Stream) error {
 	s, err := h.stream("hipStreamQuery", id)
 	if err != nil {
+		return err
+	}
+	if err := h.captureOngoing("hipStreamQuery", s); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -514,6 +533,9 @@ type hevent struct {
 	// timing: created without hipEventDisableTiming, so that
 	// hipEventElapsedTime accepts it.
 	timing bool
+	// captured: the capture its newest record was made in (a record
+	// during capture is a graph dependency, not a stream command).
+	captured *hcapture
 }
 
 // hrecord is one record of an event; its fields are guarded by the
@@ -604,9 +626,13 @@ func (h *HIP) EventRecord(id hip.Event, sid hip.Stream) error {
 	if err != nil {
 		return err
 	}
+	if h.captureEventRecord(e, s) {
+		return nil
+	}
 	r := &hrecord{}
 	e.mu.Lock()
 	e.last = r
+	e.captured = nil
 	e.mu.Unlock()
 	return s.enqueue(cmd{kind: cmdRecord, ev: e, rec: r, what: "hipEventRecord"})
 }
@@ -697,6 +723,9 @@ func (h *HIP) StreamWaitEvent(sid hip.Stream, id hip.Event) error {
 	if err != nil {
 		return err
 	}
+	if done, err := h.captureStreamWait(e, s); done || err != nil {
+		return err
+	}
 	e.mu.Lock()
 	r := e.last
 	e.mu.Unlock()
@@ -706,6 +735,9 @@ func (h *HIP) StreamWaitEvent(sid hip.Stream, id hip.Event) error {
 func (h *HIP) Malloc(hd int, size uint64) (hip.DevicePtr, error) {
 	d, err := h.dev("hipMalloc", hd)
 	if err != nil {
+		return 0, err
+	}
+	if err := h.unsafeDuringCapture("hipMalloc"); err != nil {
 		return 0, err
 	}
 	dv := h.m.devices[d]
@@ -730,6 +762,9 @@ func (h *HIP) Malloc(hd int, size uint64) (hip.DevicePtr, error) {
 func (h *HIP) Free(hd int, p hip.DevicePtr) error {
 	d, err := h.dev("hipFree", hd)
 	if err != nil {
+		return err
+	}
+	if err := h.unsafeDuringCapture("hipFree"); err != nil {
 		return err
 	}
 	if p == 0 {
@@ -758,6 +793,9 @@ func (h *HIP) Free(hd int, p hip.DevicePtr) error {
 
 func (h *HIP) hostSpan(fn string, d int, p hip.DevicePtr, size uint64, write bool) ([]byte, error) {
 	if _, err := h.dev(fn, d); err != nil {
+		return nil, err
+	}
+	if err := h.unsafeDuringCapture("hipMemcpy"); err != nil {
 		return nil, err
 	}
 	var a *actor
@@ -939,7 +977,10 @@ func (h *HIP) ModuleLaunchKernel(f hip.Function, grid, block [3]uint32, sharedMe
 	} else {
 		l.heap = append([]byte(nil), args...)
 	}
-	return s.enqueue(cmd{kind: cmdLaunch, what: k.symbol, l: l})
+	// HIP before 5.3 has no capture for hipModuleLaunchKernel: the kernel
+	// runs on the stream even while it captures, and the graph lacks it.
+	direct := h.m.hipVersion() < hip.HIPVersionModuleLaunchCaptured
+	return s.enqueue(cmd{kind: cmdLaunch, what: k.symbol, l: l, direct: direct})
 }
 
 // runLaunch runs a kernel launched on the stream.
@@ -1043,6 +1084,9 @@ func (h *HIP) StreamWriteValue64(sid hip.Stream, ptr unsafe.Pointer, value uint6
 // access (HIP maps it to all of them).
 func (h *HIP) HostMalloc(size uint64) (unsafe.Pointer, error) {
 	h.init()
+	if err := h.unsafeDuringCapture("hipHostMalloc"); err != nil {
+		return nil, err
+	}
 	if size == 0 {
 		return nil, hipErr("hipHostMalloc", hip.ErrorInvalidValue, "size 0")
 	}

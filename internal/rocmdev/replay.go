@@ -6,25 +6,37 @@ import (
 
 	"github.com/rocsync/rocsync/driver"
 	"github.com/rocsync/rocsync/hip"
+	"github.com/rocsync/rocsync/internal/testhooks"
 	"github.com/rocsync/rocsync/kernels"
 	"github.com/rocsync/rocsync/queue"
 	"github.com/rocsync/rocsync/rocblas"
 )
 
-var _ driver.Recorder = (*Task)(nil)
+var (
+	_ driver.Recorder      = (*Task)(nil)
+	_ driver.GraphRecorded = (*recorded)(nil)
+)
 
 // recorded is a sequence prebuilt for one of the task's timelines: AQL
-// packets with their own kernargs for the HSA queue, or the stream calls
-// of the ops, made once, which one stream submission runs in order (the
-// HIP stream, kernels included under Unified). A hipGraph is not used:
-// HIP's graphs cost more per node than the calls themselves (issue 12),
-// and the emulator's HIP has no capture model.
+// packets with their own kernargs for the HSA queue, or, for the HIP
+// stream (library ops, and kernels too under Unified), a hipGraph
+// captured from the ops' calls, launched with one hipGraphLaunch per
+// replay. The calls are captured in relaxed mode on a stream of the
+// recording's own (no other task's event record lands in the graph, and
+// other threads' hipMalloc and stream synchronizations stay allowed),
+// with the task's rocBLAS handle bound to it for the capture. Where
+// capture fails or HIP would not capture every call (a library call that
+// synchronizes its stream, a HIP without the hipGraph API, HIP before 5.3,
+// which does not capture kernel launches), the recording keeps the calls
+// themselves, run in order by one stream submission; captureErr says why.
 type recorded struct {
-	t     *Task
-	ops   int
-	q     *queue.Recording
-	calls []func(stream uintptr) error
-	call  func(stream uintptr) error
+	t          *Task
+	ops        int
+	q          *queue.Recording
+	calls      []func(stream uintptr) error
+	call       func(stream uintptr) error
+	exec       hip.GraphExec // the instantiated graph, 0 without one
+	captureErr error
 }
 
 func (r *recorded) Ops() int { return r.ops }
@@ -33,6 +45,86 @@ func (r *recorded) Release() error {
 	if r.q != nil {
 		return r.q.Release()
 	}
+	if r.exec != 0 {
+		err := r.t.d.rt.HIP.(hip.GraphRuntime).GraphExecDestroy(r.exec)
+		r.exec = 0
+		return err
+	}
+	return nil
+}
+
+// Graph implements driver.GraphRecorded: whether the recording replays
+// as a hipGraph and, for a stream recording that does not, why capture
+// failed. HSA queue recordings are prebuilt packets, not graphs.
+func (r *recorded) Graph() (bool, error) { return r.exec != 0, r.captureErr }
+
+// ErrNotCaptured is the capture error of a stream recording that replays
+// its calls in order instead of as a hipGraph because HIP would not
+// capture all of them.
+var ErrNotCaptured = errors.New("rocmdev: not captured into a hipGraph")
+
+// captureCalls records calls into a hipGraph on a stream of its own and
+// instantiates it; on success r.call launches the graph. A library call's
+// function runs here once (what it enqueues is captured, not run), and
+// again at every replay only if capture failed.
+func (t *Task) captureCalls(r *recorded, calls []func(uintptr) error) (err error) {
+	hp := t.d.rt.HIP
+	if testhooks.SkipHIPCapture.Load() {
+		return fmt.Errorf("%w: testhooks.SkipHIPCapture", ErrNotCaptured)
+	}
+	gr, ok := hp.(hip.GraphRuntime)
+	if !ok {
+		return fmt.Errorf("%w: %w", ErrNotCaptured, hip.ErrGraphsUnavailable)
+	}
+	if rv, ok := hp.(hipVersionReporter); ok && !testhooks.ForceHIPCapture.Load() {
+		// HIP before 5.3 runs hipModuleLaunchKernel at capture instead of
+		// capturing it (the graph would lack rocsync's kernels and
+		// rocBLAS's), and its graphs of copies, which it does capture,
+		// cost more host time per replay than the calls themselves
+		// (docs/benchmarks.md, measured on HIP 5.2.3): no graphs there.
+		if v, err := rv.RuntimeVersion(); err == nil && v > 0 && v < hip.HIPVersionModuleLaunchCaptured {
+			return fmt.Errorf("%w: HIP %d does not capture hipModuleLaunchKernel (HIP 5.3 does), "+
+				"and its graphs of copies replay slower than the calls", ErrNotCaptured, v)
+		}
+	}
+	cs, err := hp.StreamCreate(t.d.hipIndex, hip.StreamNonBlocking)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, hp.StreamDestroy(cs)) }()
+	if t.st.BLAS != 0 {
+		blas := t.d.rt.BLAS
+		if err := blas.SetStream(t.st.BLAS, cs); err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, blas.SetStream(t.st.BLAS, hip.Stream(t.st.Stream.Handle()))) }()
+	}
+	if err := gr.StreamBeginCapture(cs, hip.StreamCaptureModeRelaxed); err != nil {
+		return err
+	}
+	var callErr error
+	for _, c := range calls {
+		if callErr = c(uintptr(cs)); callErr != nil {
+			break
+		}
+	}
+	g, endErr := gr.StreamEndCapture(cs)
+	if err := errors.Join(callErr, endErr); err != nil {
+		if g != 0 {
+			err = errors.Join(err, gr.GraphDestroy(g))
+		}
+		return err
+	}
+	exec, err := gr.GraphInstantiate(g)
+	err = errors.Join(err, gr.GraphDestroy(g))
+	if err != nil {
+		if exec != 0 {
+			err = errors.Join(err, gr.GraphExecDestroy(exec))
+		}
+		return err
+	}
+	r.exec = exec
+	r.call = func(s uintptr) error { return gr.GraphLaunch(exec, hip.Stream(s)) }
 	return nil
 }
 
@@ -72,14 +164,16 @@ func (t *Task) Record(lane driver.Lane, ops []driver.Op) (driver.Recorded, error
 		}
 		r.calls = append(r.calls, c)
 	}
-	calls := r.calls
-	r.call = func(s uintptr) error {
-		for _, c := range calls {
-			if err := c(s); err != nil {
-				return err
+	if r.captureErr = t.captureCalls(r, r.calls); r.captureErr != nil {
+		calls := r.calls
+		r.call = func(s uintptr) error {
+			for _, c := range calls {
+				if err := c(s); err != nil {
+					return err
+				}
 			}
+			return nil
 		}
-		return nil
 	}
 	return r, nil
 }
@@ -150,7 +244,7 @@ func (t *Task) gemmCall(g driver.GemmArgs) (func(uintptr) error, error) {
 }
 
 // replay submits a recorded sequence: one Replay of the queue's packets,
-// or one stream submission of the recorded calls.
+// or one stream submission: a hipGraphLaunch, or the recorded calls.
 func (t *Task) replay(op *driver.Op) (uint64, error) {
 	r, ok := op.Recorded.(*recorded)
 	if !ok || r.t != t {

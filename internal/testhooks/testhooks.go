@@ -15,3 +15,14 @@ var SkipKernargAllowAccess atomic.Bool
 // has not completed (no wait for it): the host then overwrites pinned
 // memory a copy still reads, or reads memory a copy still fills.
 var SkipStagingWait atomic.Bool
+
+// ForceHIPCapture makes rocmdev capture a stream recording into a hipGraph
+// even on a HIP (before 5.3) that does not capture hipModuleLaunchKernel,
+// to show what that HIP then does: the kernels run at capture and the
+// graph lacks them.
+var ForceHIPCapture atomic.Bool
+
+// SkipHIPCapture makes rocmdev replay every stream recording as its
+// recorded calls in order (no hipGraph), for benchmarks that compare the
+// two on the real HIP.
+var SkipHIPCapture atomic.Bool
