@@ -1,12 +1,10 @@
 package rocsync
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"math"
 	"testing"
-	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
@@ -420,25 +418,6 @@ func TestReplayIndependentSegmentFollowsExternalWork(t *testing.T) {
 			}
 			require.NoError(t, rec.Close())
 			require.NoError(t, tk.Close())
-		})
-	}
-}
-
-// A traced replay draws one op per segment, each counted as a dispatch,
-// and its waits like any op's: the trace matches the counters.
-func TestReplayTraceMatchesStats(t *testing.T) {
-	for _, pol := range allPolicies {
-		t.Run(pol.String(), func(t *testing.T) {
-			var buf bytes.Buffer
-			nop := zerolog.Nop()
-			d, err := Open(Options{Backend: Emulator, Policy: pol, Logger: &nop, Trace: NewTrace(&buf), TraceName: "replay",
-				Emulator: EmulatorOptions{HazardChecker: true, MaxDelay: 30 * time.Microsecond, Seed: 3}})
-			require.NoError(t, err)
-			tk := d.DefaultTask() // its host track is the trace's "host"
-			checkReplayEqualsEager(t, d, tk, replaySeedPrograms[2], 16, 2)
-			require.NoError(t, d.Close())
-			require.Empty(t, d.Hazards())
-			checkTrace(t, buf.Bytes(), "replay", d.Stats())
 		})
 	}
 }
