@@ -347,10 +347,20 @@ func runReplayPair(cfg config, g *raw.GPU, p pair, progress *progress) (r replay
 	r.RocReplayHostWaitsPerIter, r.RocReplayDeviceWaitsPerIter = float64(replayWaits)/it, float64(replayDevWaits)/it
 	r.RocEagerHostWaitsPerIter = float64(eagerWaits) / it
 
-	// Allocations of each run alone.
+	// Allocations of each run alone, each after a collection and one
+	// iteration outside the window: the collection runs the cleanups of
+	// an earlier run's garbage (rocsync eager's arrays) before the window,
+	// and the iteration refills the sync.Pools it emptied. A collection
+	// inside the window still shows as a few allocations (sync.Pool
+	// refills, in purego and in cuda's C-memory pool) in whatever run it
+	// falls.
 	n := allocIters(cfg)
 	for k := range runs {
 		var a0, a1 runtime.MemStats
+		runtime.GC()
+		if _, _, err := runs[k].iterate(); err != nil {
+			return r, fmt.Errorf("%s: %w", runs[k].name, err)
+		}
 		runtime.ReadMemStats(&a0)
 		for i := 0; i < n; i++ {
 			if _, _, err := runs[k].iterate(); err != nil {
