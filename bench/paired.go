@@ -6,7 +6,8 @@ package main
 // that both see the same machine state. Run separately, the two programs
 // drift by tens of percent between runs on a VM, which hides a 10%
 // overhead; paired, the ratio of the medians (and the median of the
-// per-pair ratios) resolves it.
+// per-pair ratios) resolves it. With -replay, pairedreplay.go runs four
+// in turn: raw eager, raw CUDA-graph replay, rocsync eager, rocsync replay.
 
 import (
 	"errors"

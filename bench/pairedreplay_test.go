@@ -231,6 +231,27 @@ func TestPairedReplayOnFakeCUDA(t *testing.T) {
 	}
 }
 
+// chain99 in the eager paired mode: raw's chain99 against rocsync's,
+// equal results (the same kernel, 99 times), 99 ops per iteration.
+func TestPairedChain99OnFakeCUDA(t *testing.T) {
+	fakeCUDA(t)
+	var out, errOut bytes.Buffer
+	if err := run([]string{"-paired-raw", "-backend", "cuda", "-programs", "chain99", "-n", "8", "-iters", "3", "-warmup", "1", "-json"}, &out, &errOut); err != nil {
+		t.Fatalf("%v\n%s", err, errOut.String())
+	}
+	var po pairedOutput
+	if err := json.Unmarshal(out.Bytes(), &po); err != nil {
+		t.Fatal(err)
+	}
+	if len(po.Pairs) != 1 {
+		t.Fatalf("%d pairs", len(po.Pairs))
+	}
+	r := po.Pairs[0]
+	if r.RawProgram != "chain99" || r.Policy != "DeviceSide" || r.OpsPerIter != 99 || !r.SameChecksum || r.RawChecksum == 0 || r.RawMaxRelErr > 1e-5 {
+		t.Errorf("%+v", r)
+	}
+}
+
 // bench's chain99 runs raw's chain99 on rocsync: on the emulator its
 // checksum is the float32 product y^100 elementwise (y = 1 + x), and its
 // replay computes the same.
