@@ -10,14 +10,14 @@ import (
 // Synchronize, free the temporaries), allocates exactly its new arrays'
 // Go values: nothing in rocsync's op path or in the harness allocates per
 // iteration, so the allocation counts that -paired-raw reports are the
-// arrays'. matmul and elementwise make 3 arrays, mixed 2 per repetition,
-// the mlp step none.
+// arrays'. matmul and elementwise make 3 arrays, chain99 99, mixed 2 per
+// repetition, the mlp step none.
 func TestSeedIterationAllocatesOnlyItsArrays(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector's instrumentation allocates")
 	}
 	cfg := config{n: 16, repeat: 3, seed: 1, mlp: mlpSizes{16, 16, 16, 16}}
-	want := map[string]float64{"matmul": 3, "elementwise": 3, "mixed": 6, "mlp": 0}
+	want := map[string]float64{"matmul": 3, "elementwise": 3, "mixed": 6, "mlp": 0, "chain99": 99}
 	for _, pol := range []rocsync.Policy{rocsync.DeviceSide, rocsync.Unified, rocsync.DeviceBridge} {
 		for _, p := range programs {
 			t.Run(pol.String()+"/"+p.name, func(t *testing.T) {

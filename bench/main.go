@@ -9,6 +9,7 @@
 //	go run ./bench -json > results.json
 //	go run ./bench -plot bench.png       # the table, and a bar chart
 //	go run ./bench -backend cuda -paired-raw -iters 2000
+//	go run ./bench -backend cuda -paired-raw -replay -iters 3000
 //
 // Programs: matmul and elementwise (the seed's three chained ops), mixed
 // ((x∘x)·x, -repeat times) and mlp (one MLP training step with Adam; see
@@ -17,7 +18,9 @@
 // With -paired-raw (CUDA only; paired.go) it times rocsync against the
 // same op sequences written directly on the driver API and cuBLAS
 // (bench/rawcuda/raw), alternating one raw and one rocsync iteration in one
-// process, and reports the ratios.
+// process, and reports the ratios. With -paired-raw -replay
+// (pairedreplay.go) it alternates four: raw eager, raw CUDA-graph replay,
+// rocsync eager and rocsync replay.
 package main
 
 import (
@@ -108,6 +111,10 @@ type result struct {
 	Interleaved bool `json:"interleaved,omitempty"`
 	// Mode is "replay" for a replayed recording (-replay), "" for eager.
 	Mode string `json:"mode,omitempty"`
+	// ReplayOverEager (replayed runs) is this run's total median over the
+	// eager run's of the same program and policy (issue 12's "replayed
+	// mlp training step against eager": aim ≤ 0.5).
+	ReplayOverEager float64 `json:"replay_total_over_eager,omitempty"`
 }
 
 // tablePolicy is the policy as the tables name it: "DeviceSide replay"
@@ -278,7 +285,7 @@ func newFlagSet(cfg *config, fl *flagStrings) *flag.FlagSet {
 	fs.IntVar(&cfg.mlp.hidden, "hidden", 128, "mlp: hidden units")
 	fs.IntVar(&cfg.mlp.out, "out", 16, "mlp: outputs")
 	fs.Uint64Var(&cfg.seed, "seed", 1, "input seed (also seeds the emulator's delays)")
-	fs.StringVar(&fl.programs, "programs", "matmul,elementwise,mixed,mlp", "comma-separated programs: matmul, elementwise, mixed, mlp, dp-mlp")
+	fs.StringVar(&fl.programs, "programs", "matmul,elementwise,mixed,mlp", "comma-separated programs: matmul, elementwise, mixed, mlp, chain99, dp-mlp")
 	fs.IntVar(&cfg.devices, "devices", 2, "dp-mlp: devices to split the batch over (also run on 1, the reference)")
 	fs.StringVar(&fl.policies, "policies", "WaitAlways,SkipSameQueue,DeviceSide,Unified,DeviceBridge", "comma-separated policies")
 	fs.StringVar(&fl.backend, "backend", "auto", "auto, emulator, rocm or cuda")
@@ -291,14 +298,16 @@ func newFlagSet(cfg *config, fl *flagStrings) *flag.FlagSet {
 	fs.BoolVar(&cfg.paired, "paired-raw", false,
 		"CUDA only: time rocsync against the same op sequences on the raw driver API and cuBLAS (bench/rawcuda), "+
 			"one raw and one rocsync iteration in turn in this process; without -policies, DeviceSide on matmul, elementwise "+
-			"and mixed, and DeviceBridge and Unified on mixed")
+			"and mixed, and DeviceBridge and Unified on mixed (chain99 too if named by -programs). With -replay: raw eager, "+
+			"raw CUDA-graph replay, rocsync eager and rocsync replay in turn, on matmul, elementwise, chain99 and mixed")
 	fs.BoolVar(&cfg.rawPerCall, "raw-percall", false, "-paired-raw: the raw side sets the context on every call, as rocsync does (rawcuda -percall)")
 	fs.BoolVar(&cfg.interleave, "interleave", false,
 		"open every policy's device at once and run one iteration of each in turn, so that the policies' ratios "+
 			"are not skewed by the machine's speed drifting between one policy's run and the next")
 	fs.BoolVar(&cfg.replay, "replay", false,
 		"run every program and policy twice: eagerly, and recorded once (Task.Record) and replayed each iteration "+
-			"(Recording.Replay); the tables show both, the replayed runs as 'policy replay'")
+			"(Recording.Replay); the tables show both, the replayed runs as 'policy replay', and replay/eager; "+
+			"with -paired-raw, against the raw driver's CUDA-graph replay (see -paired-raw)")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 	fs.IntVar(&cfg.cpuProfileHz, "cpuprofile-hz", 100, "-cpuprofile: samples per second (the runtime's default is 100)")
 	fs.StringVar(&cfg.traceFile, "trace", "",
@@ -323,6 +332,9 @@ Programs (-programs):
   mixed        (x∘x)·x, -repeat times: one HSA->HIP crossing each
   mlp          one training step of a two-layer MLP with Adam (-batch, -in,
                -hidden, -out)
+  chain99      y = 1 + x, then t1 = y∘y, t(i+1) = y∘t(i): 99 chained
+               multiplies, for per-op and replay costs (not in the default
+               list; with -paired-raw -replay it is)
   dp-mlp       the mlp data-parallel: the batch split over -devices devices,
                gradients all-reduced before Adam; run on 1 and -devices
                devices, with host waits per step and scaling efficiency
@@ -343,6 +355,9 @@ Examples:
   bench -backend emulator -json-file results.json -plot bench.png
   bench -backend cuda -paired-raw -iters 2000
   bench -replay -policies DeviceSide,Unified   eager against record and replay
+  bench -backend cuda -paired-raw -replay -iters 3000
+                                          raw eager, raw CUDA graph, rocsync
+                                          eager and rocsync replay, in turn
 
 Flags:
 `
@@ -390,7 +405,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			return cfg, errors.New("-plot draws the policy table; it does not combine with -paired-raw")
 		}
 		if !set["programs"] {
-			progs = strings.Join(pairedPrograms, ",")
+			progs = strings.Join(defaultPairedPrograms(cfg.replay), ",")
 		}
 		if cfg.interleave {
 			return cfg, errors.New("-interleave is for the policy table; -paired-raw already alternates raw and rocsync")
@@ -442,7 +457,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		cfg.policies = append(cfg.policies, pol)
 	}
 	if cfg.paired {
-		pairs, err := pairsFor(cfg.programs, cfg.policies, set["policies"])
+		pairs, err := pairsFor(cfg.programs, cfg.policies, set["policies"], cfg.replay)
 		if err != nil {
 			return cfg, err
 		}
@@ -684,9 +699,18 @@ func (p *policyRun) close() error {
 
 func fillRatios(rs []result) {
 	base := map[string]result{}
+	eager := map[[2]string]result{}
 	for _, r := range rs {
 		if r.Policy == rocsync.WaitAlways.String() && r.Mode == "" {
 			base[r.Program] = r
+		}
+		if r.Mode == "" {
+			eager[[2]string{r.Program, r.Policy}] = r
+		}
+	}
+	for i := range rs {
+		if e, ok := eager[[2]string{rs[i].Program, rs[i].Policy}]; ok && rs[i].Mode != "" && e.TotalMedianUS > 0 {
+			rs[i].ReplayOverEager = rs[i].TotalMedianUS / e.TotalMedianUS
 		}
 	}
 	for i := range rs {
@@ -776,6 +800,35 @@ func printTable(out io.Writer, cfg config, rs []result) {
 	for _, r := range rs {
 		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t%d\t%.6g\t\n", names(r.Program, r.tablePolicy()),
 			r.HostWaitsPerIter, r.BoundaryPerIter, r.DeviceWaitsIter, r.Crossings, r.Checksum)
+	}
+	tw.Flush()
+	printReplayOverEager(w, names, rs)
+}
+
+// printReplayOverEager (-replay) prints each replayed run's total median
+// against the eager run's of its program and policy.
+func printReplayOverEager(w io.Writer, names func(prog, pol string) string, rs []result) {
+	eager := map[[2]string]result{}
+	replayed := false
+	for _, r := range rs {
+		if r.Mode == "" {
+			eager[[2]string{r.Program, r.Policy}] = r
+		}
+		replayed = replayed || r.ReplayOverEager > 0
+	}
+	if !replayed {
+		return
+	}
+	fmt.Fprintln(w, "\nReplayed against eager, total medians in µs (a ratio under 1 is replay's gain).")
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "%s\teager total\treplay total\treplay/eager\t\n", names("program", "policy"))
+	for _, r := range rs {
+		if r.ReplayOverEager == 0 {
+			continue
+		}
+		e := eager[[2]string{r.Program, r.Policy}]
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.3f\t\n", names(r.Program, r.Policy), e.TotalMedianUS, r.TotalMedianUS, r.ReplayOverEager)
 	}
 	tw.Flush()
 }

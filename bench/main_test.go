@@ -486,6 +486,11 @@ func TestReplayFlag(t *testing.T) {
 		if r.Program != "mlp" && r.Checksum != e.Checksum {
 			t.Errorf("%s: replay checksum %v, eager %v", key, r.Checksum, e.Checksum)
 		}
+		// The replay/eager total ratio, per program and policy (mlp's is
+		// issue 12's "replayed training step against eager").
+		if want := r.TotalMedianUS / e.TotalMedianUS; r.ReplayOverEager != want || e.ReplayOverEager != 0 {
+			t.Errorf("%s: replay/eager %v, want %v (eager run's %v)", key, r.ReplayOverEager, want, e.ReplayOverEager)
+		}
 		// Like the eager runs (whose counts vary with timing: a crossing
 		// that finds its producer complete skips the wait), at most one
 		// host wait per crossing, and none under Unified.
@@ -499,5 +504,38 @@ func TestReplayFlag(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "DeviceSide replay") {
 		t.Errorf("the table does not show the replayed run:\n%s", out.String())
+	}
+	// The replay/eager table: one row per replayed run, within 100 columns.
+	out.Reset()
+	if err := run(args("-replay", "-programs", "mlp", "-policies", "DeviceSide,DeviceBridge"), &out, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	s := out.String()
+	i := strings.Index(s, "Replayed against eager")
+	if i < 0 {
+		t.Fatalf("no replay/eager table:\n%s", s)
+	}
+	rows := 0
+	for _, l := range strings.Split(s[i:], "\n") {
+		if len([]rune(l)) > 100 {
+			t.Errorf("line of %d columns: %q", len([]rune(l)), l)
+		}
+		if f := strings.Fields(l); len(f) == 5 && f[0] == "mlp" {
+			rows++
+			if f[1] != "DeviceSide" && f[1] != "DeviceBridge" {
+				t.Errorf("row %q", l)
+			}
+		}
+	}
+	if rows != 2 || !strings.Contains(s, "replay/eager") {
+		t.Errorf("%d replay/eager rows:\n%s", rows, s)
+	}
+	// Without -replay, no such table.
+	out.Reset()
+	if err := run(args("-programs", "elementwise", "-policies", "DeviceSide"), &out, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "Replayed against eager") {
+		t.Errorf("a replay/eager table without -replay:\n%s", out.String())
 	}
 }

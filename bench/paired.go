@@ -6,7 +6,8 @@ package main
 // that both see the same machine state. Run separately, the two programs
 // drift by tens of percent between runs on a VM, which hides a 10%
 // overhead; paired, the ratio of the medians (and the median of the
-// per-pair ratios) resolves it.
+// per-pair ratios) resolves it. With -replay, pairedreplay.go runs four
+// in turn: raw eager, raw CUDA-graph replay, rocsync eager, rocsync replay.
 
 import (
 	"errors"
@@ -43,8 +44,29 @@ var defaultPairs = []pair{
 	{"mixed", rocsync.Unified, "mixed/one-stream"},
 }
 
+// defaultReplayPairs are what -paired-raw -replay runs when -policies is
+// not given: the default pairs and chain99, the 99-op chain of the
+// replay host-cost target.
+var defaultReplayPairs = []pair{
+	{"matmul", rocsync.DeviceSide, "matmul"},
+	{"elementwise", rocsync.DeviceSide, "elementwise"},
+	{"chain99", rocsync.DeviceSide, "chain99"},
+	{"mixed", rocsync.DeviceSide, "mixed/host-wait"},
+	{"mixed", rocsync.DeviceBridge, "mixed/event"},
+	{"mixed", rocsync.Unified, "mixed/one-stream"},
+}
+
 // pairedPrograms are the programs that have a raw counterpart.
-var pairedPrograms = []string{"matmul", "elementwise", "mixed"}
+var pairedPrograms = []string{"matmul", "elementwise", "mixed", "chain99"}
+
+// defaultPairedPrograms is -programs' default with -paired-raw: chain99,
+// 99 ops an iteration, only with -replay, whose host-cost target names it.
+func defaultPairedPrograms(replay bool) []string {
+	if replay {
+		return []string{"matmul", "elementwise", "chain99", "mixed"}
+	}
+	return []string{"matmul", "elementwise", "mixed"}
+}
 
 // rawShapeFor is the raw program with the shape of prog under pol: one
 // stream for matmul and elementwise (every policy but WaitAlways makes no
@@ -70,12 +92,16 @@ func rawShapeFor(prog string, pol rocsync.Policy) (string, error) {
 }
 
 // pairsFor turns the -programs and -policies lists into pairs: the default
-// pairs (for the programs chosen) when -policies was not given, else every
-// program under every policy.
-func pairsFor(progs []string, pols []rocsync.Policy, policiesSet bool) ([]pair, error) {
+// pairs (for the programs chosen; with replay, defaultReplayPairs) when
+// -policies was not given, else every program under every policy.
+func pairsFor(progs []string, pols []rocsync.Policy, policiesSet, replay bool) ([]pair, error) {
 	var out []pair
 	if !policiesSet {
-		for _, p := range defaultPairs {
+		defaults := defaultPairs
+		if replay {
+			defaults = defaultReplayPairs
+		}
+		for _, p := range defaults {
 			if slices.Contains(progs, p.program) {
 				out = append(out, p)
 			}
@@ -83,6 +109,10 @@ func pairsFor(progs []string, pols []rocsync.Policy, policiesSet bool) ([]pair, 
 		for _, prog := range progs {
 			if !slices.Contains(pairedPrograms, prog) {
 				return nil, fmt.Errorf("-paired-raw: program %q has no raw counterpart (want %s)", prog, strings.Join(pairedPrograms, ", "))
+			}
+			if !slices.ContainsFunc(out, func(p pair) bool { return p.program == prog }) {
+				// chain99 in the eager mode: DeviceSide, as the seed programs.
+				out = append(out, pair{prog, rocsync.DeviceSide, prog})
 			}
 		}
 		return out, nil
@@ -244,6 +274,9 @@ func allocIters(cfg config) int { return min(cfg.iters, 500) }
 // runPaired is the whole paired mode: print a table (or JSON) and save
 // JSON as the flags ask.
 func runPaired(cfg config, stdout io.Writer) error {
+	if cfg.replay {
+		return runPairedReplay(cfg, stdout)
+	}
 	out, err := pairedAll(cfg)
 	if err != nil {
 		return err
@@ -267,19 +300,12 @@ func pairedAll(cfg config) (*pairedOutput, error) {
 	// rocsync's calls (cuda.Ctx) find that same context current.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	g, err := raw.Open(0, cfg.rawPerCall)
+	g, err := openRaw(cfg)
 	if err != nil {
-		return nil, &rocsync.Error{Op: "Open", Kind: rocsync.ErrUnavailable, Detail: "-paired-raw: the raw CUDA baseline", Err: err}
+		return nil, err
 	}
-	out := &pairedOutput{Meta: pairedMeta{Raw: g.Meta(), Backend: "cuda", N: cfg.n, Repeat: cfg.repeat, Iterations: cfg.iters,
-		Warmup: cfg.warmup, AllocIters: allocIters(cfg), RawPerCall: cfg.rawPerCall, GoVersion: runtime.Version(),
-		GOMAXPROCS: runtime.GOMAXPROCS(0), GOGC: os.Getenv("GOGC")}}
-	out.Run = newRunMeta(cfg, time.Now())
-	out.Run.Backend, out.Run.Device, out.Run.Target = "cuda", out.Meta.Raw.Device, "sm_"+strings.ReplaceAll(out.Meta.Raw.ComputeCap, ".", "")
-	if v := out.Meta.Raw.DriverVersion; v > 0 {
-		out.Run.Driver = fmt.Sprintf("CUDA driver %d.%d", v/1000, v%1000/10) // as Device.DriverVersion
-
-	}
+	out := &pairedOutput{}
+	out.Run, out.Meta = pairedMetaFor(cfg, g)
 	// Progress counts the warm-up and measured pair iterations and each
 	// side's allocation-counting ones.
 	perPair := cfg.warmup + cfg.iters + 2*allocIters(cfg)
@@ -295,6 +321,30 @@ func pairedAll(cfg config) (*pairedOutput, error) {
 		out.Pairs = append(out.Pairs, r)
 	}
 	return out, g.Close()
+}
+
+// openRaw opens the raw baseline's GPU (the caller holds
+// runtime.LockOSThread).
+func openRaw(cfg config) (*raw.GPU, error) {
+	g, err := raw.Open(0, cfg.rawPerCall)
+	if err != nil {
+		return nil, &rocsync.Error{Op: "Open", Kind: rocsync.ErrUnavailable, Detail: "-paired-raw: the raw CUDA baseline", Err: err}
+	}
+	return g, nil
+}
+
+// pairedMetaFor is the run's machine and settings, and the raw side's
+// device and start-up costs.
+func pairedMetaFor(cfg config, g *raw.GPU) (runMeta, pairedMeta) {
+	m := pairedMeta{Raw: g.Meta(), Backend: "cuda", N: cfg.n, Repeat: cfg.repeat, Iterations: cfg.iters,
+		Warmup: cfg.warmup, AllocIters: allocIters(cfg), RawPerCall: cfg.rawPerCall, GoVersion: runtime.Version(),
+		GOMAXPROCS: runtime.GOMAXPROCS(0), GOGC: os.Getenv("GOGC")}
+	run := newRunMeta(cfg, time.Now())
+	run.Backend, run.Device, run.Target = "cuda", m.Raw.Device, "sm_"+strings.ReplaceAll(m.Raw.ComputeCap, ".", "")
+	if v := m.Raw.DriverVersion; v > 0 {
+		run.Driver = fmt.Sprintf("CUDA driver %d.%d", v/1000, v%1000/10) // as Device.DriverVersion
+	}
+	return run, m
 }
 
 func runPair(cfg config, g *raw.GPU, p pair, progress *progress) (r pairResult, err error) {

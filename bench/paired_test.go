@@ -32,8 +32,8 @@ func TestPairedFlags(t *testing.T) {
 	if !cfg.paired || cfg.rawPerCall || cfg.backend != rocsync.CUDA || cfg.iters != 2000 || cfg.warmup != 100 {
 		t.Errorf("parsed %+v", cfg)
 	}
-	if !slices.Equal(cfg.programs, pairedPrograms) {
-		t.Errorf("programs %q, want %q (mlp has no raw counterpart)", cfg.programs, pairedPrograms)
+	if !slices.Equal(cfg.programs, defaultPairedPrograms(false)) {
+		t.Errorf("programs %q, want %q (mlp has no raw counterpart)", cfg.programs, defaultPairedPrograms(false))
 	}
 	if !slices.Equal(cfg.pairs, defaultPairs) {
 		t.Errorf("pairs %v, want %v", cfg.pairs, defaultPairs)

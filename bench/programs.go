@@ -46,6 +46,28 @@ var programs = []program{
 		return fmt.Sprintf("%dx%d, repeat %d", cfg.n, cfg.n, cfg.repeat)
 	}, setup: setupMixed},
 	{name: "mlp", crossings: mlpCrossings, shape: func(cfg config) string { return cfg.mlp.String() }, setup: setupMLP},
+	{name: "chain99", crossings: noCrossings, shape: square, setup: setupChain},
+}
+
+// chainLength is chain99's number of multiplies, as in bench/rawcuda/raw.
+const chainLength = 99
+
+// setupChain is chain99, raw's chain99 op for op: t1 = y∘y,
+// t(i+1) = y∘t(i), 99 multiplies, where y = 1 + x (added in float32 on
+// the host, as raw does) so that the product neither under- nor
+// overflows; raw runs the same kernel, so the checksums are equal.
+func setupChain(d *rocsync.Device, _ *rocsync.Task, cfg config) (state, error) {
+	y := measure.InputMatrix(cfg.n, cfg.seed)
+	for i := range y {
+		y[i] += 1
+	}
+	x, err := d.FromFloat32(cfg.n, cfg.n, y)
+	if err != nil {
+		return nil, err
+	}
+	return &seedState{x: x, f: func(t *rocsync.Task, x, a *rocsync.Array) (*rocsync.Array, error) {
+		return t.Mul(x, a)
+	}, reps: chainLength}, nil
 }
 
 func noCrossings(config) crossingCount { return crossingCount{} }
