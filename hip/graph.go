@@ -1,12 +1,6 @@
 package hip
 
-import (
-	"errors"
-	"fmt"
-	"sync"
-
-	"github.com/ebitengine/purego"
-)
+import "errors"
 
 // Graph and GraphExec are hipGraph_t and hipGraphExec_t (pointers in C).
 type (
@@ -110,33 +104,10 @@ var GraphSymbols = []string{
 	gsExecDestroy:  "hipGraphExecDestroy",
 }
 
-// graphSyms is the lazily resolved hipGraph API.
-type graphSyms struct {
-	once sync.Once
-	addr [numGraphSyms]uintptr
-	err  error
-}
-
+// graphSym returns hipGraph function i, resolving them all on the first
+// call.
 func (l *Lib) graphSym(i int) (uintptr, error) {
-	g := &l.graph
-	g.once.Do(func() {
-		var missing []string
-		for j, name := range GraphSymbols {
-			a, err := purego.Dlsym(l.handle, name)
-			if err != nil || a == 0 {
-				missing = append(missing, name)
-				continue
-			}
-			g.addr[j] = a
-		}
-		if missing != nil {
-			g.err = fmt.Errorf("%w: %s lacks %v", ErrGraphsUnavailable, l.path, missing)
-		}
-	})
-	if g.err != nil {
-		return 0, g.err
-	}
-	return g.addr[i], nil
+	return l.graph.Addr(l.handle, l.path, GraphSymbols, i, ErrGraphsUnavailable)
 }
 
 // graphCall calls hipGraph function i with args (integers or C
