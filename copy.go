@@ -103,20 +103,16 @@ func (p *stagingPool) take(d *Device, op string, size uint64) (*stagingSlot, err
 				return s, nil
 			}
 			// Too small: replace it by one that fits.
-			if err := hm.HostFree(s.p); err != nil {
-				return nil, &Error{Op: op, Kind: ErrUnavailable, Detail: "freeing pinned staging memory", Err: err}
+			if err := freeStaging(hm, op, s.p); err != nil {
+				return nil, err
 			}
 			p.slots = append(p.slots[:i], p.slots[i+1:]...)
 			break
 		}
 	}
-	n := uint64(minStaging)
-	for n < size {
-		n *= 2
-	}
-	ptr, err := hm.HostAlloc(n)
+	ptr, n, err := allocStaging(hm, op, size)
 	if err != nil {
-		return nil, &Error{Op: op, Kind: ErrUnavailable, Detail: "allocating pinned staging memory", Err: err}
+		return nil, err
 	}
 	if d.machine != nil {
 		d.machine.TrackHost(ptr) // the checker sees the host's and the DMA's accesses to it
@@ -124,6 +120,30 @@ func (p *stagingPool) take(d *Device, op string, size uint64) (*stagingSlot, err
 	s := &stagingSlot{p: ptr, size: n, busy: true}
 	p.slots = append(p.slots, s)
 	return s, nil
+}
+
+// allocStaging allocates pinned host memory for a staging slot of at
+// least size bytes (upload/download staging and peer staging alike): the
+// smallest power of two from minStaging that holds size, so that a slot
+// serves the sizes near its own.
+func allocStaging(hm driver.HostMemory, op string, size uint64) (unsafe.Pointer, uint64, error) {
+	n := uint64(minStaging)
+	for n < size {
+		n *= 2
+	}
+	ptr, err := hm.HostAlloc(n)
+	if err != nil {
+		return nil, 0, &Error{Op: op, Kind: ErrUnavailable, Detail: "allocating pinned staging memory", Err: err}
+	}
+	return ptr, n, nil
+}
+
+// freeStaging frees a staging slot's memory that a pool replaces.
+func freeStaging(hm driver.HostMemory, op string, p unsafe.Pointer) error {
+	if err := hm.HostFree(p); err != nil {
+		return &Error{Op: op, Kind: ErrUnavailable, Detail: "freeing pinned staging memory", Err: err}
+	}
+	return nil
 }
 
 // put hands a slot back with the fence of the copy that used it.

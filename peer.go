@@ -329,20 +329,16 @@ func (p *peerCopies) take(d *Device, op string, size uint64) (*peerSlot, error) 
 			if err := d.drainSlot(op, s); err != nil {
 				return nil, err
 			}
-			if err := hm.HostFree(s.p); err != nil {
-				return nil, &Error{Op: op, Kind: ErrUnavailable, Detail: "freeing pinned staging memory", Err: err}
+			if err := freeStaging(hm, op, s.p); err != nil {
+				return nil, err
 			}
 			p.slots = append(p.slots[:i], p.slots[i+1:]...)
 			break
 		}
 	}
-	n := uint64(minStaging)
-	for n < size {
-		n *= 2
-	}
-	ptr, err := hm.HostAlloc(n)
+	ptr, n, err := allocStaging(hm, op, size)
 	if err != nil {
-		return nil, &Error{Op: op, Kind: ErrUnavailable, Detail: "allocating pinned staging memory", Err: err}
+		return nil, err
 	}
 	s := &peerSlot{p: ptr, busy: true}
 	s.buf.dev, s.buf.size = d, n
