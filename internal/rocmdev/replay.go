@@ -7,9 +7,7 @@ import (
 	"github.com/rocsync/rocsync/driver"
 	"github.com/rocsync/rocsync/hip"
 	"github.com/rocsync/rocsync/internal/testhooks"
-	"github.com/rocsync/rocsync/kernels"
 	"github.com/rocsync/rocsync/queue"
-	"github.com/rocsync/rocsync/rocblas"
 )
 
 var (
@@ -216,31 +214,11 @@ func (t *Task) streamCall(op *driver.Op) (func(uintptr) error, error) {
 
 // gemmCall is gemm's rocBLAS call as a function of the stream.
 func (t *Task) gemmCall(g driver.GemmArgs) (func(uintptr) error, error) {
-	blas := t.d.rt.BLAS
-	if blas == nil {
-		return nil, fmt.Errorf("%w: %w", ErrNoBLAS, t.d.rt.BLASErr)
+	c, err := t.rocGemm(&g)
+	if err != nil {
+		return nil, err
 	}
-	opA, opB := rocblas.OperationNone, rocblas.OperationNone
-	if g.TransA {
-		opA = rocblas.OperationTranspose
-	}
-	if g.TransB {
-		opB = rocblas.OperationTranspose
-	}
-	h := t.st.BLAS
-	m, n, k, lda, ldb, ldc := int32(g.M), int32(g.N), int32(g.K), int32(g.LDA), int32(g.LDB), int32(g.LDC)
-	a, b, c, alpha, beta := hip.DevicePtr(g.A), hip.DevicePtr(g.B), hip.DevicePtr(g.C), g.Alpha, g.Beta
-	switch g.DType {
-	case kernels.F32:
-		return func(uintptr) error {
-			return blas.Sgemm(h, opA, opB, m, n, k, float32(alpha), a, lda, b, ldb, float32(beta), c, ldc)
-		}, nil
-	case kernels.F64:
-		return func(uintptr) error {
-			return blas.Dgemm(h, opA, opB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
-		}, nil
-	}
-	return nil, fmt.Errorf("%w: gemm of %v", driver.ErrUnsupported, g.DType)
+	return c.run, nil
 }
 
 // replay submits a recorded sequence: one Replay of the queue's packets,
