@@ -92,7 +92,7 @@ func (p *stagingPool) take(d *Device, op string, size uint64) (*stagingSlot, err
 				}
 				d.countHostWait(ReasonThrottle)
 				tw := d.trace.waitBegin(op, s.fence, ReasonThrottle, hostTrack)
-				err := waitCopy(nil, s.fence) // blocking: seen at once, no polling
+				err := waitCopy(context.Background(), s.fence) // blocking: seen at once, no polling
 				d.trace.waitEnd(tw, err)
 				if err != nil && s.fence.TL.Failed(s.fence.Ticket) == nil {
 					return nil, &Error{Op: op, Kind: waitKind(err), Detail: "waiting for staging memory", Err: err}
