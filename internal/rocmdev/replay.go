@@ -100,12 +100,7 @@ func (t *Task) captureCalls(r *recorded, calls []func(uintptr) error) (err error
 	if err := gr.StreamBeginCapture(cs, hip.StreamCaptureModeRelaxed); err != nil {
 		return err
 	}
-	var callErr error
-	for _, c := range calls {
-		if callErr = c(uintptr(cs)); callErr != nil {
-			break
-		}
-	}
+	callErr := driver.RunCalls(calls, uintptr(cs))
 	g, endErr := gr.StreamEndCapture(cs)
 	if err := errors.Join(callErr, endErr); err != nil {
 		if g != 0 {
@@ -163,15 +158,7 @@ func (t *Task) Record(lane driver.Lane, ops []driver.Op) (driver.Recorded, error
 		r.calls = append(r.calls, c)
 	}
 	if r.captureErr = t.captureCalls(r, r.calls); r.captureErr != nil {
-		calls := r.calls
-		r.call = func(s uintptr) error {
-			for _, c := range calls {
-				if err := c(s); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
+		r.call = driver.InOrder(r.calls)
 	}
 	return r, nil
 }
