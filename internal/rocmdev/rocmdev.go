@@ -290,8 +290,8 @@ type Device struct {
 	userMu      sync.Mutex
 	userModules []*userModule // user kernels' code, by handle-1
 
-	reductions driver.ReductionCache // reduce.go
-	peers      peerState             // peer.go
+	reductions driver.ReductionCache    // reduce.go
+	peers      driver.PeerMemo[*Device] // peer.go
 }
 
 var _ driver.Device = (*Device)(nil)
