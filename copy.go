@@ -85,17 +85,9 @@ func (p *stagingPool) take(d *Device, op string, size uint64) (*stagingSlot, err
 				continue
 			}
 			if !done(s.fence, true) {
-				if d.syncDebug != SyncDebugOff {
-					if err := d.implicitWait(op, "staging memory of "+s.fence.String(), ReasonThrottle); err != nil {
-						return nil, err
-					}
-				}
-				d.countHostWait(ReasonThrottle)
-				tw := d.trace.waitBegin(op, s.fence, ReasonThrottle, hostTrack)
-				err := waitCopy(context.Background(), s.fence) // blocking: seen at once, no polling
-				d.trace.waitEnd(tw, err)
-				if err != nil && s.fence.TL.Failed(s.fence.Ticket) == nil {
-					return nil, &Error{Op: op, Kind: waitKind(err), Detail: "waiting for staging memory", Err: err}
+				// Blocking: seen at once, no polling.
+				if err := d.stagingWait(op, s.fence, true, "waiting for staging memory"); err != nil {
+					return nil, err
 				}
 			}
 			if s.size >= size {
@@ -120,6 +112,33 @@ func (p *stagingPool) take(d *Device, op string, size uint64) (*stagingSlot, err
 	s := &stagingSlot{p: ptr, size: n, busy: true}
 	p.slots = append(p.slots, s)
 	return s, nil
+}
+
+// stagingWait waits on the host for f, the last copy through staging
+// memory a pool is about to reuse or replace: a throttle wait, announced
+// in sync-debug mode and traced. blocking waits with one blocking runtime
+// call (waitCopy) instead of the timeline's own host wait. A copy that
+// failed is no error here (the copy reports it); a wait that failed is
+// one, with detail.
+func (d *Device) stagingWait(op string, f syncstate.Fence, blocking bool, detail string) error {
+	if d.syncDebug != SyncDebugOff {
+		if err := d.implicitWait(op, "staging memory of "+f.String(), ReasonThrottle); err != nil {
+			return err
+		}
+	}
+	d.countHostWait(ReasonThrottle)
+	tw := d.trace.waitBegin(op, f, ReasonThrottle, hostTrack)
+	var err error
+	if blocking {
+		err = waitCopy(context.Background(), f)
+	} else {
+		err = f.TL.WaitHost(f.Ticket)
+	}
+	d.trace.waitEnd(tw, err)
+	if err != nil && f.TL.Failed(f.Ticket) == nil {
+		return &Error{Op: op, Kind: waitKind(err), Detail: detail, Err: err}
+	}
+	return nil
 }
 
 // allocStaging allocates pinned host memory for a staging slot of at

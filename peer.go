@@ -358,17 +358,8 @@ func (p *peerCopies) put(s *peerSlot) {
 func (d *Device) drainSlot(op string, s *peerSlot) error {
 	var buf [2 * syncstate.MaxOperands]syncstate.Fence
 	for _, f := range s.buf.st.PendingFences(buf[:0]) {
-		if d.syncDebug != SyncDebugOff {
-			if err := d.implicitWait(op, "staging memory of "+f.String(), ReasonThrottle); err != nil {
-				return err
-			}
-		}
-		d.countHostWait(ReasonThrottle)
-		tw := d.trace.waitBegin(op, f, ReasonThrottle, hostTrack)
-		err := f.TL.WaitHost(f.Ticket)
-		d.trace.waitEnd(tw, err)
-		if err != nil && f.TL.Failed(f.Ticket) == nil {
-			return &Error{Op: op, Kind: waitKind(err), Detail: "waiting for peer staging memory", Err: err}
+		if err := d.stagingWait(op, f, false, "waiting for peer staging memory"); err != nil {
+			return err
 		}
 	}
 	return nil
