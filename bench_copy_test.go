@@ -70,7 +70,7 @@ func BenchmarkCopyBandwidth(b *testing.B) {
 			if err := tk.Upload(buf, host); err != nil {
 				return err
 			}
-			return waitCopy(nil, syncstate.Fence{TL: lib, Ticket: lib.LastTicket()})
+			return waitCopy(context.Background(), syncstate.Fence{TL: lib, Ticket: lib.LastTicket()})
 		}
 		uploadSync := func() error {
 			if err := tk.Upload(buf, host); err != nil {

@@ -38,22 +38,7 @@ func BenchmarkUnifiedChain99(b *testing.B) {
 			must(b, t.Synchronize())
 			launches := hp.GraphLaunches()
 			const batch = 10
-			b.ReportAllocs()
-			b.ResetTimer()
-			for done := 0; done < b.N; {
-				b.StopTimer()
-				must(b, t.Synchronize())
-				release := d.machine.Hold()
-				b.StartTimer()
-				for i := 0; i < batch && done < b.N; i++ {
-					must(b, step())
-					done++
-				}
-				b.StopTimer()
-				release()
-				b.StartTimer()
-			}
-			b.StopTimer()
+			benchHeld(b, d, t, batch, step)
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*chainLen), "ns/chained-op")
 			b.ReportMetric(float64(hp.GraphLaunches()-launches)/float64(b.N), "graph-launches/iter")
 			must(b, t.Synchronize())

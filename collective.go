@@ -397,10 +397,8 @@ func (c *Communicator) AllReduce(op ReduceOp, arrays ...*Array) error {
 	if op > ReduceMin {
 		return newErr(name, ErrInvalid, "unknown reduction %v", op)
 	}
-	for i, a := range arrays {
-		if a.rows != arrays[0].rows || a.cols != arrays[0].cols {
-			return newErr(name, ErrShape, "rank %d: %v, rank %d: %v", c.ranks[0].rank, arrays[0], c.ranks[i].rank, a)
-		}
+	if err := c.sameShape(name, arrays); err != nil {
+		return err
 	}
 	return c.run(name, func(i int, r commRank, ro *rankOp) {
 		a := arrays[i]
@@ -409,6 +407,16 @@ func (c *Communicator) AllReduce(op ReduceOp, arrays ...*Array) error {
 		p, n, lib, comm := uintptr(a.ptr), a.Len(), c.lib.c, r.comm
 		ro.call = func(s uintptr) error { return lib.AllReduce(p, p, n, dt, nccl.RedOp(op), comm, s) }
 	})
+}
+
+// sameShape checks that every rank's array has rank 0's shape.
+func (c *Communicator) sameShape(name string, arrays []*Array) error {
+	for i, a := range arrays {
+		if a.rows != arrays[0].rows || a.cols != arrays[0].cols {
+			return newErr(name, ErrShape, "rank %d: %v, rank %d: %v", c.ranks[0].rank, arrays[0], c.ranks[i].rank, a)
+		}
+	}
+	return nil
 }
 
 // AllGather concatenates every rank's send array in rank order into each
@@ -455,10 +463,8 @@ func (c *Communicator) Broadcast(root int, arrays ...*Array) error {
 	if c != nil && (root < 0 || root >= c.nranks) {
 		return newErr(name, ErrInvalid, "root %d of %d ranks", root, c.nranks)
 	}
-	for i, a := range arrays {
-		if a.rows != arrays[0].rows || a.cols != arrays[0].cols {
-			return newErr(name, ErrShape, "rank %d: %v, rank %d: %v", c.ranks[0].rank, arrays[0], c.ranks[i].rank, a)
-		}
+	if err := c.sameShape(name, arrays); err != nil {
+		return err
 	}
 	return c.run(name, func(i int, r commRank, ro *rankOp) {
 		a := arrays[i]

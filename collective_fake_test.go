@@ -14,7 +14,6 @@ import (
 
 	"github.com/rocsync/rocsync/cublas"
 	"github.com/rocsync/rocsync/cuda"
-	"github.com/rocsync/rocsync/internal/cudadev/fakelib"
 	"github.com/rocsync/rocsync/nccl"
 )
 
@@ -39,11 +38,7 @@ func TestCollectivesThroughFakeNCCL(t *testing.T) {
 	if gpuRun() {
 		t.Skip("running on the hardware suite")
 	}
-	p, err := fakelib.Build()
-	if errors.Is(err, fakelib.ErrNoCompiler) {
-		t.Skip(err)
-	}
-	require.NoError(t, err)
+	p := buildFakeCUDA(t)
 	gcc, err := exec.LookPath("gcc")
 	if err != nil {
 		t.Skip("gcc is missing: the fake NCCL cannot be built")

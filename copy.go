@@ -85,17 +85,9 @@ func (p *stagingPool) take(d *Device, op string, size uint64) (*stagingSlot, err
 				continue
 			}
 			if !done(s.fence, true) {
-				if d.syncDebug != SyncDebugOff {
-					if err := d.implicitWait(op, "staging memory of "+s.fence.String(), ReasonThrottle); err != nil {
-						return nil, err
-					}
-				}
-				d.countHostWait(ReasonThrottle)
-				tw := d.trace.waitBegin(op, s.fence, ReasonThrottle, hostTrack)
-				err := waitCopy(nil, s.fence) // blocking: seen at once, no polling
-				d.trace.waitEnd(tw, err)
-				if err != nil && s.fence.TL.Failed(s.fence.Ticket) == nil {
-					return nil, &Error{Op: op, Kind: waitKind(err), Detail: "waiting for staging memory", Err: err}
+				// Blocking: seen at once, no polling.
+				if err := d.stagingWait(op, s.fence, true, "waiting for staging memory"); err != nil {
+					return nil, err
 				}
 			}
 			if s.size >= size {
@@ -103,20 +95,16 @@ func (p *stagingPool) take(d *Device, op string, size uint64) (*stagingSlot, err
 				return s, nil
 			}
 			// Too small: replace it by one that fits.
-			if err := hm.HostFree(s.p); err != nil {
-				return nil, &Error{Op: op, Kind: ErrUnavailable, Detail: "freeing pinned staging memory", Err: err}
+			if err := freeStaging(hm, op, s.p); err != nil {
+				return nil, err
 			}
 			p.slots = append(p.slots[:i], p.slots[i+1:]...)
 			break
 		}
 	}
-	n := uint64(minStaging)
-	for n < size {
-		n *= 2
-	}
-	ptr, err := hm.HostAlloc(n)
+	ptr, n, err := allocStaging(hm, op, size)
 	if err != nil {
-		return nil, &Error{Op: op, Kind: ErrUnavailable, Detail: "allocating pinned staging memory", Err: err}
+		return nil, err
 	}
 	if d.machine != nil {
 		d.machine.TrackHost(ptr) // the checker sees the host's and the DMA's accesses to it
@@ -124,6 +112,57 @@ func (p *stagingPool) take(d *Device, op string, size uint64) (*stagingSlot, err
 	s := &stagingSlot{p: ptr, size: n, busy: true}
 	p.slots = append(p.slots, s)
 	return s, nil
+}
+
+// stagingWait waits on the host for f, the last copy through staging
+// memory a pool is about to reuse or replace: a throttle wait, announced
+// in sync-debug mode and traced. blocking waits with one blocking runtime
+// call (waitCopy) instead of the timeline's own host wait. A copy that
+// failed is no error here (the copy reports it); a wait that failed is
+// one, with detail.
+func (d *Device) stagingWait(op string, f syncstate.Fence, blocking bool, detail string) error {
+	if d.syncDebug != SyncDebugOff {
+		if err := d.implicitWait(op, "staging memory of "+f.String(), ReasonThrottle); err != nil {
+			return err
+		}
+	}
+	d.countHostWait(ReasonThrottle)
+	tw := d.trace.waitBegin(op, f, ReasonThrottle, hostTrack)
+	var err error
+	if blocking {
+		err = waitCopy(context.Background(), f)
+	} else {
+		err = f.TL.WaitHost(f.Ticket)
+	}
+	d.trace.waitEnd(tw, err)
+	if err != nil && f.TL.Failed(f.Ticket) == nil {
+		return &Error{Op: op, Kind: waitKind(err), Detail: detail, Err: err}
+	}
+	return nil
+}
+
+// allocStaging allocates pinned host memory for a staging slot of at
+// least size bytes (upload/download staging and peer staging alike): the
+// smallest power of two from minStaging that holds size, so that a slot
+// serves the sizes near its own.
+func allocStaging(hm driver.HostMemory, op string, size uint64) (unsafe.Pointer, uint64, error) {
+	n := uint64(minStaging)
+	for n < size {
+		n *= 2
+	}
+	ptr, err := hm.HostAlloc(n)
+	if err != nil {
+		return nil, 0, &Error{Op: op, Kind: ErrUnavailable, Detail: "allocating pinned staging memory", Err: err}
+	}
+	return ptr, n, nil
+}
+
+// freeStaging frees a staging slot's memory that a pool replaces.
+func freeStaging(hm driver.HostMemory, op string, p unsafe.Pointer) error {
+	if err := hm.HostFree(p); err != nil {
+		return &Error{Op: op, Kind: ErrUnavailable, Detail: "freeing pinned staging memory", Err: err}
+	}
+	return nil
 }
 
 // put hands a slot back with the fence of the copy that used it.

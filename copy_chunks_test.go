@@ -250,6 +250,7 @@ func TestDownloadWaitTimesOutAndResumes(t *testing.T) {
 	got := make([]byte, len(want))
 	p, err := tk.Download(buf, got)
 	require.NoError(t, err)
+	//lint:ignore SA1012 Wait documents a nil ctx as none; this holds it to that
 	require.ErrorIs(t, p.Wait(nil), ErrTimeout)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

@@ -23,11 +23,7 @@ func TestCopyPeerOnFakeCUDA(t *testing.T) {
 	if gpuRun() {
 		t.Skip("the fake libcuda stands in for a GPU")
 	}
-	p, err := fakelib.Build()
-	if errors.Is(err, fakelib.ErrNoCompiler) {
-		t.Skip(err)
-	}
-	require.NoError(t, err)
+	p := buildFakeCUDA(t)
 	t.Setenv(cuda.EnvLibCUDA, p.CUDA)
 	t.Setenv(cublas.EnvLibCUBLAS, p.CUBLAS)
 	for _, staged := range []bool{false, true} {
@@ -47,4 +43,16 @@ func TestCopyPeerOnFakeCUDA(t *testing.T) {
 			require.NoError(t, d.Close())
 		}
 	}
+}
+
+// buildFakeCUDA builds the test-only libcuda and libcublas
+// (internal/cudadev/fakelib), or skips the test where gcc is missing.
+func buildFakeCUDA(t testing.TB) fakelib.Paths {
+	t.Helper()
+	p, err := fakelib.Build()
+	if errors.Is(err, fakelib.ErrNoCompiler) {
+		t.Skip(err)
+	}
+	require.NoError(t, err)
+	return p
 }

@@ -329,20 +329,16 @@ func (p *peerCopies) take(d *Device, op string, size uint64) (*peerSlot, error) 
 			if err := d.drainSlot(op, s); err != nil {
 				return nil, err
 			}
-			if err := hm.HostFree(s.p); err != nil {
-				return nil, &Error{Op: op, Kind: ErrUnavailable, Detail: "freeing pinned staging memory", Err: err}
+			if err := freeStaging(hm, op, s.p); err != nil {
+				return nil, err
 			}
 			p.slots = append(p.slots[:i], p.slots[i+1:]...)
 			break
 		}
 	}
-	n := uint64(minStaging)
-	for n < size {
-		n *= 2
-	}
-	ptr, err := hm.HostAlloc(n)
+	ptr, n, err := allocStaging(hm, op, size)
 	if err != nil {
-		return nil, &Error{Op: op, Kind: ErrUnavailable, Detail: "allocating pinned staging memory", Err: err}
+		return nil, err
 	}
 	s := &peerSlot{p: ptr, busy: true}
 	s.buf.dev, s.buf.size = d, n
@@ -362,17 +358,8 @@ func (p *peerCopies) put(s *peerSlot) {
 func (d *Device) drainSlot(op string, s *peerSlot) error {
 	var buf [2 * syncstate.MaxOperands]syncstate.Fence
 	for _, f := range s.buf.st.PendingFences(buf[:0]) {
-		if d.syncDebug != SyncDebugOff {
-			if err := d.implicitWait(op, "staging memory of "+f.String(), ReasonThrottle); err != nil {
-				return err
-			}
-		}
-		d.countHostWait(ReasonThrottle)
-		tw := d.trace.waitBegin(op, f, ReasonThrottle, hostTrack)
-		err := f.TL.WaitHost(f.Ticket)
-		d.trace.waitEnd(tw, err)
-		if err != nil && f.TL.Failed(f.Ticket) == nil {
-			return &Error{Op: op, Kind: waitKind(err), Detail: "waiting for peer staging memory", Err: err}
+		if err := d.stagingWait(op, f, false, "waiting for peer staging memory"); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -43,13 +43,6 @@ type recorder struct {
 	operands [][]access // each op's operands
 }
 
-// replayOperand is one buffer of the union of a recording's operands.
-type replayOperand struct {
-	b      *buffer
-	who    Operand
-	access Access
-}
-
 // replaySegment is a run of recorded ops on one timeline.
 type replaySegment struct {
 	lane driver.Lane
@@ -78,8 +71,8 @@ type Recording struct {
 	closed    bool
 	ops       int
 	segs      []replaySegment
-	operands  []replayOperand // sorted by lock order
-	parts     []syncstate.Op  // reused by every replay: MaxOperands operands each
+	operands  []access       // the union of the ops' operands, one per buffer, sorted by lock order
+	parts     []syncstate.Op // reused by every replay: MaxOperands operands each
 	staging   []unsafe.Pointer
 	last      syncstate.Fence // the newest replay's fence
 }
@@ -239,7 +232,7 @@ func (r *Recording) addOperand(x access) {
 			return
 		}
 	}
-	r.operands = append(r.operands, replayOperand{b: x.b, who: x.who, access: x.access})
+	r.operands = append(r.operands, x)
 	x.b.st.Lock()
 	x.b.pins++
 	x.b.pinnedBy = r
@@ -287,7 +280,7 @@ func (r *Recording) build(ops []recordedOp, rops [][]access) error {
 		i = j
 	}
 	r.linkSegments()
-	slices.SortFunc(r.operands, func(a, b replayOperand) int {
+	slices.SortFunc(r.operands, func(a, b access) int {
 		return cmp.Compare(a.b.st.ID(), b.b.st.ID())
 	})
 	r.parts = make([]syncstate.Op, (len(r.operands)+syncstate.MaxOperands-1)/syncstate.MaxOperands)

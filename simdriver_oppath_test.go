@@ -97,6 +97,23 @@ func TestOpSetProgramOnEmulator(t *testing.T) {
 	}
 }
 
+// inWholeSimulatedChild reports whether the test runs in its child over
+// the simulated driver (simblas loaded); in the parent it runs that child
+// and, where the simulated driver is required, fails the test if the child
+// skipped any part of the program.
+func inWholeSimulatedChild(t *testing.T) bool {
+	if kfdsim.InChild(t) {
+		return true
+	}
+	parentOfSimulatedDriver(t)
+	out := kfdsim.Run(t, simulatedSuiteRuns[0].gpus, t.Name(), kfdsim.Options{Env: simblasEnv(t)})
+	logChildSummary(t, out)
+	if os.Getenv(kfdsim.EnvRequired) == "1" && strings.Contains(out, "--- SKIP") {
+		t.Fatalf("the child skipped part of the program (no clang for OpenCL?):\n%s", out)
+	}
+	return false
+}
+
 // Issue 11's program on Debian's real ROCr and HIP 5.2.3 over the
 // simulated driver (gfx90a): SAXPY is compiled at run time for gfx90a in
 // the code-object version HIP 5.2.3 loads, and the simulated GPU runs it
@@ -105,13 +122,7 @@ func TestOpSetProgramOnEmulator(t *testing.T) {
 // operand range checked with kfdsim_gpu_access). Without the reference the
 // dispatch faults its queue, as any kernel the simulated GPU cannot run.
 func TestUserKernelsAndCopiesOnSimulatedDriver(t *testing.T) {
-	if !kfdsim.InChild(t) {
-		parentOfSimulatedDriver(t)
-		out := kfdsim.Run(t, simulatedSuiteRuns[0].gpus, t.Name(), kfdsim.Options{Env: simblasEnv(t)})
-		logChildSummary(t, out)
-		if os.Getenv(kfdsim.EnvRequired) == "1" && strings.Contains(out, "--- SKIP") {
-			t.Fatalf("the child skipped part of the program (no clang for OpenCL?):\n%s", out)
-		}
+	if !inWholeSimulatedChild(t) {
 		return
 	}
 	e, err := kfdsim.RegisterExecutor("")
@@ -198,13 +209,7 @@ func TestUserKernelsAndCopiesOnSimulatedDriver(t *testing.T) {
 // reference. The hazard checker is the emulator's; here the simulated GPU
 // checks every access against ROCr's mappings instead.
 func TestOpSetAcceptanceOnSimulatedDriver(t *testing.T) {
-	if !kfdsim.InChild(t) {
-		parentOfSimulatedDriver(t)
-		out := kfdsim.Run(t, simulatedSuiteRuns[0].gpus, t.Name(), kfdsim.Options{Env: simblasEnv(t)})
-		logChildSummary(t, out)
-		if os.Getenv(kfdsim.EnvRequired) == "1" && strings.Contains(out, "--- SKIP") {
-			t.Fatalf("the child skipped part of the program (no clang for OpenCL?):\n%s", out)
-		}
+	if !inWholeSimulatedChild(t) {
 		return
 	}
 	e, err := kfdsim.RegisterExecutor("")

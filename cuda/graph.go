@@ -2,11 +2,7 @@ package cuda
 
 import (
 	"errors"
-	"fmt"
 	"runtime"
-	"sync"
-
-	"github.com/ebitengine/purego"
 
 	"github.com/rocsync/rocsync/internal/cmem"
 )
@@ -61,33 +57,9 @@ var GraphSymbols = []string{
 	graphExecDestroy:  "cuGraphExecDestroy",
 }
 
-type graphBinding struct {
-	once sync.Once
-	sym  [numGraphSyms]uintptr
-	err  error
-}
-
 // graphSym returns entry point i, resolving them all on the first call.
 func (l *Lib) graphSym(i int) (uintptr, error) {
-	g := &l.graph
-	g.once.Do(func() {
-		var missing []string
-		for j, name := range GraphSymbols {
-			addr, err := purego.Dlsym(l.handle, name)
-			if err != nil || addr == 0 {
-				missing = append(missing, name)
-				continue
-			}
-			g.sym[j] = addr
-		}
-		if len(missing) > 0 {
-			g.err = fmt.Errorf("%w: %s lacks %v", ErrGraphUnavailable, l.path, missing)
-		}
-	})
-	if g.err != nil {
-		return 0, g.err
-	}
-	return g.sym[i], nil
+	return l.graph.Addr(l.handle, l.path, GraphSymbols, i, ErrGraphUnavailable)
 }
 
 // graphCall calls entry point i with b's argument array, on c when non-nil

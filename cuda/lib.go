@@ -140,7 +140,7 @@ type Lib struct {
 	modMu   sync.Mutex
 	modules map[Module]unsafe.Pointer // the C copy of each module's image
 
-	graph graphBinding // the optional cuGraph* entry points (graph.go)
+	graph dl.LazySymbols // the optional cuGraph* entry points (graph.go)
 }
 
 // Open loads libcuda.so.1 ($ROCSYNC_LIBCUDA when set, else SearchDirs, else

@@ -25,3 +25,22 @@ type Recorded interface {
 type GraphRecorded interface {
 	Graph() (bool, error)
 }
+
+// RunCalls makes calls, a recording's driver calls as functions of the
+// stream (a hipStream_t or CUstream) they are enqueued on, in order on s,
+// stopping at the first that fails: at capture into a graph, and at a
+// replay of a recording that could not be captured.
+func RunCalls(calls []func(stream uintptr) error, s uintptr) error {
+	for _, c := range calls {
+		if err := c(s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// InOrder is RunCalls as one call of the stream: what a recording whose
+// capture failed replays.
+func InOrder(calls []func(stream uintptr) error) func(stream uintptr) error {
+	return func(s uintptr) error { return RunCalls(calls, s) }
+}

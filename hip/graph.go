@@ -1,12 +1,6 @@
 package hip
 
-import (
-	"errors"
-	"fmt"
-	"sync"
-
-	"github.com/ebitengine/purego"
-)
+import "errors"
 
 // Graph and GraphExec are hipGraph_t and hipGraphExec_t (pointers in C).
 type (
@@ -110,39 +104,19 @@ var GraphSymbols = []string{
 	gsExecDestroy:  "hipGraphExecDestroy",
 }
 
-// graphSyms is the lazily resolved hipGraph API.
-type graphSyms struct {
-	once sync.Once
-	addr [numGraphSyms]uintptr
-	err  error
+// graphSym returns hipGraph function i, resolving them all on the first
+// call.
+func (l *Lib) graphSym(i int) (uintptr, error) {
+	return l.graph.Addr(l.handle, l.path, GraphSymbols, i, ErrGraphsUnavailable)
 }
 
-func (l *Lib) graphSym(i int) (uintptr, error) {
-	g := &l.graph
-	g.once.Do(func() {
-		var missing []string
-		for j, name := range GraphSymbols {
-			a, err := purego.Dlsym(l.handle, name)
-			if err != nil || a == 0 {
-				missing = append(missing, name)
-				continue
-			}
-			g.addr[j] = a
-		}
-		if missing != nil {
-			g.err = fmt.Errorf("%w: %s lacks %v", ErrGraphsUnavailable, l.path, missing)
-		}
-	})
-	if g.err != nil {
-		return 0, g.err
-	}
-	return g.addr[i], nil
-}
+// noOut is graphCall's out for a call without an out-parameter.
+const noOut = -1
 
 // graphCall calls hipGraph function i with args (integers or C
-// addresses) and checks its hipError_t; with out set, the first argument
-// is a C word whose value it returns.
-func (l *Lib) graphCall(i int, out bool, args ...uintptr) (uint64, error) {
+// addresses) and checks its hipError_t; with out ≥ 0, args[out] (given
+// as 0) becomes the address of a C word whose value it returns.
+func (l *Lib) graphCall(i, out int, args ...uintptr) (uint64, error) {
 	fn, err := l.graphSym(i)
 	if err != nil {
 		return 0, err
@@ -150,14 +124,10 @@ func (l *Lib) graphCall(i int, out bool, args ...uintptr) (uint64, error) {
 	b := l.scratch.Get()
 	defer l.scratch.Put(b)
 	*b.U64(0) = 0
-	var all [8]uintptr
-	n := 0
-	if out {
-		all[0] = b.Word(0)
-		n = 1
+	if out >= 0 {
+		args[out] = b.Word(0)
 	}
-	n += copy(all[n:], args)
-	if code := ErrorCode(uint32(b.Call(fn, all[:n]...))); code != Success {
+	if code := ErrorCode(uint32(b.Call(fn, args...))); code != Success {
 		return 0, l.graphError(i, code)
 	}
 	return *b.U64(0), nil
@@ -171,61 +141,43 @@ func (l *Lib) graphError(i int, code ErrorCode) *Error {
 
 // StreamBeginCapture is hipStreamBeginCapture(s, mode).
 func (l *Lib) StreamBeginCapture(s Stream, mode StreamCaptureMode) error {
-	_, err := l.graphCall(gsBeginCapture, false, uintptr(s), uintptr(mode))
+	_, err := l.graphCall(gsBeginCapture, noOut, uintptr(s), uintptr(mode))
 	return err
 }
 
 // StreamEndCapture is hipStreamEndCapture(s, &graph).
 func (l *Lib) StreamEndCapture(s Stream) (Graph, error) {
-	fn, err := l.graphSym(gsEndCapture)
-	if err != nil {
-		return 0, err
-	}
-	b := l.scratch.Get()
-	defer l.scratch.Put(b)
-	*b.U64(0) = 0
-	if code := ErrorCode(uint32(b.Call(fn, uintptr(s), b.Word(0)))); code != Success {
-		return 0, l.graphError(gsEndCapture, code)
-	}
-	return Graph(*b.U64(0)), nil
+	v, err := l.graphCall(gsEndCapture, 1, uintptr(s), 0)
+	return Graph(v), err
 }
 
 // StreamIsCapturing is hipStreamIsCapturing(s, &status).
 func (l *Lib) StreamIsCapturing(s Stream) (StreamCaptureStatus, error) {
-	fn, err := l.graphSym(gsIsCapturing)
-	if err != nil {
-		return 0, err
-	}
-	b := l.scratch.Get()
-	defer l.scratch.Put(b)
-	*b.U64(0) = 0
-	if code := ErrorCode(uint32(b.Call(fn, uintptr(s), b.Word(0)))); code != Success {
-		return 0, l.graphError(gsIsCapturing, code)
-	}
-	return StreamCaptureStatus(uint32(*b.U64(0))), nil
+	v, err := l.graphCall(gsIsCapturing, 1, uintptr(s), 0)
+	return StreamCaptureStatus(uint32(v)), err
 }
 
 // GraphInstantiate is hipGraphInstantiate(&exec, g, NULL, NULL, 0), the
 // five-argument form every release since 4.3 has.
 func (l *Lib) GraphInstantiate(g Graph) (GraphExec, error) {
-	v, err := l.graphCall(gsInstantiate, true, uintptr(g), 0, 0, 0)
+	v, err := l.graphCall(gsInstantiate, 0, 0, uintptr(g), 0, 0, 0)
 	return GraphExec(v), err
 }
 
 // GraphLaunch is hipGraphLaunch(e, s).
 func (l *Lib) GraphLaunch(e GraphExec, s Stream) error {
-	_, err := l.graphCall(gsLaunch, false, uintptr(e), uintptr(s))
+	_, err := l.graphCall(gsLaunch, noOut, uintptr(e), uintptr(s))
 	return err
 }
 
 // GraphDestroy is hipGraphDestroy.
 func (l *Lib) GraphDestroy(g Graph) error {
-	_, err := l.graphCall(gsDestroy, false, uintptr(g))
+	_, err := l.graphCall(gsDestroy, noOut, uintptr(g))
 	return err
 }
 
 // GraphExecDestroy is hipGraphExecDestroy.
 func (l *Lib) GraphExecDestroy(e GraphExec) error {
-	_, err := l.graphCall(gsExecDestroy, false, uintptr(e))
+	_, err := l.graphCall(gsExecDestroy, noOut, uintptr(e))
 	return err
 }

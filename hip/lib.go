@@ -149,7 +149,7 @@ type Lib struct {
 	sym     [numSyms]uintptr
 	scratch *cmem.Pool
 	launch  *cmem.Pool
-	graph   graphSyms // the hipGraph API, resolved on first use
+	graph   dl.LazySymbols // the hipGraph API, resolved on first use (graph.go)
 
 	errs      errcache.Cache[Error] // one immutable *Error per (function, code)
 	noDevOnce sync.Once

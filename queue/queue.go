@@ -594,20 +594,33 @@ func (q *Queue) Dispatch(d *Dispatch) (uint64, error) {
 	}
 	ka := unsafe.Add(q.kernarg, uintptr(idx&q.mask)*KernargSlot)
 	copy(unsafe.Slice((*byte)(ka), KernargSlot), d.Kernarg)
-	p := hsa.DispatchPacket{
-		Header:             header(hsa.PacketTypeKernelDispatch),
-		Setup:              max(d.Dims, 1),
-		WorkgroupSize:      [3]uint16{d.Workgroup, max(d.WorkgroupYZ[0], 1), max(d.WorkgroupYZ[1], 1)},
-		GridSize:           [3]uint32{d.Grid, max(d.GridYZ[0], 1), max(d.GridYZ[1], 1)},
-		PrivateSegmentSize: d.PrivateSegmentSize,
-		GroupSegmentSize:   d.GroupSegmentSize,
-		KernelObject:       d.KernelObject,
-		KernargAddress:     uint64(uintptr(ka)),
-		CompletionSignal:   sig.H,
-	}
+	p := d.packet(uint64(uintptr(ka)), sig.H)
 	slot := hsa.Slot(q.hq, idx)
 	p.EncodeBody(slot)
 	return q.publishLocked(idx, sig, slot, p.FirstWord()), nil
+}
+
+// throttleLocked waits on the host for the oldest packet in flight
+// (back-pressure, counted as a throttle wait) and retires what has
+// completed. refused is onThrottle's refusal of the wait, made before it;
+// err is the wait's own failure.
+func (q *Queue) throttleLocked() (refused, err error) {
+	t := q.completed.Load() + 1
+	if q.onThrottle != nil {
+		if err := q.onThrottle(syncstate.Fence{TL: q, Ticket: t}); err != nil {
+			return err, nil
+		}
+	}
+	q.sinks.HostWait(syncstate.ReasonThrottle)
+	oldest := q.slot(t).sig
+	oldest.Retain()
+	err = q.waitSignal(context.Background(), oldest, t)
+	oldest.Release()
+	if err != nil {
+		return nil, err
+	}
+	q.retireLocked()
+	return nil, nil
 }
 
 // reserveLocked makes room in the ring (waiting on the host for the oldest
@@ -637,21 +650,11 @@ func (q *Queue) reserveWithLocked(sig *Signal) (uint64, *Signal, error) {
 		q.retireLocked()
 	}
 	for q.lastTicket.Load()-q.completed.Load() >= q.maxInFlight {
-		t := q.completed.Load() + 1
-		if q.onThrottle != nil {
-			if err := q.onThrottle(syncstate.Fence{TL: q, Ticket: t}); err != nil {
-				return 0, nil, err
-			}
-		}
-		q.sinks.HostWait(syncstate.ReasonThrottle)
-		oldest := q.slot(t).sig
-		oldest.Retain()
-		err := q.waitSignal(context.Background(), oldest, t)
-		oldest.Release()
-		if err != nil {
+		if refused, err := q.throttleLocked(); refused != nil {
+			return 0, nil, refused
+		} else if err != nil {
 			return fail(err)
 		}
-		q.retireLocked()
 	}
 	if sig == nil {
 		if n := len(q.spare); n > 0 {

@@ -1,14 +1,12 @@
 package queue
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"unsafe"
 
 	"github.com/rocsync/rocsync/hsa"
 	"github.com/rocsync/rocsync/internal/testhooks"
-	"github.com/rocsync/rocsync/syncstate"
 )
 
 // ErrRecordingReleased is returned by Replay after Release.
@@ -136,21 +134,13 @@ func (q *Queue) replayLocked(bodies [][hsa.PacketSize]byte, first []uint32) (uin
 	}
 	q.retireLocked()
 	for last := q.lastTicket.Load(); last > q.completed.Load() && last+n-q.completed.Load() > q.maxInFlight; last = q.lastTicket.Load() {
-		t := q.completed.Load() + 1
-		if q.onThrottle != nil {
-			if err := q.onThrottle(syncstate.Fence{TL: q, Ticket: t}); err != nil {
-				return 0, err
-			}
+		refused, err := q.throttleLocked()
+		if refused != nil {
+			return 0, refused
 		}
-		q.sinks.HostWait(syncstate.ReasonThrottle)
-		oldest := q.slot(t).sig
-		oldest.Retain()
-		err := q.waitSignal(context.Background(), oldest, t)
-		oldest.Release()
 		if err != nil {
 			return 0, err
 		}
-		q.retireLocked()
 	}
 	sig, err := q.signals.Get()
 	if err != nil {

@@ -20,7 +20,6 @@ import (
 // reference under every policy; without the cross-device waits they do
 // not.
 func TestCrossDeviceChainOnEmulatedCUDA(t *testing.T) {
-	type want struct{ crossDevice, deviceWaits bool }
 	for _, p := range []syncstate.Policy{syncstate.DeviceSide, syncstate.SkipSameQueue, syncstate.DeviceBridge, syncstate.Unified} {
 		for _, disable := range []bool{false, true} {
 			name := p.String()

@@ -152,9 +152,9 @@ type Device struct {
 	builtin [kernels.NumOps][2]driver.Kernel
 	offsets []int
 
-	reductions driver.ReductionCache // reduce.go
-	peers      peerState             // peer.go
-	hostWords  laneWords             // hostwait.go
+	reductions driver.ReductionCache    // reduce.go
+	peers      driver.PeerMemo[*Device] // peer.go
+	hostWords  laneWords                // hostwait.go
 }
 
 var (

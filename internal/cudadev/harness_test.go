@@ -8,8 +8,6 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/rocsync/rocsync/cublas"
-	"github.com/rocsync/rocsync/cuda"
 	"github.com/rocsync/rocsync/driver"
 	"github.com/rocsync/rocsync/internal/cudadev/fakelib"
 	"github.com/rocsync/rocsync/kernels"
@@ -42,15 +40,7 @@ var backendKinds = []backendKind{
 		return d, e
 	}},
 	{"cfake", func(t testing.TB, cfg driver.DeviceConfig) (*Device, *emuBackend) {
-		p, err := fakelib.Build()
-		if errors.Is(err, fakelib.ErrNoCompiler) {
-			t.Skip(err)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Setenv(cuda.EnvLibCUDA, p.CUDA)
-		t.Setenv(cublas.EnvLibCUBLAS, p.CUBLAS)
+		cfakeEnv(t)
 		return openFirst(t, cfg), nil
 	}},
 	{"gpu", func(t testing.TB, cfg driver.DeviceConfig) (*Device, *emuBackend) {

@@ -3,7 +3,6 @@ package cudadev
 import (
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/rocsync/rocsync/cuda"
 	"github.com/rocsync/rocsync/driver"
@@ -27,12 +26,6 @@ type peerBackend interface {
 	copyPeer(dst driver.DevicePtr, peer backend, src driver.DevicePtr, size uint64, s uintptr) error
 }
 
-// peerState remembers what EnablePeer found per peer.
-type peerState struct {
-	mu sync.Mutex
-	ok map[*Device]bool
-}
-
 // EnablePeer implements driver.PeerCopier.
 func (d *Device) EnablePeer(peer driver.Device) (bool, error) {
 	p, ok := peer.(*Device)
@@ -43,20 +36,7 @@ func (d *Device) EnablePeer(peer driver.Device) (bool, error) {
 	if !ok {
 		return false, nil
 	}
-	d.peers.mu.Lock()
-	defer d.peers.mu.Unlock()
-	if v, seen := d.peers.ok[p]; seen {
-		return v, nil
-	}
-	can, err := pb.enablePeer(p.b)
-	if err != nil {
-		return false, err
-	}
-	if d.peers.ok == nil {
-		d.peers.ok = map[*Device]bool{}
-	}
-	d.peers.ok[p] = can
-	return can, nil
+	return d.peers.Enable(p, func() (bool, error) { return pb.enablePeer(p.b) })
 }
 
 // submitPeerCopy runs a CopyPeer op on stream s.

@@ -70,12 +70,7 @@ func (t *Task) capture(r *recorded, calls []func(uintptr) error) (err error) {
 	if err := b.captureBegin(cs); err != nil {
 		return err
 	}
-	var callErr error
-	for _, c := range calls {
-		if callErr = c(cs); callErr != nil {
-			break
-		}
-	}
+	callErr := driver.RunCalls(calls, cs)
 	g, endErr := b.captureEnd(cs)
 	if err := errors.Join(callErr, endErr); err != nil {
 		return err
@@ -108,14 +103,7 @@ func (t *Task) Record(lane driver.Lane, ops []driver.Op) (driver.Recorded, error
 		calls = append(calls, c)
 	}
 	if r.captureErr = t.capture(r, calls); r.captureErr != nil {
-		r.call = func(s uintptr) error {
-			for _, c := range calls {
-				if err := c(s); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
+		r.call = driver.InOrder(calls)
 	}
 	return r, nil
 }

@@ -303,7 +303,9 @@ func TestOpenDefaultWithoutDriver(t *testing.T) {
 	}
 }
 
-func cfakeEnv(t *testing.T) fakelib.Paths {
+// cfakeEnv builds the fake libcuda and libcublas and points the bindings
+// at them for the test, or skips without gcc.
+func cfakeEnv(t testing.TB) fakelib.Paths {
 	t.Helper()
 	p, err := fakelib.Build()
 	if errors.Is(err, fakelib.ErrNoCompiler) {
@@ -484,15 +486,7 @@ func (c fakeCounts) get(i int) int64 {
 // cuEventRecord beyond what the ops-in-flight cap needs (a mark per
 // MaxInFlight/4 ops, a query when the count it knows reaches the cap).
 func TestSameStreamOpDriverCallsOnFakeLibrary(t *testing.T) {
-	p, err := fakelib.Build()
-	if errors.Is(err, fakelib.ErrNoCompiler) {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv(cuda.EnvLibCUDA, p.CUDA)
-	t.Setenv(cublas.EnvLibCUBLAS, p.CUBLAS)
+	p := cfakeEnv(t)
 	const maxInFlight, n = 64, 1024
 	d := openFirst(t, driver.DeviceConfig{Policy: syncstate.DeviceSide, MaxInFlight: maxInFlight})
 	tk := newTask(t, d, syncstate.Sinks{})

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/ebitengine/purego"
 )
@@ -129,4 +130,40 @@ func (l *Library) Symbols(names []string) ([]uintptr, error) {
 		return nil, &MissingSymbolsError{Library: l.Path, Missing: missing}
 	}
 	return addrs, nil
+}
+
+// LazySymbols is a set of optional entry points resolved together on first
+// use, so that a library without them still opens and only the calls that
+// need them fail. Its zero value is ready; it is safe for concurrent use.
+type LazySymbols struct {
+	once sync.Once
+	addr []uintptr
+	err  error
+}
+
+// Addr returns the address of names[i] in the library (handle, opened as
+// path), resolving every one of names on the first call. When the library
+// lacks any of them, every call returns one error, made on the first:
+// unavailable (for errors.Is), the path and the names missing. Every call
+// must pass the same names.
+func (s *LazySymbols) Addr(handle uintptr, path string, names []string, i int, unavailable error) (uintptr, error) {
+	s.once.Do(func() {
+		s.addr = make([]uintptr, len(names))
+		var missing []string
+		for j, name := range names {
+			a, err := purego.Dlsym(handle, name)
+			if err != nil || a == 0 {
+				missing = append(missing, name)
+				continue
+			}
+			s.addr[j] = a
+		}
+		if missing != nil {
+			s.err = fmt.Errorf("%w: %s lacks %v", unavailable, path, missing)
+		}
+	})
+	if s.err != nil {
+		return 0, s.err
+	}
+	return s.addr[i], nil
 }

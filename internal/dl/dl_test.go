@@ -38,3 +38,33 @@ func TestCUDAToolkitDirsStartWithUsrLocalCUDA(t *testing.T) {
 		t.Errorf("versioned toolkits not newest first: %v", versioned)
 	}
 }
+
+// LazySymbols resolves on first use, serves every name when all are there,
+// and otherwise answers every call with one error naming what is missing.
+func TestLazySymbolsResolveOnceAndNameWhatIsMissing(t *testing.T) {
+	libc, err := Open("libc", []string{"libc.so.6"}, nil)
+	if err != nil {
+		t.Skipf("no libc.so.6 to resolve symbols in: %v", err)
+	}
+	var present LazySymbols
+	for i := range 2 {
+		a, err := present.Addr(libc.Handle, libc.Path, []string{"malloc", "free"}, i, errUnavailable)
+		if err != nil || a == 0 {
+			t.Fatalf("Addr(%d) = %#x, %v; want an address", i, a, err)
+		}
+	}
+	var partial LazySymbols
+	names := []string{"malloc", "rocsync_no_such_symbol"}
+	_, first := partial.Addr(libc.Handle, libc.Path, names, 0, errUnavailable)
+	if !errors.Is(first, errUnavailable) {
+		t.Fatalf("Addr with a missing symbol: %v, want errUnavailable", first)
+	}
+	if want := "lacks [rocsync_no_such_symbol]"; !strings.Contains(first.Error(), want) || !strings.Contains(first.Error(), libc.Path) {
+		t.Errorf("error %q does not name the library and %q", first, want)
+	}
+	if _, again := partial.Addr(libc.Handle, libc.Path, names, 0, errUnavailable); again != first {
+		t.Errorf("second call's error %v is not the first's %v", again, first)
+	}
+}
+
+var errUnavailable = errors.New("test: optional symbols unavailable")

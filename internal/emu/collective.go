@@ -517,59 +517,48 @@ func (r *round) leave(cl *clique, seq uint64) {
 // reduceInto writes op over every rank's data, from byte offset off, into
 // out.
 func reduceInto(out []byte, data [][]byte, off int, dt nccl.DataType, op nccl.RedOp) {
-	es := dt.Size()
 	le := binary.LittleEndian
+	switch dt {
+	case nccl.Float32:
+		reduceElems(out, data, off, 4, op,
+			func(b []byte) float32 { return math.Float32frombits(le.Uint32(b)) },
+			func(b []byte, v float32) { le.PutUint32(b, math.Float32bits(v)) })
+	case nccl.Float64:
+		reduceElems(out, data, off, 8, op,
+			func(b []byte) float64 { return math.Float64frombits(le.Uint64(b)) },
+			func(b []byte, v float64) { le.PutUint64(b, math.Float64bits(v)) })
+	case nccl.Int32:
+		reduceElems(out, data, off, 4, op,
+			func(b []byte) int32 { return int32(le.Uint32(b)) },
+			func(b []byte, v int32) { le.PutUint32(b, uint32(v)) })
+	case nccl.Uint32:
+		reduceElems(out, data, off, 4, op, le.Uint32, le.PutUint32)
+	case nccl.Int64:
+		reduceElems(out, data, off, 8, op,
+			func(b []byte) int64 { return int64(le.Uint64(b)) },
+			func(b []byte, v int64) { le.PutUint64(b, uint64(v)) })
+	case nccl.Uint64:
+		reduceElems(out, data, off, 8, op, le.Uint64, le.PutUint64)
+	case nccl.Int8:
+		reduceElems(out, data, off, 1, op,
+			func(b []byte) int8 { return int8(b[0]) },
+			func(b []byte, v int8) { b[0] = byte(v) })
+	case nccl.Uint8:
+		reduceElems(out, data, off, 1, op,
+			func(b []byte) uint8 { return b[0] },
+			func(b []byte, v uint8) { b[0] = v })
+	}
+}
+
+// reduceElems is reduceInto for elements of es bytes that get reads and
+// put writes.
+func reduceElems[T int8 | uint8 | int32 | uint32 | int64 | uint64 | float32 | float64](out []byte, data [][]byte, off, es int, op nccl.RedOp, get func([]byte) T, put func([]byte, T)) {
 	for i := 0; i < len(out); i += es {
-		switch dt {
-		case nccl.Float32:
-			acc := math.Float32frombits(le.Uint32(data[0][off+i:]))
-			for _, d := range data[1:] {
-				acc = reduce(acc, math.Float32frombits(le.Uint32(d[off+i:])), op)
-			}
-			le.PutUint32(out[i:], math.Float32bits(acc))
-		case nccl.Float64:
-			acc := math.Float64frombits(le.Uint64(data[0][off+i:]))
-			for _, d := range data[1:] {
-				acc = reduce(acc, math.Float64frombits(le.Uint64(d[off+i:])), op)
-			}
-			le.PutUint64(out[i:], math.Float64bits(acc))
-		case nccl.Int32:
-			acc := int32(le.Uint32(data[0][off+i:]))
-			for _, d := range data[1:] {
-				acc = reduce(acc, int32(le.Uint32(d[off+i:])), op)
-			}
-			le.PutUint32(out[i:], uint32(acc))
-		case nccl.Uint32:
-			acc := le.Uint32(data[0][off+i:])
-			for _, d := range data[1:] {
-				acc = reduce(acc, le.Uint32(d[off+i:]), op)
-			}
-			le.PutUint32(out[i:], acc)
-		case nccl.Int64:
-			acc := int64(le.Uint64(data[0][off+i:]))
-			for _, d := range data[1:] {
-				acc = reduce(acc, int64(le.Uint64(d[off+i:])), op)
-			}
-			le.PutUint64(out[i:], uint64(acc))
-		case nccl.Uint64:
-			acc := le.Uint64(data[0][off+i:])
-			for _, d := range data[1:] {
-				acc = reduce(acc, le.Uint64(d[off+i:]), op)
-			}
-			le.PutUint64(out[i:], acc)
-		case nccl.Int8:
-			acc := int8(data[0][off+i])
-			for _, d := range data[1:] {
-				acc = reduce(acc, int8(d[off+i]), op)
-			}
-			out[i] = byte(acc)
-		case nccl.Uint8:
-			acc := data[0][off+i]
-			for _, d := range data[1:] {
-				acc = reduce(acc, d[off+i], op)
-			}
-			out[i] = acc
+		acc := get(data[0][off+i:])
+		for _, d := range data[1:] {
+			acc = reduce(acc, get(d[off+i:]), op)
 		}
+		put(out[i:], acc)
 	}
 }
 

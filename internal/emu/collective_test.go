@@ -208,3 +208,50 @@ func TestEmulatedCollectiveMisuse(t *testing.T) {
 		t.Fatalf("lone rank: %v", err)
 	}
 }
+
+// reduceInto reads and writes every element type NCCL's reductions take
+// with its own width and signedness: -3 is the minimum of -3 and 2 for a
+// signed type, 2 for an unsigned one (where -3 wraps to a large value).
+func TestReduceIntoEveryDataType(t *testing.T) {
+	le := binary.LittleEndian
+	enc := func(dt nccl.DataType, vs ...float64) []byte {
+		b := make([]byte, dt.Size()*len(vs))
+		for i, v := range vs {
+			p := b[i*dt.Size():]
+			switch dt {
+			case nccl.Int8, nccl.Uint8:
+				p[0] = byte(int8(v))
+			case nccl.Int32, nccl.Uint32:
+				le.PutUint32(p, uint32(int32(v)))
+			case nccl.Int64, nccl.Uint64:
+				le.PutUint64(p, uint64(int64(v)))
+			case nccl.Float32:
+				le.PutUint32(p, math.Float32bits(float32(v)))
+			case nccl.Float64:
+				le.PutUint64(p, math.Float64bits(v))
+			}
+		}
+		return b
+	}
+	signed := map[nccl.DataType]bool{nccl.Int8: true, nccl.Int32: true, nccl.Int64: true, nccl.Float32: true, nccl.Float64: true}
+	for _, dt := range []nccl.DataType{nccl.Int8, nccl.Uint8, nccl.Int32, nccl.Uint32, nccl.Int64, nccl.Uint64, nccl.Float32, nccl.Float64} {
+		// Three ranks; element 0 of the output is the ranks' element 1
+		// (off skips element 0), element 1 their element 2.
+		data := [][]byte{enc(dt, 9, 2, -3), enc(dt, 9, 5, 2), enc(dt, 9, 1, 1)}
+		minWant := enc(dt, 1, -3)
+		maxWant := enc(dt, 5, 2)
+		if !signed[dt] {
+			minWant, maxWant = enc(dt, 1, 1), enc(dt, 5, -3)
+		}
+		for _, tc := range []struct {
+			op   nccl.RedOp
+			want []byte
+		}{{nccl.Sum, enc(dt, 8, 0)}, {nccl.Prod, enc(dt, 10, -6)}, {nccl.Max, maxWant}, {nccl.Min, minWant}} {
+			out := make([]byte, 2*dt.Size())
+			reduceInto(out, data, dt.Size(), dt, tc.op)
+			if string(out) != string(tc.want) {
+				t.Errorf("%v %v: % x, want % x", dt, tc.op, out, tc.want)
+			}
+		}
+	}
+}

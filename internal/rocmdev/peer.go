@@ -3,7 +3,6 @@ package rocmdev
 import (
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/rocsync/rocsync/driver"
 	"github.com/rocsync/rocsync/hip"
@@ -15,12 +14,6 @@ import (
 // peer's memory and writes this device's.
 
 var _ driver.PeerCopier = (*Device)(nil)
-
-// peerState remembers, per peer, what EnablePeer found.
-type peerState struct {
-	mu sync.Mutex
-	ok map[*Device]bool
-}
 
 // EnablePeer implements driver.PeerCopier.
 func (d *Device) EnablePeer(peer driver.Device) (bool, error) {
@@ -35,19 +28,11 @@ func (d *Device) EnablePeer(peer driver.Device) (bool, error) {
 	if !ok {
 		return false, nil
 	}
-	d.peers.mu.Lock()
-	defer d.peers.mu.Unlock()
-	if v, seen := d.peers.ok[p]; seen {
-		return v, nil
-	}
-	if d.peers.ok == nil {
-		d.peers.ok = map[*Device]bool{}
-	}
-	can, err := pr.DeviceCanAccessPeer(d.hipIndex, p.hipIndex)
-	if err != nil {
-		return false, err
-	}
-	if can {
+	return d.peers.Enable(p, func() (bool, error) {
+		can, err := pr.DeviceCanAccessPeer(d.hipIndex, p.hipIndex)
+		if err != nil || !can {
+			return false, err
+		}
 		err = pr.DeviceEnablePeerAccess(d.hipIndex, p.hipIndex)
 		var he *hip.Error
 		if errors.As(err, &he) && he.Code == hip.ErrorPeerAccessAlreadyEnabled {
@@ -56,9 +41,8 @@ func (d *Device) EnablePeer(peer driver.Device) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-	}
-	d.peers.ok[p] = can
-	return can, nil
+		return true, nil
+	})
 }
 
 // submitPeerCopy runs a CopyPeer op on the task's stream.

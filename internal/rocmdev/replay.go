@@ -7,9 +7,7 @@ import (
 	"github.com/rocsync/rocsync/driver"
 	"github.com/rocsync/rocsync/hip"
 	"github.com/rocsync/rocsync/internal/testhooks"
-	"github.com/rocsync/rocsync/kernels"
 	"github.com/rocsync/rocsync/queue"
-	"github.com/rocsync/rocsync/rocblas"
 )
 
 var (
@@ -102,12 +100,7 @@ func (t *Task) captureCalls(r *recorded, calls []func(uintptr) error) (err error
 	if err := gr.StreamBeginCapture(cs, hip.StreamCaptureModeRelaxed); err != nil {
 		return err
 	}
-	var callErr error
-	for _, c := range calls {
-		if callErr = c(uintptr(cs)); callErr != nil {
-			break
-		}
-	}
+	callErr := driver.RunCalls(calls, uintptr(cs))
 	g, endErr := gr.StreamEndCapture(cs)
 	if err := errors.Join(callErr, endErr); err != nil {
 		if g != 0 {
@@ -165,15 +158,7 @@ func (t *Task) Record(lane driver.Lane, ops []driver.Op) (driver.Recorded, error
 		r.calls = append(r.calls, c)
 	}
 	if r.captureErr = t.captureCalls(r, r.calls); r.captureErr != nil {
-		calls := r.calls
-		r.call = func(s uintptr) error {
-			for _, c := range calls {
-				if err := c(s); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
+		r.call = driver.InOrder(r.calls)
 	}
 	return r, nil
 }
@@ -216,31 +201,11 @@ func (t *Task) streamCall(op *driver.Op) (func(uintptr) error, error) {
 
 // gemmCall is gemm's rocBLAS call as a function of the stream.
 func (t *Task) gemmCall(g driver.GemmArgs) (func(uintptr) error, error) {
-	blas := t.d.rt.BLAS
-	if blas == nil {
-		return nil, fmt.Errorf("%w: %w", ErrNoBLAS, t.d.rt.BLASErr)
+	c, err := t.rocGemm(&g)
+	if err != nil {
+		return nil, err
 	}
-	opA, opB := rocblas.OperationNone, rocblas.OperationNone
-	if g.TransA {
-		opA = rocblas.OperationTranspose
-	}
-	if g.TransB {
-		opB = rocblas.OperationTranspose
-	}
-	h := t.st.BLAS
-	m, n, k, lda, ldb, ldc := int32(g.M), int32(g.N), int32(g.K), int32(g.LDA), int32(g.LDB), int32(g.LDC)
-	a, b, c, alpha, beta := hip.DevicePtr(g.A), hip.DevicePtr(g.B), hip.DevicePtr(g.C), g.Alpha, g.Beta
-	switch g.DType {
-	case kernels.F32:
-		return func(uintptr) error {
-			return blas.Sgemm(h, opA, opB, m, n, k, float32(alpha), a, lda, b, ldb, float32(beta), c, ldc)
-		}, nil
-	case kernels.F64:
-		return func(uintptr) error {
-			return blas.Dgemm(h, opA, opB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
-		}, nil
-	}
-	return nil, fmt.Errorf("%w: gemm of %v", driver.ErrUnsupported, g.DType)
+	return c.run, nil
 }
 
 // replay submits a recorded sequence: one Replay of the queue's packets,

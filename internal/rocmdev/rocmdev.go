@@ -290,8 +290,8 @@ type Device struct {
 	userMu      sync.Mutex
 	userModules []*userModule // user kernels' code, by handle-1
 
-	reductions driver.ReductionCache // reduce.go
-	peers      peerState             // peer.go
+	reductions driver.ReductionCache    // reduce.go
+	peers      driver.PeerMemo[*Device] // peer.go
 }
 
 var _ driver.Device = (*Device)(nil)
@@ -655,31 +655,53 @@ func (t *Task) Submit(op *driver.Op) (uint64, error) {
 
 // gemm runs rocBLAS on the task's stream.
 func (t *Task) gemm(g *driver.GemmArgs) (uint64, error) {
+	c, err := t.rocGemm(g)
+	if err != nil {
+		return 0, err
+	}
+	// c.run does not escape: the eager path allocates nothing here.
+	return t.st.Stream.Submit(c.run)
+}
+
+// blasGemm is a gemm's rocBLAS call with its arguments converted once:
+// run by the eager path at once, kept by a recording for its replays.
+type blasGemm struct {
+	blas                   rocblas.Library
+	h                      rocblas.Handle
+	opA, opB               rocblas.Operation
+	m, n, k, lda, ldb, ldc int32
+	a, b, c                hip.DevicePtr
+	alpha, beta            float64
+	dtype                  kernels.DType
+}
+
+// rocGemm converts g for rocBLAS on the task's handle.
+func (t *Task) rocGemm(g *driver.GemmArgs) (blasGemm, error) {
 	blas := t.d.rt.BLAS
 	if blas == nil {
-		return 0, fmt.Errorf("%w: %w", ErrNoBLAS, t.d.rt.BLASErr)
+		return blasGemm{}, fmt.Errorf("%w: %w", ErrNoBLAS, t.d.rt.BLASErr)
 	}
-	opA, opB := rocblas.OperationNone, rocblas.OperationNone
+	if g.DType != kernels.F32 && g.DType != kernels.F64 {
+		return blasGemm{}, fmt.Errorf("%w: gemm of %v", driver.ErrUnsupported, g.DType)
+	}
+	c := blasGemm{blas: blas, h: t.st.BLAS, opA: rocblas.OperationNone, opB: rocblas.OperationNone,
+		m: int32(g.M), n: int32(g.N), k: int32(g.K), lda: int32(g.LDA), ldb: int32(g.LDB), ldc: int32(g.LDC),
+		a: hip.DevicePtr(g.A), b: hip.DevicePtr(g.B), c: hip.DevicePtr(g.C), alpha: g.Alpha, beta: g.Beta, dtype: g.DType}
 	if g.TransA {
-		opA = rocblas.OperationTranspose
+		c.opA = rocblas.OperationTranspose
 	}
 	if g.TransB {
-		opB = rocblas.OperationTranspose
+		c.opB = rocblas.OperationTranspose
 	}
-	h := t.st.BLAS
-	m, n, k, lda, ldb, ldc := int32(g.M), int32(g.N), int32(g.K), int32(g.LDA), int32(g.LDB), int32(g.LDC)
-	a, b, c, alpha, beta := hip.DevicePtr(g.A), hip.DevicePtr(g.B), hip.DevicePtr(g.C), g.Alpha, g.Beta
-	switch g.DType {
-	case kernels.F32:
-		return t.st.Stream.Submit(func(uintptr) error {
-			return blas.Sgemm(h, opA, opB, m, n, k, float32(alpha), a, lda, b, ldb, float32(beta), c, ldc)
-		})
-	case kernels.F64:
-		return t.st.Stream.Submit(func(uintptr) error {
-			return blas.Dgemm(h, opA, opB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
-		})
+	return c, nil
+}
+
+// run is the rocBLAS call (the stream is the handle's).
+func (c *blasGemm) run(uintptr) error {
+	if c.dtype == kernels.F32 {
+		return c.blas.Sgemm(c.h, c.opA, c.opB, c.m, c.n, c.k, float32(c.alpha), c.a, c.lda, c.b, c.ldb, float32(c.beta), c.c, c.ldc)
 	}
-	return 0, fmt.Errorf("%w: gemm of %v", driver.ErrUnsupported, g.DType)
+	return c.blas.Dgemm(c.h, c.opA, c.opB, c.m, c.n, c.k, c.alpha, c.a, c.lda, c.b, c.ldb, c.beta, c.c, c.ldc)
 }
 
 // BLASHandle implements driver.BLASHandler: the task's rocBLAS handle (0
