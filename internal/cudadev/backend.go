@@ -83,6 +83,8 @@ type backend interface {
 	captureBegin(s uintptr) error
 	captureEnd(s uintptr) (graph uintptr, err error)
 	graphInstantiate(graph uintptr) (exec uintptr, err error)
+	// graphDestroy destroys a graph that will not be instantiated.
+	graphDestroy(graph uintptr) error
 	graphLaunch(exec, s uintptr) error
 	graphExecDestroy(exec uintptr) error
 	// blasSetStream binds a cuBLAS handle to stream s.
@@ -428,6 +430,10 @@ func (b *cudaBackend) graphInstantiate(g uintptr) (uintptr, error) {
 	c := b.ctx.Load()
 	e, err := c.GraphInstantiate(cuda.Graph(g))
 	return uintptr(e), errors.Join(err, c.GraphDestroy(cuda.Graph(g)))
+}
+
+func (b *cudaBackend) graphDestroy(g uintptr) error {
+	return b.ctx.Load().GraphDestroy(cuda.Graph(g))
 }
 
 func (b *cudaBackend) graphLaunch(e, s uintptr) error {

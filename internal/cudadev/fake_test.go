@@ -638,6 +638,16 @@ func (f *emuBackend) graphInstantiate(g uintptr) (uintptr, error) {
 	return e, nil
 }
 
+func (f *emuBackend) graphDestroy(g uintptr) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.graphs[g]; !ok {
+		return fmt.Errorf("emu: bad graph %#x", g)
+	}
+	delete(f.graphs, g)
+	return nil
+}
+
 // graphLaunch enqueues the graph's nodes on s, in order: what the captured
 // calls enqueued, their arguments as they were at capture.
 func (f *emuBackend) graphLaunch(e, s uintptr) error {

@@ -73,6 +73,11 @@ func (t *Task) capture(r *recorded, calls []func(uintptr) error) (err error) {
 	callErr := driver.RunCalls(calls, cs)
 	g, endErr := b.captureEnd(cs)
 	if err := errors.Join(callErr, endErr); err != nil {
+		if g != 0 {
+			// A call that failed without invalidating the capture still
+			// leaves a graph, which the fallback does not use.
+			err = errors.Join(err, b.graphDestroy(g))
+		}
 		return err
 	}
 	exec, err := b.graphInstantiate(g)

@@ -1,6 +1,7 @@
 package cudadev
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/rocsync/rocsync/driver"
@@ -149,5 +150,29 @@ func TestRecordReplayFallsBackWithoutCapture(t *testing.T) {
 				t.Fatalf("the call ran %d times on replay", calls-before)
 			}
 		})
+	}
+}
+
+// A capture whose recorded call fails without invalidating the capture
+// still ends with a graph: falling back to the in-order calls must destroy
+// it rather than leak one graph per such recording.
+func TestFailedCaptureDestroysItsGraph(t *testing.T) {
+	h := newHarness(t, backendKinds[0], syncstate.DeviceSide)
+	tk := h.task()
+	boom := errors.New("the library refused")
+	op := driver.Op{Kind: driver.LibraryCall, Lane: driver.LaneLibrary, Call: func(uintptr) error { return boom }}
+	rec, err := tk.tk.Record(driver.LaneLibrary, []driver.Op{op})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Release()
+	if ok, why := rec.(*recorded).Graph(); ok || !errors.Is(why, boom) {
+		t.Fatalf("graph %v, %v; want the call's error", ok, why)
+	}
+	h.emu.mu.Lock()
+	live := len(h.emu.graphs)
+	h.emu.mu.Unlock()
+	if live != 0 {
+		t.Fatalf("%d graphs left after the failed capture", live)
 	}
 }
