@@ -271,3 +271,35 @@ func BenchmarkStreamWait(b *testing.B) {
 		})
 	}
 }
+
+// Close while helpers are still blocked in abandoned calls (a stream
+// synchronize and an event's) returns without waiting for them, and the
+// stream is destroyed once the call on it returns, not under it.
+func TestCloseWithAbandonedCalls(t *testing.T) {
+	m := emu.New(emu.Options{Hazards: true})
+	api := stream.HIP(m.HIP(), 0)
+	hs, err := m.HIP().StreamCreate(0, hip.StreamNonBlocking)
+	require.NoError(t, err)
+	s := stream.New(api, uintptr(hs), stream.Config{Name: "closing", Events: stream.NewEventPool(api),
+		Domain: syncstate.DomainLibrary, WaitTimeout: 20 * time.Millisecond})
+	g := newGate(t, m)
+	held := g.hold(t, s)
+	require.ErrorIs(t, s.WaitHost(held), syncstate.ErrWaitTimeout) // the whole stream
+	memset(t, m, s, mustMalloc(t, m), 1)
+	require.ErrorIs(t, s.WaitHost(held), syncstate.ErrWaitTimeout) // an event
+
+	start := time.Now()
+	require.ErrorIs(t, s.Close(), syncstate.ErrWaitTimeout)
+	require.Less(t, time.Since(start), 5*time.Second)
+	code := func() hip.ErrorCode {
+		var he *hip.Error
+		if errors.As(m.HIP().StreamQuery(hs), &he) {
+			return he.Code
+		}
+		return 0
+	}
+	require.Equal(t, hip.ErrorNotReady, code(), "not destroyed under the helper's call")
+	g.open(t)
+	require.Eventually(t, func() bool { return code() == hip.ErrorInvalidHandle }, 5*time.Second, time.Millisecond,
+		"destroyed once the helper's call returned")
+}

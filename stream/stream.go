@@ -592,15 +592,10 @@ func (s *Stream) releaseEventLocked(ev uintptr) {
 	for i := range s.marks {
 		if s.marks[i].ev == ev {
 			s.marks[i].refs--
-			s.recycleLocked(false)
-			return
+			break
 		}
 	}
-	if s.s == 0 {
-		// Close kept the events still referenced out of the pool; the
-		// last reference returns it.
-		s.events.put(ev)
-	}
+	s.recycleLocked(false)
 }
 
 // WaitHost implements syncstate.Timeline. Waiting for the newest op when
@@ -910,13 +905,18 @@ func (s *Stream) Close() error {
 	}
 	s.completed.Store(s.lastTicket.Load())
 	s.recycleLocked(false)
+	held := s.marks[:0]
 	for _, m := range s.marks {
-		if m.refs == 0 {
+		if m.refs > 0 {
 			// A referenced event (a helper may be synchronizing it)
-			// goes back with its last reference.
-			s.events.put(m.ev)
+			// stays marked and goes back to the pool with its last
+			// reference (releaseEvent).
+			held = append(held, m)
+			continue
 		}
+		s.events.put(m.ev)
 	}
-	s.marks = nil
+	clear(s.marks[len(held):])
+	s.marks = held
 	return err
 }
