@@ -124,24 +124,30 @@ func handOff(r *blockReq) {
 }
 
 func helper(r *blockReq) {
-	for {
-		r.run()
-		for {
-			n := helpers.idle.Load()
-			if n >= maxIdleHelpers {
-				return
-			}
-			if helpers.idle.CompareAndSwap(n, n+1) {
-				break
-			}
-		}
+	for r.run() {
 		r = <-helpers.work
+	}
+}
+
+// becomeIdle counts the helper idle, committing it to take the next
+// request, unless the pool has enough idle helpers (then it exits).
+func becomeIdle() bool {
+	for {
+		n := helpers.idle.Load()
+		if n >= maxIdleHelpers {
+			return false
+		}
+		if helpers.idle.CompareAndSwap(n, n+1) {
+			return true
+		}
 	}
 }
 
 // run makes the blocking call, records what it proved on the stream, and
 // answers the waiter, or, when the waiter gave up, recycles the request.
-func (r *blockReq) run() {
+// It reports whether the helper stays in the pool, counted idle before
+// the answer so that the waiter's next wait finds it.
+func (r *blockReq) run() (stay bool) {
 	s := r.s
 	var err error
 	if r.ev != 0 {
@@ -150,14 +156,16 @@ func (r *blockReq) run() {
 		err = s.api.StreamSynchronize(r.h)
 	}
 	s.finishBlocking(r, err)
+	stay = becomeIdle()
 	if r.state.CompareAndSwap(reqPending, reqDone) {
 		r.done <- err
-		return
+		return stay
 	}
 	s.mu.Lock()
 	s.abandoned--
 	s.mu.Unlock()
 	putBlockReq(r)
+	return stay
 }
 
 // finishBlocking is the bookkeeping after a blocking call, as the waiter
