@@ -156,6 +156,14 @@ type Stream struct {
 	reached atomic.Uint64
 	settler syncstate.Settler // runs settle; started under mu
 
+	// Blocking calls handed to helpers (blockwait.go), under mu:
+	// handleCalls are in a stream synchronize on the handle, which Close
+	// then leaves to the last of them to destroy (destroyPending);
+	// abandoned are calls whose waiter gave up.
+	handleCalls    int
+	destroyPending bool
+	abandoned      int
+
 	// bridge, when set, makes this stream wait on the device for a fence
 	// of a timeline that is not a Stream (HSA→HIP under DeviceBridge).
 	bridge func(s *Stream, f syncstate.Fence) error
@@ -576,6 +584,11 @@ func (s *Stream) eventFor(t uint64) (ev uintptr, ok bool, err error) {
 // the next Completed, Poll or host wait.
 func (s *Stream) releaseEvent(ev uintptr) {
 	s.mu.Lock()
+	s.releaseEventLocked(ev)
+	s.mu.Unlock()
+}
+
+func (s *Stream) releaseEventLocked(ev uintptr) {
 	for i := range s.marks {
 		if s.marks[i].ev == ev {
 			s.marks[i].refs--
@@ -583,7 +596,6 @@ func (s *Stream) releaseEvent(ev uintptr) {
 		}
 	}
 	s.recycleLocked(false)
-	s.mu.Unlock()
 }
 
 // WaitHost implements syncstate.Timeline. Waiting for the newest op when
@@ -594,8 +606,8 @@ func (s *Stream) releaseEvent(ev uintptr) {
 func (s *Stream) WaitHost(t uint64) error { return s.WaitHostContext(context.Background(), t) }
 
 // poll waits for query to report done, until b ends the wait or the
-// stream is found to fail. Neither HIP nor CUDA has a synchronize call
-// with a deadline, so a bounded wait polls: first for spinFor, yielding
+// stream is found to fail. It is the fallback of bounded waits once a
+// stream has maxAbandoned blocking calls in flight (blockwait.go): first for spinFor, yielding
 // the processor between queries (what a spinning cuEventSynchronize does,
 // and most crossings' waits end there), then with a pause that grows to
 // maxPause, so that a long wait neither holds a core nor overshoots by
@@ -678,7 +690,28 @@ func (s *Stream) UnpinTicket(ev uintptr) {
 	}
 }
 
-// waitBound is a host wait for t, polling under b (nil: blocking).
+// blockingCall returns a request for a bounded wait's blocking call, or
+// nil when the stream has too many abandoned calls in flight (the wait
+// then polls). A whole-stream call is counted on the handle at once,
+// under mu, so that Close cannot destroy it under the call.
+func (s *Stream) blockingCall(whole bool, last uint64) *blockReq {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.abandoned >= maxAbandoned || (whole && s.s == 0) {
+		return nil
+	}
+	r := getBlockReq()
+	r.s, r.ev, r.h, r.last = s, 0, 0, 0
+	if whole {
+		s.handleCalls++
+		r.h, r.last = s.s, last
+	}
+	return r
+}
+
+// waitBound is a host wait for t under b: with b, a blocking call on a
+// helper goroutine (blockwait.go), or polling when the stream has too many
+// abandoned calls; without, the blocking call itself.
 func (s *Stream) waitBound(b *syncstate.Bound, t uint64) error {
 	if last, ok := s.wholeStream(t); ok {
 		// Ops another goroutine submits meanwhile may be waited for too,
@@ -686,6 +719,12 @@ func (s *Stream) waitBound(b *syncstate.Bound, t uint64) error {
 		var err error
 		if b == nil {
 			err = s.api.StreamSynchronize(s.s)
+		} else if r := s.blockingCall(true, last); r != nil {
+			if be, ok := s.waitBlocking(b, t, r).(*boundErr); ok {
+				return be.err
+			}
+			// The helper recorded the outcome.
+			return s.health.Failed(t)
 		} else {
 			err = s.poll(b, t, s.s, 0)
 			if be, ok := err.(*boundErr); ok {
@@ -711,6 +750,13 @@ func (s *Stream) waitBound(b *syncstate.Bound, t uint64) error {
 	}
 	if b == nil {
 		err = s.api.EventSynchronize(ev)
+	} else if r := s.blockingCall(false, 0); r != nil {
+		r.ev = ev
+		if be, ok := s.waitBlocking(b, t, r).(*boundErr); ok {
+			return be.err
+		}
+		// The helper recorded the outcome and released the event.
+		return s.health.Failed(t)
 	} else {
 		err = s.poll(b, t, 0, ev)
 		if be, ok := err.(*boundErr); ok {
@@ -848,17 +894,29 @@ func (s *Stream) Close() error {
 	}
 	if s.s != 0 {
 		// hipStreamDestroy lets pending work finish, so after it every
-		// ticket is complete.
-		if e := s.api.StreamDestroy(s.s); e != nil && err == nil {
+		// ticket is complete. A helper still in a synchronize of the
+		// stream (a wait that timed out) destroys it when that returns.
+		if s.handleCalls > 0 {
+			s.destroyPending = true
+		} else if e := s.api.StreamDestroy(s.s); e != nil && err == nil {
 			err = e
 		}
 		s.s = 0
 	}
 	s.completed.Store(s.lastTicket.Load())
 	s.recycleLocked(false)
+	held := s.marks[:0]
 	for _, m := range s.marks {
+		if m.refs > 0 {
+			// A referenced event (a helper may be synchronizing it)
+			// stays marked and goes back to the pool with its last
+			// reference (releaseEvent).
+			held = append(held, m)
+			continue
+		}
 		s.events.put(m.ev)
 	}
-	s.marks = nil
+	clear(s.marks[len(held):])
+	s.marks = held
 	return err
 }
