@@ -50,14 +50,17 @@ type config struct {
 	seed     uint64
 	backend  rocsync.Backend
 	emuDelay time.Duration
-	programs []string
-	policies []rocsync.Policy
-	json     bool
-	jsonFile string
-	plot     string
-	progress io.Writer // nil: no progress reports
-	tty      bool      // progress is a terminal: rewrite one line
-	now      func() time.Time
+	// waitTimeout is Options.WaitTimeout (0: rocsync's default bound;
+	// negative: unbounded host waits, one blocking runtime call each).
+	waitTimeout time.Duration
+	programs    []string
+	policies    []rocsync.Policy
+	json        bool
+	jsonFile    string
+	plot        string
+	progress    io.Writer // nil: no progress reports
+	tty         bool      // progress is a terminal: rewrite one line
+	now         func() time.Time
 
 	// -paired-raw
 	paired     bool
@@ -289,6 +292,8 @@ func newFlagSet(cfg *config, fl *flagStrings) *flag.FlagSet {
 	fs.IntVar(&cfg.devices, "devices", 2, "dp-mlp: devices to split the batch over (also run on 1, the reference)")
 	fs.StringVar(&fl.policies, "policies", "WaitAlways,SkipSameQueue,DeviceSide,Unified,DeviceBridge", "comma-separated policies")
 	fs.StringVar(&fl.backend, "backend", "auto", "auto, emulator, rocm or cuda")
+	fs.DurationVar(&cfg.waitTimeout, "wait-timeout", 0,
+		"Options.WaitTimeout of rocsync's devices: 0 for rocsync's default bound, negative for unbounded host waits (one blocking runtime call each)")
 	fs.DurationVar(&cfg.emuDelay, "emu-delay", 0,
 		"emulator only: each op starts after a seeded random delay of up to this much (EmulatorOptions.MaxDelay), "+
 			"holding the device behind the host; Go's timers make any non-zero value ~0.1-1 ms in practice (docs/benchmarks.md)")
@@ -591,7 +596,7 @@ func modeName(pol rocsync.Policy, replay bool) string {
 }
 
 func newPolicyRun(cfg config, prog program, pol rocsync.Policy, replay bool) (*policyRun, error) {
-	d, err := rocsync.Open(rocsync.Options{Backend: cfg.backend, Policy: pol, LogLevel: rocsync.LogOff,
+	d, err := rocsync.Open(rocsync.Options{Backend: cfg.backend, Policy: pol, LogLevel: rocsync.LogOff, WaitTimeout: cfg.waitTimeout,
 		Emulator: rocsync.EmulatorOptions{MaxDelay: cfg.emuDelay, Seed: cfg.seed},
 		Trace:    cfg.trace, TraceName: prog.name + "/" + pol.String()})
 	if err != nil {

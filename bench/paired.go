@@ -363,7 +363,7 @@ func runPair(cfg config, g *raw.GPU, p pair, progress *progress) (r pairResult, 
 	r.RawHostWaitsPerIter = rp.HostWaitsPerIter()
 
 	t0 := time.Now()
-	d, err := rocsync.Open(rocsync.Options{Backend: rocsync.CUDA, Policy: p.policy, LogLevel: rocsync.LogOff})
+	d, err := rocsync.Open(rocsync.Options{Backend: rocsync.CUDA, Policy: p.policy, LogLevel: rocsync.LogOff, WaitTimeout: cfg.waitTimeout})
 	if err != nil {
 		return r, err
 	}

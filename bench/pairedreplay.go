@@ -231,7 +231,7 @@ func runReplayPair(cfg config, g *raw.GPU, p pair, progress *progress) (r replay
 	r.RawHostWaitsPerIter, r.OpsPerIter = re.HostWaitsPerIter(), re.Ops()
 
 	t0 = time.Now()
-	d, err := rocsync.Open(rocsync.Options{Backend: rocsync.CUDA, Policy: p.policy, LogLevel: rocsync.LogOff})
+	d, err := rocsync.Open(rocsync.Options{Backend: rocsync.CUDA, Policy: p.policy, LogLevel: rocsync.LogOff, WaitTimeout: cfg.waitTimeout})
 	if err != nil {
 		return r, err
 	}

@@ -717,8 +717,11 @@ func (s *Stream) waitBound(b *syncstate.Bound, t uint64) error {
 		// Ops another goroutine submits meanwhile may be waited for too,
 		// which is harmless; only tickets up to last are claimed done.
 		var err error
+		var spun bool
 		if b == nil {
 			err = s.api.StreamSynchronize(s.s)
+		} else if spun, err = s.spin(b, s.s, 0); spun {
+			// Done (or failed) within the spin: no helper needed.
 		} else if r := s.blockingCall(true, last); r != nil {
 			if be, ok := s.waitBlocking(b, t, r).(*boundErr); ok {
 				return be.err
@@ -748,8 +751,11 @@ func (s *Stream) waitBound(b *syncstate.Bound, t uint64) error {
 	if !ok {
 		return s.health.Failed(t)
 	}
+	var spun bool
 	if b == nil {
 		err = s.api.EventSynchronize(ev)
+	} else if spun, err = s.spin(b, 0, ev); spun {
+		// Done (or failed) within the spin: no helper needed.
 	} else if r := s.blockingCall(false, 0); r != nil {
 		r.ev = ev
 		if be, ok := s.waitBlocking(b, t, r).(*boundErr); ok {
