@@ -44,6 +44,14 @@ type DeviceConfig struct {
 	MaxInFlight int
 	// OnThrottle, if set, is told of every throttle wait (sync-debug).
 	OnThrottle func(f syncstate.Fence) error
+	// StreamWaitsForHostLanes lets CUDA streams wait on the device
+	// (cuStreamWaitValue64) for a host lane's functions. Off by default:
+	// streams share a few hardware queues (CUDA_DEVICE_MAX_CONNECTIONS),
+	// so a host function's own synchronous copy (HostAccess) can queue
+	// behind the stream that waits for that function, and both hang, as
+	// the op-set acceptance program did on an H100. Tests of the
+	// mechanism turn it on.
+	StreamWaitsForHostLanes bool
 }
 
 // Device is one GPU of a family.

@@ -90,9 +90,16 @@ type harr struct {
 }
 
 func newHarness(t testing.TB, kind backendKind, p syncstate.Policy) *harness {
+	return newHarnessConfig(t, kind, driver.DeviceConfig{Policy: p})
+}
+
+// newHarnessConfig is newHarness with more of the device's configuration.
+func newHarnessConfig(t testing.TB, kind backendKind, cfg driver.DeviceConfig) *harness {
 	t.Helper()
+	p := cfg.Policy
 	h := &harness{t: t, stats: new(syncstate.Stats), eng: syncstate.Engine{Policy: p}}
-	h.d, h.emu = kind.open(t, driver.DeviceConfig{Policy: p, Stats: h.stats})
+	cfg.Stats = h.stats
+	h.d, h.emu = kind.open(t, cfg)
 	t.Cleanup(h.close)
 	return h
 }

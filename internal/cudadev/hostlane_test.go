@@ -102,7 +102,7 @@ func TestHostFuncOnCUDA(t *testing.T) {
 	for _, kind := range append(backendKinds, emuHostWait) {
 		for _, p := range syncstate.Policies {
 			t.Run(fmt.Sprintf("%s/%s", kind.name, p), func(t *testing.T) {
-				h := newHarness(t, kind, p)
+				h := newHarnessConfig(t, kind, driver.DeviceConfig{Policy: p, StreamWaitsForHostLanes: true})
 				mid, ok := hostFuncChain(h)
 				if !ok {
 					t.Fatal("the kernel after the host function read stale data")
@@ -131,7 +131,7 @@ func TestHostFuncOnCUDA(t *testing.T) {
 func TestHostFuncDeviceWaitIsNeeded(t *testing.T) {
 	bad := 0
 	for range 5 {
-		h := newHarness(t, backendKinds[0], syncstate.DeviceSide)
+		h := newHarnessConfig(t, backendKinds[0], driver.DeviceConfig{Policy: syncstate.DeviceSide, StreamWaitsForHostLanes: true})
 		h.emu.dropValueWaits = true
 		if _, ok := hostFuncChain(h); !ok {
 			bad++
@@ -139,6 +139,25 @@ func TestHostFuncDeviceWaitIsNeeded(t *testing.T) {
 	}
 	if bad == 0 {
 		t.Fatal("without the device-side wait the kernel still read the host function's output")
+	}
+}
+
+// By default a stream waits for a host function on the host, even where
+// the driver has stream memory operations (the emulation does): the
+// function in hostFuncChain copies device memory, and on an H100 such a
+// copy queued behind the stream that waited for its function on the
+// device, and both hung (TestOpSetAcceptanceCUDA).
+func TestHostFuncWaitsOnTheHostByDefault(t *testing.T) {
+	h := newHarness(t, backendKinds[0], syncstate.DeviceSide)
+	if err := h.d.HostWaitsOnDevice(); !errors.Is(err, ErrHostLaneWaitsOff) {
+		t.Fatalf("HostWaitsOnDevice: %v, want ErrHostLaneWaitsOff", err)
+	}
+	mid, ok := hostFuncChain(h)
+	if !ok {
+		t.Fatal("the kernel after the host function read stale data")
+	}
+	if mid.DeviceWaits != 0 || mid.HostWaitsFor(syncstate.ReasonBoundary)+mid.SkippedWaits != 1 || h.emu.valueWaits != 0 {
+		t.Fatalf("the kernel after the host function: %v, %d value waits; want one boundary wait (or a skipped one)", mid, h.emu.valueWaits)
 	}
 }
 

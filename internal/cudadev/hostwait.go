@@ -40,9 +40,19 @@ type laneWords struct {
 }
 
 // supported says whether streams can wait on the device for host lanes.
+// ErrHostLaneWaitsOff is why streams wait for host lanes on the host by
+// default (driver.DeviceConfig.StreamWaitsForHostLanes).
+var ErrHostLaneWaitsOff = errors.New("cudadev: streams wait for host functions on the host: a device-side wait (cuStreamWaitValue64) can hang a function's own synchronous copies queued behind it on a shared hardware queue")
+
 func (d *Device) hostWaitSupport() error {
 	w := &d.hostWords
-	w.once.Do(func() { w.support = d.b.streamMemOps() })
+	w.once.Do(func() {
+		if !d.cfg.StreamWaitsForHostLanes {
+			w.support = ErrHostLaneWaitsOff
+			return
+		}
+		w.support = d.b.streamMemOps()
+	})
 	return w.support
 }
 
