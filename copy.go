@@ -65,7 +65,11 @@ type stagingPool struct {
 }
 
 // take returns an idle slot of at least size bytes whose last copy has
-// completed, allocating one if none is.
+// completed, allocating one if none is. Completed, not merely ordered:
+// the CPU writes the slot (Upload) before any op is submitted, which no
+// device-side wait can order, unlike peer staging (peerCopies.take),
+// where only GPU ops touch the slot and its sync state orders them. That
+// is why the two pools do not share one take.
 func (p *stagingPool) take(d *Device, op string, size uint64) (*stagingSlot, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
