@@ -14,7 +14,8 @@ import (
 // runs on the task's host lane, a goroutine of rocsync's own: the
 // submitter never waits for it, and ops after it on the GPU wait for it on
 // the device where the runtime lets them (a signal the lane completes; see
-// the README's op set).
+// the README's op set). CUDA streams wait for it on the host by default
+// (driver.DeviceConfig.StreamWaitsForHostLanes).
 
 // HostFunc runs fn on the task's host lane once the work it depends on has
 // completed: the last writers of what operands says it reads (In, InOut),

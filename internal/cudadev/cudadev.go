@@ -287,10 +287,12 @@ type Task struct {
 	userParams map[*driver.Kernel]*cuda.ParamBlock
 	blas       uintptr   // the cuBLAS handle bound to the library stream, or 0
 	op         driver.Op // filled by Launch and Gemm
-	// host is the task's host lane. CUDA streams wait for it on the
-	// device, with cuStreamWaitValue64 on a mapped word the lane
-	// publishes its tickets to (hostwait.go), or on the host where stream
-	// memory operations are unsupported (a boundary wait).
+	// host is the task's host lane. CUDA streams wait for it on the host
+	// (a boundary wait) by default; with
+	// driver.DeviceConfig.StreamWaitsForHostLanes, and where stream memory
+	// operations are supported, on the device instead, with
+	// cuStreamWaitValue64 on a mapped word the lane publishes its tickets
+	// to (hostwait.go).
 	// cuLaunchHostFunc is not used: CUDA forbids CUDA calls in it.
 	host *hostlane.Lane
 }

@@ -12,15 +12,17 @@ import (
 	"github.com/rocsync/rocsync/syncstate"
 )
 
-// A CUDA stream waits on the device for a host lane's function: each lane
-// publishes its completed tickets (hostlane.Config.Publish) to a 64-bit
-// word of host memory mapped to the GPU, and the stream waits with
+// With driver.DeviceConfig.StreamWaitsForHostLanes (off by default: see
+// ErrHostLaneWaitsOff), a CUDA stream waits on the device for a host
+// lane's function: each lane publishes its completed tickets
+// (hostlane.Config.Publish) to a 64-bit word of host memory mapped to the
+// GPU, and the stream waits with
 // cuStreamWaitValue64(word >= ticket). Tickets only grow, so a word needs
 // no reset and serves every wait on its lane; a failed function completes
 // its ticket too, and the consumer learns of the failure from its
 // upstream record, as with an HSA signal. Where the driver or device does
-// not support stream memory operations, streams wait for the lane on the
-// host (a boundary wait), as before.
+// not support stream memory operations, and by default, streams wait for
+// the lane on the host (a boundary wait).
 //
 // Words are never reused while the device is open: a stream may still be
 // waiting on a closed task's word, and a reused word would start again
