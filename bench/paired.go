@@ -234,6 +234,40 @@ type rocSide struct {
 	st state
 }
 
+// openRocSide opens a device for pol, sets prog up on its default task
+// and runs the first iteration (task creation, cuBLAS handle, the
+// kernels' module load and JIT), timing the Open and that iteration in
+// ms. The caller closes what it returns.
+func openRocSide(cfg config, pol rocsync.Policy, prog program, openMS, firstIterMS *float64) (*rocSide, error) {
+	t0 := time.Now()
+	d, err := rocsync.Open(rocsync.Options{Backend: rocsync.CUDA, Policy: pol, LogLevel: rocsync.LogOff, WaitTimeout: cfg.waitTimeout})
+	if err != nil {
+		return nil, err
+	}
+	*openMS = sinceMS(t0)
+	t := d.DefaultTask()
+	st, err := prog.setup(d, t, cfg)
+	if err != nil {
+		return nil, errors.Join(err, d.Close())
+	}
+	roc := &rocSide{d: d, t: t, st: st}
+	t0 = time.Now()
+	if _, _, _, err := roc.iterate(false); err != nil {
+		return nil, errors.Join(err, roc.close())
+	}
+	*firstIterMS = sinceMS(t0)
+	return roc, nil
+}
+
+// close frees the program's inputs and closes the device.
+func (r *rocSide) close() error {
+	r.st.free()
+	return r.d.Close()
+}
+
+// sinceMS is the time since t0 in ms, for the start-up costs.
+func sinceMS(t0 time.Time) float64 { return float64(time.Since(t0).Nanoseconds()) / 1e6 }
+
 // iterate runs one rocsync iteration as runOne does: submit (dispatch),
 // Synchronize (total), then free the temporaries. With readBack it also
 // returns the checksum of the output.
@@ -277,16 +311,29 @@ func runPaired(cfg config, stdout io.Writer) error {
 	if cfg.replay {
 		return runPairedReplay(cfg, stdout)
 	}
-	out, err := pairedAll(cfg)
+	out := &pairedOutput{}
+	var err error
+	out.Run, out.Meta, out.Pairs, err = eachPair(cfg, 2,
+		fmt.Sprintf("%d pairs of raw CUDA and rocsync, %d+%d iterations each", len(cfg.pairs), cfg.warmup, cfg.iters),
+		func(p pair) string { return fmt.Sprintf("%s %s against raw %s", p.program, p.policy, p.raw) },
+		func(p pair) string { return fmt.Sprintf("%s under %s against raw %s", p.program, p.policy, p.raw) },
+		runPair)
 	if err != nil {
 		return err
 	}
+	return emitPaired(cfg, stdout, out, printPaired)
+}
+
+// emitPaired prints out as a table (or JSON, with -json) and saves it as
+// JSON where -json-file asks: the paired mode's and the paired replay
+// mode's output.
+func emitPaired[T any](cfg config, stdout io.Writer, out T, print func(io.Writer, T)) error {
 	if cfg.json {
 		if err := writeJSON(stdout, out); err != nil {
 			return err
 		}
 	} else {
-		printPaired(stdout, out)
+		print(stdout, out)
 	}
 	if cfg.jsonFile != "" {
 		return saveJSON(cfg.jsonFile, out)
@@ -294,33 +341,35 @@ func runPaired(cfg config, stdout io.Writer) error {
 	return nil
 }
 
-func pairedAll(cfg config) (*pairedOutput, error) {
-	// Every call, raw and rocsync, from this goroutine on one OS thread:
-	// the raw side makes the primary context current once (raw.Open), and
-	// rocsync's calls (cuda.Ctx) find that same context current.
+// eachPair runs run on every pair of cfg.pairs against one raw GPU, every
+// call, raw and rocsync, from this goroutine on one OS thread: the raw
+// side makes the primary context current once (raw.Open), and rocsync's
+// calls (cuda.Ctx) find that same context current. Progress counts the
+// warm-up and measured iterations and the allocation-counting iterations
+// of each of the sidesAlone runs; running labels a pair in progress,
+// failed an error.
+func eachPair[R any](cfg config, sidesAlone int, what string, running, failed func(pair) string,
+	run func(config, *raw.GPU, pair, *progress) (R, error)) (runMeta, pairedMeta, []R, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	g, err := openRaw(cfg)
 	if err != nil {
-		return nil, err
+		return runMeta{}, pairedMeta{}, nil, err
 	}
-	out := &pairedOutput{}
-	out.Run, out.Meta = pairedMetaFor(cfg, g)
-	// Progress counts the warm-up and measured pair iterations and each
-	// side's allocation-counting ones.
-	perPair := cfg.warmup + cfg.iters + 2*allocIters(cfg)
-	prog := newProgress(cfg.progress, cfg.tty, cfg.now, len(cfg.pairs)*perPair,
-		fmt.Sprintf("%d pairs of raw CUDA and rocsync, %d+%d iterations each", len(cfg.pairs), cfg.warmup, cfg.iters))
+	rm, m := pairedMetaFor(cfg, g)
+	perPair := cfg.warmup + cfg.iters + sidesAlone*allocIters(cfg)
+	prog := newProgress(cfg.progress, cfg.tty, cfg.now, len(cfg.pairs)*perPair, what)
 	defer prog.finish()
+	var rs []R
 	for _, p := range cfg.pairs {
-		prog.running(fmt.Sprintf("%s %s against raw %s", p.program, p.policy, p.raw))
-		r, err := runPair(cfg, g, p, prog)
+		prog.running(running(p))
+		r, err := run(cfg, g, p, prog)
 		if err != nil {
-			return nil, errors.Join(fmt.Errorf("%s under %s against raw %s: %w", p.program, p.policy, p.raw, err), g.Close())
+			return rm, m, nil, errors.Join(fmt.Errorf("%s: %w", failed(p), err), g.Close())
 		}
-		out.Pairs = append(out.Pairs, r)
+		rs = append(rs, r)
 	}
-	return out, g.Close()
+	return rm, m, rs, g.Close()
 }
 
 // openRaw opens the raw baseline's GPU (the caller holds
@@ -362,25 +411,11 @@ func runPair(cfg config, g *raw.GPU, p pair, progress *progress) (r pairResult, 
 	defer func() { err = errors.Join(err, rp.Close()) }()
 	r.RawHostWaitsPerIter = rp.HostWaitsPerIter()
 
-	t0 := time.Now()
-	d, err := rocsync.Open(rocsync.Options{Backend: rocsync.CUDA, Policy: p.policy, LogLevel: rocsync.LogOff, WaitTimeout: cfg.waitTimeout})
+	roc, err := openRocSide(cfg, p.policy, prog, &r.RocOpenMS, &r.RocFirstIterMS)
 	if err != nil {
 		return r, err
 	}
-	defer func() { err = errors.Join(err, d.Close()) }()
-	r.RocOpenMS = float64(time.Since(t0).Nanoseconds()) / 1e6
-	t := d.DefaultTask()
-	st, err := prog.setup(d, t, cfg)
-	if err != nil {
-		return r, err
-	}
-	defer st.free()
-	roc := &rocSide{d: d, t: t, st: st}
-	t0 = time.Now()
-	if _, _, _, err := roc.iterate(false); err != nil {
-		return r, err
-	}
-	r.RocFirstIterMS = float64(time.Since(t0).Nanoseconds()) / 1e6
+	defer func() { err = errors.Join(err, roc.close()) }()
 
 	for i := 0; i < cfg.warmup; i++ {
 		if _, _, err := rp.Iterate(); err != nil {
@@ -398,7 +433,7 @@ func runPair(cfg config, g *raw.GPU, p pair, progress *progress) (r pairResult, 
 	rocT := make([]float64, 0, cfg.iters)
 	runtime.GC()
 	var m0, m1 runtime.MemStats
-	s0 := d.Stats()
+	s0 := roc.d.Stats()
 	runtime.ReadMemStats(&m0)
 	for i := 0; i < cfg.iters; i++ {
 		rd, rt, err := rp.Iterate()
@@ -414,7 +449,7 @@ func runPair(cfg config, g *raw.GPU, p pair, progress *progress) (r pairResult, 
 		progress.step()
 	}
 	runtime.ReadMemStats(&m1)
-	st1 := d.Stats().Sub(s0)
+	st1 := roc.d.Stats().Sub(s0)
 	it := float64(cfg.iters)
 	r.LoopMallocsPerIter = float64(m1.Mallocs-m0.Mallocs) / it
 	r.LoopBytesPerIter = float64(m1.TotalAlloc-m0.TotalAlloc) / it
