@@ -59,13 +59,34 @@ var defaultReplayPairs = []pair{
 // pairedPrograms are the programs that have a raw counterpart.
 var pairedPrograms = []string{"matmul", "elementwise", "mixed", "chain99"}
 
-// defaultPairedPrograms is -programs' default with -paired-raw: chain99,
-// 99 ops an iteration, only with -replay, whose host-cost target names it.
-func defaultPairedPrograms(replay bool) []string {
+// defaultPairsFor is defaultPairs, or with replay defaultReplayPairs.
+func defaultPairsFor(replay bool) []pair {
 	if replay {
-		return []string{"matmul", "elementwise", "chain99", "mixed"}
+		return defaultReplayPairs
 	}
-	return []string{"matmul", "elementwise", "mixed"}
+	return defaultPairs
+}
+
+// defaultPairedPrograms is -programs' default with -paired-raw: the
+// default pairs' programs in their order (so chain99, 99 ops an
+// iteration, only with -replay, whose host-cost target names it).
+func defaultPairedPrograms(replay bool) []string {
+	var progs []string
+	for _, p := range defaultPairsFor(replay) {
+		if !slices.Contains(progs, p.program) {
+			progs = append(progs, p.program)
+		}
+	}
+	return progs
+}
+
+// checkPaired says why prog cannot run in the paired mode: it has no raw
+// counterpart.
+func checkPaired(prog string) error {
+	if !slices.Contains(pairedPrograms, prog) {
+		return fmt.Errorf("-paired-raw: program %q has no raw counterpart (want %s)", prog, strings.Join(pairedPrograms, ", "))
+	}
+	return nil
 }
 
 // rawShapeFor is the raw program with the shape of prog under pol: one
@@ -73,8 +94,8 @@ func defaultPairedPrograms(replay bool) []string {
 // wait inside them); for mixed, a host wait at each crossing (DeviceSide,
 // SkipSameQueue), an event (DeviceBridge) or one stream (Unified).
 func rawShapeFor(prog string, pol rocsync.Policy) (string, error) {
-	if !slices.Contains(pairedPrograms, prog) {
-		return "", fmt.Errorf("-paired-raw: program %q has no raw counterpart (want %s)", prog, strings.Join(pairedPrograms, ", "))
+	if err := checkPaired(prog); err != nil {
+		return "", err
 	}
 	switch {
 	case pol == rocsync.WaitAlways:
@@ -97,18 +118,14 @@ func rawShapeFor(prog string, pol rocsync.Policy) (string, error) {
 func pairsFor(progs []string, pols []rocsync.Policy, policiesSet, replay bool) ([]pair, error) {
 	var out []pair
 	if !policiesSet {
-		defaults := defaultPairs
-		if replay {
-			defaults = defaultReplayPairs
-		}
-		for _, p := range defaults {
+		for _, p := range defaultPairsFor(replay) {
 			if slices.Contains(progs, p.program) {
 				out = append(out, p)
 			}
 		}
 		for _, prog := range progs {
-			if !slices.Contains(pairedPrograms, prog) {
-				return nil, fmt.Errorf("-paired-raw: program %q has no raw counterpart (want %s)", prog, strings.Join(pairedPrograms, ", "))
+			if err := checkPaired(prog); err != nil {
+				return nil, err
 			}
 			if !slices.ContainsFunc(out, func(p pair) bool { return p.program == prog }) {
 				// chain99 in the eager mode: DeviceSide, as the seed programs.
