@@ -520,24 +520,27 @@ func fillPairStats(r *pairResult, rawD, rawT, rocD, rocT []float64) {
 	r.RocTotalMinUS = slices.Min(rocT)
 	r.TotalRatio = r.RocTotalMedianUS / r.RawTotalMedianUS
 	r.DispatchRatio = r.RocDispatchMedianUS / r.RawDispatchMedianUS
-	ratios := make([]float64, len(rawT))
-	diffs := make([]float64, len(rawT))
-	for i := range rawT {
-		ratios[i] = rocT[i] / rawT[i]
-		diffs[i] = rocT[i] - rawT[i]
-	}
-	r.PairRatioMedian, r.DiffMedianUS = measure.Quantile(ratios, 0.5), measure.Quantile(diffs, 0.5)
+	r.PairRatioMedian, r.DiffMedianUS = pairMedian(rocT, rawT, over), pairMedian(rocT, rawT, minus)
 	if r.OpsPerIter > 0 {
-		dd := make([]float64, len(rawD))
-		for i := range rawD {
-			dd[i] = rocD[i] - rawD[i]
-		}
 		r.PerOpUS = r.DiffMedianUS / float64(r.OpsPerIter)
-		r.PerOpDispatchUS = measure.Quantile(dd, 0.5) / float64(r.OpsPerIter)
+		r.PerOpDispatchUS = pairMedian(rocD, rawD, minus) / float64(r.OpsPerIter)
 	}
 	r.RawP90OverMedian = r.RawTotalP90US / r.RawTotalMedianUS
 	r.RocP90OverMedian = r.RocTotalP90US / r.RocTotalMedianUS
 }
+
+// pairMedian is the median over i of f(a[i], b[i]): a statistic of two
+// runs within each round, a[i] and b[i] having run one after the other.
+func pairMedian(a, b []float64, f func(x, y float64) float64) float64 {
+	v := make([]float64, len(a))
+	for i := range a {
+		v[i] = f(a[i], b[i])
+	}
+	return measure.Quantile(v, 0.5)
+}
+
+func over(x, y float64) float64  { return x / y }
+func minus(x, y float64) float64 { return x - y }
 
 func printPaired(w io.Writer, out *pairedOutput) {
 	m := out.Meta

@@ -382,13 +382,7 @@ func fillReplayPairStats(r *replayPairResult, runs *[4]run4) {
 	r.RawGraphOverEager = r.RawGraphTotalMedianUS / r.RawEagerTotalMedianUS
 	r.EagerOverRaw = r.RocEagerTotalMedianUS / r.RawEagerTotalMedianUS
 	r.ReplayHostOverRawUS = r.RocReplayCallMedUS - r.RawLaunchMedianUS
-	ratios := make([]float64, len(rocR.total))
-	diffs := make([]float64, len(rocR.host))
-	for i := range rocR.total {
-		ratios[i] = rocR.total[i] / rawG.total[i]
-		diffs[i] = rocR.host[i] - rawG.host[i]
-	}
-	r.PairReplayOverRawGraph, r.PairReplayHostDiffUS = q(ratios, 0.5), q(diffs, 0.5)
+	r.PairReplayOverRawGraph, r.PairReplayHostDiffUS = pairMedian(rocR.total, rawG.total, over), pairMedian(rocR.host, rawG.host, minus)
 	r.RawEagerMallocsPerIter, r.RawGraphMallocsPerIter = rawE.mallocs, rawG.mallocs
 	r.RocEagerMallocsPerIter, r.RocReplayMallocsPerIter = rocE.mallocs, rocR.mallocs
 }
