@@ -542,11 +542,17 @@ func pairMedian(a, b []float64, f func(x, y float64) float64) float64 {
 func over(x, y float64) float64  { return x / y }
 func minus(x, y float64) float64 { return x - y }
 
+// printMachine is the paired modes' line on the GPU, the raw side's
+// libraries and the Go run time.
+func printMachine(w io.Writer, m pairedMeta) {
+	fmt.Fprintf(w, "%s (cc %s), driver API %d, cuBLAS %s, %s PTX; raw context per call: %v; %s, GOMAXPROCS %d\n",
+		m.Raw.Device, m.Raw.ComputeCap, m.Raw.DriverVersion, m.Raw.CUBLAS, m.Raw.PTX, m.RawPerCall, m.GoVersion, m.GOMAXPROCS)
+}
+
 func printPaired(w io.Writer, out *pairedOutput) {
 	m := out.Meta
 	fmt.Fprintf(w, "paired: rocsync (backend %s) against bench/rawcuda's raw driver API + cuBLAS, alternating one raw and one rocsync iteration\n", m.Backend)
-	fmt.Fprintf(w, "%s (cc %s), driver API %d, cuBLAS %s, %s PTX; raw context per call: %v; %s, GOMAXPROCS %d\n",
-		m.Raw.Device, m.Raw.ComputeCap, m.Raw.DriverVersion, m.Raw.CUBLAS, m.Raw.PTX, m.RawPerCall, m.GoVersion, m.GOMAXPROCS)
+	printMachine(w, m)
 	fmt.Fprintf(w, "raw start-up: cuInit %.1f ms, primary context %.1f ms, first cuModuleLoadData %.1f ms (second %.1f ms), cublasCreate %.1f ms\n",
 		m.Raw.InitMS, m.Raw.CtxRetainMS, m.Raw.ModuleLoadMS, m.Raw.ModuleLoad2MS, m.Raw.CUBLASCreateMS)
 	fmt.Fprintf(w, "%dx%d float32 (mixed: repeat %d); %d measured pair iterations after %d warm-up; mallocs per side from %d iterations alone; times in µs, total = submit + final sync\n\n",

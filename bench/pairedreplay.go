@@ -390,8 +390,7 @@ func fillReplayPairStats(r *replayPairResult, runs *[4]run4) {
 func printPairedReplay(w io.Writer, out *pairedReplayOutput) {
 	m := out.Meta
 	fmt.Fprintf(w, "paired replay: raw eager, raw CUDA-graph replay, rocsync eager and rocsync replay (backend %s), one iteration each in turn\n", m.Backend)
-	fmt.Fprintf(w, "%s (cc %s), driver API %d, cuBLAS %s, %s PTX; raw context per call: %v; %s, GOMAXPROCS %d\n",
-		m.Raw.Device, m.Raw.ComputeCap, m.Raw.DriverVersion, m.Raw.CUBLAS, m.Raw.PTX, m.RawPerCall, m.GoVersion, m.GOMAXPROCS)
+	printMachine(w, m)
 	fmt.Fprintf(w, "%dx%d float32 (mixed: repeat %d); %d measured rounds after %d warm-up; mallocs per run from %d iterations alone; times in µs\n",
 		m.N, m.N, m.Repeat, m.Iterations, m.Warmup, m.AllocIters)
 	fmt.Fprintln(w, "total = submit (or launch, or Replay()) + final sync; the raw graph is the program's single-stream shape")
