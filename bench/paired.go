@@ -59,13 +59,34 @@ var defaultReplayPairs = []pair{
 // pairedPrograms are the programs that have a raw counterpart.
 var pairedPrograms = []string{"matmul", "elementwise", "mixed", "chain99"}
 
-// defaultPairedPrograms is -programs' default with -paired-raw: chain99,
-// 99 ops an iteration, only with -replay, whose host-cost target names it.
-func defaultPairedPrograms(replay bool) []string {
+// defaultPairsFor is defaultPairs, or with replay defaultReplayPairs.
+func defaultPairsFor(replay bool) []pair {
 	if replay {
-		return []string{"matmul", "elementwise", "chain99", "mixed"}
+		return defaultReplayPairs
 	}
-	return []string{"matmul", "elementwise", "mixed"}
+	return defaultPairs
+}
+
+// defaultPairedPrograms is -programs' default with -paired-raw: the
+// default pairs' programs in their order (so chain99, 99 ops an
+// iteration, only with -replay, whose host-cost target names it).
+func defaultPairedPrograms(replay bool) []string {
+	var progs []string
+	for _, p := range defaultPairsFor(replay) {
+		if !slices.Contains(progs, p.program) {
+			progs = append(progs, p.program)
+		}
+	}
+	return progs
+}
+
+// checkPaired says why prog cannot run in the paired mode: it has no raw
+// counterpart.
+func checkPaired(prog string) error {
+	if !slices.Contains(pairedPrograms, prog) {
+		return fmt.Errorf("-paired-raw: program %q has no raw counterpart (want %s)", prog, strings.Join(pairedPrograms, ", "))
+	}
+	return nil
 }
 
 // rawShapeFor is the raw program with the shape of prog under pol: one
@@ -73,8 +94,8 @@ func defaultPairedPrograms(replay bool) []string {
 // wait inside them); for mixed, a host wait at each crossing (DeviceSide,
 // SkipSameQueue), an event (DeviceBridge) or one stream (Unified).
 func rawShapeFor(prog string, pol rocsync.Policy) (string, error) {
-	if !slices.Contains(pairedPrograms, prog) {
-		return "", fmt.Errorf("-paired-raw: program %q has no raw counterpart (want %s)", prog, strings.Join(pairedPrograms, ", "))
+	if err := checkPaired(prog); err != nil {
+		return "", err
 	}
 	switch {
 	case pol == rocsync.WaitAlways:
@@ -97,18 +118,14 @@ func rawShapeFor(prog string, pol rocsync.Policy) (string, error) {
 func pairsFor(progs []string, pols []rocsync.Policy, policiesSet, replay bool) ([]pair, error) {
 	var out []pair
 	if !policiesSet {
-		defaults := defaultPairs
-		if replay {
-			defaults = defaultReplayPairs
-		}
-		for _, p := range defaults {
+		for _, p := range defaultPairsFor(replay) {
 			if slices.Contains(progs, p.program) {
 				out = append(out, p)
 			}
 		}
 		for _, prog := range progs {
-			if !slices.Contains(pairedPrograms, prog) {
-				return nil, fmt.Errorf("-paired-raw: program %q has no raw counterpart (want %s)", prog, strings.Join(pairedPrograms, ", "))
+			if err := checkPaired(prog); err != nil {
+				return nil, err
 			}
 			if !slices.ContainsFunc(out, func(p pair) bool { return p.program == prog }) {
 				// chain99 in the eager mode: DeviceSide, as the seed programs.
@@ -234,6 +251,40 @@ type rocSide struct {
 	st state
 }
 
+// openRocSide opens a device for pol, sets prog up on its default task
+// and runs the first iteration (task creation, cuBLAS handle, the
+// kernels' module load and JIT), timing the Open and that iteration in
+// ms. The caller closes what it returns.
+func openRocSide(cfg config, pol rocsync.Policy, prog program, openMS, firstIterMS *float64) (*rocSide, error) {
+	t0 := time.Now()
+	d, err := rocsync.Open(rocsync.Options{Backend: rocsync.CUDA, Policy: pol, LogLevel: rocsync.LogOff, WaitTimeout: cfg.waitTimeout})
+	if err != nil {
+		return nil, err
+	}
+	*openMS = sinceMS(t0)
+	t := d.DefaultTask()
+	st, err := prog.setup(d, t, cfg)
+	if err != nil {
+		return nil, errors.Join(err, d.Close())
+	}
+	roc := &rocSide{d: d, t: t, st: st}
+	t0 = time.Now()
+	if _, _, _, err := roc.iterate(false); err != nil {
+		return nil, errors.Join(err, roc.close())
+	}
+	*firstIterMS = sinceMS(t0)
+	return roc, nil
+}
+
+// close frees the program's inputs and closes the device.
+func (r *rocSide) close() error {
+	r.st.free()
+	return r.d.Close()
+}
+
+// sinceMS is the time since t0 in ms, for the start-up costs.
+func sinceMS(t0 time.Time) float64 { return float64(time.Since(t0).Nanoseconds()) / 1e6 }
+
 // iterate runs one rocsync iteration as runOne does: submit (dispatch),
 // Synchronize (total), then free the temporaries. With readBack it also
 // returns the checksum of the output.
@@ -277,16 +328,29 @@ func runPaired(cfg config, stdout io.Writer) error {
 	if cfg.replay {
 		return runPairedReplay(cfg, stdout)
 	}
-	out, err := pairedAll(cfg)
+	out := &pairedOutput{}
+	var err error
+	out.Run, out.Meta, out.Pairs, err = eachPair(cfg, 2,
+		fmt.Sprintf("%d pairs of raw CUDA and rocsync, %d+%d iterations each", len(cfg.pairs), cfg.warmup, cfg.iters),
+		func(p pair) string { return fmt.Sprintf("%s %s against raw %s", p.program, p.policy, p.raw) },
+		func(p pair) string { return fmt.Sprintf("%s under %s against raw %s", p.program, p.policy, p.raw) },
+		runPair)
 	if err != nil {
 		return err
 	}
+	return emitPaired(cfg, stdout, out, printPaired)
+}
+
+// emitPaired prints out as a table (or JSON, with -json) and saves it as
+// JSON where -json-file asks: the paired mode's and the paired replay
+// mode's output.
+func emitPaired[T any](cfg config, stdout io.Writer, out T, print func(io.Writer, T)) error {
 	if cfg.json {
 		if err := writeJSON(stdout, out); err != nil {
 			return err
 		}
 	} else {
-		printPaired(stdout, out)
+		print(stdout, out)
 	}
 	if cfg.jsonFile != "" {
 		return saveJSON(cfg.jsonFile, out)
@@ -294,33 +358,35 @@ func runPaired(cfg config, stdout io.Writer) error {
 	return nil
 }
 
-func pairedAll(cfg config) (*pairedOutput, error) {
-	// Every call, raw and rocsync, from this goroutine on one OS thread:
-	// the raw side makes the primary context current once (raw.Open), and
-	// rocsync's calls (cuda.Ctx) find that same context current.
+// eachPair runs run on every pair of cfg.pairs against one raw GPU, every
+// call, raw and rocsync, from this goroutine on one OS thread: the raw
+// side makes the primary context current once (raw.Open), and rocsync's
+// calls (cuda.Ctx) find that same context current. Progress counts the
+// warm-up and measured iterations and the allocation-counting iterations
+// of each of the sidesAlone runs; running labels a pair in progress,
+// failed an error.
+func eachPair[R any](cfg config, sidesAlone int, what string, running, failed func(pair) string,
+	run func(config, *raw.GPU, pair, *progress) (R, error)) (runMeta, pairedMeta, []R, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	g, err := openRaw(cfg)
 	if err != nil {
-		return nil, err
+		return runMeta{}, pairedMeta{}, nil, err
 	}
-	out := &pairedOutput{}
-	out.Run, out.Meta = pairedMetaFor(cfg, g)
-	// Progress counts the warm-up and measured pair iterations and each
-	// side's allocation-counting ones.
-	perPair := cfg.warmup + cfg.iters + 2*allocIters(cfg)
-	prog := newProgress(cfg.progress, cfg.tty, cfg.now, len(cfg.pairs)*perPair,
-		fmt.Sprintf("%d pairs of raw CUDA and rocsync, %d+%d iterations each", len(cfg.pairs), cfg.warmup, cfg.iters))
+	rm, m := pairedMetaFor(cfg, g)
+	perPair := cfg.warmup + cfg.iters + sidesAlone*allocIters(cfg)
+	prog := newProgress(cfg.progress, cfg.tty, cfg.now, len(cfg.pairs)*perPair, what)
 	defer prog.finish()
+	var rs []R
 	for _, p := range cfg.pairs {
-		prog.running(fmt.Sprintf("%s %s against raw %s", p.program, p.policy, p.raw))
-		r, err := runPair(cfg, g, p, prog)
+		prog.running(running(p))
+		r, err := run(cfg, g, p, prog)
 		if err != nil {
-			return nil, errors.Join(fmt.Errorf("%s under %s against raw %s: %w", p.program, p.policy, p.raw, err), g.Close())
+			return rm, m, nil, errors.Join(fmt.Errorf("%s: %w", failed(p), err), g.Close())
 		}
-		out.Pairs = append(out.Pairs, r)
+		rs = append(rs, r)
 	}
-	return out, g.Close()
+	return rm, m, rs, g.Close()
 }
 
 // openRaw opens the raw baseline's GPU (the caller holds
@@ -362,25 +428,11 @@ func runPair(cfg config, g *raw.GPU, p pair, progress *progress) (r pairResult, 
 	defer func() { err = errors.Join(err, rp.Close()) }()
 	r.RawHostWaitsPerIter = rp.HostWaitsPerIter()
 
-	t0 := time.Now()
-	d, err := rocsync.Open(rocsync.Options{Backend: rocsync.CUDA, Policy: p.policy, LogLevel: rocsync.LogOff, WaitTimeout: cfg.waitTimeout})
+	roc, err := openRocSide(cfg, p.policy, prog, &r.RocOpenMS, &r.RocFirstIterMS)
 	if err != nil {
 		return r, err
 	}
-	defer func() { err = errors.Join(err, d.Close()) }()
-	r.RocOpenMS = float64(time.Since(t0).Nanoseconds()) / 1e6
-	t := d.DefaultTask()
-	st, err := prog.setup(d, t, cfg)
-	if err != nil {
-		return r, err
-	}
-	defer st.free()
-	roc := &rocSide{d: d, t: t, st: st}
-	t0 = time.Now()
-	if _, _, _, err := roc.iterate(false); err != nil {
-		return r, err
-	}
-	r.RocFirstIterMS = float64(time.Since(t0).Nanoseconds()) / 1e6
+	defer func() { err = errors.Join(err, roc.close()) }()
 
 	for i := 0; i < cfg.warmup; i++ {
 		if _, _, err := rp.Iterate(); err != nil {
@@ -398,7 +450,7 @@ func runPair(cfg config, g *raw.GPU, p pair, progress *progress) (r pairResult, 
 	rocT := make([]float64, 0, cfg.iters)
 	runtime.GC()
 	var m0, m1 runtime.MemStats
-	s0 := d.Stats()
+	s0 := roc.d.Stats()
 	runtime.ReadMemStats(&m0)
 	for i := 0; i < cfg.iters; i++ {
 		rd, rt, err := rp.Iterate()
@@ -414,7 +466,7 @@ func runPair(cfg config, g *raw.GPU, p pair, progress *progress) (r pairResult, 
 		progress.step()
 	}
 	runtime.ReadMemStats(&m1)
-	st1 := d.Stats().Sub(s0)
+	st1 := roc.d.Stats().Sub(s0)
 	it := float64(cfg.iters)
 	r.LoopMallocsPerIter = float64(m1.Mallocs-m0.Mallocs) / it
 	r.LoopBytesPerIter = float64(m1.TotalAlloc-m0.TotalAlloc) / it
@@ -468,30 +520,39 @@ func fillPairStats(r *pairResult, rawD, rawT, rocD, rocT []float64) {
 	r.RocTotalMinUS = slices.Min(rocT)
 	r.TotalRatio = r.RocTotalMedianUS / r.RawTotalMedianUS
 	r.DispatchRatio = r.RocDispatchMedianUS / r.RawDispatchMedianUS
-	ratios := make([]float64, len(rawT))
-	diffs := make([]float64, len(rawT))
-	for i := range rawT {
-		ratios[i] = rocT[i] / rawT[i]
-		diffs[i] = rocT[i] - rawT[i]
-	}
-	r.PairRatioMedian, r.DiffMedianUS = measure.Quantile(ratios, 0.5), measure.Quantile(diffs, 0.5)
+	r.PairRatioMedian, r.DiffMedianUS = pairMedian(rocT, rawT, over), pairMedian(rocT, rawT, minus)
 	if r.OpsPerIter > 0 {
-		dd := make([]float64, len(rawD))
-		for i := range rawD {
-			dd[i] = rocD[i] - rawD[i]
-		}
 		r.PerOpUS = r.DiffMedianUS / float64(r.OpsPerIter)
-		r.PerOpDispatchUS = measure.Quantile(dd, 0.5) / float64(r.OpsPerIter)
+		r.PerOpDispatchUS = pairMedian(rocD, rawD, minus) / float64(r.OpsPerIter)
 	}
 	r.RawP90OverMedian = r.RawTotalP90US / r.RawTotalMedianUS
 	r.RocP90OverMedian = r.RocTotalP90US / r.RocTotalMedianUS
 }
 
+// pairMedian is the median over i of f(a[i], b[i]): a statistic of two
+// runs within each round, a[i] and b[i] having run one after the other.
+func pairMedian(a, b []float64, f func(x, y float64) float64) float64 {
+	v := make([]float64, len(a))
+	for i := range a {
+		v[i] = f(a[i], b[i])
+	}
+	return measure.Quantile(v, 0.5)
+}
+
+func over(x, y float64) float64  { return x / y }
+func minus(x, y float64) float64 { return x - y }
+
+// printMachine is the paired modes' line on the GPU, the raw side's
+// libraries and the Go run time.
+func printMachine(w io.Writer, m pairedMeta) {
+	fmt.Fprintf(w, "%s (cc %s), driver API %d, cuBLAS %s, %s PTX; raw context per call: %v; %s, GOMAXPROCS %d\n",
+		m.Raw.Device, m.Raw.ComputeCap, m.Raw.DriverVersion, m.Raw.CUBLAS, m.Raw.PTX, m.RawPerCall, m.GoVersion, m.GOMAXPROCS)
+}
+
 func printPaired(w io.Writer, out *pairedOutput) {
 	m := out.Meta
 	fmt.Fprintf(w, "paired: rocsync (backend %s) against bench/rawcuda's raw driver API + cuBLAS, alternating one raw and one rocsync iteration\n", m.Backend)
-	fmt.Fprintf(w, "%s (cc %s), driver API %d, cuBLAS %s, %s PTX; raw context per call: %v; %s, GOMAXPROCS %d\n",
-		m.Raw.Device, m.Raw.ComputeCap, m.Raw.DriverVersion, m.Raw.CUBLAS, m.Raw.PTX, m.RawPerCall, m.GoVersion, m.GOMAXPROCS)
+	printMachine(w, m)
 	fmt.Fprintf(w, "raw start-up: cuInit %.1f ms, primary context %.1f ms, first cuModuleLoadData %.1f ms (second %.1f ms), cublasCreate %.1f ms\n",
 		m.Raw.InitMS, m.Raw.CtxRetainMS, m.Raw.ModuleLoadMS, m.Raw.ModuleLoad2MS, m.Raw.CUBLASCreateMS)
 	fmt.Fprintf(w, "%dx%d float32 (mixed: repeat %d); %d measured pair iterations after %d warm-up; mallocs per side from %d iterations alone; times in µs, total = submit + final sync\n\n",

@@ -149,47 +149,22 @@ type run4 struct {
 // runPairedReplay is the whole paired replay mode: print a table (or
 // JSON) and save JSON as the flags ask.
 func runPairedReplay(cfg config, stdout io.Writer) error {
-	out, err := pairedReplayAll(cfg)
+	out := &pairedReplayOutput{}
+	var err error
+	out.Run, out.Meta, out.Pairs, err = eachPair(cfg, 4,
+		fmt.Sprintf("%d programs/policies: raw eager, raw graph, rocsync eager, rocsync replay in turn, %d+%d rounds each",
+			len(cfg.pairs), cfg.warmup, cfg.iters),
+		func(p pair) string {
+			return fmt.Sprintf("%s %s replay against raw %s's CUDA graph", p.program, p.policy, rawGraphFor(p.program))
+		},
+		func(p pair) string {
+			return fmt.Sprintf("%s under %s, replayed against raw %s", p.program, p.policy, rawGraphFor(p.program))
+		},
+		runReplayPair)
 	if err != nil {
 		return err
 	}
-	if cfg.json {
-		if err := writeJSON(stdout, out); err != nil {
-			return err
-		}
-	} else {
-		printPairedReplay(stdout, out)
-	}
-	if cfg.jsonFile != "" {
-		return saveJSON(cfg.jsonFile, out)
-	}
-	return nil
-}
-
-func pairedReplayAll(cfg config) (*pairedReplayOutput, error) {
-	// One OS thread for every call, raw and rocsync, as pairedAll.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	g, err := openRaw(cfg)
-	if err != nil {
-		return nil, err
-	}
-	out := &pairedReplayOutput{}
-	out.Run, out.Meta = pairedMetaFor(cfg, g)
-	perPair := cfg.warmup + cfg.iters + 4*allocIters(cfg)
-	prog := newProgress(cfg.progress, cfg.tty, cfg.now, len(cfg.pairs)*perPair,
-		fmt.Sprintf("%d programs/policies: raw eager, raw graph, rocsync eager, rocsync replay in turn, %d+%d rounds each",
-			len(cfg.pairs), cfg.warmup, cfg.iters))
-	defer prog.finish()
-	for _, p := range cfg.pairs {
-		prog.running(fmt.Sprintf("%s %s replay against raw %s's CUDA graph", p.program, p.policy, rawGraphFor(p.program)))
-		r, err := runReplayPair(cfg, g, p, prog)
-		if err != nil {
-			return nil, errors.Join(fmt.Errorf("%s under %s, replayed against raw %s: %w", p.program, p.policy, rawGraphFor(p.program), err), g.Close())
-		}
-		out.Pairs = append(out.Pairs, r)
-	}
-	return out, g.Close()
+	return emitPaired(cfg, stdout, out, printPairedReplay)
 }
 
 func runReplayPair(cfg config, g *raw.GPU, p pair, progress *progress) (r replayPairResult, err error) {
@@ -220,7 +195,7 @@ func runReplayPair(cfg config, g *raw.GPU, p pair, progress *progress) (r replay
 	if err := rg.Capture(); err != nil {
 		return r, fmt.Errorf("raw CUDA graph: %w", err)
 	}
-	r.RawCaptureMS = float64(time.Since(t0).Nanoseconds()) / 1e6
+	r.RawCaptureMS = sinceMS(t0)
 	re := rg
 	if p.raw != r.RawGraphProgram {
 		if re, err = g.Prepare(p.raw, cfg.n, cfg.repeat, cfg.seed); err != nil {
@@ -230,25 +205,12 @@ func runReplayPair(cfg config, g *raw.GPU, p pair, progress *progress) (r replay
 	}
 	r.RawHostWaitsPerIter, r.OpsPerIter = re.HostWaitsPerIter(), re.Ops()
 
-	t0 = time.Now()
-	d, err := rocsync.Open(rocsync.Options{Backend: rocsync.CUDA, Policy: p.policy, LogLevel: rocsync.LogOff, WaitTimeout: cfg.waitTimeout})
+	roc, err := openRocSide(cfg, p.policy, prog, &r.RocOpenMS, &r.RocFirstIterMS)
 	if err != nil {
 		return r, err
 	}
-	defer func() { err = errors.Join(err, d.Close()) }()
-	r.RocOpenMS = float64(time.Since(t0).Nanoseconds()) / 1e6
-	t := d.DefaultTask()
-	st, err := prog.setup(d, t, cfg)
-	if err != nil {
-		return r, err
-	}
-	defer st.free()
-	roc := &rocSide{d: d, t: t, st: st}
-	t0 = time.Now()
-	if _, _, _, err := roc.iterate(false); err != nil {
-		return r, err
-	}
-	r.RocFirstIterMS = float64(time.Since(t0).Nanoseconds()) / 1e6
+	defer func() { err = errors.Join(err, roc.close()) }()
+	d, t, st := roc.d, roc.t, roc.st
 
 	// The recording, made once (as -replay does) after the eager
 	// iteration that loaded the kernels and set cuBLAS up. Its arrays are
@@ -264,7 +226,7 @@ func runReplayPair(cfg config, g *raw.GPU, p pair, progress *progress) (r replay
 	if err != nil {
 		return r, errors.Join(fmt.Errorf("recording: %w", err), freeAll(recTemps))
 	}
-	r.RocRecordMS = float64(time.Since(t0).Nanoseconds()) / 1e6
+	r.RocRecordMS = sinceMS(t0)
 	defer func() { err = errors.Join(err, rec.Close(), freeAll(recTemps)) }()
 	r.RocRecordedOps, r.RocSegments = rec.Ops(), rec.Segments()
 	var fallbacks []error
@@ -420,13 +382,7 @@ func fillReplayPairStats(r *replayPairResult, runs *[4]run4) {
 	r.RawGraphOverEager = r.RawGraphTotalMedianUS / r.RawEagerTotalMedianUS
 	r.EagerOverRaw = r.RocEagerTotalMedianUS / r.RawEagerTotalMedianUS
 	r.ReplayHostOverRawUS = r.RocReplayCallMedUS - r.RawLaunchMedianUS
-	ratios := make([]float64, len(rocR.total))
-	diffs := make([]float64, len(rocR.host))
-	for i := range rocR.total {
-		ratios[i] = rocR.total[i] / rawG.total[i]
-		diffs[i] = rocR.host[i] - rawG.host[i]
-	}
-	r.PairReplayOverRawGraph, r.PairReplayHostDiffUS = q(ratios, 0.5), q(diffs, 0.5)
+	r.PairReplayOverRawGraph, r.PairReplayHostDiffUS = pairMedian(rocR.total, rawG.total, over), pairMedian(rocR.host, rawG.host, minus)
 	r.RawEagerMallocsPerIter, r.RawGraphMallocsPerIter = rawE.mallocs, rawG.mallocs
 	r.RocEagerMallocsPerIter, r.RocReplayMallocsPerIter = rocE.mallocs, rocR.mallocs
 }
@@ -434,8 +390,7 @@ func fillReplayPairStats(r *replayPairResult, runs *[4]run4) {
 func printPairedReplay(w io.Writer, out *pairedReplayOutput) {
 	m := out.Meta
 	fmt.Fprintf(w, "paired replay: raw eager, raw CUDA-graph replay, rocsync eager and rocsync replay (backend %s), one iteration each in turn\n", m.Backend)
-	fmt.Fprintf(w, "%s (cc %s), driver API %d, cuBLAS %s, %s PTX; raw context per call: %v; %s, GOMAXPROCS %d\n",
-		m.Raw.Device, m.Raw.ComputeCap, m.Raw.DriverVersion, m.Raw.CUBLAS, m.Raw.PTX, m.RawPerCall, m.GoVersion, m.GOMAXPROCS)
+	printMachine(w, m)
 	fmt.Fprintf(w, "%dx%d float32 (mixed: repeat %d); %d measured rounds after %d warm-up; mallocs per run from %d iterations alone; times in µs\n",
 		m.N, m.N, m.Repeat, m.Iterations, m.Warmup, m.AllocIters)
 	fmt.Fprintln(w, "total = submit (or launch, or Replay()) + final sync; the raw graph is the program's single-stream shape")

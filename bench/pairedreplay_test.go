@@ -168,6 +168,15 @@ func TestPairedReplayOnFakeCUDA(t *testing.T) {
 			t.Errorf("%s: %v host and %v device waits per replay, want %v and %v", name, r.RocReplayHostWaitsPerIter,
 				r.RocReplayDeviceWaitsPerIter, wantHostWaits, wantDevWaits)
 		}
+		// The measured loop allocates what its four runs allocate alone:
+		// counting rocsync's waits around its runs, and the harness,
+		// allocate nothing per round (one allocation per round would
+		// show as 1; a pool refill after the loop's collection, as a
+		// few tenths).
+		alone := r.RawEagerMallocsPerIter + r.RawGraphMallocsPerIter + r.RocEagerMallocsPerIter + r.RocReplayMallocsPerIter
+		if !raceEnabled && r.LoopMallocsPerRound > alone+0.9 {
+			t.Errorf("%s: the measured loop allocates %v per round, its runs alone %v", name, r.LoopMallocsPerRound, alone)
+		}
 		// 40 replays alone: one allocation per replay shows; a stray one
 		// of the runtime's in the window does not fail the test.
 		if !raceEnabled && (r.RocReplayMallocsPerIter >= 0.5 || r.RawGraphMallocsPerIter >= 0.5) {

@@ -20,6 +20,21 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// fakeCUDA points the bindings at the fake libcuda and libcublas (host
+// memory, kernels and sgemm run on the CPU, synchronously), or skips.
+func fakeCUDA(t *testing.T) {
+	t.Helper()
+	p, err := fakelib.Build()
+	if errors.Is(err, fakelib.ErrNoCompiler) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(cuda.EnvLibCUDA, p.CUDA)
+	t.Setenv(cublas.EnvLibCUBLAS, p.CUBLAS)
+}
+
 func TestValidate(t *testing.T) {
 	good := Config{N: 8, Iters: 1, Repeat: 3, Programs: Programs}
 	if err := good.Validate(); err != nil {
@@ -51,15 +66,7 @@ func TestRunWithoutDriver(t *testing.T) {
 // Every program on the fake libcuda and libcublas (host memory, kernels
 // and sgemm on the CPU), checked against the CPU reference by Run.
 func TestRunOnFakeCUDA(t *testing.T) {
-	p, err := fakelib.Build()
-	if errors.Is(err, fakelib.ErrNoCompiler) {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv(cuda.EnvLibCUDA, p.CUDA)
-	t.Setenv(cublas.EnvLibCUBLAS, p.CUBLAS)
+	fakeCUDA(t)
 	for _, perCall := range []bool{false, true} {
 		out, err := Run(Config{N: 8, Iters: 3, Warmup: 1, Repeat: 2, Seed: 1, PerCall: perCall, Programs: Programs})
 		if err != nil {
@@ -88,15 +95,7 @@ func TestRunOnFakeCUDA(t *testing.T) {
 // nothing. (The fake cuBLAS does not take part in captures, so matmul and
 // mixed/one-stream are captured only on a GPU.)
 func TestGraphReplayOnFakeCUDA(t *testing.T) {
-	p, err := fakelib.Build()
-	if errors.Is(err, fakelib.ErrNoCompiler) {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv(cuda.EnvLibCUDA, p.CUDA)
-	t.Setenv(cublas.EnvLibCUBLAS, p.CUBLAS)
+	fakeCUDA(t)
 	for _, perCall := range []bool{false, true} {
 		out, err := Run(Config{N: 8, Iters: 5, Warmup: 1, Repeat: 2, Seed: 1, PerCall: perCall, Graph: true,
 			Programs: []string{"elementwise", "chain99", "mixed/event"}})
@@ -133,15 +132,7 @@ func TestGraphReplayOnFakeCUDA(t *testing.T) {
 // driver's rules around it: no synchronization of a capturing stream, no
 // second capture, no replay of a destroyed graph.
 func TestGraphBindingsOnFakeCUDA(t *testing.T) {
-	p, err := fakelib.Build()
-	if errors.Is(err, fakelib.ErrNoCompiler) {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv(cuda.EnvLibCUDA, p.CUDA)
-	t.Setenv(cublas.EnvLibCUBLAS, p.CUBLAS)
+	fakeCUDA(t)
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	g, err := Open(0, false)
@@ -241,15 +232,7 @@ func mixedShapes(tb testing.TB, n, iters int) map[string][2]float64 {
 }
 
 func TestMixedShapesOnFakeCUDA(t *testing.T) {
-	p, err := fakelib.Build()
-	if errors.Is(err, fakelib.ErrNoCompiler) {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv(cuda.EnvLibCUDA, p.CUDA)
-	t.Setenv(cublas.EnvLibCUBLAS, p.CUBLAS)
+	fakeCUDA(t)
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	m := mixedShapes(t, 8, 20)
