@@ -469,25 +469,7 @@ func (r *Recording) Replay() error {
 	if err != nil {
 		return err
 	}
-	if d.maxPerDevice > 0 && d.sinceCheck.Add(uint64(len(r.segs))) >= max(d.maxPerDevice/2, 1) {
-		d.sinceCheck.Store(0)
-		if err := d.throttleDevice(t.sinks, t.traceHost); err != nil {
-			return &Error{Op: name, Kind: waitKind(err), Detail: "device run-ahead cap", Err: err}
-		}
-	}
-	if d.launchBlocking {
-		t.sinks.HostWait(ReasonLaunchBlocking)
-		tw := d.trace.waitBegin(name, f, ReasonLaunchBlocking, t.traceHost)
-		err := f.TL.WaitHost(f.Ticket)
-		d.trace.waitEnd(tw, err)
-		if err != nil {
-			return &Error{Op: name, Kind: waitKind(err), Detail: "launch-blocking: the replay at " + f.String(), Err: err}
-		}
-	}
-	if d.frees.n.Load() != 0 {
-		d.frees.pollSubmitted(d)
-	}
-	return nil
+	return t.submitWaits(name, "replay", f, uint64(len(r.segs)))
 }
 
 func (r *Recording) abortParts() {
