@@ -81,6 +81,37 @@ func benchChain99(b *testing.B, replay bool) {
 	must(b, t.Synchronize())
 }
 
+// BenchmarkReplayChain99Fresh replays the H100 bench's chain99 shape: 99
+// multiplies, each into a fresh array (t1 = x∘x, t(i+1) = x∘t(i)), so the
+// recording's operands are 100 buffers and a replay's bookkeeping of them
+// (the sync state of each operand) is what is timed, held as in
+// BenchmarkReplayChain99.
+func BenchmarkReplayChain99Fresh(b *testing.B) {
+	d := benchDevice(b, DeviceSide)
+	t := d.DefaultTask()
+	x, err := d.FromFloat32(1, 64, make([]float32, 64))
+	must(b, err)
+	rec, err := t.Record(func() error {
+		a := x
+		for range chainLen {
+			var err error
+			if a, err = t.Mul(x, a); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	must(b, err)
+	defer func() { must(b, rec.Close()) }()
+	for range 64 {
+		must(b, rec.Replay())
+	}
+	must(b, t.Synchronize())
+	benchHeld(b, d, t, benchQueue/chainLen, rec.Replay)
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*chainLen), "ns/packet")
+	must(b, t.Synchronize())
+}
+
 // BenchmarkReplaySeed runs each seed program (into preallocated arrays,
 // 32×32) eagerly and replayed, to completion (Synchronize) each
 // iteration, under DeviceSide and Unified on the emulator.

@@ -58,6 +58,9 @@ type replaySegment struct {
 	// segments after it to wait for through the sync core.
 	deps []int
 	done *syncstate.State
+	// link reads the deps' done states and mark writes done: built once
+	// by build, begun and recorded by every replay.
+	link, mark syncstate.Op
 }
 
 // Recording is a sequence of ops recorded by Task.Record, which Replay
@@ -72,12 +75,15 @@ type Recording struct {
 	ops       int
 	segs      []replaySegment
 	operands  []access       // the union of the ops' operands, one per buffer, sorted by lock order
-	parts     []syncstate.Op // reused by every replay: MaxOperands operands each
+	parts     []syncstate.Op // the operands, MaxOperands per part, added once by build and begun by every replay
 	staging   []unsafe.Pointer
 	last      syncstate.Fence // the newest replay's fence
 }
 
 var recordingIDs atomic.Uint64
+
+// replayName names Replay in errors and in the ops it records.
+const replayName = "Replay"
 
 // String names the recording, as errors show it.
 func (r *Recording) String() string {
@@ -283,7 +289,30 @@ func (r *Recording) build(ops []recordedOp, rops [][]access) error {
 	slices.SortFunc(r.operands, func(a, b access) int {
 		return cmp.Compare(a.b.st.ID(), b.b.st.ID())
 	})
+	// The replay's ops are built here, once: a replay only begins and
+	// records them (their operand lists stay; Begin, Commit, Abort and
+	// Fail change only whether they hold the locks).
 	r.parts = make([]syncstate.Op, (len(r.operands)+syncstate.MaxOperands-1)/syncstate.MaxOperands)
+	for i := range r.parts {
+		p := &r.parts[i]
+		p.Name = replayName
+		for _, x := range r.operands[i*syncstate.MaxOperands : min(len(r.operands), (i+1)*syncstate.MaxOperands)] {
+			if x.access&Read != 0 {
+				p.Read(&x.b.st)
+			}
+			if x.access&Write != 0 {
+				p.Write(&x.b.st)
+			}
+		}
+	}
+	for k := range r.segs {
+		seg := &r.segs[k]
+		seg.link.Name = replayName
+		for _, j := range seg.deps {
+			seg.link.Read(r.segs[j].done)
+		}
+		seg.mark.Write(seg.done)
+	}
 	return nil
 }
 
@@ -328,7 +357,7 @@ func (t *Task) buildSegment(ops []recordedOp) (replaySegment, error) {
 // whose task or device is closed, is an ErrClosed error; a failure is
 // reported as an eager op's would be (ErrFault poisons what it writes).
 func (r *Recording) Replay() error {
-	const name = "Replay"
+	const name = replayName
 	if r == nil {
 		return newErr(name, ErrInvalid, "nil recording")
 	}
@@ -354,17 +383,7 @@ func (r *Recording) Replay() error {
 		began0 = tr.now()
 	}
 	for i := range r.parts {
-		p := &r.parts[i]
-		*p = syncstate.Op{Name: name}
-		for _, x := range r.operands[i*syncstate.MaxOperands : min(len(r.operands), (i+1)*syncstate.MaxOperands)] {
-			if x.access&Read != 0 {
-				p.Read(&x.b.st)
-			}
-			if x.access&Write != 0 {
-				p.Write(&x.b.st)
-			}
-		}
-		if err := p.Begin(&d.engine, first, t.sinks); err != nil {
+		if err := r.parts[i].Begin(&d.engine, first, t.sinks); err != nil {
 			for j := range i {
 				r.parts[j].Abort()
 			}
@@ -391,11 +410,7 @@ func (r *Recording) Replay() error {
 		if tr != nil && k > 0 {
 			began = tr.now()
 		}
-		var link syncstate.Op
-		link.Name = name
-		for _, j := range seg.deps {
-			link.Read(r.segs[j].done)
-		}
+		link := &seg.link
 		if len(seg.deps) > 0 {
 			// The segment follows the earlier ones it depends on, as an
 			// eager op on its timeline would: on the device where the
@@ -439,9 +454,7 @@ func (r *Recording) Replay() error {
 		f = syncstate.Fence{TL: seg.tl, Ticket: ticket}
 		t.sinks.Dispatch() // one per driver submission, as the trace draws them
 		link.Abort()
-		var mark syncstate.Op
-		mark.Write(seg.done)
-		mark.RecordOn(f, name)
+		seg.mark.RecordOn(f, name)
 		if tr != nil && k < len(r.segs)-1 {
 			tr.opEnded(seg.tl, ticket, t.traceHost, began)
 		}
@@ -469,25 +482,7 @@ func (r *Recording) Replay() error {
 	if err != nil {
 		return err
 	}
-	if d.maxPerDevice > 0 && d.sinceCheck.Add(uint64(len(r.segs))) >= max(d.maxPerDevice/2, 1) {
-		d.sinceCheck.Store(0)
-		if err := d.throttleDevice(t.sinks, t.traceHost); err != nil {
-			return &Error{Op: name, Kind: waitKind(err), Detail: "device run-ahead cap", Err: err}
-		}
-	}
-	if d.launchBlocking {
-		t.sinks.HostWait(ReasonLaunchBlocking)
-		tw := d.trace.waitBegin(name, f, ReasonLaunchBlocking, t.traceHost)
-		err := f.TL.WaitHost(f.Ticket)
-		d.trace.waitEnd(tw, err)
-		if err != nil {
-			return &Error{Op: name, Kind: waitKind(err), Detail: "launch-blocking: the replay at " + f.String(), Err: err}
-		}
-	}
-	if d.frees.n.Load() != 0 {
-		d.frees.pollSubmitted(d)
-	}
-	return nil
+	return t.submitWaits(name, "replay", f, uint64(len(r.segs)))
 }
 
 func (r *Recording) abortParts() {

@@ -3,7 +3,6 @@ package rocsync
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -336,18 +335,26 @@ func (t *Task) submitEntered(name string, operands []access) (syncstate.Fence, e
 }
 
 // afterSubmit records a submitted op on its operands and makes the waits
-// that follow a submission (WaitAlways, the device's run-ahead cap,
-// launch-blocking).
+// that follow a submission.
 func (t *Task) afterSubmit(name string, sop *syncstate.Op, tl syncstate.Timeline, f syncstate.Fence) error {
-	d, ticket := t.dev, f.Ticket
-	if err := sop.Commit(ticket, t.sinks); err != nil {
+	if err := sop.Commit(f.Ticket, t.sinks); err != nil {
 		var e *Error
 		if errors.As(err, &e) {
 			return err // refused by sync-debug mode
 		}
 		return &Error{Op: name, Kind: ErrFault, Detail: "on " + tl.Name(), Err: err}
 	}
-	if d.maxPerDevice > 0 && d.sinceCheck.Add(1) >= max(d.maxPerDevice/2, 1) {
+	return t.submitWaits(name, "op", f, 1)
+}
+
+// submitWaits makes the waits that follow a submission once it is
+// recorded on its operands: the device's run-ahead cap (submissions
+// counts the driver submissions it made), launch-blocking's wait for f
+// (what names the submission in its error: an op, a replay) and the poll
+// of pending frees. Eager ops and replays share it.
+func (t *Task) submitWaits(name, what string, f syncstate.Fence, submissions uint64) error {
+	d := t.dev
+	if d.maxPerDevice > 0 && d.sinceCheck.Add(submissions) >= max(d.maxPerDevice/2, 1) {
 		d.sinceCheck.Store(0)
 		if err := d.throttleDevice(t.sinks, t.traceHost); err != nil {
 			// The op itself was submitted; the wait for older work failed.
@@ -357,10 +364,10 @@ func (t *Task) afterSubmit(name string, sop *syncstate.Op, tl syncstate.Timeline
 	if d.launchBlocking {
 		t.sinks.HostWait(ReasonLaunchBlocking)
 		tw := d.trace.waitBegin(name, f, ReasonLaunchBlocking, t.traceHost)
-		err := tl.WaitHost(ticket)
+		err := f.TL.WaitHost(f.Ticket)
 		d.trace.waitEnd(tw, err)
 		if err != nil {
-			return &Error{Op: name, Kind: waitKind(err), Detail: fmt.Sprintf("launch-blocking: the op at %s#%d", tl.Name(), ticket), Err: err}
+			return &Error{Op: name, Kind: waitKind(err), Detail: "launch-blocking: the " + what + " at " + f.String(), Err: err}
 		}
 	}
 	if d.frees.n.Load() != 0 {

@@ -665,15 +665,9 @@ func (f *emuBackend) graphLaunch(e, s uintptr) error {
 	return nil
 }
 
-func (f *emuBackend) graphExecDestroy(e uintptr) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if _, ok := f.graphs[e]; !ok {
-		return fmt.Errorf("emu: bad graph %#x", e)
-	}
-	delete(f.graphs, e)
-	return nil
-}
+// graphExecDestroy is graphDestroy: an instantiated graph lives in the
+// same table as the graph it came from.
+func (f *emuBackend) graphExecDestroy(e uintptr) error { return f.graphDestroy(e) }
 
 func (f *emuBackend) blasSetStream(h, s uintptr) error {
 	f.mu.Lock()

@@ -355,25 +355,27 @@ func (h *HIP) GraphInstantiate(g hip.Graph) (hip.GraphExec, error) {
 	return e, nil
 }
 
+// GraphDestroy is hipGraphDestroy.
 func (h *HIP) GraphDestroy(g hip.Graph) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.graphs.graphs[g] == nil {
-		return hipErr("hipGraphDestroy", hip.ErrorInvalidValue, "unknown graph")
-	}
-	delete(h.graphs.graphs, g)
-	return nil
+	return destroyGraph(h, &h.graphs.graphs, g, "hipGraphDestroy", "unknown graph")
 }
 
 // GraphExecDestroy is hipGraphExecDestroy; launches already made run to
 // the end (they hold the nodes).
 func (h *HIP) GraphExecDestroy(e hip.GraphExec) error {
+	return destroyGraph(h, &h.graphs.execs, e, "hipGraphExecDestroy", "unknown executable graph")
+}
+
+// destroyGraph removes handle k from table *m (graphs or executable
+// graphs), read under h.mu (the tables are made lazily); an unknown handle
+// is fn's hipErrorInvalidValue.
+func destroyGraph[K comparable](h *HIP, m *map[K]*hgraph, k K, fn, unknown string) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.graphs.execs[e] == nil {
-		return hipErr("hipGraphExecDestroy", hip.ErrorInvalidValue, "unknown executable graph")
+	if (*m)[k] == nil {
+		return hipErr(fn, hip.ErrorInvalidValue, unknown)
 	}
-	delete(h.graphs.execs, e)
+	delete(*m, k)
 	return nil
 }
 
