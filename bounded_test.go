@@ -148,6 +148,13 @@ func TestRunAheadCapPingPong(t *testing.T) {
 					return d.Synchronize()
 				})
 				require.NoError(t, err)
+				// Every op ran, and the cap did stop the run-ahead (under
+				// WaitAlways each op waits on the host, so none runs ahead).
+				st := d.Stats()
+				require.EqualValues(t, 3*rounds*tasks, st.Dispatches, "%v", st)
+				if p != WaitAlways {
+					require.NotZero(t, st.HostWaitsFor(ReasonThrottle), "the cap never engaged: %v", st)
+				}
 			})
 		}
 	}

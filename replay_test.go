@@ -447,6 +447,9 @@ func TestReplayKeepsReductionWorkspace(t *testing.T) {
 	require.True(t, first.freeUnpinned && !first.freed, "the recording's workspace is kept")
 	first.st.Unlock()
 	for range 3 {
+		// out is cleared first: each replay, not the one before it, must
+		// write the sum.
+		require.NoError(t, tk.Fill(out, -1))
 		require.NoError(t, rec.Replay())
 		got, err := out.Float32s()
 		require.NoError(t, err)

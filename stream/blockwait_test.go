@@ -225,17 +225,29 @@ func TestBoundedWaitAllocations(t *testing.T) {
 	measure := func(timeout time.Duration, older bool) float64 {
 		s := newBoundedStream(t, m, stream.HIP(m.HIP(), 0), timeout)
 		op := func(hs uintptr) error { return m.HIP().MemsetAsync(buf, 1, 64, hip.Stream(hs)) }
-		run := func() {
-			t1, _ := s.Submit(op)
-			if older {
-				_, _ = s.Submit(op)
+		// The first error is kept, not dropped: a submit or wait that
+		// fails early would allocate the same in both modes and pass.
+		var firstErr error
+		keep := func(err error) {
+			if err != nil && firstErr == nil {
+				firstErr = err
 			}
-			_ = s.WaitHost(t1)
+		}
+		run := func() {
+			t1, err := s.Submit(op)
+			keep(err)
+			if older {
+				_, err = s.Submit(op)
+				keep(err)
+			}
+			keep(s.WaitHost(t1))
 		}
 		for i := 0; i < 100; i++ {
 			run()
 		}
-		return testing.AllocsPerRun(200, run)
+		allocs := testing.AllocsPerRun(200, run)
+		require.NoError(t, firstErr, "timeout %v, event wait %v", timeout, older)
+		return allocs
 	}
 	for _, older := range []bool{false, true} {
 		unbounded, bounded := measure(0, older), measure(time.Minute, older)

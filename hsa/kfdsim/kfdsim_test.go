@@ -333,23 +333,30 @@ func TestUnknownKernelFaultsQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := r.signal(1)
-	var p packet
-	p.put16(0, hsa.Header(hsa.PacketTypeKernelDispatch, true, hsa.FenceScopeSystem, hsa.FenceScopeSystem))
-	p.put16(2, 1)
-	p.put16(4, 64)
-	p.put16(6, 1)
-	p.put16(8, 1)
-	p.put32(12, 64)
-	p.put32(16, 1)
-	p.put32(20, 1)
-	p.put64(32, uint64(uintptr(code)))
-	p.put64(40, uint64(uintptr(karg)))
-	p.put64(56, uint64(done))
-	r.submit(q, p)
+	r.submit(q, oneGroupDispatch(code, karg, done))
 	ok, st, gotErr := r.waitOrError(done, qe, 10*time.Second)
 	if ok || !gotErr || st != hsa.StatusErrorInvalidCodeObject {
 		t.Fatalf("completed=%v error=%v status %#x, want INVALID_CODE_OBJECT", ok, gotErr, st)
 	}
+}
+
+// oneGroupDispatch is a 1-D kernel dispatch packet of one 64-work-item
+// workgroup running the code object at code with the given kernarg
+// segment (nil: none), completing done.
+func oneGroupDispatch(code, kernarg unsafe.Pointer, done hsa.Signal) packet {
+	var p packet
+	p.put16(0, hsa.Header(hsa.PacketTypeKernelDispatch, true, hsa.FenceScopeSystem, hsa.FenceScopeSystem))
+	p.put16(2, 1)  // dimensions
+	p.put16(4, 64) // workgroup x, y, z
+	p.put16(6, 1)
+	p.put16(8, 1)
+	p.put32(12, 64) // grid x, y, z
+	p.put32(16, 1)
+	p.put32(20, 1)
+	p.put64(32, uint64(uintptr(code)))
+	p.put64(40, uint64(uintptr(kernarg)))
+	p.put64(56, uint64(done))
+	return p
 }
 
 // Malformed dispatches stop the queue with the error the CP reports for
@@ -372,17 +379,7 @@ func TestMalformedDispatchFaultsQueue(t *testing.T) {
 	} {
 		q, qe := r.queue(r.gpus[0])
 		done := r.signal(1)
-		var p packet
-		p.put16(0, hsa.Header(hsa.PacketTypeKernelDispatch, true, hsa.FenceScopeSystem, hsa.FenceScopeSystem))
-		p.put16(2, 1)
-		p.put16(4, 64)
-		p.put16(6, 1)
-		p.put16(8, 1)
-		p.put32(12, 64)
-		p.put32(16, 1)
-		p.put32(20, 1)
-		p.put64(32, uint64(uintptr(code)))
-		p.put64(56, uint64(done))
+		p := oneGroupDispatch(code, nil, done)
 		c.edit(&p)
 		r.submit(q, p)
 		ok, st, gotErr := r.waitOrError(done, qe, 10*time.Second)
