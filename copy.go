@@ -89,7 +89,8 @@ func (p *stagingPool) take(d *Device, op string, size uint64) (*stagingSlot, err
 				continue
 			}
 			if !done(s.fence, true) {
-				if err := d.stagingWait(op, s.fence, "waiting for staging memory"); err != nil {
+				// Blocking: seen at once, no polling.
+				if err := d.stagingWait(op, s.fence, true, "waiting for staging memory"); err != nil {
 					return nil, err
 				}
 			}
@@ -119,9 +120,11 @@ func (p *stagingPool) take(d *Device, op string, size uint64) (*stagingSlot, err
 
 // stagingWait waits on the host for f, the last copy through staging
 // memory a pool is about to reuse or replace: a throttle wait, announced
-// in sync-debug mode and traced. A copy that failed is no error here (the
-// copy reports it); a wait that failed is one, with detail.
-func (d *Device) stagingWait(op string, f syncstate.Fence, detail string) error {
+// in sync-debug mode and traced. blocking waits with one blocking runtime
+// call (waitCopy) instead of the timeline's own host wait. A copy that
+// failed is no error here (the copy reports it); a wait that failed is
+// one, with detail.
+func (d *Device) stagingWait(op string, f syncstate.Fence, blocking bool, detail string) error {
 	if d.syncDebug != SyncDebugOff {
 		if err := d.implicitWait(op, "staging memory of "+f.String(), ReasonThrottle); err != nil {
 			return err
@@ -129,7 +132,12 @@ func (d *Device) stagingWait(op string, f syncstate.Fence, detail string) error 
 	}
 	d.countHostWait(ReasonThrottle)
 	tw := d.trace.waitBegin(op, f, ReasonThrottle, hostTrack)
-	err := f.TL.WaitHost(f.Ticket)
+	var err error
+	if blocking {
+		err = waitCopy(context.Background(), f)
+	} else {
+		err = f.TL.WaitHost(f.Ticket)
+	}
 	d.trace.waitEnd(tw, err)
 	if err != nil && f.TL.Failed(f.Ticket) == nil {
 		return &Error{Op: op, Kind: waitKind(err), Detail: detail, Err: err}

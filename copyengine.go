@@ -2,8 +2,10 @@ package rocsync
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/rocsync/rocsync/syncstate"
@@ -15,10 +17,11 @@ import (
 //     which one goroutine does at a fraction of the machine's memory
 //     bandwidth (5.7 GB/s on the H100 host against the DMA's 52 GB/s), is
 //     split over a few long-lived worker goroutines;
-//   - the host wait for a copy is the stream's own bounded wait
-//     (waitCopy), a blocking runtime call on a helper goroutine.
+//   - the host wait for a copy, which a bounded stream wait would do by
+//     polling (pauses up to 200 µs per look), is one blocking runtime call
+//     on a long-lived helper goroutine, the caller giving up on a timer.
 //
-// The copy allocates nothing once its goroutines exist.
+// Neither allocates once its goroutines exist.
 
 const (
 	// parallelCopyMin is the smallest copy split over several goroutines:
@@ -91,6 +94,13 @@ func hostCopy(dst, src unsafe.Pointer, n uint64, wg *sync.WaitGroup) {
 	wg.Wait()
 }
 
+// blockingTimeline is a timeline that can wait for a ticket in one
+// blocking runtime call (stream.Stream).
+type blockingTimeline interface {
+	WaitHostBlocking(t uint64) error
+	WaitTimeout() time.Duration
+}
+
 // ticketPinner fixes the event a later wait for a ticket waits on, without
 // a closure (stream.Stream).
 type ticketPinner interface {
@@ -98,15 +108,99 @@ type ticketPinner interface {
 	UnpinTicket(ev uintptr)
 }
 
-// waitCopy waits on the host for a copy's fence, bounded by ctx (nil for
-// none) and by the timeline's own timeout. A stream's bounded wait is
-// already a blocking runtime call on a helper goroutine after a short
-// spin (stream/blockwait.go), so a copy's completion is seen at once and
-// the wait allocates nothing; past the bound it returns a
-// *syncstate.TimeoutError (or ctx's error, wrapped), the GPU work going on.
+// hostWaiter is a helper goroutine that makes blocking waits for copies.
+type hostWaiter struct {
+	req   chan hostWaitReq
+	done  chan error
+	timer *time.Timer
+}
+
+type hostWaitReq struct {
+	tl     blockingTimeline
+	ticket uint64
+}
+
+var hostWaiters struct {
+	mu   sync.Mutex
+	free []*hostWaiter
+}
+
+func getHostWaiter() *hostWaiter {
+	hostWaiters.mu.Lock()
+	if n := len(hostWaiters.free); n > 0 {
+		w := hostWaiters.free[n-1]
+		hostWaiters.free = hostWaiters.free[:n-1]
+		hostWaiters.mu.Unlock()
+		return w
+	}
+	hostWaiters.mu.Unlock()
+	w := &hostWaiter{req: make(chan hostWaitReq), done: make(chan error, 1), timer: time.NewTimer(time.Hour)}
+	w.timer.Stop()
+	go func() {
+		for r := range w.req {
+			w.done <- r.tl.WaitHostBlocking(r.ticket)
+		}
+	}()
+	return w
+}
+
+func putHostWaiter(w *hostWaiter) {
+	hostWaiters.mu.Lock()
+	hostWaiters.free = append(hostWaiters.free, w)
+	hostWaiters.mu.Unlock()
+}
+
+// waitCopy waits on the host for a copy's fence: one blocking runtime call
+// (on a helper goroutine when the wait is bounded by the timeline's
+// timeout or by ctx, nil for none). Past the bound it returns a
+// *syncstate.TimeoutError (or ctx's error, wrapped) and the helper is
+// handed back once its call returns. Timelines that cannot block wait as
+// any host wait does.
 func waitCopy(ctx context.Context, f syncstate.Fence) error {
 	if f.Done() {
 		return f.Err()
 	}
-	return syncstate.WaitHostContext(ctx, f)
+	bt, ok := f.TL.(blockingTimeline)
+	if !ok {
+		return syncstate.WaitHostContext(ctx, f)
+	}
+	timeout := bt.WaitTimeout()
+	cancellable := syncstate.Cancellable(ctx)
+	if timeout <= 0 && !cancellable {
+		return bt.WaitHostBlocking(f.Ticket)
+	}
+	if cancellable && ctx.Err() != nil {
+		return fmt.Errorf("waiting for %v: %w", f, ctx.Err())
+	}
+	w := getHostWaiter()
+	w.req <- hostWaitReq{bt, f.Ticket}
+	var expired <-chan time.Time
+	if timeout > 0 {
+		w.timer.Reset(timeout)
+		expired = w.timer.C
+	}
+	var cancelled <-chan struct{}
+	if cancellable {
+		cancelled = ctx.Done()
+	}
+	select {
+	case err := <-w.done:
+		w.timer.Stop()
+		putHostWaiter(w)
+		return err
+	case <-expired:
+		go reclaimHostWaiter(w)
+		return &syncstate.TimeoutError{Fence: f, After: timeout}
+	case <-cancelled:
+		w.timer.Stop()
+		go reclaimHostWaiter(w)
+		return fmt.Errorf("waiting for %v: %w", f, ctx.Err())
+	}
+}
+
+// reclaimHostWaiter hands a waiter whose caller gave up back once its
+// blocking call has returned (the GPU work goes on; it ends some time).
+func reclaimHostWaiter(w *hostWaiter) {
+	<-w.done
+	putHostWaiter(w)
 }

@@ -358,7 +358,7 @@ func (p *peerCopies) put(s *peerSlot) {
 func (d *Device) drainSlot(op string, s *peerSlot) error {
 	var buf [2 * syncstate.MaxOperands]syncstate.Fence
 	for _, f := range s.buf.st.PendingFences(buf[:0]) {
-		if err := d.stagingWait(op, f, "waiting for peer staging memory"); err != nil {
+		if err := d.stagingWait(op, f, false, "waiting for peer staging memory"); err != nil {
 			return err
 		}
 	}

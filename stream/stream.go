@@ -664,6 +664,15 @@ func (s *Stream) WaitHostContext(ctx context.Context, t uint64) error {
 	return s.waitBound(b, t)
 }
 
+// WaitHostBlocking is WaitHost as one blocking runtime call (an event or
+// stream synchronize), whatever the stream's timeout: for a caller that
+// bounds the wait itself on another goroutine, as copies do, so that a
+// copy's completion is seen at once rather than at the next poll.
+func (s *Stream) WaitHostBlocking(t uint64) error { return s.waitBound(nil, t) }
+
+// WaitTimeout is the bound of the stream's host waits (0: none).
+func (s *Stream) WaitTimeout() time.Duration { return s.timeout }
+
 // PinTicket is Pin without a closure: it returns the event a later
 // WaitHost(t) waits for (0: t is complete), held until UnpinTicket.
 func (s *Stream) PinTicket(t uint64) (uintptr, error) {
