@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
@@ -192,6 +193,11 @@ func TestUserKernelsAndCopiesOnSimulatedDriver(t *testing.T) {
 		require.NoError(t, d.DefaultTask().Launch(k, userkernel.Grid1D(64, 64), InOut(y), In(x), F32(1), U32(64)))
 		_, err = y.Float32s()
 		require.ErrorIs(t, err, ErrFault)
+		// The executor counts the fault when the reference returns, after
+		// the thunk has raised it and ROCr has already failed the queue
+		// (which is what woke the read-back): wait for the count, which
+		// must reach exactly one more fault.
+		require.Eventually(t, func() bool { return e.Stats().Faults >= before+1 }, 10*time.Second, time.Millisecond)
 		require.Equal(t, before+1, e.Stats().Faults)
 	})
 }
