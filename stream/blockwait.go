@@ -74,17 +74,22 @@ func (s *Stream) spin(b *syncstate.Bound, h, ev uintptr) (done bool, err error) 
 		if i%4 == 3 && time.Since(start) >= spinFor {
 			return false, nil
 		}
-		if i%16 == 15 {
-			// Yield now and then (the emulated GPU runs on goroutines of
-			// this process), not at every query: on the H100 machine a
-			// Gosched per query cost ~15 µs per wait (bench -paired-raw:
-			// elementwise 1.68-1.98x raw total with it, 1.16-1.19x
-			// without), as the goroutine went through the global run
-			// queue.
-			runtime.Gosched()
+		if s.yieldInSpin && i%16 == 15 {
+			// Yield now and then when the work runs on goroutines of this
+			// process (an emulator), not at every query. Never on a real
+			// runtime: on the H100 machine one Gosched costs ~15 µs (the
+			// goroutine goes through the global run queue), which made
+			// every wait longer than 16 queries (~20 µs) 15 µs late: a
+			// replayed 128x128 matmul took 1.85x the raw graph with it
+			// (bench -paired-raw -replay). A query is a foreign call,
+			// during which other goroutines run anyway.
+			gosched()
 		}
 	}
 }
+
+// gosched is runtime.Gosched; the tests count the spin's yields through it.
+var gosched = runtime.Gosched
 
 const (
 	// probeFirst and probeMax pace the checks for failed producers

@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -134,6 +133,9 @@ type Stream struct {
 	crossDomain bool
 	timeout     time.Duration
 	maxInFlight uint64
+	// yieldInSpin: host waits spinning on queries yield the processor
+	// now and then (Config.ForeignCalls unset).
+	yieldInSpin bool
 	onThrottle  func(syncstate.Fence) error
 	place       uint64
 
@@ -204,13 +206,25 @@ type Config struct {
 	// Place identifies the device the stream runs on (syncstate.Placed;
 	// 0: unknown).
 	Place uint64
+	// ForeignCalls says the API's calls are calls into a C runtime (CUDA,
+	// HIP), during which the goroutine gives up its processor: a host wait
+	// spinning on them then never yields. Without it (an emulator, whose
+	// work runs on goroutines of this process) the spin yields every few
+	// queries, so that the work it waits for can run even with one
+	// processor.
+	ForeignCalls bool
 }
 
 // New makes a Stream of the runtime stream s, which it then owns.
 func New(api API, s uintptr, c Config) *Stream {
 	return &Stream{api: api, s: s, name: c.Name, domain: c.Domain, events: c.Events, sinks: c.Sinks, crossDomain: c.CrossDomain,
-		timeout: c.WaitTimeout, maxInFlight: uint64(max(c.MaxInFlight, 0)), onThrottle: c.OnThrottle, place: c.Place}
+		timeout: c.WaitTimeout, maxInFlight: uint64(max(c.MaxInFlight, 0)), onThrottle: c.OnThrottle, place: c.Place,
+		yieldInSpin: !c.ForeignCalls}
 }
+
+// ForeignCalls reports Config.ForeignCalls: whether host waits spin
+// without yielding.
+func (s *Stream) ForeignCalls() bool { return !s.yieldInSpin }
 
 // Handle returns the runtime stream.
 func (s *Stream) Handle() uintptr { return s.s }
@@ -638,7 +652,9 @@ func (s *Stream) poll(b *syncstate.Bound, t uint64, h, ev uintptr) error {
 			return &boundErr{err}
 		}
 		if time.Since(start) < spinFor {
-			runtime.Gosched()
+			if s.yieldInSpin {
+				gosched()
+			}
 			continue
 		}
 		time.Sleep(pause)

@@ -106,7 +106,7 @@ func openDevice(lib *cuda.Lib, blas *cublas.Lib, blasErr error, i int, cfg drive
 	if err != nil {
 		return nil, err
 	}
-	b := &cudaBackend{lib: lib, dev: cd, blas: blas}
+	b := &cudaBackend{lib: lib, dev: cd, blas: blas, blasWorkspaceBytes: blasWorkspaceBytes(major)}
 	if blas == nil {
 		b.blasErr = fmt.Errorf("%w: %w", ErrNoBLAS, blasErr)
 	}
@@ -337,6 +337,14 @@ func (d *Device) NewTask(sinks syncstate.Sinks) (driver.Task, error) {
 	return t, nil
 }
 
+// foreignCalls reports whether the backend is the CUDA driver (real or
+// the fake C library), whose calls are foreign calls, rather than the
+// tests' Go emulation.
+func (d *Device) foreignCalls() bool {
+	_, ok := d.b.(*cudaBackend)
+	return ok
+}
+
 // newStream makes a CUDA stream. Under DeviceBridge the kernel and library
 // streams wait for each other with events too: on CUDA both are streams.
 func (d *Device) newStream(name string, dom syncstate.Domain, sinks syncstate.Sinks) (*stream.Stream, error) {
@@ -346,7 +354,7 @@ func (d *Device) newStream(name string, dom syncstate.Domain, sinks syncstate.Si
 	}
 	st := stream.New(d.api, s, stream.Config{Name: name, Domain: dom, Events: d.events, Sinks: sinks,
 		CrossDomain: d.cfg.Policy == syncstate.DeviceBridge, WaitTimeout: d.cfg.WaitTimeout, MaxInFlight: d.cfg.MaxInFlight,
-		OnThrottle: d.cfg.OnThrottle, Place: d.place})
+		OnThrottle: d.cfg.OnThrottle, Place: d.place, ForeignCalls: d.foreignCalls()})
 	if d.hostWaitSupport() == nil {
 		st.SetHostBridge(d.hostToStream)
 	}

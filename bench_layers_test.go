@@ -1,0 +1,177 @@
+package rocsync
+
+import (
+	"runtime"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/rocsync/rocsync/cublas"
+	"github.com/rocsync/rocsync/cuda"
+	"github.com/rocsync/rocsync/internal/cudadev"
+	"github.com/rocsync/rocsync/kernels"
+)
+
+// BenchmarkGPUDispatchLayers (ROCSYNC_GPU=1 ROCSYNC_BACKEND=cuda) splits
+// the host cost of one op into the layers it passes, in one process: each
+// round submits 32 elementwise multiplies (128×128) and 32 sgemms through
+// every layer in turn on the same task's streams, timing the submission
+// alone (the streams drain between layers, untimed), and the benchmark
+// reports each layer's median ns per op over the rounds:
+//   - lib: cuLaunchKernel / cublasSgemm_v2 on a thread locked once, with
+//     the context made current once (what bench/rawcuda does);
+//   - ctx: cuda.Ctx's call, which locks the thread and asks
+//     cuCtxGetCurrent around every call;
+//   - driver: the cudadev driver task (stream bookkeeping);
+//   - into: the front API into a preallocated output (sync state);
+//   - new: the front API making a new output array each op.
+//
+// The differences between neighbouring layers are what each layer adds.
+func BenchmarkGPUDispatchLayers(b *testing.B) {
+	if !gpuRun() || gpuBackend() != CUDA {
+		b.Skip("set ROCSYNC_GPU=1 ROCSYNC_BACKEND=cuda")
+	}
+	const n, perRound = 128, 32
+	d, err := Open(Options{Backend: CUDA, Policy: DeviceSide, LogLevel: LogOff})
+	must(b, err)
+	defer d.Close()
+	t := d.DefaultTask()
+	x, err := d.FromFloat32(n, n, randMatrix(1, n))
+	must(b, err)
+	y, err := d.FromFloat32(n, n, randMatrix(2, n))
+	must(b, err)
+	must(b, t.Synchronize())
+	dt := t.drv.(*cudadev.Task)
+	lib, err := cuda.Open()
+	must(b, err)
+	ctx, err := lib.PrimaryCtxRetain(0)
+	must(b, err)
+	defer func() { _ = ctx.Release() }()
+	bl, err := cublas.Open()
+	must(b, err)
+	k, err := d.drv.Builtin(kernels.Mul, kernels.F32)
+	must(b, err)
+	args := kernels.Args{Out: uint64(y.ptr), A: uint64(x.ptr), B: uint64(x.ptr), N: n * n}
+	pb, err := cuda.NewParamBlock(int(k.ArgsSize), k.ParamOffsets)
+	must(b, err)
+	defer pb.Free()
+	var enc [kernels.KernargSize]byte
+	args.Encode(enc[:], kernels.F32)
+	copy(pb.Bytes(), enc[:k.ArgsSize])
+	ks := cuda.Stream(dt.Kernel().Handle())
+	h := cublas.Handle(dt.BLASHandle())
+	grid := cuda.Dim3{X: (n*n + 255) / 256, Y: 1, Z: 1}
+	block := cuda.Dim3{X: 256, Y: 1, Z: 1}
+	fn := cuda.Function(k.Object)
+
+	type layer struct {
+		name string
+		run  func() error
+	}
+	var fresh []*Array
+	layers := []layer{
+		{"mul/lib", func() error {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			must(b, ctx.MakeCurrent())
+			for range perRound {
+				if err := lib.LaunchKernel(fn, grid, block, 0, ks, pb.Params()); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+		{"mul/ctx", func() error {
+			for range perRound {
+				if err := ctx.LaunchKernel(fn, grid, block, 0, ks, pb.Params()); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+		{"mul/driver", func() error {
+			for range perRound {
+				if _, err := dt.Launch(kernels.Mul, kernels.F32, args); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+		{"mul/into", func() error {
+			for range perRound {
+				if err := t.MulInto(y, x, x); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+		{"mul/new", func() error {
+			for range perRound {
+				a, err := t.Mul(x, x)
+				if err != nil {
+					return err
+				}
+				fresh = append(fresh, a)
+			}
+			return nil
+		}},
+		{"gemm/lib", func() error {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			must(b, ctx.MakeCurrent())
+			for range perRound {
+				if err := bl.Sgemm(h, cublas.OpN, cublas.OpN, n, n, n, 1, cuda.DevicePtr(x.ptr), n, cuda.DevicePtr(x.ptr), n, 0, cuda.DevicePtr(y.ptr), n); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+		{"gemm/driver", func() error {
+			for range perRound {
+				if _, err := dt.Gemm(kernels.F32, false, false, n, n, n, 1, x.ptr, n, x.ptr, n, 0, y.ptr, n); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+		{"gemm/into", func() error {
+			for range perRound {
+				if err := t.MatMulInto(y, x, x, false, false); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+		{"getcurrent", func() error {
+			for range perRound {
+				if _, err := lib.CtxGetCurrent(); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+	}
+	drain := func() {
+		must(b, t.Synchronize())
+		must(b, ctx.Synchronize())
+		for _, a := range fresh {
+			must(b, a.Free())
+		}
+		fresh = fresh[:0]
+	}
+	times := make([][]float64, len(layers))
+	for b.Loop() {
+		for i, l := range layers {
+			t0 := time.Now()
+			if err := l.run(); err != nil {
+				b.Fatal(l.name, err)
+			}
+			times[i] = append(times[i], float64(time.Since(t0).Nanoseconds())/perRound)
+			drain()
+		}
+	}
+	for i, l := range layers {
+		slices.Sort(times[i])
+		b.ReportMetric(times[i][len(times[i])/2], l.name+"-ns/op")
+	}
+}
