@@ -1,7 +1,6 @@
 package cublas
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -39,7 +38,6 @@ var BoundSymbols = []string{
 const (
 	symStatusString = "cublasGetStatusString"
 	symGetProperty  = "cublasGetProperty"
-	symSetWorkspace = "cublasSetWorkspace_v2"
 )
 
 // EnvLibCUBLAS names the environment variable that, when set, is the only
@@ -64,7 +62,6 @@ type Lib struct {
 	sym          [numSyms]uintptr
 	statusString uintptr
 	getProperty  uintptr
-	setWorkspace uintptr
 
 	errs errcache.Cache[Error] // one immutable *Error per (function, status)
 }
@@ -97,7 +94,6 @@ func Open() (*Lib, error) {
 	copy(l.sym[:], addrs)
 	l.statusString, _ = purego.Dlsym(lib.Handle, symStatusString)
 	l.getProperty, _ = purego.Dlsym(lib.Handle, symGetProperty)
-	l.setWorkspace, _ = purego.Dlsym(lib.Handle, symSetWorkspace)
 	return l, nil
 }
 
@@ -168,33 +164,6 @@ func (l *Lib) SetStream(h Handle, s cuda.Stream) error {
 	b := blocks.Get()
 	defer blocks.Put(b)
 	return l.check(symSetStream, b.Call(l.sym[symSetStream], uintptr(h), uintptr(s)))
-}
-
-// ErrNoSetWorkspace is SetWorkspace's error when the library predates
-// cublasSetWorkspace_v2 (cuBLAS before 11.2).
-var ErrNoSetWorkspace = errors.New("cublas: the library has no " + symSetWorkspace)
-
-// HasSetWorkspace reports whether SetWorkspace is available.
-func (l *Lib) HasSetWorkspace() bool { return l.setWorkspace != 0 }
-
-// SetWorkspace is cublasSetWorkspace_v2: later calls with h use the size
-// bytes of device memory at p as their workspace instead of cuBLAS's own
-// pool. SetStream puts the handle back on that pool, so a handle moved to
-// another stream needs its workspace set again. A workspace set by the
-// caller is what lets calls captured into a CUDA graph use the same
-// kernels as eager calls: during capture cuBLAS cannot allocate a pool's
-// workspace for the capture stream.
-func (l *Lib) SetWorkspace(h Handle, p cuda.DevicePtr, size uint64) error {
-	if l.setWorkspace == 0 {
-		return ErrNoSetWorkspace
-	}
-	b := blocks.Get()
-	defer blocks.Put(b)
-	r := Status(uint32(b.Call(l.setWorkspace, uintptr(h), uintptr(p), uintptr(size))))
-	if r == StatusSuccess {
-		return nil
-	}
-	return &Error{Func: symSetWorkspace, Status: r, Text: l.StatusString(r)}
 }
 
 // Sgemm is cublasSgemm_v2: C = alpha·op(A)·op(B) + beta·C, column-major,

@@ -18,6 +18,7 @@ import (
 const (
 	symStreamWaitValue64 = numSyms + iota
 	symMemHostGetDevicePointer
+	symStreamWriteValue64
 	numOptional = iota
 )
 
@@ -26,6 +27,7 @@ const (
 var OptionalSymbols = []string{
 	"cuStreamWaitValue64_v2",
 	"cuMemHostGetDevicePointer_v2",
+	"cuStreamWriteValue64_v2",
 }
 
 func symbolName(fn int) string {
@@ -79,6 +81,12 @@ func (l *Lib) HasStreamMemOps() bool {
 	return l.sym[symStreamWaitValue64] != 0 && l.sym[symMemHostGetDevicePointer] != 0
 }
 
+// HasStreamWriteValue reports whether the driver exports
+// cuStreamWriteValue64_v2 and cuMemHostGetDevicePointer_v2.
+func (l *Lib) HasStreamWriteValue() bool {
+	return l.sym[symStreamWriteValue64] != 0 && l.sym[symMemHostGetDevicePointer] != 0
+}
+
 // MemHostAllocFlags is cuMemHostAlloc with flags (MemHostAllocDeviceMap).
 func (c *Ctx) MemHostAllocFlags(size uint64, flags uint32) (unsafe.Pointer, error) {
 	v, err := c.lib.outInvoke(c, symMemHostAlloc, uintptr(size), uintptr(flags))
@@ -108,4 +116,15 @@ func (c *Ctx) StreamWaitValue64(s Stream, addr DevicePtr, value uint64, flags ui
 		return c.lib.errorFor(symStreamWaitValue64, ErrorNotSupported)
 	}
 	return c.lib.invoke(c, symStreamWaitValue64, uintptr(s), uintptr(addr), uintptr(value), uintptr(flags))
+}
+
+// StreamWriteValue64 is cuStreamWriteValue64_v2 with the default flags: s
+// writes value to the 64-bit word at addr once the work before it is done,
+// with a memory barrier, so a host polling the (mapped) word sees the
+// work's results once it sees the value.
+func (c *Ctx) StreamWriteValue64(s Stream, addr DevicePtr, value uint64) error {
+	if c.lib.sym[symStreamWriteValue64] == 0 {
+		return c.lib.errorFor(symStreamWriteValue64, ErrorNotSupported)
+	}
+	return c.lib.invoke(c, symStreamWriteValue64, uintptr(s), uintptr(addr), uintptr(value), 0)
 }

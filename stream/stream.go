@@ -136,6 +136,10 @@ type Stream struct {
 	// yieldInSpin: host waits spinning on queries yield the processor
 	// now and then (Config.ForeignCalls unset).
 	yieldInSpin bool
+	// watch is Config.Watch; watchQueued (guarded by mu) is the newest
+	// ticket a write to it was enqueued for.
+	watch       *Watch
+	watchQueued uint64
 	onThrottle  func(syncstate.Fence) error
 	place       uint64
 
@@ -206,6 +210,11 @@ type Config struct {
 	// Place identifies the device the stream runs on (syncstate.Placed;
 	// 0: unknown).
 	Place uint64
+	// Watch, when set, is the stream's progress word: a whole-stream host
+	// wait asks the device to write the stream's newest ticket to it
+	// after the work before, then reads it, instead of querying the
+	// runtime (see Watch).
+	Watch *Watch
 	// ForeignCalls says the API's calls are calls into a C runtime (CUDA,
 	// HIP), during which the goroutine gives up its processor: a host wait
 	// spinning on them then never yields. Without it (an emulator, whose
@@ -219,7 +228,23 @@ type Config struct {
 func New(api API, s uintptr, c Config) *Stream {
 	return &Stream{api: api, s: s, name: c.Name, domain: c.Domain, events: c.Events, sinks: c.Sinks, crossDomain: c.CrossDomain,
 		timeout: c.WaitTimeout, maxInFlight: uint64(max(c.MaxInFlight, 0)), onThrottle: c.OnThrottle, place: c.Place,
-		yieldInSpin: !c.ForeignCalls}
+		yieldInSpin: !c.ForeignCalls, watch: c.Watch}
+}
+
+// A Watch is a 64-bit word of host memory the device can write (mapped
+// host memory) that tells the host how far a stream got: Write enqueues
+// on the stream a device write of a ticket to the word, after the work
+// before it and with a memory barrier, so once the host reads a value v
+// from Word, every ticket up to v is complete and its results visible.
+// Reading it costs nothing, where a query is a runtime call (about 2 µs
+// for cuStreamQuery on the H100 machine), and a spinning reader learns of
+// completion as soon as the device writes: on the H100 a whole-stream
+// wait through a watch returned 0.7 µs sooner than cuStreamSynchronize
+// (cudadev's BenchmarkGPUWaitDetection). A word serves one stream for the
+// stream's life.
+type Watch struct {
+	Word  *atomic.Uint64
+	Write func(stream uintptr, ticket uint64) error
 }
 
 // ForeignCalls reports Config.ForeignCalls: whether host waits spin
@@ -441,7 +466,20 @@ func (s *Stream) Completed() uint64 {
 	}
 	c := s.completed.Load()
 	last := s.lastTicket.Load()
-	if c == last || !s.mu.TryLock() {
+	if c == last {
+		return c
+	}
+	if s.watch != nil {
+		if w := s.watch.Word.Load(); w > c && s.mu.TryLock() {
+			// The device wrote w after every ticket up to it.
+			s.completeLocked(w)
+			s.mu.Unlock()
+			if c = s.completed.Load(); c == last {
+				return c
+			}
+		}
+	}
+	if !s.mu.TryLock() {
 		return c
 	}
 	if !s.settler.Started() && s.s != 0 && s.health.Failure() != nil {
@@ -736,7 +774,7 @@ func (s *Stream) waitBound(b *syncstate.Bound, t uint64) error {
 		var spun bool
 		if b == nil {
 			err = s.api.StreamSynchronize(s.s)
-		} else if spun, err = s.spin(b, s.s, 0); spun {
+		} else if spun, err = s.spinWhole(b, last); spun {
 			// Done (or failed) within the spin: no helper needed.
 		} else if r := s.blockingCall(true, last); r != nil {
 			if be, ok := s.waitBlocking(b, t, r).(*boundErr); ok {
@@ -753,10 +791,10 @@ func (s *Stream) waitBound(b *syncstate.Bound, t uint64) error {
 		s.mu.Lock()
 		if err != nil {
 			s.failLocked(err, last)
-		} else if last > s.completed.Load() {
-			s.completed.Store(last)
+			s.recycleLocked(false)
+		} else {
+			s.completeLocked(last)
 		}
-		s.recycleLocked(false)
 		s.mu.Unlock()
 		return s.health.Failed(t)
 	}
@@ -813,6 +851,54 @@ func (s *Stream) Pin(t uint64) (unpin func(), err error) {
 }
 
 var _ syncstate.Pinner = (*Stream)(nil)
+
+// completeLocked records that every ticket up to t (at most the newest)
+// is complete, and recycles what that frees.
+func (s *Stream) completeLocked(t uint64) {
+	t = min(t, s.lastTicket.Load())
+	if t > s.completed.Load() {
+		s.completed.Store(t)
+	}
+	s.recycleLocked(false)
+}
+
+// spinWhole is spin for a whole-stream wait up to last: on the watch when
+// the stream has one, else on stream queries.
+func (s *Stream) spinWhole(b *syncstate.Bound, last uint64) (done bool, err error) {
+	if s.watch == nil || s.health.Err() != nil {
+		return s.spin(b, s.s, 0)
+	}
+	word := s.watch.Word
+	if word.Load() >= last {
+		return true, nil
+	}
+	s.mu.Lock()
+	if newest := s.lastTicket.Load(); s.watchQueued < last && s.s != 0 {
+		// The newest ticket, not last: ops submitted meanwhile are before
+		// the write anyway, and the word then tells of them too.
+		if err = s.watch.Write(s.s, newest); err == nil {
+			s.watchQueued = newest
+		}
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return true, err
+	}
+	start := b.Start
+	if start.IsZero() {
+		start = time.Now()
+	}
+	for i := 0; ; i++ {
+		if word.Load() >= last {
+			return true, nil
+		}
+		// A failed stream never writes the word: after spinFor the wait
+		// goes to a blocking runtime call, which reports the failure.
+		if i%256 == 255 && time.Since(start) >= spinFor {
+			return false, nil
+		}
+	}
+}
 
 // wholeStream reports whether waiting for t means waiting for the whole
 // stream: t is not known complete, it is the newest ticket, and no

@@ -8,12 +8,7 @@
 //     is current on the calling thread;
 //   - sgemm and dgemm run on the host, column-major, reading alpha and beta
 //     through host pointers and checking the leading dimensions as cuBLAS
-//     does;
-//   - cublasSetWorkspace_v2 gives a handle a workspace, which
-//     cublasSetStream_v2 takes away again (cuBLAS then falls back to its own
-//     pool); fakecublas_gemms_without_workspace counts the gemms run
-//     without one, which under stream capture are the ones cuBLAS runs
-//     with a slower kernel.
+//     does.
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdint.h>
@@ -23,7 +18,7 @@ typedef int cublasStatus_t;
 enum { OK = 0, NOT_INITIALIZED = 1, INVALID_VALUE = 7 };
 #define MAGIC 0x424c4153U
 
-struct handle { uint32_t magic; void* ctx; void* stream; void* ws; size_t ws_size; };
+struct handle { uint32_t magic; void* ctx; void* stream; };
 
 static void* current(void) {
   static int (*get)(void**);
@@ -36,8 +31,6 @@ static int ok(struct handle* h) { return h && h->magic == MAGIC && h->ctx && h->
 
 void* fakecublas_last_stream;
 int fakecublas_calls;
-int fakecublas_gemms_without_workspace;
-size_t fakecublas_last_workspace_size;
 
 cublasStatus_t cublasCreate_v2(struct handle** h) {
   void* c = current();
@@ -54,13 +47,6 @@ cublasStatus_t cublasDestroy_v2(struct handle* h) {
 cublasStatus_t cublasSetStream_v2(struct handle* h, void* s) {
   if (!ok(h)) return NOT_INITIALIZED;
   h->stream = s;
-  h->ws = NULL; h->ws_size = 0;
-  return OK;
-}
-cublasStatus_t cublasSetWorkspace_v2(struct handle* h, void* ws, size_t size) {
-  if (!ok(h)) return NOT_INITIALIZED;
-  if (size > 0 && !ws) return INVALID_VALUE;
-  h->ws = ws; h->ws_size = size;
   return OK;
 }
 const char* cublasGetStatusString(cublasStatus_t s) {
@@ -84,8 +70,6 @@ cublasStatus_t cublasGetProperty(int type, int* v) {
   if (ldb < (tb == 0 ? (k > 1 ? k : 1) : (n > 1 ? n : 1))) return INVALID_VALUE;                   \
   if (ldc < (m > 1 ? m : 1)) return INVALID_VALUE;                                                 \
   fakecublas_last_stream = h->stream; fakecublas_calls++;                                          \
-  fakecublas_last_workspace_size = h->ws_size;                                                     \
-  if (!h->ws) fakecublas_gemms_without_workspace++;                                                \
   T al = *alpha, be = *beta;                                                                       \
   for (int j = 0; j < n; j++)                                                                      \
     for (int i = 0; i < m; i++) {                                                                  \

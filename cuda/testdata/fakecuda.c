@@ -29,6 +29,8 @@
 //     FAKECUDA_STREAM_MEM_OPS is set: the binding's tests call it directly.
 //     The deprecated _V1 attribute (93) reads 0, as on a driver loaded
 //     without NVreg_EnableStreamMemOPs=1 (the H100 machine's).
+//   - cuStreamWriteValue64_v2 writes the word at the call (the stream's
+//     work has run by then).
 // fakecuda_count(i) reads call counters, for tests.
 #include <math.h>
 #include <stdint.h>
@@ -67,7 +69,7 @@ static struct ctx ctxs[NDEV];
 static int inited;
 static __thread struct ctx* cur;
 
-enum { C_SETCURRENT, C_LAUNCH, C_RECORD, C_WAIT, C_QUERY, C_SYNC, C_ALLOC, C_FREE, C_HTOD, C_DTOH, C_LOAD, C_GETCURRENT, C_GRAPHLAUNCH, C_WAITVALUE, NCOUNT };
+enum { C_SETCURRENT, C_LAUNCH, C_RECORD, C_WAIT, C_QUERY, C_SYNC, C_ALLOC, C_FREE, C_HTOD, C_DTOH, C_LOAD, C_GETCURRENT, C_GRAPHLAUNCH, C_WAITVALUE, C_WRITEVALUE, NCOUNT };
 static long counts[NCOUNT];
 long fakecuda_count(int i) { return i >= 0 && i < NCOUNT ? __atomic_load_n(&counts[i], __ATOMIC_RELAXED) : -1; }
 static void bump(int i) { __atomic_add_fetch(&counts[i], 1, __ATOMIC_RELAXED); }
@@ -302,6 +304,17 @@ CUresult cuStreamWaitValue64_v2(void* s, uint64_t addr, uint64_t value, unsigned
     nanosleep(&pause, NULL);
   }
   return 702;
+}
+
+// The fake's streams have run their work at the call, so the write is
+// made at once (after that work, as CUDA orders it).
+CUresult cuStreamWriteValue64_v2(void* s, uint64_t addr, uint64_t value, unsigned flags) {
+  NEED_CTX(); bump(C_WRITEVALUE);
+  CUresult r = stream_ok(s);
+  if (r != OK) return r;
+  if (!addr || flags != 0) return INVALID_VALUE;
+  __atomic_store_n((uint64_t*)(uintptr_t)addr, value, __ATOMIC_RELEASE);
+  return OK;
 }
 
 CUresult cuModuleLoadData(void** m, const void* image) {

@@ -64,6 +64,11 @@ type backend interface {
 	streamMemOps() error
 	mappedAlloc(size uint64) (host unsafe.Pointer, dev driver.DevicePtr, err error)
 	streamWaitValueGEQ(s uintptr, addr driver.DevicePtr, value uint64) error
+	// streamWriteSupport is nil when streams can write a 64-bit word of
+	// mapped host memory after their work (cuStreamWriteValue64), else
+	// why not; streamWriteValue enqueues such a write of value on s.
+	streamWriteSupport() error
+	streamWriteValue(s uintptr, addr driver.DevicePtr, value uint64) error
 	// call runs a library call's function with the device's context
 	// current on a locked OS thread: CUDA libraries (cuBLAS, cuFFT,
 	// cuDNN) act in the calling thread's context.
@@ -109,26 +114,6 @@ type cudaBackend struct {
 
 	userMu      sync.Mutex
 	userModules []cuda.Module // user kernels' modules, unloaded at close
-
-	// Each cuBLAS handle gets a workspace of its own, set again after
-	// every cublasSetStream (which drops it). Without one, cuBLAS takes
-	// workspace from a pool it keeps per stream, which it cannot grow for
-	// a stream under capture: a gemm captured on the recording's stream
-	// then ran a kernel without workspace, and the replayed 128x128 matmul
-	// took 1.4-2.0x the raw driver's graph on the H100.
-	blasWorkspaceBytes uint64
-	wsMu               sync.Mutex
-	workspaces         map[uintptr]cuda.DevicePtr
-}
-
-// blasWorkspaceBytes is the workspace cuBLAS's documentation recommends
-// for a device: 32 MiB on Hopper and later, 4 MiB before (the size of its
-// own default pool).
-func blasWorkspaceBytes(major int) uint64 {
-	if major >= 9 {
-		return 32 << 20
-	}
-	return 4 << 20
 }
 
 var _ backend = (*cudaBackend)(nil)
@@ -355,6 +340,17 @@ func (b *cudaBackend) streamMemOps() error {
 	return nil
 }
 
+func (b *cudaBackend) streamWriteSupport() error {
+	if !b.lib.HasStreamWriteValue() {
+		return errors.New("the driver lacks cuStreamWriteValue64_v2 (CUDA 11.7 and later)")
+	}
+	return b.streamMemOps()
+}
+
+func (b *cudaBackend) streamWriteValue(s uintptr, addr driver.DevicePtr, value uint64) error {
+	return b.ctx.Load().StreamWriteValue64(cuda.Stream(s), cuda.DevicePtr(addr), value)
+}
+
 func (b *cudaBackend) mappedAlloc(size uint64) (unsafe.Pointer, driver.DevicePtr, error) {
 	c, err := b.context()
 	if err != nil {
@@ -401,51 +397,16 @@ func (b *cudaBackend) blasCreate(s uintptr) (uintptr, error) {
 		_ = b.blas.Destroy(h)
 		return 0, err
 	}
-	if b.blas.HasSetWorkspace() {
-		ws, err := c.MemAlloc(b.blasWorkspaceBytes)
-		if err == nil {
-			err = b.blas.SetWorkspace(h, ws, b.blasWorkspaceBytes)
-		}
-		if err != nil {
-			_ = b.blas.Destroy(h)
-			if ws != 0 {
-				_ = c.MemFree(ws)
-			}
-			return 0, fmt.Errorf("cudadev: the cuBLAS handle's workspace: %w", err)
-		}
-		b.wsMu.Lock()
-		if b.workspaces == nil {
-			b.workspaces = map[uintptr]cuda.DevicePtr{}
-		}
-		b.workspaces[uintptr(h)] = ws
-		b.wsMu.Unlock()
-	}
 	return uintptr(h), nil
-}
-
-// workspace is h's own workspace (0 without one).
-func (b *cudaBackend) workspace(h uintptr) cuda.DevicePtr {
-	b.wsMu.Lock()
-	defer b.wsMu.Unlock()
-	return b.workspaces[h]
 }
 
 func (b *cudaBackend) blasDestroy(h uintptr) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	c := b.ctx.Load()
-	if err := c.MakeCurrent(); err != nil {
+	if err := b.ctx.Load().MakeCurrent(); err != nil {
 		return err
 	}
-	err := b.blas.Destroy(cublas.Handle(h))
-	b.wsMu.Lock()
-	ws := b.workspaces[h]
-	delete(b.workspaces, h)
-	b.wsMu.Unlock()
-	if ws != 0 {
-		err = errors.Join(err, c.MemFree(ws))
-	}
-	return err
+	return b.blas.Destroy(cublas.Handle(h))
 }
 
 // gemm locks the OS thread and makes the context current around the cuBLAS
@@ -506,14 +467,7 @@ func (b *cudaBackend) blasSetStream(h, s uintptr) error {
 	if err := b.ctx.Load().MakeCurrent(); err != nil {
 		return err
 	}
-	if err := b.blas.SetStream(cublas.Handle(h), cuda.Stream(s)); err != nil {
-		return err
-	}
-	// SetStream put the handle back on cuBLAS's own workspace pool.
-	if ws := b.workspace(h); ws != 0 {
-		return b.blas.SetWorkspace(cublas.Handle(h), ws, b.blasWorkspaceBytes)
-	}
-	return nil
+	return b.blas.SetStream(cublas.Handle(h), cuda.Stream(s))
 }
 
 func (b *cudaBackend) close() error {

@@ -106,7 +106,7 @@ func openDevice(lib *cuda.Lib, blas *cublas.Lib, blasErr error, i int, cfg drive
 	if err != nil {
 		return nil, err
 	}
-	b := &cudaBackend{lib: lib, dev: cd, blas: blas, blasWorkspaceBytes: blasWorkspaceBytes(major)}
+	b := &cudaBackend{lib: lib, dev: cd, blas: blas}
 	if blas == nil {
 		b.blasErr = fmt.Errorf("%w: %w", ErrNoBLAS, blasErr)
 	}
@@ -155,6 +155,7 @@ type Device struct {
 	reductions driver.ReductionCache    // reduce.go
 	peers      driver.PeerMemo[*Device] // peer.go
 	hostWords  laneWords                // hostwait.go
+	watches    streamWatches            // watch.go
 }
 
 var (
@@ -348,13 +349,17 @@ func (d *Device) foreignCalls() bool {
 // newStream makes a CUDA stream. Under DeviceBridge the kernel and library
 // streams wait for each other with events too: on CUDA both are streams.
 func (d *Device) newStream(name string, dom syncstate.Domain, sinks syncstate.Sinks) (*stream.Stream, error) {
+	watch, err := d.newWatch()
+	if err != nil {
+		return nil, err
+	}
 	s, err := d.b.streamCreate()
 	if err != nil {
 		return nil, fmt.Errorf("cudadev: creating a CUDA stream: %w", err)
 	}
 	st := stream.New(d.api, s, stream.Config{Name: name, Domain: dom, Events: d.events, Sinks: sinks,
 		CrossDomain: d.cfg.Policy == syncstate.DeviceBridge, WaitTimeout: d.cfg.WaitTimeout, MaxInFlight: d.cfg.MaxInFlight,
-		OnThrottle: d.cfg.OnThrottle, Place: d.place, ForeignCalls: d.foreignCalls()})
+		OnThrottle: d.cfg.OnThrottle, Place: d.place, ForeignCalls: d.foreignCalls(), Watch: watch})
 	if d.hostWaitSupport() == nil {
 		st.SetHostBridge(d.hostToStream)
 	}

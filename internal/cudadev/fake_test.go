@@ -54,9 +54,14 @@ type emuBackend struct {
 	// dropValueWaits makes cuStreamWaitValue64 a no-op: the missing wait
 	// TestHostFuncDeviceWaitIsNeeded shows is caught.
 	dropValueWaits bool
+	// watches lets streams write their progress words
+	// (cuStreamWriteValue64); off, as on a driver without it, unless a
+	// test sets it. earlyWrites makes the write happen at the call,
+	// before the stream's work: the wrong order a test shows is caught.
+	watches, earlyWrites bool
 
 	// counters
-	records, waits, eventSyncs, streamSyncs, queries, launches, gemms, eventsMade, valueWaits int
+	records, waits, eventSyncs, streamSyncs, queries, launches, gemms, eventsMade, valueWaits, valueWrites int
 }
 
 type emuFunc struct {
@@ -200,6 +205,30 @@ func (f *emuBackend) streamWaitValueGEQ(s uintptr, addr driver.DevicePtr, value 
 	}
 	word := (*uint64)(cptrOf(uintptr(addr)))
 	f.push(st, emuOp{until: func() bool { return atomic.LoadUint64(word) >= value }})
+	return nil
+}
+
+func (f *emuBackend) streamWriteSupport() error {
+	if !f.watches {
+		return errors.New("emu: no stream writes")
+	}
+	return f.noMemOps
+}
+
+func (f *emuBackend) streamWriteValue(s uintptr, addr driver.DevicePtr, value uint64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st, err := f.stream(s)
+	if err != nil {
+		return err
+	}
+	f.valueWrites++
+	word := (*uint64)(cptrOf(uintptr(addr)))
+	if f.earlyWrites {
+		atomic.StoreUint64(word, value)
+		return nil
+	}
+	f.push(st, emuOp{run: func() { atomic.StoreUint64(word, value) }})
 	return nil
 }
 

@@ -34,11 +34,49 @@ type laneWords struct {
 	once    sync.Once
 	support error // nil: streams wait on the device
 
+	words  mappedWords
 	mu     sync.Mutex
-	pages  []unsafe.Pointer
-	next   int // the next unused word of the last page (wordsPerPage: none)
-	base   driver.DevicePtr
 	byLane map[*hostlane.Lane]driver.DevicePtr
+}
+
+// mappedWords hands out zeroed 64-bit words of host memory mapped to the
+// device, a page at a time; they are freed together, when the device
+// closes.
+type mappedWords struct {
+	mu    sync.Mutex
+	pages []unsafe.Pointer
+	next  int // the next unused word of the last page (wordsPerPage: none)
+	base  driver.DevicePtr
+}
+
+// get returns a fresh word's host and device addresses.
+func (w *mappedWords) get(b backend) (*uint64, driver.DevicePtr, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.pages) == 0 || w.next == wordsPerPage {
+		p, dev, err := b.mappedAlloc(8 * wordsPerPage)
+		if err != nil {
+			return nil, 0, err
+		}
+		w.pages, w.next, w.base = append(w.pages, p), 0, dev
+	}
+	i := w.next
+	w.next++
+	host := (*uint64)(unsafe.Add(w.pages[len(w.pages)-1], 8*i))
+	*host = 0
+	return host, w.base + driver.DevicePtr(8*i), nil
+}
+
+// free releases every page; the device has drained.
+func (w *mappedWords) free(b backend) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var errs []error
+	for _, p := range w.pages {
+		errs = append(errs, b.hostFree(p))
+	}
+	w.pages = nil
+	return errors.Join(errs...)
 }
 
 // supported says whether streams can wait on the device for host lanes.
@@ -64,21 +102,11 @@ func (d *Device) newLaneWord() (*uint64, driver.DevicePtr, error) {
 	if d.hostWaitSupport() != nil {
 		return nil, 0, nil
 	}
-	w := &d.hostWords
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if len(w.pages) == 0 || w.next == wordsPerPage {
-		p, dev, err := d.b.mappedAlloc(8 * wordsPerPage)
-		if err != nil {
-			return nil, 0, fmt.Errorf("cudadev: mapped host memory for host lanes: %w", err)
-		}
-		w.pages, w.next, w.base = append(w.pages, p), 0, dev
+	host, dev, err := d.hostWords.words.get(d.b)
+	if err != nil {
+		return nil, 0, fmt.Errorf("cudadev: mapped host memory for host lanes: %w", err)
 	}
-	i := w.next
-	w.next++
-	host := (*uint64)(unsafe.Add(w.pages[len(w.pages)-1], 8*i))
-	*host = 0
-	return host, w.base + driver.DevicePtr(8*i), nil
+	return host, dev, nil
 }
 
 func (d *Device) registerLane(l *hostlane.Lane, dev driver.DevicePtr) {
@@ -119,17 +147,14 @@ func (d *Device) hostToStream(s *stream.Stream, f syncstate.Fence) error {
 	return err
 }
 
-// freeLaneWords releases the words' pages; the device has drained.
+// freeLaneWords releases the host lanes' and the streams' words; the
+// device has drained.
 func (d *Device) freeLaneWords() error {
 	w := &d.hostWords
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	var errs []error
-	for _, p := range w.pages {
-		errs = append(errs, d.b.hostFree(p))
-	}
-	w.pages, w.byLane = nil, nil
-	return errors.Join(errs...)
+	w.byLane = nil
+	w.mu.Unlock()
+	return errors.Join(w.words.free(d.b), d.watches.words.free(d.b))
 }
 
 // HostWaitsOnDevice reports whether the device's streams wait for host

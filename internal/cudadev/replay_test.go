@@ -4,10 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/ebitengine/purego"
-
 	"github.com/rocsync/rocsync/driver"
-	"github.com/rocsync/rocsync/internal/cmem"
 	"github.com/rocsync/rocsync/kernels"
 	"github.com/rocsync/rocsync/syncstate"
 )
@@ -118,54 +115,6 @@ func TestRecordReplayGemmGraph(t *testing.T) {
 			tk.matmul(eager, b, a)
 			_ = h.read(eager)
 		})
-	}
-}
-
-// Every gemm, eager or captured into a recording's graph, runs with the
-// handle's own workspace: cublasSetStream drops it, and a gemm captured
-// without one runs a kernel without workspace (on the H100 the replayed
-// 128x128 matmul took 1.4-2.0x the raw graph's time). Counted by the fake
-// cuBLAS, whose SetStream drops the workspace as cuBLAS's does.
-func TestGemmsKeepTheirWorkspaceThroughCapture(t *testing.T) {
-	p := cfakeEnv(t)
-	lib, err := purego.Dlopen(p.CUBLAS, purego.RTLD_NOW|purego.RTLD_GLOBAL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	word := func(name string) uintptr {
-		addr, err := purego.Dlsym(lib, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return addr
-	}
-	without := (*int32)(cmem.Ptr(word("fakecublas_gemms_without_workspace")))
-	size := (*uint64)(cmem.Ptr(word("fakecublas_last_workspace_size")))
-	calls := (*int32)(cmem.Ptr(word("fakecublas_calls")))
-	h := newHarness(t, backendKinds[1], syncstate.DeviceSide)
-	tk := h.task()
-	const side = 8
-	a := h.upload(randVals(1, side*side))
-	c := h.alloc(side*side, kernels.F32)
-	before, callsBefore := *without, *calls
-	tk.matmul(c, a, a)
-	op := driver.Op{Kind: driver.Gemm, Lane: driver.LaneLibrary, Gemm: driver.GemmArgs{DType: kernels.F32,
-		M: side, N: side, K: side, Alpha: 1, A: a.ptr, LDA: side, B: a.ptr, LDB: side, C: c.ptr, LDC: side}}
-	rec, err := tk.tk.Record(driver.LaneLibrary, []driver.Op{op})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rec.Release()
-	tk.matmul(c, a, a) // back on the library stream after the capture
-	_ = h.read(c)
-	if got := *calls - callsBefore; got != 3 {
-		t.Fatalf("%d gemms counted, want 3 (eager, captured, eager)", got)
-	}
-	if got := *without - before; got != 0 {
-		t.Fatalf("%d of 3 gemms ran without the handle's workspace", got)
-	}
-	if want := blasWorkspaceBytes(9); *size != want {
-		t.Fatalf("workspace of %d bytes, want %d", *size, want)
 	}
 }
 
