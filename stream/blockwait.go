@@ -41,7 +41,6 @@ package stream
 // the handoff never spawns a goroutine while one is idle.
 
 import (
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -74,22 +73,16 @@ func (s *Stream) spin(b *syncstate.Bound, h, ev uintptr) (done bool, err error) 
 		if i%4 == 3 && time.Since(start) >= spinFor {
 			return false, nil
 		}
-		if s.yieldInSpin && i%16 == 15 {
-			// Yield now and then when the work runs on goroutines of this
-			// process (an emulator), not at every query. Never on a real
-			// runtime: on the H100 machine one Gosched costs ~15 µs (the
-			// goroutine goes through the global run queue), which made
-			// every wait longer than 16 queries (~20 µs) 15 µs late: a
-			// replayed 128x128 matmul took 1.85x the raw graph with it
-			// (bench -paired-raw -replay). A query is a foreign call,
-			// during which other goroutines run anyway.
-			gosched()
-		}
 	}
 }
 
-// gosched is runtime.Gosched; the tests count the spin's yields through it.
-var gosched = runtime.Gosched
+// The spin never yields the processor: a query is a foreign call, during
+// which other goroutines run anyway, and on the H100 machine one
+// runtime.Gosched cost ~15 µs (the goroutine goes through the global run
+// queue), which made every wait longer than ~16 queries 15 µs late (a
+// replayed 128x128 matmul took 1.85x the raw graph with it, bench
+// -paired-raw -replay). The emulator, whose GPU is goroutines of this
+// process, yields in its own not-ready answers instead.
 
 const (
 	// probeFirst and probeMax pace the checks for failed producers

@@ -133,9 +133,6 @@ type Stream struct {
 	crossDomain bool
 	timeout     time.Duration
 	maxInFlight uint64
-	// yieldInSpin: host waits spinning on queries yield the processor
-	// now and then (Config.ForeignCalls unset).
-	yieldInSpin bool
 	// watch is Config.Watch; watchQueued (guarded by mu) is the newest
 	// ticket a write to it was enqueued for.
 	watch       *Watch
@@ -215,20 +212,13 @@ type Config struct {
 	// after the work before, then reads it, instead of querying the
 	// runtime (see Watch).
 	Watch *Watch
-	// ForeignCalls says the API's calls are calls into a C runtime (CUDA,
-	// HIP), during which the goroutine gives up its processor: a host wait
-	// spinning on them then never yields. Without it (an emulator, whose
-	// work runs on goroutines of this process) the spin yields every few
-	// queries, so that the work it waits for can run even with one
-	// processor.
-	ForeignCalls bool
 }
 
 // New makes a Stream of the runtime stream s, which it then owns.
 func New(api API, s uintptr, c Config) *Stream {
 	return &Stream{api: api, s: s, name: c.Name, domain: c.Domain, events: c.Events, sinks: c.Sinks, crossDomain: c.CrossDomain,
 		timeout: c.WaitTimeout, maxInFlight: uint64(max(c.MaxInFlight, 0)), onThrottle: c.OnThrottle, place: c.Place,
-		yieldInSpin: !c.ForeignCalls, watch: c.Watch}
+		watch: c.Watch}
 }
 
 // A Watch is a 64-bit word of host memory the device can write (mapped
@@ -246,10 +236,6 @@ type Watch struct {
 	Word  *atomic.Uint64
 	Write func(stream uintptr, ticket uint64) error
 }
-
-// ForeignCalls reports Config.ForeignCalls: whether host waits spin
-// without yielding.
-func (s *Stream) ForeignCalls() bool { return !s.yieldInSpin }
 
 // Handle returns the runtime stream.
 func (s *Stream) Handle() uintptr { return s.s }
@@ -466,21 +452,14 @@ func (s *Stream) Completed() uint64 {
 	}
 	c := s.completed.Load()
 	last := s.lastTicket.Load()
-	if c == last {
+	if c == last || !s.mu.TryLock() {
 		return c
 	}
 	if s.watch != nil {
-		if w := s.watch.Word.Load(); w > c && s.mu.TryLock() {
+		if w := s.watch.Word.Load(); w > c {
 			// The device wrote w after every ticket up to it.
 			s.completeLocked(w)
-			s.mu.Unlock()
-			if c = s.completed.Load(); c == last {
-				return c
-			}
 		}
-	}
-	if !s.mu.TryLock() {
-		return c
 	}
 	if !s.settler.Started() && s.s != 0 && s.health.Failure() != nil {
 		// The stream failed without the runtime having said so (a
@@ -492,8 +471,7 @@ func (s *Stream) Completed() uint64 {
 	if n := len(s.marks); n > 0 {
 		if m := s.marks[n-1]; m.ticket == last && m.ticket > s.completed.Load() {
 			if ok, err := s.api.EventQuery(m.ev); err == nil && ok {
-				s.completed.Store(m.ticket)
-				s.recycleLocked(false)
+				s.completeLocked(m.ticket)
 			} else if err != nil {
 				s.failLocked(err, m.ticket)
 				s.recycleLocked(false)
@@ -659,11 +637,10 @@ func (s *Stream) WaitHost(t uint64) error { return s.WaitHostContext(context.Bac
 
 // poll waits for query to report done, until b ends the wait or the
 // stream is found to fail. It is the fallback of bounded waits once a
-// stream has maxAbandoned blocking calls in flight (blockwait.go): first for spinFor, yielding
-// the processor between queries (what a spinning cuEventSynchronize does,
-// and most crossings' waits end there), then with a pause that grows to
-// maxPause, so that a long wait neither holds a core nor overshoots by
-// much.
+// stream has maxAbandoned blocking calls in flight (blockwait.go): first
+// spinning for spinFor (what a spinning cuEventSynchronize does, and most
+// crossings' waits end there), then with a pause that grows to maxPause,
+// so that a long wait neither holds a core nor overshoots by much.
 func (s *Stream) poll(b *syncstate.Bound, t uint64, h, ev uintptr) error {
 	const spinFor, maxPause = 50 * time.Microsecond, 100 * time.Microsecond
 	start := b.Start
@@ -690,9 +667,6 @@ func (s *Stream) poll(b *syncstate.Bound, t uint64, h, ev uintptr) error {
 			return &boundErr{err}
 		}
 		if time.Since(start) < spinFor {
-			if s.yieldInSpin {
-				gosched()
-			}
 			continue
 		}
 		time.Sleep(pause)

@@ -338,14 +338,6 @@ func (d *Device) NewTask(sinks syncstate.Sinks) (driver.Task, error) {
 	return t, nil
 }
 
-// foreignCalls reports whether the backend is the CUDA driver (real or
-// the fake C library), whose calls are foreign calls, rather than the
-// tests' Go emulation.
-func (d *Device) foreignCalls() bool {
-	_, ok := d.b.(*cudaBackend)
-	return ok
-}
-
 // newStream makes a CUDA stream. Under DeviceBridge the kernel and library
 // streams wait for each other with events too: on CUDA both are streams.
 func (d *Device) newStream(name string, dom syncstate.Domain, sinks syncstate.Sinks) (*stream.Stream, error) {
@@ -359,7 +351,7 @@ func (d *Device) newStream(name string, dom syncstate.Domain, sinks syncstate.Si
 	}
 	st := stream.New(d.api, s, stream.Config{Name: name, Domain: dom, Events: d.events, Sinks: sinks,
 		CrossDomain: d.cfg.Policy == syncstate.DeviceBridge, WaitTimeout: d.cfg.WaitTimeout, MaxInFlight: d.cfg.MaxInFlight,
-		OnThrottle: d.cfg.OnThrottle, Place: d.place, ForeignCalls: d.foreignCalls(), Watch: watch})
+		OnThrottle: d.cfg.OnThrottle, Place: d.place, Watch: watch})
 	if d.hostWaitSupport() == nil {
 		st.SetHostBridge(d.hostToStream)
 	}

@@ -15,7 +15,6 @@ import (
 	"github.com/rocsync/rocsync/internal/dl"
 	"github.com/rocsync/rocsync/internal/reference"
 	"github.com/rocsync/rocsync/kernels"
-	"github.com/rocsync/rocsync/stream"
 	"github.com/rocsync/rocsync/syncstate"
 )
 
@@ -578,20 +577,5 @@ func TestCrossingDriverCalls(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// Streams on the CUDA driver (here the fake C library) spin on foreign
-// calls without yielding; streams on the Go emulation yield.
-func TestStreamsKnowTheirCallsAreForeign(t *testing.T) {
-	for _, kind := range backendKinds[:2] {
-		h := newHarness(t, kind, syncstate.DeviceSide)
-		tk := h.task()
-		want := kind.name != "emu"
-		for _, s := range []*stream.Stream{tk.tk.Kernel(), tk.tk.Library()} {
-			if s.ForeignCalls() != want {
-				t.Errorf("%s: stream %s ForeignCalls = %v, want %v", kind.name, s.Name(), s.ForeignCalls(), want)
-			}
-		}
 	}
 }

@@ -3,6 +3,7 @@ package emu
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -500,6 +501,13 @@ var (
 	errEventNotReady  = hipErr("hipEventQuery", hip.ErrorNotReady, "")
 )
 
+// yieldToDevice gives the processor to other goroutines after a
+// not-ready answer: the emulated device runs on goroutines of this process,
+// so a host polling it (rocsync's waits spin on queries, and never yield:
+// on a real runtime a query is a foreign call) would otherwise hold a
+// processor the device needs. The tests count the yields through it.
+var yieldToDevice = runtime.Gosched
+
 func (h *HIP) StreamQuery(id hip.Stream) error {
 	s, err := h.stream("hipStreamQuery", id)
 	if err != nil {
@@ -514,6 +522,7 @@ func (h *HIP) StreamQuery(id hip.Stream) error {
 	vc := s.vc.clone()
 	s.mu.Unlock()
 	if !done {
+		yieldToDevice()
 		return errStreamNotReady
 	}
 	s.m.hostAcquire(vc)
@@ -652,6 +661,7 @@ func (h *HIP) EventQuery(id hip.Event) error {
 	}
 	e.mu.Unlock()
 	if !done {
+		yieldToDevice()
 		return errEventNotReady
 	}
 	// Reached with or without the stream's error, the record proves the

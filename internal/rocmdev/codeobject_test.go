@@ -16,7 +16,6 @@ import (
 	"github.com/rocsync/rocsync/internal/emu"
 	"github.com/rocsync/rocsync/internal/rocmdev"
 	"github.com/rocsync/rocsync/kernels"
-	"github.com/rocsync/rocsync/stream"
 	"github.com/rocsync/rocsync/syncstate"
 )
 
@@ -224,19 +223,4 @@ func TestLoadDoesNotFallBackOnOtherErrors(t *testing.T) {
 	require.Contains(t, err.Error(), "code object v4")
 	require.Equal(t, []kernels.CodeObjectVersion{kernels.CodeObjectV5, kernels.CodeObjectV4}, h2.loads)
 	require.False(t, errors.Is(err, other))
-}
-
-// The emulator's HIP runs its streams on goroutines of this process, so a
-// host wait spinning on its queries yields (stream.Config.ForeignCalls
-// off); the real libamdhip64 is foreign (TestReplayOnSimulatedDriver and
-// the simulated-driver suite run it).
-func TestEmulatedHIPStreamsYieldWhileSpinning(t *testing.T) {
-	m := strictMachine(hip523)
-	d := open(t, m, runtimes(m), syncstate.DeviceSide)
-	task, err := d.NewTask(syncstate.Sinks{})
-	require.NoError(t, err)
-	defer func() { require.NoError(t, task.Close()) }()
-	s, ok := task.Timeline(driver.LaneLibrary).(*stream.Stream)
-	require.True(t, ok, "the library lane is a HIP stream")
-	require.False(t, s.ForeignCalls())
 }

@@ -538,8 +538,7 @@ func (d *Device) NewTask(sinks syncstate.Sinks) (driver.Task, error) {
 	}
 	t.st.Stream = stream.New(d.streamAPI, uintptr(hs), stream.Config{Name: fmt.Sprintf("gpu%d/hip-s%d", d.index, n),
 		Events: d.events, Sinks: sinks, Domain: syncstate.DomainLibrary,
-		WaitTimeout: d.cfg.WaitTimeout, MaxInFlight: d.cfg.MaxInFlight, OnThrottle: d.cfg.OnThrottle, Place: d.place,
-		ForeignCalls: d.foreignHIP()})
+		WaitTimeout: d.cfg.WaitTimeout, MaxInFlight: d.cfg.MaxInFlight, OnThrottle: d.cfg.OnThrottle, Place: d.place})
 	if d.bridge {
 		t.st.Stream.SetBridge(d.hsaToHIP)
 	}
@@ -943,11 +942,3 @@ func (d *Device) hostToHIP(s *stream.Stream, f syncstate.Fence) error {
 // HIPIndex is the device's HIP device number (what RCCL calls the device;
 // HSA's and HIP's orders may differ).
 func (d *Device) HIPIndex() int { return d.hipIndex }
-
-// foreignHIP reports whether the device's HIP is the real library, whose
-// calls are foreign calls, rather than the emulator's Go HIP (or a wrapper
-// of either, which is treated as in-process: its stream waits yield).
-func (d *Device) foreignHIP() bool {
-	_, ok := d.rt.HIP.(*hip.Lib)
-	return ok
-}
