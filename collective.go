@@ -125,7 +125,7 @@ func loadLib(flavor nccl.Flavor) (*nccl.Lib, error) {
 
 // collLibFor returns d's collective library, loading it at first use.
 func collLibFor(op string, d *Device) (*collLib, error) {
-	switch drv := d.drv.(type) {
+	switch d.drv.(type) {
 	case *rocmdev.Device:
 		if d.machine != nil {
 			c := d.machine.Collectives(d.waitTimeout)
@@ -154,7 +154,6 @@ func collLibFor(op string, d *Device) (*collLib, error) {
 				return c, err
 			}}, nil
 	case *cudadev.Device:
-		_ = drv
 		l, err := loadLib(nccl.NCCL)
 		if err != nil {
 			return nil, &Error{Op: op, Kind: ErrUnavailable, Detail: "collectives on CUDA need NCCL", Err: err}

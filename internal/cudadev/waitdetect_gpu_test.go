@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rocsync/rocsync/cuda"
+	"github.com/rocsync/rocsync/driver"
 	"github.com/rocsync/rocsync/kernels"
 	"github.com/rocsync/rocsync/syncstate"
 )
@@ -16,7 +17,8 @@ import (
 // then waits, in turn in one process, by cuStreamSynchronize ("sync"), by
 // spinning on cuStreamQuery ("query"), by cuStreamWriteValue64 of the
 // round's number to mapped host memory and spinning on that word
-// ("watch"), and by the stream's own bounded host wait ("stream"). It
+// ("watch"), and by the stream's own bounded host wait ("stream", which
+// is the watch's where the device supports it, else the query spin). It
 // reports each one's median from the end of the last launch to the wait's
 // return, and the median cost of one cuStreamQuery on a finished stream.
 func BenchmarkGPUWaitDetection(b *testing.B) {
@@ -24,7 +26,9 @@ func BenchmarkGPUWaitDetection(b *testing.B) {
 		b.Skip("set ROCSYNC_GPU=1")
 	}
 	const n = 128
-	h := newHarness(b, backendKinds[2], syncstate.DeviceSide)
+	// Bounded waits, as rocsync's devices make them by default: "stream"
+	// is then the watched wait where the device supports it.
+	h := newHarnessConfig(b, backendKinds[2], driver.DeviceConfig{Policy: syncstate.DeviceSide, WaitTimeout: time.Minute})
 	tk := h.task()
 	bk := h.d.b.(*cudaBackend)
 	ctx := bk.ctx.Load()

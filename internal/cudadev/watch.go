@@ -27,12 +27,10 @@ type streamWatches struct {
 // newWatch returns a fresh watch, or nil when the device cannot write
 // one.
 func (d *Device) newWatch() (*stream.Watch, error) {
-	w := &d.watches
-	w.once.Do(func() { w.support = d.b.streamWriteSupport() })
-	if w.support != nil {
+	if d.WatchesStreams() != nil {
 		return nil, nil
 	}
-	host, dev, err := w.words.get(d.b)
+	host, dev, err := d.watches.words.get(d.b)
 	if err != nil {
 		return nil, fmt.Errorf("cudadev: mapped host memory for a stream's progress word: %w", err)
 	}
