@@ -56,7 +56,19 @@ type dpResult struct {
 	// the default sizes, 9e-5 at 100); a run without the all-reduce
 	// differs by a sizeable part of the movement itself.
 	RelDiffW1 float64 `json:"rel_diff_w1"`
-	Checksum  float64 `json:"checksum"`
+	// RelMeanDiffW1 is the mean |W1 - W1 of the 1-device run| over the
+	// mean distance the 1-device run moved W1, the quantity checkDP
+	// bounds. The largest difference does not scale: Adam moves an
+	// element by about the learning rate whatever its gradient's size,
+	// so an element whose gradient is within float32 rounding of zero
+	// can move the other way on the shards, and among the 4 M elements
+	// of a realistic W1 some always do (a max-based bound then fails at
+	// batch 8192, hidden 4096 under every policy, WaitAlways included).
+	// Those elements are a tiny fraction of the whole; a missing
+	// all-reduce, or a gradient read before it is written, moves a large
+	// fraction of them differently.
+	RelMeanDiffW1 float64 `json:"rel_mean_diff_w1"`
+	Checksum      float64 `json:"checksum"`
 }
 
 // dpRun is the data-parallel mlp on n devices under one policy.
@@ -211,7 +223,7 @@ func runDP(cfg config) ([]dpResult, error) {
 	for _, pol := range cfg.policies {
 		var base *dpResult
 		var ref []float32
-		var moved float64
+		var moved, movedMean float64
 		for _, n := range counts {
 			prog.running(fmt.Sprintf("%s %d devices %s", dpProgram, n, pol))
 			res, w, err := runDPOne(cfg, pol, n, prog)
@@ -222,14 +234,20 @@ func runDP(cfg config) ([]dpResult, error) {
 				ref = w[0]
 				res.Efficiency = 1
 				moved = maxAbsDiff(start, ref)
+				movedMean = meanAbsDiff(start, ref)
 			} else if base != nil && res.StepMedian > 0 {
 				res.Efficiency = base.StepMedian / (float64(n) * res.StepMedian)
 			}
+			var meanDiff float64
 			for _, wi := range w {
 				res.MaxDiffW1 = max(res.MaxDiffW1, maxAbsDiff(ref, wi))
+				meanDiff = max(meanDiff, meanAbsDiff(ref, wi))
 			}
 			if moved > 0 {
 				res.RelDiffW1 = res.MaxDiffW1 / moved
+			}
+			if movedMean > 0 {
+				res.RelMeanDiffW1 = meanDiff / movedMean
 			}
 			out = append(out, res)
 			if n == 1 {
@@ -250,6 +268,22 @@ func maxAbsDiff(a, b []float32) float64 {
 		m = max(m, d, -d)
 	}
 	return m
+}
+
+// meanAbsDiff is the mean |a[i] - b[i]|.
+func meanAbsDiff(a, b []float32) float64 {
+	if len(a) != len(b) {
+		return float64(len(a) + len(b)) // never within tolerance
+	}
+	if len(a) == 0 {
+		return 0
+	}
+	var sum float64
+	for i := range a {
+		d := float64(a[i]) - float64(b[i])
+		sum += max(d, -d)
+	}
+	return sum / float64(len(a))
 }
 
 // runDPOne measures one device count under one policy and returns every
@@ -294,18 +328,20 @@ func runDPOne(cfg config, pol rocsync.Policy, n int, prog *progress) (dpResult, 
 	return res, w, r.close()
 }
 
-// dpRelTolerance bounds RelDiffW1: float noise amplified by Adam stays
-// three orders of magnitude below the parameters' movement; a missing
-// all-reduce does not.
+// dpRelTolerance bounds RelMeanDiffW1: float32 noise amplified by Adam
+// moves a small fraction of the elements differently, so the mean
+// difference stays orders of magnitude below the mean movement; a
+// missing all-reduce moves most elements differently (about a third of
+// the movement or more: TestDataParallelMLPWithoutAllReduceDiffers).
 const dpRelTolerance = 1e-2
 
 // checkDP fails when a data-parallel run's parameters differ from the
 // 1-device run's beyond float tolerance.
 func checkDP(rs []dpResult) error {
 	for _, r := range rs {
-		if r.RelDiffW1 > dpRelTolerance {
-			return fmt.Errorf("%s on %d devices under %s: W1 differs from the 1-device run by %g, %.2g of its movement (tolerance %g)",
-				r.Program, r.Devices, r.Policy, r.MaxDiffW1, r.RelDiffW1, dpRelTolerance)
+		if !(r.RelMeanDiffW1 <= dpRelTolerance) { // NaN fails too
+			return fmt.Errorf("%s on %d devices under %s: W1 differs from the 1-device run by %.2g of its movement on average (largest difference %g; tolerance %g)",
+				r.Program, r.Devices, r.Policy, r.RelMeanDiffW1, r.MaxDiffW1, dpRelTolerance)
 		}
 	}
 	return nil
@@ -318,13 +354,14 @@ func printDPTable(out io.Writer, cfg config, rs []dpResult) {
 		dpProgram, cfg.mlp)
 	fmt.Fprintln(w, "Step: every device's step submitted, the all-reduces, Synchronize on every device (µs).")
 	fmt.Fprintln(w, "Host waits: made while submitting one step, over all devices. Efficiency: T1/(N·TN).")
-	fmt.Fprintln(w, "|ΔW1|: the largest difference from the 1-device run's W1; rel.: over how far that run moved W1.")
+	fmt.Fprintln(w, "|ΔW1|: the largest difference from the 1-device run's W1; rel.: over how far that run moved W1;")
+	fmt.Fprintln(w, "mean rel.: the mean difference over the mean movement (the checked one, tolerance 1e-2).")
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "policy\tdevices\tstep median\tp90\thost waits\tdevice waits\tsamples/s\tefficiency\t|ΔW1|\trel.\t\n")
+	fmt.Fprintf(tw, "policy\tdevices\tstep median\tp90\thost waits\tdevice waits\tsamples/s\tefficiency\t|ΔW1|\trel.\tmean rel.\t\n")
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.2f\t%.2f\t%.0f\t%.2f\t%.1e\t%.1e\t\n", r.Policy, r.Devices, r.StepMedian, r.StepP90,
-			r.HostWaitsPerStep, r.DeviceWaitsPerStep, r.SamplesPerSecond, r.Efficiency, r.MaxDiffW1, r.RelDiffW1)
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.2f\t%.2f\t%.0f\t%.2f\t%.1e\t%.1e\t%.1e\t\n", r.Policy, r.Devices, r.StepMedian, r.StepP90,
+			r.HostWaitsPerStep, r.DeviceWaitsPerStep, r.SamplesPerSecond, r.Efficiency, r.MaxDiffW1, r.RelDiffW1, r.RelMeanDiffW1)
 	}
 	tw.Flush()
 	if len(rs) > 0 && rs[0].Backend == "emulator" {

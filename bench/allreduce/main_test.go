@@ -1,0 +1,48 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Both shapes on the emulator: one result per size, checked sums (run
+// fails otherwise), and no host wait while the all-reduces are submitted.
+func TestAllReduceShapesOnEmulator(t *testing.T) {
+	for _, args := range [][]string{
+		{"-devices", "4"},
+		{"-devices", "2", "-procs"},
+		{"-devices", "4", "-procs", "-policy", "DeviceSide"},
+	} {
+		var out bytes.Buffer
+		all := append([]string{"-backend", "emulator", "-sizes", "4KiB,64KiB", "-rounds", "2", "-batch", "3", "-warmup", "1", "-json"}, args...)
+		require.NoError(t, run(all, &out, io.Discard), "%v", args)
+		var rs []result
+		require.NoError(t, json.Unmarshal(out.Bytes(), &rs))
+		require.Len(t, rs, 2, "%v", args)
+		for i, r := range rs {
+			require.Equal(t, []int{4 << 10, 64 << 10}[i], r.Bytes)
+			require.Positive(t, r.MedianUS)
+			require.Zero(t, r.HostWaits, "%v: host waits while submitting", args)
+		}
+	}
+}
+
+func TestAllReduceBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"-sizes", "3B"}, {"-sizes", "-1MiB"}, {"-sizes", "x"}, {"-devices", "0"}, {"-backend", "tpu"}, {"-policy", "Often"},
+	} {
+		require.Error(t, run(args, io.Discard, io.Discard), "%v", args)
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for s, want := range map[string]int{"4": 4, "1KiB": 1024, "1MiB": 1 << 20, "2GiB": 2 << 30, "8B": 8} {
+		got, err := parseSize(s)
+		require.NoError(t, err)
+		require.Equal(t, want, got, s)
+	}
+}
