@@ -78,6 +78,9 @@ type Communicator struct {
 	nranks int
 	err    error // set once a collective was submitted on some ranks only
 	closed bool
+	// workers submit the parts of ranks 1..N-1 of one-process
+	// communicators, from their first collective until Close.
+	workers *rankWorkers
 
 	// dropAccess, in tests, leaves rank i's declared accesses out of the
 	// collective (to prove the hazard checker sees the race).
@@ -298,6 +301,10 @@ func (c *Communicator) Close() error {
 		return nil
 	}
 	c.closed = true
+	if c.workers != nil {
+		c.workers.close()
+		c.workers = nil
+	}
 	var errs []error
 	for _, r := range c.ranks {
 		if r.task.closed.Load() {
@@ -479,11 +486,10 @@ func (c *Communicator) Broadcast(root int, arrays ...*Array) error {
 }
 
 // run submits each local rank's part as a library-call op on its task.
-// With several local ranks each is submitted from a goroutine locked to
-// its own OS thread, at once: NCCL's documented pattern of one thread per
-// GPU. A group (ncclGroupStart/End on one thread) would defer the launch
-// to ncclGroupEnd, after the op path has recorded each rank's fence on its
-// stream; threads keep "enqueued when Submit returns" true.
+// With several local ranks they are submitted at once, rank 0's on the
+// calling goroutine and each other's on its worker (rankWorkers): NCCL's
+// documented pattern of one thread per GPU, which keeps "enqueued when
+// Submit returns" true for every rank.
 func (c *Communicator) run(name string, build func(i int, r commRank, ro *rankOp)) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -502,8 +508,7 @@ func (c *Communicator) run(name string, build func(i int, r commRank, ro *rankOp
 	}
 	errs := make([]error, len(c.ranks))
 	submit := func(i int) {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
+		defer recoverPart(errs, i)
 		t, ro := c.ranks[i].task, &ops[i]
 		if err := t.check(name); err != nil {
 			errs[i] = err
@@ -516,11 +521,10 @@ func (c *Communicator) run(name string, build func(i int, r commRank, ro *rankOp
 	if len(c.ranks) == 1 {
 		submit(0)
 	} else {
-		var wg sync.WaitGroup
-		for i := range c.ranks {
-			wg.Go(func() { submit(i) })
+		if c.workers == nil {
+			c.workers = newRankWorkers(len(c.ranks) - 1)
 		}
-		wg.Wait()
+		c.workers.run(submit)
 	}
 	failed := 0
 	for _, err := range errs {

@@ -1,0 +1,157 @@
+package rocsync
+
+import (
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"time"
+)
+
+// rankWorkers submit the parts of a one-process collective for local ranks
+// 1..N-1 (rank 0's runs on the caller's goroutine), each on a goroutine
+// locked to its own OS thread for the communicator's life: NCCL's one
+// thread per GPU. Starting a goroutine per rank and call made every
+// collective wait for the scheduler to wake idle threads, which on a VM
+// cost more than the collective's own launch. A worker spins for
+// workerSpin after each part, so back-to-back collectives reach it
+// without a wake-up, and then parks.
+//
+// A group (ncclGroupStart/End on one thread) would need no thread at all,
+// but defers every launch to ncclGroupEnd: the op path would have to keep
+// each rank's stream locked and its fence unpublished until the group
+// ended, which it does not.
+type rankWorkers struct {
+	w []*rankWorker
+}
+
+// workerSpin is how long a worker (or the caller waiting for the workers)
+// polls before it parks. About three back-to-back 1 MiB all-reduces.
+const workerSpin = 50 * time.Microsecond
+
+type rankWorker struct {
+	posted   atomic.Uint64 // the newest job's number
+	finished atomic.Uint64 // the newest finished job's number
+	job      func()        // written before posted, read after it
+	stop     bool          // written before posted, read after it
+	// sleeping says the worker parks on wake; a poster that sees it sends a
+	// token (stale tokens are harmless: every receive re-checks posted).
+	sleeping atomic.Bool
+	wake     chan struct{}
+	// waiting says the caller parks on done.
+	waiting atomic.Bool
+	done    chan struct{}
+}
+
+func newRankWorkers(n int) *rankWorkers {
+	ws := &rankWorkers{w: make([]*rankWorker, n)}
+	for i := range ws.w {
+		w := &rankWorker{wake: make(chan struct{}, 1), done: make(chan struct{}, 1)}
+		ws.w[i] = w
+		go w.loop()
+	}
+	return ws
+}
+
+func (w *rankWorker) loop() {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	for seq := uint64(1); ; seq++ {
+		if !spinUntil(func() bool { return w.posted.Load() >= seq }) {
+			w.sleeping.Store(true)
+			for w.posted.Load() < seq {
+				<-w.wake
+			}
+			w.sleeping.Store(false)
+		}
+		if w.stop {
+			w.finish(seq)
+			return
+		}
+		w.job()
+		w.job = nil
+		w.finish(seq)
+	}
+}
+
+func (w *rankWorker) finish(seq uint64) {
+	w.finished.Store(seq)
+	if w.waiting.Load() {
+		select {
+		case w.done <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// post hands the worker its next job.
+func (w *rankWorker) post(job func(), stop bool) uint64 {
+	w.job, w.stop = job, stop
+	seq := w.posted.Load() + 1
+	w.posted.Store(seq)
+	if w.sleeping.Load() {
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}
+	return seq
+}
+
+// await returns once job seq has finished.
+func (w *rankWorker) await(seq uint64) {
+	if spinUntil(func() bool { return w.finished.Load() >= seq }) {
+		return
+	}
+	w.waiting.Store(true)
+	for w.finished.Load() < seq {
+		<-w.done
+	}
+	w.waiting.Store(false)
+}
+
+// spinUntil polls cond for up to workerSpin and says whether it held.
+func spinUntil(cond func() bool) bool {
+	var start time.Time
+	for i := 0; ; i++ {
+		if cond() {
+			return true
+		}
+		if i&63 == 63 {
+			if start.IsZero() {
+				start = time.Now()
+			} else if time.Since(start) > workerSpin {
+				return false
+			}
+		}
+	}
+}
+
+// run runs part(i) for every local rank at once, part(0) on the calling
+// goroutine, and returns when all have returned. A part that panics is an
+// error of its rank, not a crash of the process from a goroutine the
+// caller cannot recover.
+func (ws *rankWorkers) run(part func(i int)) {
+	seqs := make([]uint64, len(ws.w))
+	for k, w := range ws.w {
+		i := k + 1
+		seqs[k] = w.post(func() { part(i) }, false)
+	}
+	part(0)
+	for k, w := range ws.w {
+		w.await(seqs[k])
+	}
+}
+
+// close ends the workers' goroutines.
+func (ws *rankWorkers) close() {
+	for _, w := range ws.w {
+		w.await(w.post(nil, true))
+	}
+}
+
+// recoverPart turns a panic in a rank's part into that rank's error.
+func recoverPart(errs []error, i int) {
+	if p := recover(); p != nil {
+		errs[i] = fmt.Errorf("rank part panicked: %v", p)
+	}
+}
