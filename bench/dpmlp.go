@@ -330,10 +330,13 @@ func runDPOne(cfg config, pol rocsync.Policy, n int, prog *progress) (dpResult, 
 
 // dpRelTolerance bounds RelMeanDiffW1: float32 noise amplified by Adam
 // moves a small fraction of the elements differently, so the mean
-// difference stays orders of magnitude below the mean movement; a
-// missing all-reduce moves most elements differently (about a third of
-// the movement or more: TestDataParallelMLPWithoutAllReduceDiffers).
-const dpRelTolerance = 1e-2
+// difference stays well below the mean movement (measured on two H200s:
+// 1.1e-4 at the default sizes after 220 steps, 4.5e-3 at batch 8192,
+// in 1024, hidden 4096, out 1024 after 35 steps, WaitAlways the same as
+// every other policy); a missing all-reduce moves most elements
+// differently (0.57 of the movement:
+// TestDataParallelMLPWithoutAllReduceDiffers).
+const dpRelTolerance = 5e-2
 
 // checkDP fails when a data-parallel run's parameters differ from the
 // 1-device run's beyond float tolerance.
@@ -355,7 +358,7 @@ func printDPTable(out io.Writer, cfg config, rs []dpResult) {
 	fmt.Fprintln(w, "Step: every device's step submitted, the all-reduces, Synchronize on every device (µs).")
 	fmt.Fprintln(w, "Host waits: made while submitting one step, over all devices. Efficiency: T1/(N·TN).")
 	fmt.Fprintln(w, "|ΔW1|: the largest difference from the 1-device run's W1; rel.: over how far that run moved W1;")
-	fmt.Fprintln(w, "mean rel.: the mean difference over the mean movement (the checked one, tolerance 1e-2).")
+	fmt.Fprintln(w, "mean rel.: the mean difference over the mean movement (the checked one, tolerance 5e-2).")
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "policy\tdevices\tstep median\tp90\thost waits\tdevice waits\tsamples/s\tefficiency\t|ΔW1|\trel.\tmean rel.\t\n")
