@@ -524,4 +524,3 @@ func (s *aptSource) Close() error {
 	s.work = ""
 	return err
 }
-

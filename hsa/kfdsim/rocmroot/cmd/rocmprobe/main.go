@@ -122,4 +122,3 @@ func mappedFrom(soname string) string {
 	}
 	return ""
 }
-
