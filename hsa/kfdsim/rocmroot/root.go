@@ -422,20 +422,28 @@ func dpkgUnpack(ctx context.Context, deb, dir string) error {
 }
 
 // confineLinks makes the tree self-contained: an absolute link target is
-// rewritten relative to the tree, as if the tree were /, and the merged
-// /usr links (lib, lib64, bin, sbin) are added where usr has the folder.
+// rewritten relative to the tree, as if the tree were /; a relative one
+// that leaves the tree is diskcache.ErrUnsupportedFile; and the merged /usr
+// links (lib, lib64, bin, sbin) are added where usr has the folder.
 func confineLinks(tree string) error {
 	err := filepath.WalkDir(tree, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.Type()&fs.ModeSymlink == 0 {
 			return err
 		}
 		target, err := os.Readlink(path)
-		if err != nil || !filepath.IsAbs(target) {
+		if err != nil {
 			return err
 		}
 		rel, err := filepath.Rel(tree, filepath.Dir(path))
 		if err != nil {
 			return err
+		}
+		if !filepath.IsAbs(target) {
+			p := filepath.Clean(filepath.Join(rel, target))
+			if p == ".." || strings.HasPrefix(p, "../") {
+				return fmt.Errorf("%w: %s -> %s leaves the root", diskcache.ErrUnsupportedFile, filepath.Join(rel, d.Name()), target)
+			}
+			return nil
 		}
 		newTarget, err := filepath.Rel(filepath.Join("/", rel), filepath.Clean(target))
 		if err != nil {

@@ -13,10 +13,21 @@
 //	hsa_init=0x<status>
 //	hipGetDeviceCount=<hipError_t> count=<n>
 //	hipRuntimeGetVersion=<hipError_t> version=<n>
+//
+// For checking how it was started (-self, -mapped, -host, -reexec):
+//
+//	exe=<the /proc/self/exe link: the loader inside a root>
+//	program=<rocmroot.Executable(): the program itself>
+//	argv0=<os.Args[0]>
+//	env LD_LIBRARY_PATH=<value or unset>, env LD_PRELOAD=<...>
+//	mapped <name>=<path>
+//	host <tool>=ok | error: ...
+//	child <line>  (each line of the same probe started by rocmroot.SelfCommand with -self)
 package main
 
 import (
 	"bufio"
+	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -24,6 +35,8 @@ import (
 	"strings"
 
 	"github.com/ebitengine/purego"
+
+	"github.com/rocsync/rocsync/hsa/kfdsim/rocmroot"
 )
 
 type libs []string
@@ -36,7 +49,57 @@ func main() {
 	flag.Var(&load, "lib", "a library to dlopen (repeatable), by soname or path")
 	doHSA := flag.Bool("hsa", false, "call hsa_init (and hsa_shut_down when it succeeds) from libhsa-runtime64.so.1")
 	doHIP := flag.Bool("hip", false, "call hipRuntimeGetVersion and hipGetDeviceCount from the libamdhip64 given by -lib")
+	self := flag.Bool("self", false, "print how this process was started")
+	var mapped, host libs
+	flag.Var(&mapped, "mapped", "print where a library (by file name prefix) is mapped from (repeatable)")
+	flag.Var(&host, "host", "run a host tool through rocmroot.HostCommand (repeatable)")
+	reexec := flag.Bool("reexec", false, "start this probe again through rocmroot.SelfCommand with -self and the -mapped flags")
 	flag.Parse()
+
+	if *self {
+		exe, _ := os.Readlink("/proc/self/exe")
+		prog, err := rocmroot.Executable()
+		if err != nil {
+			prog = "error: " + err.Error()
+		}
+		fmt.Printf("exe=%s\nprogram=%s\nargv0=%s\n", exe, prog, os.Args[0])
+		for _, k := range []string{"LD_LIBRARY_PATH", "LD_PRELOAD"} {
+			v, ok := os.LookupEnv(k)
+			if !ok {
+				v = "unset"
+			}
+			fmt.Printf("env %s=%s\n", k, v)
+		}
+	}
+	for _, name := range mapped {
+		fmt.Printf("mapped %s=%s\n", name, mappedFrom(name))
+	}
+	for _, tool := range host {
+		if out, err := rocmroot.HostCommand(context.Background(), tool).CombinedOutput(); err != nil {
+			fmt.Printf("host %s=error: %v %q\n", tool, err, out)
+		} else {
+			fmt.Printf("host %s=ok\n", tool)
+		}
+	}
+	if *reexec {
+		args := []string{"-self"}
+		for _, m := range mapped {
+			args = append(args, "-mapped", m)
+		}
+		cmd, err := rocmroot.SelfCommand(context.Background(), args...)
+		if err != nil {
+			fmt.Printf("child error: %v\n", err)
+			os.Exit(1)
+		}
+		out, err := cmd.CombinedOutput()
+		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			fmt.Printf("child %s\n", l)
+		}
+		if err != nil {
+			fmt.Printf("child error: %v\n", err)
+			os.Exit(1)
+		}
+	}
 
 	handles := map[string]uintptr{}
 	failed := false
