@@ -70,7 +70,7 @@ func (r *Root) Command(ctx context.Context, o RunOptions, prog string, args ...s
 	if len(pre) > 0 {
 		argv = append(argv, "--preload", strings.Join(pre, ":"))
 	}
-	argv = append(argv, "--argv0", prog, prog)
+	argv = append(argv, prog)
 	argv = append(argv, args...)
 	cmd := exec.CommandContext(ctx, r.Loader(), argv...)
 	env := o.Env
