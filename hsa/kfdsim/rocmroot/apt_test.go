@@ -87,9 +87,9 @@ func TestParseAptOutputs(t *testing.T) {
 		t.Errorf("madison: %v", mad)
 	}
 	for line, want := range map[string][]string{
-		"Inst libc6 (2.43-7 Debian:unstable [amd64])":                   {"libc6", "2.43-7", "amd64"},
-		"Inst libgcc-s1 (16.2.0-4 Debian:unstable [amd64]) []":          {"libgcc-s1", "16.2.0-4", "amd64"},
-		"Inst libllvm21 (1:21.1.8-14 Debian:unstable [amd64])":          {"libllvm21", "1:21.1.8-14", "amd64"},
+		"Inst libc6 (2.43-7 Debian:unstable [amd64])":                  {"libc6", "2.43-7", "amd64"},
+		"Inst libgcc-s1 (16.2.0-4 Debian:unstable [amd64]) []":         {"libgcc-s1", "16.2.0-4", "amd64"},
+		"Inst libllvm21 (1:21.1.8-14 Debian:unstable [amd64])":         {"libllvm21", "1:21.1.8-14", "amd64"},
 		"Inst libdrm-common [2.4.1] (2.4.134-3 Debian:unstable [all])": {"libdrm-common", "2.4.134-3", "all"},
 	} {
 		m := instLine.FindStringSubmatch(line)
