@@ -169,6 +169,7 @@ func Fetch(ctx context.Context, o Options) (*Root, error) {
 	if err := os.MkdirAll(cacheDir, 0o700); err != nil {
 		return nil, err
 	}
+	removeStale(cacheDir, time.Now().Add(-staleAfter))
 	pins := rel.pinned(o.Groups)
 	if !o.Refresh {
 		if r := findPinned(cacheDir, pins); r != nil {
@@ -217,6 +218,29 @@ func Fetch(ctx context.Context, o Options) (*Root, error) {
 		o.logf("rocmroot: %s: built %s in %.1fs", rel.Name, r.Dir, time.Since(start).Seconds())
 	}
 	return r, nil
+}
+
+// staleAfter is the age at which a temporary folder in the cache (an apt
+// configuration, or a root being built) is taken for the leftover of a
+// process that was killed, and removed.
+const staleAfter = 24 * time.Hour
+
+// removeStale removes the temporary folders (".apt-*", ".build-*",
+// "*.corrupt-*") in cacheDir last modified before cutoff.
+func removeStale(cacheDir string, cutoff time.Time) {
+	ents, err := os.ReadDir(cacheDir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		n := e.Name()
+		if !strings.HasPrefix(n, ".apt-") && !strings.HasPrefix(n, ".build-") && !strings.Contains(n, ".corrupt-") {
+			continue
+		}
+		if info, err := e.Info(); err == nil && info.ModTime().Before(cutoff) {
+			os.RemoveAll(filepath.Join(cacheDir, n))
+		}
+	}
 }
 
 // resolve asks the archive for the closure of the release's wanted

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/rocsync/rocsync/internal/diskcache"
 )
@@ -701,5 +702,41 @@ func TestKeyIsContentHashOfPackageList(t *testing.T) {
 	}
 	if got, ok := parseKeyText(keyText(pkgs)); !ok || Key(got) != k {
 		t.Errorf("parseKeyText(keyText) = %v, %v", got, ok)
+	}
+}
+
+// Temporary folders that a killed fetch left behind are removed once they
+// are a day old; younger ones (another fetch's, in progress) and entries
+// stay.
+func TestFetchRemovesStaleTemporaryFolders(t *testing.T) {
+	withPins(t, fakePins)
+	a := newFakeArchive(t)
+	cache := t.TempDir()
+	old := time.Now().Add(-25 * time.Hour)
+	for _, n := range []string{".apt-sid-1", ".build-2", "x.corrupt-.build-3", ".apt-sid-young", ".build-young", strings.Repeat("b", 64)} {
+		p := filepath.Join(cache, n)
+		if err := os.MkdirAll(filepath.Join(p, "sub"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(n, "young") && n != strings.Repeat("b", 64) {
+			if err := os.Chtimes(p, old, old); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var log logLines
+	if _, err := Fetch(context.Background(), fakeOptions(a, cache, &log)); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	ents, _ := os.ReadDir(cache)
+	for _, e := range ents {
+		if len(e.Name()) != 64 || e.Name() == strings.Repeat("b", 64) {
+			left = append(left, e.Name())
+		}
+	}
+	sort.Strings(left)
+	if want := []string{".apt-sid-young", ".build-young", strings.Repeat("b", 64)}; strings.Join(left, " ") != strings.Join(want, " ") {
+		t.Errorf("left %v, want %v", left, want)
 	}
 }
