@@ -92,13 +92,22 @@ func UserDir(name string) (string, error) {
 	return filepath.Join(base, "rocsync", name), nil
 }
 
+// Entry is what Get needs of an entry's manifest: Write makes a freshly
+// built entry private and records its contents; Verify checks an entry
+// against that record and fails for a corrupt, truncated or foreign one.
+// Manifest and TreeManifest are Entries.
+type Entry interface {
+	Write(dir string) error
+	Verify(dir string) error
+}
+
 // Get returns cacheDir/key. An entry there that verifies against m is
 // reused; otherwise build fills a fresh private temporary directory with
-// m.Files, Get writes the manifest and renames the directory into place
-// (an unverified entry found there is moved aside and removed). build's
-// error is returned as it is, and a failed build leaves nothing in
+// the entry's files, Get writes the manifest and renames the directory
+// into place (an unverified entry found there is moved aside and removed).
+// build's error is returned as it is, and a failed build leaves nothing in
 // cacheDir.
-func Get(cacheDir, key string, m Manifest, build func(dir string) error) (string, error) {
+func Get(cacheDir, key string, m Entry, build func(dir string) error) (string, error) {
 	root := filepath.Join(cacheDir, key)
 	if m.Verify(root) == nil {
 		return root, nil
