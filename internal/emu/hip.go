@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -888,7 +887,7 @@ func (h *HIP) ModuleLoadData(d int, image []byte) (hip.Module, error) {
 	if err != nil {
 		return 0, hipErr("hipModuleLoadData", hip.ErrorInvalidImage, err.Error())
 	}
-	if !strings.Contains(meta.Target, h.m.opts.ISA) {
+	if !h.m.isaCompatible(codeObjectProcessor(meta.Target)) {
 		return 0, hipErr("hipModuleLoadData", hip.ErrorInvalidImage, fmt.Sprintf("code object for %s, device is %s", meta.Target, h.m.opts.ISA))
 	}
 	fns := map[string]*kernelImpl{}

@@ -3,7 +3,6 @@ package emu
 import (
 	"fmt"
 	"hash/crc32"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -675,14 +674,8 @@ func (h *HSA) ExecutableLoadAgentCodeObject(e hsa.Executable, a hsa.Agent, r hsa
 	if err != nil {
 		return &hsa.Error{Func: fn, Status: hsa.StatusErrorInvalidCodeObject, Text: err.Error()}
 	}
-	target := meta.Target
-	if i := strings.LastIndex(target, "--"); i >= 0 {
-		target = target[i+2:]
-	}
-	if j := strings.IndexByte(target, ':'); j >= 0 {
-		target = target[:j]
-	}
-	if target != h.m.opts.ISA {
+	target := codeObjectProcessor(meta.Target)
+	if !h.m.isaCompatible(target) {
 		return &hsa.Error{Func: fn, Status: hsa.StatusErrorInvalidISA,
 			Text: fmt.Sprintf("%s (code object for %s, agent is %s)", h.StatusString(hsa.StatusErrorInvalidISA), target, h.m.opts.ISA)}
 	}

@@ -434,6 +434,7 @@ func (d *Device) doLoadKernels() (err error) {
 		return err
 	}
 	d.codeObjects.hsa = hsaVersion
+	d.logCodeObject("hsa", hsaVersion)
 	exe := d.exe
 	wg := kernels.DefaultWorkgroupSize(d.isa)
 	var module hip.Module
@@ -444,6 +445,7 @@ func (d *Device) doLoadKernels() (err error) {
 			return err
 		}
 		d.module = module
+		d.logCodeObject("hip", d.codeObjects.hip)
 	}
 	for _, op := range kernels.AllOps() {
 		for di, dt := range kernels.AllDTypes() {
