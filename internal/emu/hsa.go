@@ -3,6 +3,7 @@ package emu
 import (
 	"fmt"
 	"hash/crc32"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -519,6 +520,9 @@ type kernelImpl struct {
 	isReduction bool
 	// reqdWorkgroup is the metadata's .reqd_workgroup_size (zero: any).
 	reqdWorkgroup [3]uint32
+	// hidden are the hidden arguments the metadata lists, which HIP fills
+	// for a launch.
+	hidden []kernels.ArgMeta
 }
 
 // newKernelImpl reads one kernel's metadata.
@@ -529,6 +533,11 @@ func (m *Machine) newKernelImpl(k kernels.KernelMeta) *kernelImpl {
 		impl.groupSize = m.opts.KernelGroupSegmentSize
 	}
 	impl.reqdWorkgroup = k.ReqdWorkgroupSize
+	for _, a := range k.Args {
+		if strings.HasPrefix(a.ValueKind, "hidden_") {
+			impl.hidden = append(impl.hidden, a)
+		}
+	}
 	impl.op, impl.dt, impl.implemented = kernels.ParseSymbol(k.Symbol)
 	if !impl.implemented {
 		impl.reduction, impl.dt, impl.isReduction = kernels.ParseReductionSymbol(k.Symbol)
