@@ -968,9 +968,11 @@ func (h *HIP) ModuleLaunchKernel(f hip.Function, grid, block [3]uint32, sharedMe
 	// (runLaunch). clr's ihipLaunchKernelCommand (hipamd/src/hip_module.cpp,
 	// current ROCm/rocm-systems) refuses arguments for a kernel with no
 	// explicit parameters (hipErrorLaunchOutOfResources) and none for one
-	// with parameters (hipErrorInvalidValue). It then reads each parameter
-	// at its offset in the buffer, so a buffer shorter than the parameters
-	// span is refused here too.
+	// with parameters (hipErrorInvalidValue). The check is not in clr's
+	// rocm-6.2 branch and its first release was not pinned, so it is
+	// applied on every modelled release: rocsync must satisfy the newest.
+	// clr then reads each parameter at its offset in the buffer, so a
+	// buffer shorter than the parameters span is refused here too.
 	explicit, params := k.kernargSize, -1
 	if k.user != nil {
 		explicit, params = k.user.ExplicitArgsSize, len(k.user.Params)
