@@ -124,6 +124,7 @@ func (l *kernelLoader) Function(module uint64, k *userkernel.Kernel) (uint64, er
 	if err != nil {
 		return 0, err
 	}
+	dk.ExplicitArgsSize = k.ExplicitArgsSize
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.kernels = append(l.kernels, dk)

@@ -165,8 +165,10 @@ func (k Kind) String() string {
 }
 
 // MaxArgs is the largest argument block a Dispatch carries (the HSA
-// queue's kernarg slot).
-const MaxArgs = 256
+// queue's kernarg slot, queue.KernargSlot): 256 bytes of explicit
+// arguments and the 256-byte implicit-argument area code object v5
+// reserves after them.
+const MaxArgs = 512
 
 // Kernel is a kernel loaded on one device, as a Dispatch names it. The
 // device owns it; it is immutable once returned.
@@ -179,8 +181,15 @@ type Kernel struct {
 	// policy on ROCm (kernels run on the HIP stream); 0 otherwise.
 	Function uint64
 	// ArgsSize is the argument block's size (the kernarg segment size on
-	// AMD, the parameter buffer on CUDA).
+	// AMD, hidden arguments included; the parameter buffer on CUDA).
 	ArgsSize uint32
+	// ExplicitArgsSize is the part of the block the explicit parameters
+	// span, at its start: what hipModuleLaunchKernel is given under
+	// Unified, since HIP fills the hidden arguments itself (clr,
+	// VirtualGPU::submitKernelInternal) and current clr refuses a non-zero
+	// size for a kernel without parameters (ihipLaunchKernelCommand,
+	// hipamd/src/hip_module.cpp: hipErrorLaunchOutOfResources).
+	ExplicitArgsSize uint32
 	// GroupSegmentSize and PrivateSegmentSize are the static LDS per
 	// workgroup and the scratch per work-item an AQL packet carries.
 	GroupSegmentSize, PrivateSegmentSize uint32

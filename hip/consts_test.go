@@ -27,6 +27,7 @@ var goConsts = map[string]uint64{
 	"hipErrorNotReady":              uint64(ErrorNotReady),
 	"hipErrorIllegalAddress":        uint64(ErrorIllegalAddress),
 	"hipErrorLaunchFailure":         uint64(ErrorLaunchFailure),
+	"hipErrorLaunchOutOfResources":  uint64(ErrorLaunchOutOfResources),
 	"hipErrorNotSupported":          uint64(ErrorNotSupported),
 	"hipErrorUnknown":               uint64(ErrorUnknown),
 

@@ -27,21 +27,25 @@ type DevicePtr uint64
 type ErrorCode uint32
 
 const (
-	Success              ErrorCode = 0
-	ErrorInvalidValue    ErrorCode = 1
-	ErrorOutOfMemory     ErrorCode = 2
-	ErrorNotInitialized  ErrorCode = 3
-	ErrorNoDevice        ErrorCode = 100
-	ErrorInvalidDevice   ErrorCode = 101
-	ErrorInvalidImage    ErrorCode = 200
-	ErrorInvalidHandle   ErrorCode = 400
-	ErrorNotFound        ErrorCode = 500
-	ErrorNotReady        ErrorCode = 600
-	ErrorIllegalAddress  ErrorCode = 700
-	ErrorLaunchFailure   ErrorCode = 719
-	ErrorNotSupported    ErrorCode = 801
-	ErrorUnknown         ErrorCode = 999
-	ErrorInvalidResource ErrorCode = ErrorInvalidHandle
+	Success             ErrorCode = 0
+	ErrorInvalidValue   ErrorCode = 1
+	ErrorOutOfMemory    ErrorCode = 2
+	ErrorNotInitialized ErrorCode = 3
+	ErrorNoDevice       ErrorCode = 100
+	ErrorInvalidDevice  ErrorCode = 101
+	ErrorInvalidImage   ErrorCode = 200
+	ErrorInvalidHandle  ErrorCode = 400
+	ErrorNotFound       ErrorCode = 500
+	ErrorNotReady       ErrorCode = 600
+	ErrorIllegalAddress ErrorCode = 700
+	// ErrorLaunchOutOfResources is also what current clr returns for
+	// arguments given to a kernel without parameters (hip_module.cpp,
+	// ihipLaunchKernelCommand).
+	ErrorLaunchOutOfResources ErrorCode = 701
+	ErrorLaunchFailure        ErrorCode = 719
+	ErrorNotSupported         ErrorCode = 801
+	ErrorUnknown              ErrorCode = 999
+	ErrorInvalidResource      ErrorCode = ErrorInvalidHandle
 )
 
 // The answers of hipDeviceEnablePeerAccess for a pair already enabled,

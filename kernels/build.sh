@@ -3,6 +3,8 @@
 # one code object (one PTX module) per target:
 #   <out>/co/v5/<gfx>.hsaco   AMDGPU code objects v5, one per target below
 #   <out>/co/v4/<gfx>.hsaco   code objects v4, for the targets in V4_TARGETS
+#   <out>/co/v6/<generic>.hsaco  code objects v6 for the generic targets in
+#                             GENERIC_TARGETS, one per processor family
 #   <out>/ptx/<sm>.ptx        NVPTX assembly for the CUDA driver
 #
 # Usage: build.sh [OUTDIR]
@@ -25,28 +27,47 @@ READELF="${READELF:-llvm-readelf-22}"
 OPT="${OPT:-opt-22}"
 LLVM_LINK="${LLVM_LINK:-llvm-link-22}"
 
-# AMD targets. All were checked against `llc-22 -march=amdgcn -mcpu=help`
-# (Debian clang 22.1.8) and accepted: gfx908 gfx90a gfx942 gfx950 gfx1030
-# gfx1100 gfx1101 gfx1200 gfx1201.
+# AMD targets: every target rocBLAS builds for in ROCm 6.3, 7.0 and 7.1
+# (TARGET_LIST_ROCM_6.3/7.0/7.1 of rocBLAS's CMake target list, rocBLAS in
+# ROCm/rocm-libraries: gfx900 gfx906 gfx908 gfx90a gfx942 gfx950 gfx1010
+# gfx1012 gfx1030 gfx1100 gfx1101 gfx1102 gfx1103 gfx1150 gfx1151 gfx1200
+# gfx1201), so that a GPU rocBLAS runs on has rocsync's kernels too. All
+# were checked against `llc-22 -march=amdgcn -mcpu=help` (Debian clang
+# 22.1.8) and accepted.
 # No xnack/sramecc feature is given, so each code object is built for "any"
 # (ELF flags XNACK_ANY | SRAMECC_ANY) and loads in either mode of its gfx.
-AMD_TARGETS=(gfx908 gfx90a gfx942 gfx950 gfx1030 gfx1100 gfx1101 gfx1200 gfx1201)
+AMD_TARGETS=(gfx900 gfx906 gfx908 gfx90a gfx942 gfx950 gfx1010 gfx1012 gfx1030
+    gfx1100 gfx1101 gfx1102 gfx1103 gfx1150 gfx1151 gfx1200 gfx1201)
+
+# Generic targets (LLVM AMDGPUUsage, "Generic Processors"): one code object
+# runs on every processor of its family, e.g. gfx11-generic on gfx1100-gfx1103
+# and gfx1150-gfx1153. Generic targets exist only from code object v6, and
+# ROCr loads them only once its ISA registry knows them (kernels.
+# ROCrLoadsGeneric: library version 1.15, ROCm 6.4); kernels.CodeObjectFor
+# serves one to a GPU of the family that has no exact object of its own.
+# The families (AMDGPUUsage's table): gfx9-generic: gfx900 gfx902 gfx904
+# gfx906 gfx909 gfx90c (not gfx908 or gfx90a); gfx9-4-generic: gfx940 gfx941
+# gfx942 gfx950; gfx10-1-generic: gfx1010-gfx1013; gfx10-3-generic:
+# gfx1030-gfx1036; gfx11-generic: gfx1100-gfx1103, gfx1150-gfx1153;
+# gfx12-generic: gfx1200 gfx1201.
+GENERIC_TARGETS=(gfx9-generic gfx9-4-generic gfx10-1-generic gfx10-3-generic gfx11-generic gfx12-generic)
 
 # Targets that also get a code object v4: those that a ROCm 5.0-5.2 runtime
-# knows (its ROCr ISA table has gfx908, gfx90a and gfx1030 of ours, no
-# gfx94x/gfx11xx/gfx12xx). HIP 5.0-5.2 cannot load v5 (its comgr cannot name
+# knows (its ROCr ISA table has gfx900, gfx906, gfx908, gfx90a, gfx1010,
+# gfx1012 and gfx1030 of ours, no gfx94x/gfx11xx/gfx12xx). HIP 5.0-5.2 cannot load v5 (its comgr cannot name
 # the ISA of an ELF with ABI version 3) and ROCr 5.0-5.1 refuses v5, so these
 # runtimes need v4. Every later release loads v5 (docs/codeobjects.md).
 # clang-22 would build v4 for every target here (only the generic targets
 # need v6), so the list is a choice, not a limit.
-V4_TARGETS=(gfx908 gfx90a gfx1030)
+V4_TARGETS=(gfx900 gfx906 gfx908 gfx90a gfx1010 gfx1012 gfx1030)
 
 # NVIDIA targets. clang-22 refuses sm_80/sm_90 at its default PTX ISA 4.2, so
 # PTX 7.8 is requested explicitly (see the shared cuda-h100 notes).
 PTX_TARGETS=(sm_80 sm_90)
 
 # Code object versions are given per build (build_amd): clang-22 defaults
-# to v6, which ROCr before 6.2 rejects; v5 loads on ROCr 5.2 and HIP 5.3 and
+# to v6, which ROCr before 6.2 rejects (it is built only for the generic
+# targets, which need it); v5 loads on ROCr 5.2 and HIP 5.3 and
 # later and is what ROCm 6 itself emits; v4 loads on every ROCm 5.x-7.x.
 # -cl-fp32-correctly-rounded-divide-sqrt makes f32 / and sqrt correctly
 # rounded (OpenCL otherwise allows 2.5 and 3 ulp), so results match the CPU
@@ -75,7 +96,7 @@ INTERNALIZE=(-passes=internalize,globaldce -internalize-public-api-list='rocsync
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 out="${1:-$here}"
-mkdir -p "$out/co/v4" "$out/co/v5" "$out/ptx"
+mkdir -p "$out/co/v4" "$out/co/v5" "$out/co/v6" "$out/ptx"
 out="$(cd "$out" && pwd)"
 cd "$here"
 
@@ -132,6 +153,9 @@ for gfx in "${AMD_TARGETS[@]}"; do
 done
 for gfx in "${V4_TARGETS[@]}"; do
     build_amd 4 "$gfx"
+done
+for gfx in "${GENERIC_TARGETS[@]}"; do
+    build_amd 6 "$gfx"
 done
 
 for sm in "${PTX_TARGETS[@]}"; do

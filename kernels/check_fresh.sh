@@ -24,7 +24,7 @@ bash "$here/build.sh" "$fresh"
 
 stale=()
 # co itself must hold no files, only the per-version directories.
-for dir in co co/v4 co/v5 ptx; do
+for dir in co co/v4 co/v5 co/v6 ptx; do
     # Files built now, compared with the committed ones.
     for built in "$fresh/$dir"/*; do
         [[ -f "$built" ]] || continue
@@ -60,4 +60,4 @@ if ((${#stale[@]} > 0)); then
     } >&2
     exit 1
 fi
-echo "check_fresh.sh: kernels/co/v4, kernels/co/v5 and kernels/ptx are up to date."
+echo "check_fresh.sh: kernels/co/v4, kernels/co/v5, kernels/co/v6 and kernels/ptx are up to date."

@@ -11,14 +11,83 @@ import (
 // The committed build outputs; build.sh writes them and check_fresh.sh
 // checks that they still match src/elementwise.cl.
 //
-//go:embed co/v4/*.hsaco co/v5/*.hsaco ptx/*.ptx
+//go:embed co/v4/*.hsaco co/v5/*.hsaco co/v6/*.hsaco ptx/*.ptx
 var builtFiles embed.FS
 
 var (
-	amdTargets = listTargets(codeObjectDir(DefaultCodeObjectVersion), ".hsaco")
-	v4Targets  = listTargets(codeObjectDir(CodeObjectV4), ".hsaco")
-	ptxTargets = listTargets("ptx", ".ptx")
+	amdTargets     = listTargets(codeObjectDir(DefaultCodeObjectVersion), ".hsaco")
+	v4Targets      = listTargets(codeObjectDir(CodeObjectV4), ".hsaco")
+	genericTargets = listTargets(codeObjectDir(CodeObjectV6), ".hsaco")
+	ptxTargets     = listTargets("ptx", ".ptx")
 )
+
+// genericOf maps each processor to the generic processor of its family,
+// whose code objects it runs: the last column of ROCr's ISA registry
+// (ISAREG_ENTRY_GEN in ROCr's core/runtime/isa.cpp once it knows generic
+// processors, see ROCrLoadsGeneric; Isa::IsCompatible loads a generic code
+// object on an agent whose registry entry names that generic). LLVM's AMDGPUUsage ("Generic
+// Processors") lists the same families; gfx908 and gfx90a belong to none.
+var genericOf = map[string]string{
+	"gfx900": "gfx9-generic", "gfx902": "gfx9-generic", "gfx904": "gfx9-generic",
+	"gfx906": "gfx9-generic", "gfx909": "gfx9-generic", "gfx90c": "gfx9-generic",
+	"gfx942": "gfx9-4-generic", "gfx950": "gfx9-4-generic",
+	"gfx1010": "gfx10-1-generic", "gfx1011": "gfx10-1-generic", "gfx1012": "gfx10-1-generic",
+	"gfx1013": "gfx10-1-generic",
+	"gfx1030": "gfx10-3-generic", "gfx1031": "gfx10-3-generic", "gfx1032": "gfx10-3-generic",
+	"gfx1033": "gfx10-3-generic", "gfx1034": "gfx10-3-generic", "gfx1035": "gfx10-3-generic",
+	"gfx1036": "gfx10-3-generic",
+	"gfx1100": "gfx11-generic", "gfx1101": "gfx11-generic", "gfx1102": "gfx11-generic",
+	"gfx1103": "gfx11-generic", "gfx1150": "gfx11-generic", "gfx1151": "gfx11-generic",
+	"gfx1152": "gfx11-generic", "gfx1153": "gfx11-generic",
+	"gfx1200": "gfx12-generic", "gfx1201": "gfx12-generic",
+}
+
+// GenericTarget returns the generic processor whose code objects run on
+// isa (normalized as in CodeObject), e.g. "gfx11-generic" for gfx1102, or
+// "" when isa belongs to no generic family. A generic name is its own.
+func GenericTarget(isa string) string {
+	gfx := normalizeISA(isa)
+	if strings.HasSuffix(gfx, "-generic") {
+		return gfx
+	}
+	return genericOf[gfx]
+}
+
+// GenericTargets returns the generic processors that have embedded code
+// objects (code object v6; ROCrLoadsGeneric says which ROCr loads them),
+// sorted.
+func GenericTargets() []string { return slices.Clone(genericTargets) }
+
+// hasExact reports whether gfx has a code object of its own.
+func hasExact(gfx string) bool {
+	_, found := slices.BinarySearch(amdTargets, gfx)
+	return found
+}
+
+// builtGeneric returns the embedded generic code object's target that
+// runs on gfx when gfx has none of its own, or "".
+func builtGeneric(gfx string) string {
+	if hasExact(gfx) {
+		return ""
+	}
+	g := GenericTarget(gfx)
+	if _, found := slices.BinarySearch(genericTargets, g); !found {
+		return ""
+	}
+	return g
+}
+
+// CodeObjectTarget returns the processor the code object CodeObjectFor
+// serves for isa was built for: isa's own processor when it has code
+// objects, else its family's generic processor ("gfx11-generic" for
+// gfx1102), else "".
+func CodeObjectTarget(isa string) string {
+	gfx := normalizeISA(isa)
+	if hasExact(gfx) {
+		return gfx
+	}
+	return builtGeneric(gfx)
+}
 
 func listTargets(dir, ext string) []string {
 	entries, err := builtFiles.ReadDir(dir)
@@ -39,10 +108,15 @@ func listTargets(dir, ext string) []string {
 // *UnsupportedTargetError.
 var ErrUnsupportedTarget = errors.New("kernels: unsupported GPU target")
 
-// UnsupportedTargetError reports a GPU target with no embedded kernels.
+// UnsupportedTargetError reports a GPU target with no embedded kernels the
+// runtime can load.
 type UnsupportedTargetError struct {
-	ISA       string   // the name as given, e.g. "amdgcn-amd-amdhsa--gfx1102:xnack-"
+	ISA       string   // the name as given, e.g. "amdgcn-amd-amdhsa--gfx803:xnack-"
 	Supported []string // the targets that do have kernels, sorted
+	// Generic is the generic processor whose code object (v6) would run on
+	// the target, when the runtime does not load v6; "" when the target
+	// belongs to no family with an embedded generic object.
+	Generic string
 }
 
 func (e *UnsupportedTargetError) Error() string {
@@ -50,12 +124,18 @@ func (e *UnsupportedTargetError) Error() string {
 	if gfx := normalizeISA(e.ISA); gfx != e.ISA {
 		name = gfx + " (from " + e.ISA + ")"
 	}
-	return "kernels: no kernels built for " + name + "; supported: " + strings.Join(e.Supported, ", ")
+	msg := "kernels: no kernels built for " + name
+	if e.Generic != "" {
+		msg += "; its family's " + e.Generic + " code object (v6) does not load on this runtime (generic objects need ROCr 1.15, ROCm 6.4, or later)"
+	}
+	return msg + "; supported: " + strings.Join(e.Supported, ", ")
 }
 
-// Is makes errors.Is(err, ErrUnsupportedTarget) true.
+// Is makes errors.Is(err, ErrUnsupportedTarget) true, and
+// errors.Is(err, ErrNoAcceptedCodeObject) when a generic object exists
+// that the runtime does not load.
 func (e *UnsupportedTargetError) Is(target error) bool {
-	return target == ErrUnsupportedTarget
+	return target == ErrUnsupportedTarget || (e.Generic != "" && target == ErrNoAcceptedCodeObject)
 }
 
 // normalizeISA reduces an HSA ISA name to the processor name the code
@@ -76,7 +156,9 @@ func normalizeISA(isa string) string {
 }
 
 // Targets returns the AMD processors (e.g. "gfx90a") that have embedded
-// code objects, sorted.
+// code objects of their own, sorted. The other members of the generic
+// families (GenericTargets) run a generic code object where ROCr loads it
+// (ROCrLoadsGeneric).
 func Targets() []string { return slices.Clone(amdTargets) }
 
 // CodeObject returns the default-version (v5) code object (an ELF shared

@@ -11,10 +11,22 @@ import (
 )
 
 // wantTargets is the list in build.sh; a missing or extra file in co/ fails here.
-var wantTargets = []string{"gfx1030", "gfx1100", "gfx1101", "gfx1200", "gfx1201", "gfx908", "gfx90a", "gfx942", "gfx950"}
+// It holds every target of rocBLAS's target lists for ROCm 6.3, 7.0 and 7.1
+// (TARGET_LIST_ROCM_6.3/7.0/7.1 in rocBLAS's CMake, ROCm/rocm-libraries).
+var wantTargets = []string{"gfx1010", "gfx1012", "gfx1030", "gfx1100", "gfx1101", "gfx1102", "gfx1103", "gfx1150", "gfx1151",
+	"gfx1200", "gfx1201", "gfx900", "gfx906", "gfx908", "gfx90a", "gfx942", "gfx950"}
+
+// rocBLASTargets is the union of rocBLAS's target lists for ROCm 6.3, 7.0
+// and 7.1, feature settings dropped.
+var rocBLASTargets = []string{"gfx900", "gfx906", "gfx908", "gfx90a", "gfx942", "gfx950", "gfx1010", "gfx1012", "gfx1030",
+	"gfx1100", "gfx1101", "gfx1102", "gfx1103", "gfx1150", "gfx1151", "gfx1200", "gfx1201"}
+
+// wantGenericTargets is GENERIC_TARGETS in build.sh: one generic v6 code
+// object per family of LLVM's AMDGPUUsage "Generic Processors" table.
+var wantGenericTargets = []string{"gfx10-1-generic", "gfx10-3-generic", "gfx11-generic", "gfx12-generic", "gfx9-4-generic", "gfx9-generic"}
 
 // wantV4Targets is V4_TARGETS in build.sh: the targets ROCm 5.0-5.2 know.
-var wantV4Targets = []string{"gfx1030", "gfx908", "gfx90a"}
+var wantV4Targets = []string{"gfx1010", "gfx1012", "gfx1030", "gfx900", "gfx906", "gfx908", "gfx90a"}
 
 func TestTargets(t *testing.T) {
 	if got := Targets(); !slices.Equal(got, wantTargets) {
@@ -26,6 +38,14 @@ func TestTargets(t *testing.T) {
 	}
 	if got, want := PTXTargets(), []string{"sm_80", "sm_90"}; !slices.Equal(got, want) {
 		t.Errorf("PTXTargets() = %v, want %v", got, want)
+	}
+	if got := GenericTargets(); !slices.Equal(got, wantGenericTargets) {
+		t.Errorf("GenericTargets() = %v, want %v", got, wantGenericTargets)
+	}
+	for _, gfx := range rocBLASTargets {
+		if _, err := CodeObject(gfx); err != nil {
+			t.Errorf("rocBLAS supports %s, rocsync has no code object for it: %v", gfx, err)
+		}
 	}
 }
 
@@ -59,7 +79,7 @@ func TestCodeObjectNames(t *testing.T) {
 }
 
 func TestCodeObjectUnsupported(t *testing.T) {
-	for _, isa := range []string{"gfx1102", "amdgcn-amd-amdhsa--gfx940:xnack-", "", "sm_90", "gfx90a-", "GFX90A"} {
+	for _, isa := range []string{"gfx803", "amdgcn-amd-amdhsa--gfx940:xnack-", "", "sm_90", "gfx90a-", "GFX90A"} {
 		co, err := CodeObject(isa)
 		if err == nil {
 			t.Errorf("CodeObject(%q) = %d bytes, want an error", isa, len(co))
@@ -80,8 +100,8 @@ func TestCodeObjectUnsupported(t *testing.T) {
 			t.Errorf("CodeObject(%q): message %q should name the target and the supported list", isa, msg)
 		}
 	}
-	_, err := CodeObject("amdgcn-amd-amdhsa--gfx1102:xnack-")
-	if want := "kernels: no kernels built for gfx1102 (from amdgcn-amd-amdhsa--gfx1102:xnack-); supported: gfx1030, gfx1100, gfx1101, gfx1200, gfx1201, gfx908, gfx90a, gfx942, gfx950"; err.Error() != want {
+	_, err := CodeObject("amdgcn-amd-amdhsa--gfx803:xnack-")
+	if want := "kernels: no kernels built for gfx803 (from amdgcn-amd-amdhsa--gfx803:xnack-); supported: " + strings.Join(wantTargets, ", "); err.Error() != want {
 		t.Errorf("message = %q\nwant      %q", err.Error(), want)
 	}
 	if errors.Is(errors.New("other"), ErrUnsupportedTarget) {
@@ -102,8 +122,8 @@ func TestCodeObjectsHaveNoFeatureSettings(t *testing.T) {
 		osABIAMDGPUHSA = 64 // ELFOSABI_AMDGPU_HSA; debug/elf has no name for it
 	)
 	// EI_ABIVERSION per code-object version (AMDGPUUsage, "ELF Header").
-	abiVersion := map[CodeObjectVersion]uint8{CodeObjectV4: 2, CodeObjectV5: 3}
-	for _, gfx := range Targets() {
+	abiVersion := map[CodeObjectVersion]uint8{CodeObjectV4: 2, CodeObjectV5: 3, CodeObjectV6: 4}
+	for _, gfx := range append(Targets(), GenericTargets()...) {
 		for _, v := range mustVersions(t, gfx) {
 			co, err := CodeObjectFor(gfx, v)
 			if err != nil {
@@ -125,6 +145,14 @@ func TestCodeObjectsHaveNoFeatureSettings(t *testing.T) {
 			}
 			if s := flags & sramEccMask; s != 0 && s != sramEccAny {
 				t.Errorf("%s %s: sramecc setting %#x, want any or unsupported", gfx, v, s)
+			}
+			// A generic code object carries its generic version in
+			// EF_AMDGPU_GENERIC_VERSION (bits 24-31, AMDGPUUsage "ELF
+			// Header"); ROCr refuses one below the version its registry
+			// lists for the generic, 1 for all six (Isa::IsCompatible,
+			// rocr-runtime core/runtime/isa.cpp).
+			if gv := flags >> 24; strings.HasSuffix(gfx, "-generic") != (gv != 0) || (gv != 0 && gv < 1) {
+				t.Errorf("%s %s: EF_AMDGPU_GENERIC_VERSION %d", gfx, v, gv)
 			}
 			f.Close()
 		}

@@ -18,7 +18,9 @@ type CodeObjectVersion uint8
 const (
 	CodeObjectV4 CodeObjectVersion = 4
 	CodeObjectV5 CodeObjectVersion = 5
-	CodeObjectV6 CodeObjectVersion = 6 // not built; known so that ReadCodeObjectVersion can name it
+	// CodeObjectV6 is built for the generic targets only (GenericTargets),
+	// which need it.
+	CodeObjectV6 CodeObjectVersion = 6
 
 	// DefaultCodeObjectVersion is the version built for every target and
 	// returned by CodeObject.
@@ -62,10 +64,16 @@ func (e *UnsupportedCodeObjectVersionError) Is(target error) bool {
 
 // CodeObjectVersions returns the code-object versions built for an AMD
 // processor (isa is normalized as in CodeObject), ascending: [v5] or
-// [v4 v5]. An unknown target gives an *UnsupportedTargetError.
+// [v4 v5] for a processor with code objects of its own; [v6] for one that
+// has none but belongs to a generic family with an embedded generic object
+// (CodeObjectTarget names it), and for the generic processor itself. An
+// unknown target gives an *UnsupportedTargetError.
 func CodeObjectVersions(isa string) ([]CodeObjectVersion, error) {
 	gfx := normalizeISA(isa)
-	if _, found := slices.BinarySearch(amdTargets, gfx); !found {
+	if !hasExact(gfx) {
+		if builtGeneric(gfx) != "" {
+			return []CodeObjectVersion{CodeObjectV6}, nil
+		}
 		return nil, &UnsupportedTargetError{ISA: isa, Supported: Targets()}
 	}
 	if _, found := slices.BinarySearch(v4Targets, gfx); found {
@@ -75,8 +83,9 @@ func CodeObjectVersions(isa string) ([]CodeObjectVersion, error) {
 }
 
 // CodeObjectFor returns the code object of version v for an AMD processor,
-// as a fresh copy. isa is normalized as in CodeObject. An unknown target
-// gives an *UnsupportedTargetError, a version not built for it an
+// as a fresh copy: the processor's own, or (v6) its family's generic one.
+// isa is normalized as in CodeObject. An unknown target gives an
+// *UnsupportedTargetError, a version not built for it an
 // *UnsupportedCodeObjectVersionError.
 func CodeObjectFor(isa string, v CodeObjectVersion) ([]byte, error) {
 	versions, err := CodeObjectVersions(isa)
@@ -86,7 +95,7 @@ func CodeObjectFor(isa string, v CodeObjectVersion) ([]byte, error) {
 	if !slices.Contains(versions, v) {
 		return nil, &UnsupportedCodeObjectVersionError{ISA: isa, Version: v, Available: versions}
 	}
-	return builtFiles.ReadFile(path.Join(codeObjectDir(v), normalizeISA(isa)+".hsaco"))
+	return builtFiles.ReadFile(path.Join(codeObjectDir(v), CodeObjectTarget(isa)+".hsaco"))
 }
 
 // ReadCodeObjectVersion reads the code-object version from an AMDGPU ELF
@@ -205,20 +214,73 @@ func ROCrAccepts(r ROCrVersion, v CodeObjectVersion) bool {
 // PickCodeObjectVersion returns when no built version is accepted.
 var ErrNoAcceptedCodeObject = errors.New("kernels: no built code-object version is accepted by the runtime")
 
+// ROCrLoadsGeneric reports whether the ROCr loader of library version r
+// loads a generic processor's code object (gfx11-generic and the like) on
+// a member of its family. The loader takes code object v6 from 1.14 (ROCm
+// 6.2), but a generic object also needs the processor in ROCr's ISA
+// registry: IsaFromName must know "amdgcn-amd-amdhsa--gfx11-generic" and
+// Isa::IsCompatible must map the agent to it. ROCR-Runtime's
+// core/runtime/isa.cpp has neither at rocm-6.2.0 through rocm-6.2.4 nor at
+// the repository's October 2024 head (library version still 1.14, which
+// ROCm 6.3 reports too), so such a load fails with "code object's ISA ...
+// is invalid"; the registry's generic column and
+// IsaRegistry::GetSupportedGenericVersions come later (ROCR-Runtime
+// runtime/hsa-runtime, then ROCm/rocm-systems). The first library version
+// taken here is 1.15 (ROCm 6.4), the first one that 6.3 does not share; an
+// unknown version is taken as a current release.
+func ROCrLoadsGeneric(r ROCrVersion) bool {
+	return !r.Known() || r.AtLeast(1, 15)
+}
+
 // PickCodeObjectVersion returns the newest code-object version built for
 // isa that accepts reports as loadable (e.g. a closure over HIPAccepts or
-// ROCrAccepts with the runtime's version). An unknown target gives an
+// ROCrAccepts with the runtime's version), for a current ROCr (as
+// PickCodeObject with an unknown ROCr version). An unknown target gives an
 // *UnsupportedTargetError; no accepted version an error matching
-// ErrNoAcceptedCodeObject.
+// ErrNoAcceptedCodeObject (and, for a processor that only a generic v6
+// object covers, ErrUnsupportedTarget too).
 func PickCodeObjectVersion(isa string, accepts func(CodeObjectVersion) bool) (CodeObjectVersion, error) {
+	s, err := PickCodeObject(isa, accepts, ROCrVersion{})
+	return s.Version, err
+}
+
+// Selection is the embedded code object chosen for a GPU.
+type Selection struct {
+	// Target is the processor the code object was built for: the GPU's
+	// own ("gfx1100") or its family's generic one ("gfx11-generic").
+	Target  string
+	Version CodeObjectVersion
+}
+
+// Generic reports whether the selection is a generic processor's object.
+func (s Selection) Generic() bool { return strings.HasSuffix(s.Target, "-generic") }
+
+func (s Selection) String() string { return s.Target + " " + s.Version.String() }
+
+// PickCodeObject chooses the code object for isa that a runtime loads:
+// the newest version built for the processor itself that accepts admits,
+// or, when the processor has none of its own, its family's generic v6
+// object, if accepts admits v6 and the ROCr of library version rocr loads
+// generic objects (ROCrLoadsGeneric; HIP loads a code object through the
+// same loader). A generic object is never chosen for a processor that has
+// its own (every runtime that loads v6 loads v5), nor for one outside the
+// generic's family (gfx908 and gfx90a belong to none). Errors as
+// PickCodeObjectVersion; a refused generic object is an
+// *UnsupportedTargetError naming it.
+func PickCodeObject(isa string, accepts func(CodeObjectVersion) bool, rocr ROCrVersion) (Selection, error) {
 	versions, err := CodeObjectVersions(isa)
 	if err != nil {
-		return 0, err
+		return Selection{}, err
 	}
+	target := CodeObjectTarget(isa)
+	generic := strings.HasSuffix(target, "-generic")
 	for i := len(versions) - 1; i >= 0; i-- {
-		if accepts(versions[i]) {
-			return versions[i], nil
+		if accepts(versions[i]) && (!generic || ROCrLoadsGeneric(rocr)) {
+			return Selection{Target: target, Version: versions[i]}, nil
 		}
 	}
-	return 0, fmt.Errorf("%w: %s has %v", ErrNoAcceptedCodeObject, normalizeISA(isa), versions)
+	if generic && target != normalizeISA(isa) {
+		return Selection{}, &UnsupportedTargetError{ISA: isa, Supported: Targets(), Generic: target}
+	}
+	return Selection{}, fmt.Errorf("%w: %s has %v", ErrNoAcceptedCodeObject, normalizeISA(isa), versions)
 }

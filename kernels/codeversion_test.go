@@ -20,8 +20,14 @@ func TestCodeObjectVersions(t *testing.T) {
 			t.Errorf("CodeObjectVersions(%s) = %v, %v; want %v", gfx, got, err, want)
 		}
 	}
-	if _, err := CodeObjectVersions("gfx1102"); !errors.Is(err, ErrUnsupportedTarget) {
-		t.Errorf("CodeObjectVersions(gfx1102) error = %v, want ErrUnsupportedTarget", err)
+	if _, err := CodeObjectVersions("gfx803"); !errors.Is(err, ErrUnsupportedTarget) {
+		t.Errorf("CodeObjectVersions(gfx803) error = %v, want ErrUnsupportedTarget", err)
+	}
+	// A processor with no object of its own gets its family's generic v6.
+	for isa, want := range map[string]CodeObjectVersion{"gfx1036": CodeObjectV6, "gfx11-generic": CodeObjectV6, "gfx1152:xnack-": CodeObjectV6} {
+		if got, err := CodeObjectVersions(isa); err != nil || !slices.Equal(got, []CodeObjectVersion{want}) {
+			t.Errorf("CodeObjectVersions(%s) = %v, %v; want [%v]", isa, got, err, want)
+		}
 	}
 }
 
@@ -63,8 +69,22 @@ func TestCodeObjectFor(t *testing.T) {
 			t.Errorf("CodeObjectFor(gfx90a, %d) = %d bytes, %v; want ErrUnsupportedCodeObjectVersion", v, len(co), err)
 		}
 	}
-	if _, err := CodeObjectFor("gfx1102", CodeObjectV5); !errors.Is(err, ErrUnsupportedTarget) {
-		t.Errorf("CodeObjectFor(gfx1102) error = %v, want ErrUnsupportedTarget", err)
+	if _, err := CodeObjectFor("gfx803", CodeObjectV5); !errors.Is(err, ErrUnsupportedTarget) {
+		t.Errorf("CodeObjectFor(gfx803) error = %v, want ErrUnsupportedTarget", err)
+	}
+	// The generic object is served for every member of its family that has
+	// none of its own, and is the file co/v6/<generic>.hsaco.
+	want, err := os.ReadFile("co/v6/gfx11-generic.hsaco")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, isa := range []string{"gfx1152", "amdgcn-amd-amdhsa--gfx1153:xnack-", "gfx11-generic"} {
+		if got, err := CodeObjectFor(isa, CodeObjectV6); err != nil || !bytes.Equal(got, want) {
+			t.Errorf("CodeObjectFor(%s, v6) is not co/v6/gfx11-generic.hsaco (err %v)", isa, err)
+		}
+	}
+	if _, err := CodeObjectFor("gfx1100", CodeObjectV6); !errors.Is(err, ErrUnsupportedCodeObjectVersion) {
+		t.Errorf("CodeObjectFor(gfx1100, v6) error = %v: a processor with its own objects gets no generic one", err)
 	}
 }
 
@@ -199,7 +219,118 @@ func TestPickCodeObjectVersion(t *testing.T) {
 	if !errors.Is(err, ErrNoAcceptedCodeObject) || !strings.Contains(err.Error(), "gfx1100") {
 		t.Errorf("gfx1100 on HIP 5.2: error %v, want ErrNoAcceptedCodeObject", err)
 	}
-	if _, err := PickCodeObjectVersion("gfx1102", hip(0)); !errors.Is(err, ErrUnsupportedTarget) {
-		t.Errorf("gfx1102: error %v, want ErrUnsupportedTarget", err)
+	if _, err := PickCodeObjectVersion("gfx803", hip(0)); !errors.Is(err, ErrUnsupportedTarget) {
+		t.Errorf("gfx803: error %v, want ErrUnsupportedTarget", err)
+	}
+}
+
+// TestPickCodeObject is the selection rule per (target, ROCr version): a
+// processor's own object when it has one (v4 for ROCr 1.5 where built, else
+// v5), else its family's generic v6 object, which ROCr loads from 1.15
+// (ROCm 6.4; ROCr 1.14 loads v6 but its ISA registry has no generic
+// processors); a generic object never for a processor outside its family.
+func TestPickCodeObject(t *testing.T) {
+	unknown := ROCrVersion{}
+	for _, tc := range []struct {
+		isa  string
+		rocr ROCrVersion
+		want Selection // zero: refused
+	}{
+		{"gfx90a", ROCrVersion{1, 5}, Selection{"gfx90a", CodeObjectV4}},
+		{"gfx90a", ROCrVersion{1, 14}, Selection{"gfx90a", CodeObjectV5}},
+		{"amdgcn-amd-amdhsa--gfx90a:sramecc+:xnack-", unknown, Selection{"gfx90a", CodeObjectV5}},
+		{"gfx908", ROCrVersion{1, 14}, Selection{"gfx908", CodeObjectV5}},
+		{"gfx942", ROCrVersion{1, 14}, Selection{"gfx942", CodeObjectV5}}, // own object, not gfx9-4-generic
+		{"gfx906", ROCrVersion{1, 7}, Selection{"gfx906", CodeObjectV5}},
+		{"gfx906", ROCrVersion{1, 14}, Selection{"gfx906", CodeObjectV5}},
+		{"gfx1102", ROCrVersion{1, 7}, Selection{"gfx1102", CodeObjectV5}},
+		{"gfx1151", ROCrVersion{1, 14}, Selection{"gfx1151", CodeObjectV5}},
+		{"gfx1103", ROCrVersion{1, 5}, Selection{}}, // v5 only, ROCr 5.0-5.2
+		{"gfx902", ROCrVersion{1, 15}, Selection{"gfx9-generic", CodeObjectV6}},
+		{"gfx909", unknown, Selection{"gfx9-generic", CodeObjectV6}},
+		{"gfx90c:xnack-", ROCrVersion{1, 18}, Selection{"gfx9-generic", CodeObjectV6}},
+		{"gfx1011", ROCrVersion{1, 15}, Selection{"gfx10-1-generic", CodeObjectV6}},
+		{"gfx1013", ROCrVersion{2, 0}, Selection{"gfx10-1-generic", CodeObjectV6}},
+		{"gfx1031", ROCrVersion{1, 15}, Selection{"gfx10-3-generic", CodeObjectV6}},
+		{"amdgcn-amd-amdhsa--gfx1036", ROCrVersion{1, 15}, Selection{"gfx10-3-generic", CodeObjectV6}},
+		{"gfx1152", ROCrVersion{1, 15}, Selection{"gfx11-generic", CodeObjectV6}},
+		{"gfx1153", ROCrVersion{1, 15}, Selection{"gfx11-generic", CodeObjectV6}},
+		{"gfx1031", ROCrVersion{1, 14}, Selection{}}, // ROCm 6.2/6.3: v6 loads, generic ISAs unknown
+		{"gfx1031", ROCrVersion{1, 13}, Selection{}}, // ROCm 6.1 loads no v6
+		{"gfx1152", ROCrVersion{1, 7}, Selection{}},
+		{"gfx803", ROCrVersion{1, 15}, Selection{}},  // no family
+		{"gfx1250", ROCrVersion{1, 15}, Selection{}}, // no family built
+		{"gfx940", ROCrVersion{1, 15}, Selection{}},  // ROCr's registry no longer lists gfx940
+	} {
+		got, err := PickCodeObject(tc.isa, func(v CodeObjectVersion) bool { return ROCrAccepts(tc.rocr, v) }, tc.rocr)
+		if tc.want == (Selection{}) {
+			if err == nil || !errors.Is(err, ErrUnsupportedTarget) && !errors.Is(err, ErrNoAcceptedCodeObject) {
+				t.Errorf("PickCodeObject(%s, ROCr %v) = %v, %v; want refused", tc.isa, tc.rocr, got, err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("PickCodeObject(%s, ROCr %v) = %v, %v; want %v", tc.isa, tc.rocr, got, err, tc.want)
+		}
+		if got.Generic() != strings.HasSuffix(tc.want.Target, "-generic") {
+			t.Errorf("%v.Generic() = %v", got, got.Generic())
+		}
+	}
+	// A family member refused for want of v6 says which generic it lacks,
+	// and is still an unsupported target.
+	rocr114 := ROCrVersion{1, 14}
+	_, err := PickCodeObject("gfx1031", func(v CodeObjectVersion) bool { return ROCrAccepts(rocr114, v) }, rocr114)
+	var ute *UnsupportedTargetError
+	if !errors.As(err, &ute) || ute.Generic != "gfx10-3-generic" || !errors.Is(err, ErrUnsupportedTarget) || !errors.Is(err, ErrNoAcceptedCodeObject) ||
+		!strings.Contains(err.Error(), "gfx10-3-generic") || !strings.Contains(err.Error(), "1.15") {
+		t.Errorf("gfx1031 on ROCr 1.14: error %v", err)
+	}
+	// HIP loads a module through ROCr's loader: HIP's v6 rule (6.2) and
+	// ROCr's generic rule both apply.
+	hip := func(version int) func(CodeObjectVersion) bool {
+		return func(v CodeObjectVersion) bool { return HIPAccepts(version, v) }
+	}
+	if got, err := PickCodeObject("gfx1152", hip(60_400_000), ROCrVersion{1, 15}); err != nil || got != (Selection{"gfx11-generic", CodeObjectV6}) {
+		t.Errorf("gfx1152 on HIP 6.4: %v, %v", got, err)
+	}
+	if _, err := PickCodeObject("gfx1152", hip(60_100_000), ROCrVersion{1, 15}); !errors.Is(err, ErrUnsupportedTarget) {
+		t.Errorf("gfx1152 on HIP 6.1: %v, want refused", err)
+	}
+	// PickCodeObjectVersion takes ROCr as current.
+	if v, err := PickCodeObjectVersion("gfx1152", hip(0)); err != nil || v != CodeObjectV6 {
+		t.Errorf("PickCodeObjectVersion(gfx1152) = %v, %v", v, err)
+	}
+	for r, want := range map[ROCrVersion]bool{{1, 5}: false, {1, 14}: false, {1, 15}: true, {2, 0}: true, {}: true} {
+		if got := ROCrLoadsGeneric(r); got != want {
+			t.Errorf("ROCrLoadsGeneric(%v) = %v", r, got)
+		}
+	}
+}
+
+// Every member of a family maps to its generic, every generic built has
+// members, and no generic covers gfx908 or gfx90a (AMDGPUUsage).
+func TestGenericTarget(t *testing.T) {
+	for isa, want := range map[string]string{
+		"gfx900": "gfx9-generic", "gfx906": "gfx9-generic", "gfx90c": "gfx9-generic",
+		"gfx908": "", "gfx90a": "", "gfx803": "", "sm_90": "", "": "",
+		"gfx942": "gfx9-4-generic", "gfx950": "gfx9-4-generic",
+		"gfx1010": "gfx10-1-generic", "gfx1030": "gfx10-3-generic", "gfx1036": "gfx10-3-generic",
+		"gfx1100": "gfx11-generic", "amdgcn-amd-amdhsa--gfx1151:xnack-": "gfx11-generic",
+		"gfx1201": "gfx12-generic", "gfx12-generic": "gfx12-generic",
+	} {
+		if got := GenericTarget(isa); got != want {
+			t.Errorf("GenericTarget(%q) = %q, want %q", isa, got, want)
+		}
+	}
+	for _, g := range GenericTargets() {
+		members := 0
+		for _, gen := range genericOf {
+			if gen == g {
+				members++
+			}
+		}
+		if members == 0 {
+			t.Errorf("generic %s has no member processor", g)
+		}
 	}
 }

@@ -466,7 +466,7 @@ func checkReductionMeta(t *testing.T, gfx string, r Reduction, dt DType, k *Kern
 	if k.MaxFlatWorkgroupSize != ReduceWorkgroupSize {
 		t.Errorf("%s: .max_flat_workgroup_size = %d", sym, k.MaxFlatWorkgroupSize)
 	}
-	if want := Wavefront(gfx); int(k.WavefrontSize) != want {
+	if want := Wavefront(familyMember(gfx)); int(k.WavefrontSize) != want {
 		t.Errorf("%s: .wavefront_size = %d, want %d", sym, k.WavefrontSize, want)
 	}
 }

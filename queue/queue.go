@@ -26,11 +26,16 @@ import (
 
 // KernargSlot is the kernarg bytes reserved per ring slot. Kernel argument
 // blocks must be 16-byte aligned and may not change until their dispatch
-// completes; one slot per packet index gives both for free. 256 bytes
-// holds rocsync's own 40-byte blocks and the user kernels whose explicit
-// arguments and hidden arguments fit (a ring of 1024 slots costs 256 KiB of
-// kernarg memory); a larger block is refused with ErrKernargTooLarge.
-const KernargSlot = 256
+// completes; one slot per packet index gives both for free. 512 bytes hold
+// 256 bytes of explicit arguments and the implicit-argument area after
+// them: from code object v5 a kernel that uses any hidden argument (HIP's
+// blockDim is one) reserves the whole 256-byte area (LLVM AMDGPUUsage,
+// "Code Object V5 Metadata": the hidden arguments lie within 256 bytes
+// after the explicit ones), so clang-22's gfx90a build of
+// k(float*, int) reading blockDim has a 272-byte kernarg segment in v5 and
+// v6 against 12 in v4. A ring of 1024 slots costs 512 KiB of kernarg
+// memory; a larger block is refused with ErrKernargTooLarge.
+const KernargSlot = 512
 
 // ErrQueueBroken wraps the asynchronous error that stopped a queue.
 var ErrQueueBroken = errors.New("queue: HSA queue error")

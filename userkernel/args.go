@@ -285,9 +285,20 @@ func (k *Kernel) checkArgs(args []Arg) error {
 
 // Pack checks a launch against the kernel's metadata and writes its
 // argument block into block[:k.ArgsSize]: each argument little-endian at
-// the offset the metadata gives, the hidden AMD arguments it needs
-// (workgroup counts, sizes and remainders, grid dimensions; global offsets
-// 0), and zeros in every gap, so reused memory carries nothing stale.
+// the offset the metadata gives, the hidden AMD arguments the metadata
+// lists, in the layout of the code object's version (v4: global offsets 0
+// and hidden_none; v5 and later: per dimension the whole workgroups, the
+// workgroup size and the remainder, the grid dimensions, global offsets 0,
+// as clr fills them in VirtualGPU::submitKernelInternal; LLVM AMDGPUUsage
+// "Code Object V5 Metadata"), and zeros in every gap and in what the
+// metadata does not list, so reused memory carries nothing stale.
+//
+// A HIP kernel computes blockDim as ockl does: in the last workgroup of a
+// grid that is not a whole number of workgroups it is the remainder, so
+// blockIdx.x*blockDim.x+threadIdx.x is not the global index there. HIP's
+// hipModuleLaunchKernel (rocsync's Unified policy) only launches whole
+// workgroups; launch HIP kernels with whole workgroups and a bounds check
+// under every policy.
 // Nothing is written when the launch is refused. Errors are *ArgError or
 // *GeometryError values. Pack allocates nothing on success.
 //

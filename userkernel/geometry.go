@@ -1,8 +1,10 @@
 package userkernel
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"strconv"
 )
 
 // Geometry is a launch's shape in work-items, as in OpenCL's NDRange and an
@@ -88,4 +90,97 @@ func (k *Kernel) checkGeometry(g *Geometry) error {
 		}
 	}
 	return nil
+}
+
+// ErrHiddenArgs is matched (errors.Is) by every *HiddenArgError.
+var ErrHiddenArgs = errors.New("userkernel: hidden kernel arguments do not describe the dispatch")
+
+// HiddenArgError is a hidden argument in a kernel's argument block that
+// does not describe the dispatch it came with.
+type HiddenArgError struct {
+	Kernel    string
+	ValueKind string // the metadata's .value_kind, e.g. "hidden_group_size_x"
+	Offset    uint32
+	Got, Want uint64
+}
+
+func (e *HiddenArgError) Error() string {
+	return fmt.Sprintf("userkernel: kernel %s: %s (kernarg offset %d) is %d, the dispatch implies %d",
+		e.Kernel, e.ValueKind, e.Offset, e.Got, e.Want)
+}
+
+// Is makes errors.Is(err, ErrHiddenArgs) true.
+func (e *HiddenArgError) Is(target error) bool { return target == ErrHiddenArgs }
+
+// ObservedGeometry returns a dispatch's geometry as the kernel itself reads
+// it, for a CPU model of a GPU that runs the kernel through its reference.
+// A kernel reads its workgroup and grid sizes from the dispatch packet
+// (code object v4 and earlier, through the dispatch pointer) or, from code
+// object v5, from the hidden arguments after its explicit ones (LLVM
+// AMDGPUUsage, "Code Object V5 Metadata" and "Implicit Kernel Arguments":
+// hidden_block_count_x/y/z, hidden_group_size_x/y/z, hidden_remainder_x/y/z,
+// hidden_grid_dims; ROCm-Device-Libs' ockl computes blockDim and gridDim
+// from them). So every hidden argument the metadata lists is read from
+// block: the sizes from those the kernel has, the packet for the rest.
+//
+// A GPU runs the packet's work-items whatever the hidden arguments say, and
+// a kernel that reads wrong ones computes wrong indices; a model cannot run
+// that, so a listed argument that does not describe the dispatch is an
+// error matching ErrHiddenArgs instead: a block count, group size or
+// remainder other than the packet's (clr fills grid/workgroup, workgroup
+// and grid%workgroup per dimension, VirtualGPU::submitKernelInternal in
+// rocclr/device/rocm/rocvirtual.cpp), grid dimensions beyond which the
+// packet is not 1, or a global offset other than 0 (hipModuleLaunchKernel's
+// NDRange has none, nor has any rocsync launch). packet is normalized as a
+// launch is; block must hold ArgsSize bytes.
+func (k *Kernel) ObservedGeometry(packet Geometry, block []byte) (Geometry, error) {
+	if err := k.checkGeometry(&packet); err != nil {
+		return packet, err
+	}
+	if uint64(len(block)) < uint64(k.ArgsSize) {
+		return packet, k.argError(nil, ArgBlock, strconv.Itoa(int(k.ArgsSize))+" bytes", strconv.Itoa(len(block))+" bytes")
+	}
+	g := packet
+	le := binary.LittleEndian
+	for _, h := range k.hidden {
+		var v uint64
+		switch h.size {
+		case 2:
+			v = uint64(le.Uint16(block[h.offset:]))
+		case 4:
+			v = uint64(le.Uint32(block[h.offset:]))
+		default:
+			v = le.Uint64(block[h.offset:])
+		}
+		d := h.dim
+		var want uint64
+		switch h.fill {
+		case hiddenZero:
+			continue
+		case hiddenGlobalOffset:
+			want = 0
+		case hiddenBlockCount:
+			want = uint64(packet.Grid[d] / packet.Workgroup[d])
+		case hiddenGroupSize:
+			want = uint64(packet.Workgroup[d])
+			g.Workgroup[d] = uint32(v)
+		case hiddenRemainder:
+			want = uint64(packet.Grid[d] % packet.Workgroup[d])
+		case hiddenGridDims:
+			if v < 1 || v > 3 {
+				return packet, &HiddenArgError{Kernel: k.Name, ValueKind: h.kind, Offset: h.offset, Got: v, Want: uint64(packet.Dims)}
+			}
+			for i := int(v); i < 3; i++ {
+				if packet.Grid[i] != 1 || packet.Workgroup[i] != 1 {
+					return packet, &HiddenArgError{Kernel: k.Name, ValueKind: h.kind, Offset: h.offset, Got: v, Want: uint64(i + 1)}
+				}
+			}
+			g.Dims = int(v)
+			continue
+		}
+		if v != want {
+			return packet, &HiddenArgError{Kernel: k.Name, ValueKind: h.kind, Offset: h.offset, Got: v, Want: want}
+		}
+	}
+	return g, nil
 }

@@ -51,7 +51,11 @@ func (r *References) Register(name string, f ReferenceFunc) error {
 	return nil
 }
 
-// Run executes k's reference over the argument block of one dispatch.
+// Run executes k's reference over the argument block of one dispatch of
+// geometry g (as the dispatch packet gives it). The reference gets the
+// geometry as the kernel reads it (Kernel.ObservedGeometry); hidden
+// arguments that do not describe the dispatch are an error matching
+// ErrHiddenArgs, and the reference does not run.
 func (r *References) Run(k *Kernel, g Geometry, block []byte, mem Memory) error {
 	r.mu.RLock()
 	f, ok := r.m[k.Name]
@@ -59,7 +63,10 @@ func (r *References) Run(k *Kernel, g Geometry, block []byte, mem Memory) error 
 	if !ok {
 		return fmt.Errorf("%w: %s", ErrNoReference, k.Name)
 	}
-	if err := k.checkGeometry(&g); err != nil {
+	// The reference sees the geometry the kernel reads: from the hidden
+	// arguments where its metadata lists them.
+	g, err := k.ObservedGeometry(g, block)
+	if err != nil {
 		return err
 	}
 	args, err := k.Unpack(make([]Arg, 0, len(k.Params)), block)

@@ -131,7 +131,8 @@ type Param struct {
 type hiddenFill uint8
 
 const (
-	hiddenZero hiddenFill = iota // hidden_none, global offsets, dynamic LDS size
+	hiddenZero         hiddenFill = iota // hidden_none, dynamic LDS size
+	hiddenGlobalOffset                   // 0: rocsync launches without a global offset
 	hiddenBlockCount
 	hiddenGroupSize
 	hiddenRemainder
@@ -142,6 +143,7 @@ type hiddenArg struct {
 	offset, size uint32
 	fill         hiddenFill
 	dim          int
+	kind         string // the metadata's .value_kind
 }
 
 // Kernel is one kernel's signature and launch limits, read from its
@@ -155,6 +157,11 @@ type Kernel struct {
 	// kernarg segment (hidden arguments included) or the PTX parameter
 	// buffer. ArgsAlign is its alignment.
 	ArgsSize, ArgsAlign uint32
+	// ExplicitArgsSize is the part of the block the explicit parameters
+	// span (the end of the last one; 0 for a kernel without parameters):
+	// what hipModuleLaunchKernel takes, as HIP fills the hidden arguments
+	// itself. It equals ArgsSize for PTX.
+	ExplicitArgsSize uint32
 	// GroupSegmentSize (static LDS / shared memory per workgroup) and
 	// PrivateSegmentSize (scratch per work-item) are what an AQL dispatch
 	// packet must carry; 0 for PTX.
@@ -241,6 +248,7 @@ func amdKernel(m *kernels.KernelMeta, t Target) *Kernel {
 			continue
 		}
 		p := Param{Index: len(k.Params), Name: a.Name, Offset: a.Offset, Size: a.Size, TypeName: a.TypeName}
+		k.ExplicitArgsSize = max(k.ExplicitArgsSize, a.Offset+a.Size)
 		switch a.ValueKind {
 		case kernels.KindGlobalBuffer:
 			p.Kind = ParamBuffer
@@ -272,7 +280,7 @@ func amdKernel(m *kernels.KernelMeta, t Target) *Kernel {
 // addHidden records a hidden argument Pack fills from the geometry, or marks
 // the kernel unsupported when it asks for a runtime service.
 func (k *Kernel) addHidden(a kernels.ArgMeta) {
-	h := hiddenArg{offset: a.Offset, size: a.Size}
+	h := hiddenArg{offset: a.Offset, size: a.Size, kind: a.ValueKind}
 	kind := strings.TrimPrefix(a.ValueKind, "hidden_")
 	dim := -1
 	if n := len(kind); n > 2 && kind[n-2] == '_' && kind[n-1] >= 'x' && kind[n-1] <= 'z' {
@@ -280,8 +288,10 @@ func (k *Kernel) addHidden(a kernels.ArgMeta) {
 		kind = kind[:n-2]
 	}
 	switch {
-	case kind == "none" || kind == "dynamic_lds_size" || (kind == "global_offset" && dim >= 0):
+	case kind == "none" || kind == "dynamic_lds_size":
 		h.fill = hiddenZero
+	case kind == "global_offset" && dim >= 0:
+		h.fill = hiddenGlobalOffset
 	case kind == "block_count" && dim >= 0:
 		h.fill = hiddenBlockCount
 	case kind == "group_size" && dim >= 0:
@@ -404,6 +414,7 @@ func ptxKernel(name, params, tuning string, t Target) (*Kernel, error) {
 		k.Params = append(k.Params, p)
 	}
 	k.ArgsSize = (off + 7) &^ 7
+	k.ExplicitArgsSize = k.ArgsSize
 	for _, m := range ptxTuneRE.FindAllStringSubmatch(tuning, -1) {
 		var dims [3]uint32
 		items := uint32(1)

@@ -25,6 +25,7 @@ int main(void) {
   P(hipErrorPeerAccessAlreadyEnabled);
   P(hipErrorPeerAccessUnsupported);
   P(hipErrorLaunchFailure);
+  P(hipErrorLaunchOutOfResources);
   P(hipErrorNotSupported);
   P(hipErrorUnknown);
 

@@ -1,6 +1,7 @@
 package emu
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"runtime"
@@ -43,7 +44,8 @@ var hipNames = map[hip.ErrorCode]string{
 	hip.ErrorNotInitialized: "hipErrorNotInitialized", hip.ErrorNoDevice: "hipErrorNoDevice", hip.ErrorInvalidDevice: "hipErrorInvalidDevice",
 	hip.ErrorInvalidImage: "hipErrorInvalidImage", hip.ErrorInvalidHandle: "hipErrorInvalidHandle", hip.ErrorNotFound: "hipErrorNotFound",
 	hip.ErrorNotReady: "hipErrorNotReady", hip.ErrorIllegalAddress: "hipErrorIllegalAddress", hip.ErrorLaunchFailure: "hipErrorLaunchFailure",
-	hip.ErrorNotSupported: "hipErrorNotSupported", hip.ErrorSharedObjectInitFailed: "hipErrorSharedObjectInitFailed",
+	hip.ErrorLaunchOutOfResources: "hipErrorLaunchOutOfResources",
+	hip.ErrorNotSupported:         "hipErrorNotSupported", hip.ErrorSharedObjectInitFailed: "hipErrorSharedObjectInitFailed",
 }
 
 func hipErr(fn string, c hip.ErrorCode, detail string) error {
@@ -190,7 +192,9 @@ type launchArgs struct {
 	n           int
 }
 
-type kernargBuf [256]byte
+// kernargBuf holds a launch's kernarg segment: explicit arguments and the
+// hidden arguments HIP fills after them (queue.KernargSlot's 512 bytes).
+type kernargBuf [512]byte
 
 // takeKernarg returns a free argument buffer of the stream's (a stack
 // that grows to the launches ever in flight at once, and is never
@@ -888,7 +892,7 @@ func (h *HIP) ModuleLoadData(d int, image []byte) (hip.Module, error) {
 	if err != nil {
 		return 0, hipErr("hipModuleLoadData", hip.ErrorInvalidImage, err.Error())
 	}
-	if !strings.Contains(meta.Target, h.m.opts.ISA) {
+	if !h.m.isaCompatible(codeObjectProcessor(meta.Target)) {
 		return 0, hipErr("hipModuleLoadData", hip.ErrorInvalidImage, fmt.Sprintf("code object for %s, device is %s", meta.Target, h.m.opts.ISA))
 	}
 	fns := map[string]*kernelImpl{}
@@ -960,8 +964,26 @@ func (h *HIP) ModuleLaunchKernel(f hip.Function, grid, block [3]uint32, sharedMe
 	if block[0] == 0 || grid[0] == 0 {
 		return hipErr("hipModuleLaunchKernel", hip.ErrorInvalidValue, "zero-sized grid or block")
 	}
-	if uint32(len(args)) < k.kernargSize {
-		return hipErr("hipModuleLaunchKernel", hip.ErrorInvalidValue, fmt.Sprintf("%d argument bytes, kernel takes %d", len(args), k.kernargSize))
+	// The caller passes the explicit arguments; HIP fills the hidden ones
+	// (runLaunch). clr's ihipLaunchKernelCommand (hipamd/src/hip_module.cpp,
+	// current ROCm/rocm-systems) refuses arguments for a kernel with no
+	// explicit parameters (hipErrorLaunchOutOfResources) and none for one
+	// with parameters (hipErrorInvalidValue). The check is not in clr's
+	// rocm-6.2 branch and its first release was not pinned, so it is
+	// applied on every modelled release: rocsync must satisfy the newest.
+	// clr then reads each parameter at its offset in the buffer, so a
+	// buffer shorter than the parameters span is refused here too.
+	explicit, params := k.kernargSize, -1
+	if k.user != nil {
+		explicit, params = k.user.ExplicitArgsSize, len(k.user.Params)
+	}
+	switch {
+	case params == 0 && len(args) != 0:
+		return hipErr("hipModuleLaunchKernel", hip.ErrorLaunchOutOfResources, fmt.Sprintf("%d argument bytes for a kernel without parameters", len(args)))
+	case params > 0 && len(args) == 0:
+		return hipErr("hipModuleLaunchKernel", hip.ErrorInvalidValue, "no arguments for a kernel with parameters")
+	case uint32(len(args)) < explicit:
+		return hipErr("hipModuleLaunchKernel", hip.ErrorInvalidValue, fmt.Sprintf("%d argument bytes, the kernel's parameters span %d", len(args), explicit))
 	}
 	// sharedMemBytes is the dynamic LDS only; the kernel's static LDS comes
 	// on top. HIP refuses a dynamic size over the limit at the call, and
@@ -980,13 +1002,20 @@ func (h *HIP) ModuleLaunchKernel(f hip.Function, grid, block [3]uint32, sharedMe
 	if err != nil {
 		return err
 	}
-	l := launchArgs{k: k, grid: grid, block: block, sharedMem: sharedMem, n: len(args)}
-	if len(args) <= len(kernargBuf{}) {
+	// The kernarg segment: the explicit arguments, zeros, and the hidden
+	// arguments the metadata lists.
+	n := max(int(k.kernargSize), len(args))
+	l := launchArgs{k: k, grid: grid, block: block, sharedMem: sharedMem, n: n}
+	var seg []byte
+	if n <= len(kernargBuf{}) {
 		l.buf = s.takeKernarg()
-		copy(l.buf[:], args)
+		seg = l.buf[:n]
 	} else {
-		l.heap = append([]byte(nil), args...)
+		l.heap = make([]byte, n)
+		seg = l.heap
 	}
+	clear(seg[copy(seg, args):])
+	fillHidden(seg, k.hidden, grid, block, sharedMem)
 	// HIP before 5.3 has no capture for hipModuleLaunchKernel: the kernel
 	// runs on the stream even while it captures, and the graph lacks it.
 	direct := h.m.hipVersion() < hip.HIPVersionModuleLaunchCaptured
@@ -1154,4 +1183,52 @@ func (h *HIP) copyAsync(what string, dst, src, size uint64, sid hip.Stream) erro
 		}
 	}
 	return s.enqueue(cmd{kind: cmdCopy, what: what, cp: copyArgs{dst: dst, src: src, size: size}})
+}
+
+// fillHidden writes the hidden arguments a kernel's metadata lists into its
+// kernarg segment, as clr does for a launch (VirtualGPU::
+// submitKernelInternal, rocclr/device/rocm/rocvirtual.cpp): per dimension
+// the block count (global/local), the group size and the remainder
+// (global%local), the number of dimensions (3: hipModuleLaunchKernel's
+// NDRange is three-dimensional), global offsets 0 and the dynamic LDS
+// size; each written in the size the metadata gives. Services the emulator
+// does not provide (printf, hostcall, heap, queue pointer, ...) stay 0.
+func fillHidden(seg []byte, hidden []kernels.ArgMeta, grid, block [3]uint32, sharedMem uint32) {
+	le := binary.LittleEndian
+	for _, a := range hidden {
+		kind := strings.TrimPrefix(a.ValueKind, "hidden_")
+		d := 0
+		if n := len(kind); n > 2 && kind[n-2] == '_' && kind[n-1] >= 'x' && kind[n-1] <= 'z' {
+			d = int(kind[n-1] - 'x')
+			kind = kind[:n-2]
+		}
+		local := uint64(max(block[d], 1))
+		global := uint64(max(grid[d], 1)) * local
+		var v uint64
+		switch kind {
+		case "block_count":
+			v = global / local
+		case "group_size":
+			v = local
+		case "remainder":
+			v = global % local
+		case "grid_dims":
+			v = 3
+		case "dynamic_lds_size":
+			v = uint64(sharedMem)
+		default:
+			continue
+		}
+		if uint64(a.Offset)+uint64(a.Size) > uint64(len(seg)) {
+			continue
+		}
+		switch a.Size {
+		case 2:
+			le.PutUint16(seg[a.Offset:], uint16(v))
+		case 4:
+			le.PutUint32(seg[a.Offset:], uint32(v))
+		case 8:
+			le.PutUint64(seg[a.Offset:], v)
+		}
+	}
 }

@@ -520,6 +520,9 @@ type kernelImpl struct {
 	isReduction bool
 	// reqdWorkgroup is the metadata's .reqd_workgroup_size (zero: any).
 	reqdWorkgroup [3]uint32
+	// hidden are the hidden arguments the metadata lists, which HIP fills
+	// for a launch.
+	hidden []kernels.ArgMeta
 }
 
 // newKernelImpl reads one kernel's metadata.
@@ -530,6 +533,11 @@ func (m *Machine) newKernelImpl(k kernels.KernelMeta) *kernelImpl {
 		impl.groupSize = m.opts.KernelGroupSegmentSize
 	}
 	impl.reqdWorkgroup = k.ReqdWorkgroupSize
+	for _, a := range k.Args {
+		if strings.HasPrefix(a.ValueKind, "hidden_") {
+			impl.hidden = append(impl.hidden, a)
+		}
+	}
 	impl.op, impl.dt, impl.implemented = kernels.ParseSymbol(k.Symbol)
 	if !impl.implemented {
 		impl.reduction, impl.dt, impl.isReduction = kernels.ParseReductionSymbol(k.Symbol)
@@ -675,14 +683,8 @@ func (h *HSA) ExecutableLoadAgentCodeObject(e hsa.Executable, a hsa.Agent, r hsa
 	if err != nil {
 		return &hsa.Error{Func: fn, Status: hsa.StatusErrorInvalidCodeObject, Text: err.Error()}
 	}
-	target := meta.Target
-	if i := strings.LastIndex(target, "--"); i >= 0 {
-		target = target[i+2:]
-	}
-	if j := strings.IndexByte(target, ':'); j >= 0 {
-		target = target[:j]
-	}
-	if target != h.m.opts.ISA {
+	target := codeObjectProcessor(meta.Target)
+	if !h.m.isaCompatible(target) {
 		return &hsa.Error{Func: fn, Status: hsa.StatusErrorInvalidISA,
 			Text: fmt.Sprintf("%s (code object for %s, agent is %s)", h.StatusString(hsa.StatusErrorInvalidISA), target, h.m.opts.ISA)}
 	}

@@ -127,3 +127,44 @@ func TestEmulatedROCrCodeObjectVersions(t *testing.T) {
 		require.NoError(t, load(codeObject(t, "gfx90a", kernels.CodeObjectV4)), "ROCm %d v4", tc.hipVersion)
 	}
 }
+
+// ROCr loads a generic processor's code object on a member of its family
+// once its ISA registry knows generic processors (modelled from ROCm 6.4),
+// never on a processor outside the family; HIP loads modules through the
+// same loader.
+func TestEmulatedGenericCodeObjects(t *testing.T) {
+	gfx11 := codeObject(t, "gfx11-generic", kernels.CodeObjectV6)
+	gfx9 := codeObject(t, "gfx9-generic", kernels.CodeObjectV6)
+	for _, tc := range []struct {
+		isa        string
+		hipVersion int
+		code       []byte
+		loads      bool
+	}{
+		{"gfx1152", 60_400_000, gfx11, true},
+		{"gfx1102", 70_000_000, gfx11, true},
+		{"gfx1152", 60_200_000, gfx11, false}, // v6 loads, generic ISAs unknown
+		{"gfx1152", 60_300_000, gfx11, false},
+		{"gfx1030", 60_400_000, gfx11, false}, // another family
+		{"gfx906", 60_400_000, gfx9, true},
+		{"gfx90a", 60_400_000, gfx9, false}, // gfx90a belongs to no generic family
+		{"gfx908", 60_400_000, gfx9, false},
+	} {
+		m := New(Options{ISA: tc.isa, HIPVersion: tc.hipVersion})
+		h := m.HSA()
+		require.NoError(t, h.Init())
+		rd, err := h.CodeObjectReaderCreateFromMemory(tc.code)
+		require.NoError(t, err)
+		exe, err := h.ExecutableCreateAlt(hsa.ProfileFull, 0)
+		require.NoError(t, err)
+		err = h.ExecutableLoadAgentCodeObject(exe, gpuAgent(0), rd)
+		_, hipErr := m.HIP().ModuleLoadData(0, tc.code)
+		if tc.loads {
+			require.NoError(t, err, "%s ROCm %d", tc.isa, tc.hipVersion)
+			require.NoError(t, hipErr, "%s ROCm %d", tc.isa, tc.hipVersion)
+		} else {
+			require.ErrorIs(t, err, &hsa.Error{Status: hsa.StatusErrorInvalidISA}, "%s ROCm %d", tc.isa, tc.hipVersion)
+			require.ErrorIs(t, hipErr, &hip.Error{Code: hip.ErrorInvalidImage}, "%s ROCm %d", tc.isa, tc.hipVersion)
+		}
+	}
+}

@@ -22,18 +22,28 @@ type hipVersionReporter interface{ RuntimeVersion() (int, error) }
 // rocrVersionReporter is hsa_system_get_info(HSA_AMD_SYSTEM_INFO_BUILD_VERSION).
 type rocrVersionReporter interface{ BuildVersion() (string, error) }
 
-// hsaCodeObjectVersion picks the version ROCr's loader takes first.
-func (d *Device) hsaCodeObjectVersion() (kernels.CodeObjectVersion, error) {
+// rocrVersion is ROCr's library version (zero when it cannot be learnt,
+// which the kernels package takes as a current release).
+func (d *Device) rocrVersion() kernels.ROCrVersion {
 	var rocr kernels.ROCrVersion
 	if r, ok := d.rt.HSA.(rocrVersionReporter); ok {
 		if build, err := r.BuildVersion(); err == nil {
 			rocr, _ = kernels.ParseROCrBuildVersion(build) // unparsable: unknown
 		}
 	}
-	return kernels.PickCodeObjectVersion(d.isa, func(v kernels.CodeObjectVersion) bool { return kernels.ROCrAccepts(rocr, v) })
+	return rocr
+}
+
+// hsaCodeObjectVersion picks the version ROCr's loader takes first.
+func (d *Device) hsaCodeObjectVersion() (kernels.CodeObjectVersion, error) {
+	rocr := d.rocrVersion()
+	s, err := kernels.PickCodeObject(d.isa, func(v kernels.CodeObjectVersion) bool { return kernels.ROCrAccepts(rocr, v) }, rocr)
+	return s.Version, err
 }
 
 // hipCodeObjectVersion picks the version hipModuleLoadData takes first.
+// HIP loads the module through ROCr's loader, so ROCr's rule for generic
+// objects applies too.
 func (d *Device) hipCodeObjectVersion() (kernels.CodeObjectVersion, error) {
 	version := 0
 	if r, ok := d.rt.HIP.(hipVersionReporter); ok {
@@ -41,7 +51,8 @@ func (d *Device) hipCodeObjectVersion() (kernels.CodeObjectVersion, error) {
 			version = v
 		}
 	}
-	return kernels.PickCodeObjectVersion(d.isa, func(v kernels.CodeObjectVersion) bool { return kernels.HIPAccepts(version, v) })
+	s, err := kernels.PickCodeObject(d.isa, func(v kernels.CodeObjectVersion) bool { return kernels.HIPAccepts(version, v) }, d.rocrVersion())
+	return s.Version, err
 }
 
 // loadEither loads the code object of version first with load and, when
@@ -142,4 +153,18 @@ func (d *Device) CodeObjectVersions() (hsaVersion, hipVersion kernels.CodeObject
 		return 0, 0
 	}
 	return d.codeObjects.hsa, d.codeObjects.hip
+}
+
+// logCodeObject says at debug level which embedded code object a runtime
+// ("hsa" or "hip") loaded the kernels from: the GPU's own processor, or
+// its family's generic one (a GPU without an object of its own, on ROCm
+// 6.2 or later).
+func (d *Device) logCodeObject(runtime string, v kernels.CodeObjectVersion) {
+	if d.rt.Log == nil {
+		return
+	}
+	target := kernels.CodeObjectTarget(d.isa)
+	d.rt.Log.Debug().Int("gpu", d.index).Str("isa", d.isa).Str("runtime", runtime).
+		Str("code_object", target).Str("version", v.String()).Bool("generic", target != "" && kernels.GenericTarget(target) == target).
+		Msg("rocsync kernels: code object chosen")
 }

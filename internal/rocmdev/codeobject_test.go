@@ -3,11 +3,13 @@ package rocmdev_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math"
 	"testing"
 	"time"
 	"unsafe"
 
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/driver"
@@ -223,4 +225,54 @@ func TestLoadDoesNotFallBackOnOtherErrors(t *testing.T) {
 	require.Contains(t, err.Error(), "code object v4")
 	require.Equal(t, []kernels.CodeObjectVersion{kernels.CodeObjectV5, kernels.CodeObjectV4}, h2.loads)
 	require.False(t, errors.Is(err, other))
+}
+
+// A GPU with no code object of its own runs its family's generic v6 object
+// where the release's ROCr loads generic objects (library version 1.15,
+// ROCm 6.4), under the HSA path and through HIP alike, and the choice is
+// logged at debug level; an earlier release refuses it, naming the
+// generic. A GPU that rocBLAS supports has an object of its own.
+func TestGenericCodeObjectPerRelease(t *testing.T) {
+	for _, tc := range []struct {
+		isa        string
+		hipVersion int
+		policy     syncstate.Policy
+		object     string // the code object's processor in the debug log; "" when refused
+		version    kernels.CodeObjectVersion
+	}{
+		{"gfx1152", 60_400_000, syncstate.DeviceSide, "gfx11-generic", kernels.CodeObjectV6},
+		{"gfx1152", 60_400_000, syncstate.Unified, "gfx11-generic", kernels.CodeObjectV6},
+		{"gfx1036", 70_000_000, syncstate.DeviceSide, "gfx10-3-generic", kernels.CodeObjectV6},
+		{"gfx909", 60_400_000, syncstate.Unified, "gfx9-generic", kernels.CodeObjectV6},
+		{"gfx1102", 0, syncstate.Unified, "gfx1102", kernels.CodeObjectV5},             // RX 7600: its own object
+		{"gfx1151", 60_100_000, syncstate.DeviceSide, "gfx1151", kernels.CodeObjectV5}, // Strix Halo
+		{"gfx906", 50_300_000, syncstate.DeviceSide, "gfx906", kernels.CodeObjectV5},   // MI50
+		{"gfx1152", 60_100_000, syncstate.DeviceSide, "", 0},                           // ROCm 6.1: no v6
+	} {
+		m := emu.New(emu.Options{ISA: tc.isa, HIPVersion: tc.hipVersion, Hazards: true, MaxDelay: 20 * time.Microsecond, Seed: 3})
+		var buf bytes.Buffer
+		log := zerolog.New(&buf).Level(zerolog.DebugLevel)
+		rt := runtimes(m)
+		rt.Log = &log
+		d := open(t, m, rt, tc.policy)
+		if tc.object == "" {
+			_, err := d.Builtin(kernels.Neg, kernels.F32)
+			require.ErrorIs(t, err, kernels.ErrUnsupportedTarget, tc.isa)
+			require.ErrorContains(t, err, kernels.GenericTarget(tc.isa))
+			continue
+		}
+		runEveryKernel(t, d)
+		hsaV, hipV := d.CodeObjectVersions()
+		require.Equal(t, tc.version, hsaV, "%s HIP %d %v", tc.isa, tc.hipVersion, tc.policy)
+		runtimesLogged := []string{"hsa"}
+		if tc.policy == syncstate.Unified {
+			require.Equal(t, tc.version, hipV, "%s HIP %d %v", tc.isa, tc.hipVersion, tc.policy)
+			runtimesLogged = append(runtimesLogged, "hip")
+		}
+		for _, r := range runtimesLogged {
+			line := fmt.Sprintf(`"level":"debug","gpu":0,"isa":%q,"runtime":%q,"code_object":%q,"version":%q,"generic":%v`,
+				d.Target(), r, tc.object, tc.version.String(), tc.object != tc.isa)
+			require.Contains(t, buf.String(), line)
+		}
+	}
 }

@@ -25,7 +25,7 @@ func (d *Device) Reduction(r kernels.Reduction, dt kernels.DType) (*driver.Kerne
 		if err != nil {
 			return driver.Kernel{}, fmt.Errorf("kernel %s: %w", r.Symbol(dt), err)
 		}
-		k := driver.Kernel{Name: r.KernelName(dt), Workgroup: kernels.ReduceWorkgroupSize}
+		k := driver.Kernel{Name: r.KernelName(dt), Workgroup: kernels.ReduceWorkgroupSize, ExplicitArgsSize: kernels.ReduceKernargSize}
 		if err := d.fillKernel(&k, sym, r.Symbol(dt)); err != nil {
 			return driver.Kernel{}, err
 		}

@@ -173,7 +173,7 @@ func (t *Task) streamCall(op *driver.Op) (func(uintptr) error, error) {
 		if k == nil || k.Function == 0 {
 			return nil, fmt.Errorf("%w: dispatch of no HIP function on the stream", driver.ErrUnsupported)
 		}
-		kernarg := append([]byte(nil), op.Args[:k.ArgsSize]...)
+		kernarg := append([]byte(nil), op.Args[:k.ExplicitArgsSize]...)
 		g := op.Geometry
 		var grid, block [3]uint32
 		for i := range grid {

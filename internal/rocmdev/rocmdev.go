@@ -434,6 +434,7 @@ func (d *Device) doLoadKernels() (err error) {
 		return err
 	}
 	d.codeObjects.hsa = hsaVersion
+	d.logCodeObject("hsa", hsaVersion)
 	exe := d.exe
 	wg := kernels.DefaultWorkgroupSize(d.isa)
 	var module hip.Module
@@ -444,6 +445,7 @@ func (d *Device) doLoadKernels() (err error) {
 			return err
 		}
 		d.module = module
+		d.logCodeObject("hip", d.codeObjects.hip)
 	}
 	for _, op := range kernels.AllOps() {
 		for di, dt := range kernels.AllDTypes() {
@@ -451,7 +453,7 @@ func (d *Device) doLoadKernels() (err error) {
 			if err != nil {
 				return fmt.Errorf("kernel %s: %w", op.Symbol(dt), err)
 			}
-			k := driver.Kernel{Name: op.KernelName(dt), Workgroup: uint32(wg)}
+			k := driver.Kernel{Name: op.KernelName(dt), Workgroup: uint32(wg), ExplicitArgsSize: kernels.KernargSize}
 			if err := d.fillKernel(&k, sym, op.Symbol(dt)); err != nil {
 				return err
 			}
@@ -471,9 +473,13 @@ func (d *Device) doLoadKernels() (err error) {
 	return nil
 }
 
+// The queue's kernarg slot is the largest block an op carries.
+const _ = uint(queue.KernargSlot-driver.MaxArgs) + uint(driver.MaxArgs-queue.KernargSlot)
+
 // fillKernel reads a kernel symbol's object and segment sizes. A kernarg
-// segment over the queue's kernarg slot cannot be dispatched: refused here,
-// at load, rather than at every launch.
+// segment over the queue's kernarg slot (256 bytes of explicit arguments
+// and the 256-byte implicit area, queue.KernargSlot) cannot be dispatched:
+// refused here, at load, rather than at every launch.
 func (d *Device) fillKernel(k *driver.Kernel, sym hsa.ExecutableSymbol, name string) error {
 	rt := d.rt.HSA
 	var err error
@@ -601,7 +607,9 @@ func (t *Task) Submit(op *driver.Op) (uint64, error) {
 			if k.Function == 0 {
 				return 0, fmt.Errorf("rocmdev: kernel %s has no HIP function (loaded before Unified?)", k.Name)
 			}
-			kernarg := op.Args[:k.ArgsSize]
+			// HIP takes the explicit arguments only and fills the
+			// hidden ones itself (Kernel.ExplicitArgsSize).
+			kernarg := op.Args[:k.ExplicitArgsSize]
 			var grid, block [3]uint32
 			for i := range grid {
 				// HIP counts whole blocks: a partial last workgroup

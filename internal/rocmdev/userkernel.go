@@ -28,13 +28,7 @@ type userModule struct {
 // AcceptsCodeObject implements driver.KernelLoader: a user image must load
 // in ROCr, and in HIP too under Unified.
 func (d *Device) AcceptsCodeObject(v kernels.CodeObjectVersion) bool {
-	var rocr kernels.ROCrVersion
-	if r, ok := d.rt.HSA.(rocrVersionReporter); ok {
-		if build, err := r.BuildVersion(); err == nil {
-			rocr, _ = kernels.ParseROCrBuildVersion(build)
-		}
-	}
-	if !kernels.ROCrAccepts(rocr, v) {
+	if !kernels.ROCrAccepts(d.rocrVersion(), v) {
 		return false
 	}
 	if d.cfg.Policy == syncstate.Unified {

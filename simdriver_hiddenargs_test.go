@@ -1,0 +1,69 @@
+//go:build linux && (amd64 || arm64)
+
+package rocsync
+
+import (
+	"testing"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rocsync/rocsync/hsa/kfdsim"
+	"github.com/rocsync/rocsync/internal/hiptest"
+	"github.com/rocsync/rocsync/kernels"
+	"github.com/rocsync/rocsync/userkernel"
+)
+
+// The HIP test kernels on Debian's real ROCr and HIP 5.2.3 over the
+// simulated driver (gfx90a), under every policy, through rocsync's public
+// API: the v4 object loads (into HIP too, under Unified, which fills its
+// hidden arguments itself) and every kernel equals its CPU expectation
+// (hiddenArgsProgram). The v5 and v6 objects do not load through rocsync
+// on this release, by the release rules: ROCr 5.2 reports library version
+// 1.5 like ROCm 5.0 and 5.1, whose loader refuses v5 (kernels.ROCrAccepts),
+// HIP 5.2.3's comgr cannot name a v5 ELF's ISA (hipErrorSharedObjectInitFailed,
+// kernels.HIPAccepts), and v6 needs ROCr 6.2; ROCr 5.2.3 itself runs the v5
+// object on this driver (hsa/kfdsim TestExecHIPHiddenArgsOverRealROCr).
+func TestHIPKernelsHiddenArgsOnSimulatedDriver(t *testing.T) {
+	objects := map[kernels.CodeObjectVersion][]byte{}
+	for _, v := range []kernels.CodeObjectVersion{kernels.CodeObjectV4, kernels.CodeObjectV5, kernels.CodeObjectV6} {
+		objects[v] = hipTestKernels(t, v)
+	}
+	if !kfdsim.InChild(t) {
+		parentOfSimulatedDriver(t)
+		out := kfdsim.Run(t, simulatedSuiteRuns[0].gpus, t.Name(), kfdsim.Options{Env: simblasEnv(t)})
+		logChildSummary(t, out)
+		return
+	}
+	e, err := kfdsim.RegisterExecutor("")
+	require.NoError(t, err)
+	defer e.Close()
+	seen := &noargsSeen{}
+	refs := &userkernel.References{}
+	require.NoError(t, hiptest.Register(refs, seen.add))
+	e.UseReferences(refs)
+	for _, p := range allPolicies {
+		t.Run(p.String(), func(t *testing.T) {
+			nop := zerolog.Nop()
+			devs, err := OpenAll(Options{Backend: ROCm, Policy: p, Logger: &nop})
+			require.NoError(t, err)
+			require.Len(t, devs, 1)
+			d := devs[0]
+			defer func() { require.NoError(t, d.Close()) }()
+			before := e.Stats()
+			hiddenArgsProgram(t, d, objects[kernels.CodeObjectV4], seen)
+			require.NoError(t, d.Synchronize())
+			after := e.Stats()
+			require.Greater(t, after.Runs, before.Runs)
+			require.Equal(t, before.Unknown, after.Unknown, "the executor ran every kernel: %v", e.LastRefusal())
+			require.Equal(t, before.Faults, after.Faults)
+			for _, v := range []kernels.CodeObjectVersion{kernels.CodeObjectV5, kernels.CodeObjectV6} {
+				src, err := userkernel.CodeObjects(objects[v])
+				require.NoError(t, err)
+				_, err = d.LoadKernel(src, "geom")
+				require.ErrorIs(t, err, userkernel.ErrTarget, "%s on ROCm 5.2.3", v)
+				require.ErrorIs(t, err, ErrInvalid)
+			}
+		})
+	}
+}
