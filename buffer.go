@@ -178,7 +178,7 @@ func (b *buffer) download(ctx context.Context, op string, dst unsafe.Pointer, wh
 		err := syncstate.WaitHostContext(ctx, w)
 		d.trace.waitEnd(tw, err)
 		if err != nil {
-			return &Error{Op: op, Kind: waitKind(err), Detail: "waiting for the writer " + w.String(), Err: err}
+			return &Error{Op: op, Kind: waitKind(w, err), Detail: "waiting for the writer " + w.String(), Err: err}
 		}
 	}
 	if err := b.st.PoisonLocked(); err != nil {

@@ -140,7 +140,7 @@ func (d *Device) stagingWait(op string, f syncstate.Fence, blocking bool, detail
 	}
 	d.trace.waitEnd(tw, err)
 	if err != nil && f.TL.Failed(f.Ticket) == nil {
-		return &Error{Op: op, Kind: waitKind(err), Detail: detail, Err: err}
+		return &Error{Op: op, Kind: ownWaitKind(err), Detail: detail, Err: err}
 	}
 	return nil
 }
@@ -430,7 +430,7 @@ func (p *Pending) Wait(ctx context.Context) error {
 		}
 	}
 	p.dev.trace.waitEnd(tw, err)
-	if err != nil && waitKind(err) == ErrTimeout && p.fence.TL.Failed(p.fence.Ticket) == nil {
+	if err != nil && waitKind(p.fence, err) == ErrTimeout {
 		return &Error{Op: "Wait", Kind: ErrTimeout, Detail: "download of " + p.who.String(), Err: err}
 	}
 	if err != nil {

@@ -516,7 +516,7 @@ func (d *Device) CloseContext(ctx context.Context) error {
 		return nil
 	}
 	drained := d.synchronize(ctx)
-	if drained != nil && waitKind(drained) == ErrTimeout {
+	if timedOut(drained) {
 		d.peer.stayOpen()
 		return &Error{Op: "Close", Kind: ErrTimeout, Detail: "work still in flight; the device stays open", Err: drained}
 	}

@@ -124,5 +124,5 @@ func kindOf(err error) error {
 	if errors.As(err, &inner) {
 		return inner.Kind
 	}
-	return waitKind(err)
+	return ownWaitKind(err)
 }

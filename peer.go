@@ -208,7 +208,7 @@ func (p *peerCopies) waitReaders(ctx context.Context, d *Device) error {
 		tw := d.trace.waitBegin("Synchronize", f, ReasonSync, hostTrack)
 		err := syncstate.WaitHostContext(ctx, f)
 		d.trace.waitEnd(tw, err)
-		if err != nil && waitKind(err) == ErrTimeout {
+		if err != nil && waitKind(f, err) == ErrTimeout {
 			errs = append(errs, &Error{Op: "Synchronize", Kind: ErrTimeout, Detail: "waiting for a copy to another device at " + f.String(), Err: err})
 		}
 		// A failed copy is the copying device's to report.

@@ -390,10 +390,7 @@ func (r *Recording) Replay() error {
 			if tr != nil {
 				tr.opFailed(first, t.traceHost, began0)
 			}
-			if errors.Is(err, ErrHostWait) {
-				return err
-			}
-			return &Error{Op: name, Kind: ErrFault, Detail: "not submitted on " + first.Name(), Err: err}
+			return notSubmitted(name, first, err)
 		}
 	}
 	for _, x := range r.operands {
@@ -472,7 +469,7 @@ func (r *Recording) Replay() error {
 			if errors.As(cerr, &e) {
 				err = cerr
 			} else {
-				err = &Error{Op: name, Kind: ErrFault, Detail: "on " + f.TL.Name(), Err: cerr}
+				err = &Error{Op: name, Kind: waitKind(f, cerr), Detail: "on " + f.TL.Name(), Err: cerr}
 			}
 		}
 	}
@@ -520,7 +517,7 @@ func (r *Recording) Close() error {
 			tw := d.trace.waitBegin(name, r.last, ReasonSync, t.traceHost)
 			err = syncstate.WaitHostContext(context.Background(), r.last)
 			d.trace.waitEnd(tw, err)
-			if err != nil && waitKind(err) == ErrTimeout {
+			if err != nil && waitKind(r.last, err) == ErrTimeout {
 				d.leave()
 				return &Error{Op: name, Kind: ErrTimeout, Detail: "waiting for the last replay " + r.last.String(), Err: err}
 			}

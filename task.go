@@ -118,35 +118,65 @@ func (t *Task) drain(ctx context.Context) error {
 func (t *Task) drainOne(ctx context.Context, tl syncstate.Timeline) error {
 	last := tl.LastTicket()
 	if tl.Completed() >= last {
-		return faultIn("Synchronize", tl, tl.Failed(last))
+		return faultIn("Synchronize", syncstate.Fence{TL: tl, Ticket: last}, tl.Failed(last))
 	}
 	t.sinks.HostWait(ReasonSync)
 	t.dev.debugHostWait("Synchronize", syncstate.Fence{TL: tl, Ticket: last}, ReasonSync)
 	tw := t.dev.trace.waitBegin("Synchronize", syncstate.Fence{TL: tl, Ticket: last}, ReasonSync, t.traceHost)
-	err := syncstate.WaitHostContext(ctx, syncstate.Fence{TL: tl, Ticket: last})
+	f := syncstate.Fence{TL: tl, Ticket: last}
+	err := syncstate.WaitHostContext(ctx, f)
 	t.dev.trace.waitEnd(tw, err)
-	return faultIn("Synchronize", tl, err)
+	return faultIn("Synchronize", f, err)
 }
 
-// faultIn wraps the error of a wait on tl, naming the timeline.
-func faultIn(op string, tl syncstate.Timeline, err error) error {
+// faultIn wraps the error of a host wait for f, naming the timeline, with
+// the kind waitKind gives it. The cause is wrapped even when it is an
+// *Error of rocsync's own (a host function may return one): its kind is
+// the work's, not the wait's.
+func faultIn(op string, f syncstate.Fence, err error) error {
 	if err == nil {
 		return nil
 	}
-	var e *Error
-	if errors.As(err, &e) {
-		return err
-	}
-	return &Error{Op: op, Kind: waitKind(err), Detail: "waiting for " + tl.Name(), Err: err}
+	return &Error{Op: op, Kind: waitKind(f, err), Detail: "waiting for " + f.TL.Name(), Err: err}
 }
 
-// waitKind classifies the error of a host wait: it ran out of time (or its
-// context ended), or the work failed.
-func waitKind(err error) error {
+// waitKind classifies the error of a host wait for f by where it arose,
+// never by what it wraps: when f's timeline records f as failed, the work
+// failed (ErrFault), whatever its error wraps (a host function's error
+// may wrap a timeout or a context's end); otherwise the wait ended on its
+// own, past its timeout or when its context ended (ErrTimeout). A wait
+// that ended for another reason (a lane closed under it) is ErrFault.
+func waitKind(f syncstate.Fence, err error) error {
+	if f.TL != nil && f.Err() != nil {
+		return ErrFault
+	}
+	return ownWaitKind(err)
+}
+
+// ownWaitKind is the kind of an error that a wait returned while the work
+// it waited for had not failed.
+func ownWaitKind(err error) error {
 	if errors.Is(err, ErrTimeout) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return ErrTimeout
 	}
 	return ErrFault
+}
+
+// timedOut reports whether err, the joined errors of several waits, holds
+// an *Error of kind ErrTimeout: a wait that ran out of time. It looks into
+// joined errors but not into an *Error's cause, which is the work's.
+func timedOut(err error) bool {
+	switch e := err.(type) {
+	case *Error:
+		return e.Kind == ErrTimeout
+	case interface{ Unwrap() []error }:
+		for _, x := range e.Unwrap() {
+			if timedOut(x) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Close waits for the task's work and releases its resources. The default
@@ -288,10 +318,7 @@ func (t *Task) submitEntered(name string, operands []access) (syncstate.Fence, e
 		if errors.Is(err, syncstate.ErrTooManyOperands) {
 			return syncstate.Fence{}, &Error{Op: name, Kind: ErrInvalid, Err: err}
 		}
-		if errors.Is(err, ErrHostWait) {
-			return syncstate.Fence{}, err
-		}
-		return syncstate.Fence{}, &Error{Op: name, Kind: ErrFault, Detail: "not submitted on " + tl.Name(), Err: err}
+		return syncstate.Fence{}, notSubmitted(name, tl, err)
 	}
 	if err := freedIn(name, operands); err != nil {
 		sop.Abort()
@@ -334,6 +361,20 @@ func (t *Task) submitEntered(name string, operands []access) (syncstate.Fence, e
 	return f, err
 }
 
+// notSubmitted is the error of an op whose ordering (Begin) failed: a
+// refused wait as it is, a wait that ended on its own (ErrTimeout; the op
+// changed nothing), or else a failure it depends on (ErrFault).
+func notSubmitted(name string, tl syncstate.Timeline, err error) error {
+	if errors.Is(err, ErrHostWait) {
+		return err
+	}
+	kind := ErrFault
+	if _, ok := err.(*syncstate.WaitEndedError); ok {
+		kind = ownWaitKind(err)
+	}
+	return &Error{Op: name, Kind: kind, Detail: "not submitted on " + tl.Name(), Err: err}
+}
+
 // afterSubmit records a submitted op on its operands and makes the waits
 // that follow a submission.
 func (t *Task) afterSubmit(name string, sop *syncstate.Op, tl syncstate.Timeline, f syncstate.Fence) error {
@@ -342,7 +383,7 @@ func (t *Task) afterSubmit(name string, sop *syncstate.Op, tl syncstate.Timeline
 		if errors.As(err, &e) {
 			return err // refused by sync-debug mode
 		}
-		return &Error{Op: name, Kind: ErrFault, Detail: "on " + tl.Name(), Err: err}
+		return &Error{Op: name, Kind: waitKind(f, err), Detail: "on " + tl.Name(), Err: err}
 	}
 	return t.submitWaits(name, "op", f, 1)
 }
@@ -358,7 +399,7 @@ func (t *Task) submitWaits(name, what string, f syncstate.Fence, submissions uin
 		d.sinceCheck.Store(0)
 		if err := d.throttleDevice(t.sinks, t.traceHost); err != nil {
 			// The op itself was submitted; the wait for older work failed.
-			return &Error{Op: name, Kind: waitKind(err), Detail: "device run-ahead cap", Err: err}
+			return &Error{Op: name, Kind: ownWaitKind(err), Detail: "device run-ahead cap", Err: err}
 		}
 	}
 	if d.launchBlocking {
@@ -367,7 +408,7 @@ func (t *Task) submitWaits(name, what string, f syncstate.Fence, submissions uin
 		err := f.TL.WaitHost(f.Ticket)
 		d.trace.waitEnd(tw, err)
 		if err != nil {
-			return &Error{Op: name, Kind: waitKind(err), Detail: "launch-blocking: the " + what + " at " + f.String(), Err: err}
+			return &Error{Op: name, Kind: waitKind(f, err), Detail: "launch-blocking: the " + what + " at " + f.String(), Err: err}
 		}
 	}
 	if d.frees.n.Load() != 0 {
