@@ -242,10 +242,15 @@ func (t *Task) Upload(dst Operand, src []byte) error {
 		t.op.Kind, t.op.Lane = driver.CopyHtoD, driver.LaneLibrary
 		t.op.Dst, t.op.Host, t.op.Size = b.ptr+driver.DevicePtr(off), host, size
 		var f syncstate.Fence
-		if f, err = t.submit(name, append(t.operands[:0], access{b, dst, Write})); err != nil {
+		f, err = t.submit(name, append(t.operands[:0], access{b, dst, Write}))
+		if !f.IsZero() {
+			// Submitted, even if a wait after it failed: the slot is
+			// reused only behind this copy.
+			last = f
+		}
+		if err != nil {
 			break
 		}
-		last = f
 	}
 	t.dev.staging.put(slot, last) // the chunks run in order: the last one's fence covers them
 	return err
@@ -338,6 +343,11 @@ func (t *Task) Download(src Operand, dst []byte) (*Pending, error) {
 		t.op.Src, t.op.Host, t.op.Size = b.ptr+driver.DevicePtr(off), unsafe.Add(slot.p, off), min(p.chunk, b.size-off)
 		f, err := t.submit(name, append(t.operands[:0], access{b, src, Read}))
 		if err != nil {
+			if !f.IsZero() {
+				// Submitted, but a wait after it failed: the slot is
+				// reused only behind this copy.
+				p.fence = f
+			}
 			p.unpin()
 			t.dev.staging.put(slot, p.fence)
 			return nil, err

@@ -1,6 +1,7 @@
 package rocsync
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -83,5 +84,78 @@ func TestWaitForSlowHostFuncTimesOut(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []float32{2, 2, 2, 2}, got)
 	require.NoError(t, d.Close())
+	require.Empty(t, d.Hazards())
+}
+
+// bufferWith returns a new buffer holding data, its upload complete.
+func bufferWith(t *testing.T, d *Device, tk *Task, data []byte) *Buffer {
+	t.Helper()
+	b, err := d.NewBuffer(len(data))
+	require.NoError(t, err)
+	require.NoError(t, tk.Upload(b, data))
+	require.NoError(t, tk.Synchronize())
+	return b
+}
+
+func requireHolds(t *testing.T, b *Buffer, want []byte, msg string) {
+	t.Helper()
+	got, err := b.Bytes()
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(want, got), "%s does not hold what was uploaded", msg)
+}
+
+// Under WaitAlways with SyncDebugFail, an upload's own wait is refused:
+// the upload is not submitted (nothing changes), and its staging slot
+// carries no copy that a later upload could overwrite.
+func TestRefusedUploadIsNotSubmitted(t *testing.T) {
+	d := openFaulty(t, WaitAlways, func(o *Options) { o.SyncDebug = SyncDebugFail })
+	defer d.Close()
+	tk := d.DefaultTask()
+	zero := make([]byte, 4096)
+	a, err := d.NewBuffer(len(zero))
+	require.NoError(t, err)
+	b, err := d.NewBuffer(len(zero))
+	require.NoError(t, err)
+	release := d.machine.Hold()
+	require.ErrorIs(t, tk.Upload(a, randomBytes(len(zero), 1)), ErrHostWait)
+	require.ErrorIs(t, tk.Upload(b, randomBytes(len(zero), 2)), ErrHostWait)
+	release()
+	require.NoError(t, within(t, "Synchronize", d.Synchronize))
+	for _, x := range []*Buffer{a, b} {
+		got := make([]byte, len(zero))
+		p, err := tk.Download(x, got)
+		require.ErrorIs(t, err, ErrHostWait, "a download's WaitAlways wait is refused too")
+		require.Nil(t, p)
+	}
+	require.Empty(t, d.Hazards())
+	require.Zero(t, d.Stats().Dispatches, "a refused op was submitted")
+}
+
+// An upload or download whose launch-blocking wait times out was
+// submitted: its staging slot goes back to the pool behind the copy's
+// fence, so the next copy does not overwrite (or read) it under the
+// copy. Every copy delivers its own bytes.
+func TestStagingAfterATimedOutWait(t *testing.T) {
+	d := openFaulty(t, DeviceSide, func(o *Options) { o.LaunchBlocking, o.WaitTimeout = true, 50*time.Millisecond })
+	defer d.Close()
+	tk := d.DefaultTask()
+	const n = 4096
+	wantA, wantB, wantC := randomBytes(n, 3), randomBytes(n, 4), randomBytes(n, 5)
+	a := bufferWith(t, d, tk, wantA)
+	b, err := d.NewBuffer(n)
+	require.NoError(t, err)
+	c, err := d.NewBuffer(n)
+	require.NoError(t, err)
+	release := d.machine.Hold()
+	got := make([]byte, n)
+	err = within(t, "Download", func() error { _, e := tk.Download(a, got); return e })
+	require.ErrorIs(t, err, ErrTimeout)
+	require.ErrorIs(t, within(t, "Upload b", func() error { return tk.Upload(b, wantB) }), ErrTimeout)
+	require.ErrorIs(t, within(t, "Upload c", func() error { return tk.Upload(c, wantC) }), ErrTimeout)
+	release()
+	require.NoError(t, within(t, "Synchronize", d.Synchronize))
+	requireHolds(t, a, wantA, "a")
+	requireHolds(t, b, wantB, "b")
+	requireHolds(t, c, wantC, "c")
 	require.Empty(t, d.Hazards())
 }
