@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"testing"
 	"time"
 
@@ -157,5 +158,42 @@ func TestStagingAfterATimedOutWait(t *testing.T) {
 	requireHolds(t, a, wantA, "a")
 	requireHolds(t, b, wantB, "b")
 	requireHolds(t, c, wantC, "c")
+	require.Empty(t, d.Hazards())
+}
+
+// A read-back does not hold its array while it waits: an op of another
+// task that reads the array, ordered on the device (no host wait), is
+// submitted while the read-back still waits for the writer.
+func TestReadBackDoesNotBlockOtherTasks(t *testing.T) {
+	d := openFaulty(t, DeviceSide)
+	defer d.Close()
+	tasks := newTasks(t, d, 2)
+	x, err := d.FromFloat32(2, 2, []float32{1, 2, 3, 4})
+	require.NoError(t, err)
+	y, err := d.Empty(2, 2, Float32)
+	require.NoError(t, err)
+	z, err := d.Empty(2, 2, Float32)
+	require.NoError(t, err)
+	release := d.machine.Hold()
+	defer release()
+	require.NoError(t, tasks[0].ScaleInto(y, 2, x))
+	before := d.Stats().HostWaitsFor(ReasonReadBack)
+	done := make(chan error, 1)
+	var got []float32
+	go func() {
+		var err error
+		got, err = y.Float32s()
+		done <- err
+	}()
+	for d.Stats().HostWaitsFor(ReasonReadBack) == before {
+		runtime.Gosched() // until the read-back waits
+	}
+	require.NoError(t, within(t, "an op ordered on the device behind a read-back", func() error { return tasks[1].AddInto(z, y, y) }))
+	release()
+	require.NoError(t, within(t, "the read-back", func() error { return <-done }))
+	require.Equal(t, []float32{2, 4, 6, 8}, got)
+	gz, err := z.Float32s()
+	require.NoError(t, err)
+	require.Equal(t, []float32{4, 8, 12, 16}, gz)
 	require.Empty(t, d.Hazards())
 }
