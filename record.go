@@ -430,7 +430,7 @@ func (r *Recording) Replay() error {
 		} else {
 			op.Kind, op.Lane, op.Func = driver.HostFunc, driver.LaneHost, seg.host
 		}
-		ticket, err := t.drv.Submit(op)
+		ticket, err := r.submitSegment(op, link)
 		if tr != nil {
 			if err != nil {
 				tr.opFailed(seg.tl, t.traceHost, began)
@@ -480,6 +480,23 @@ func (r *Recording) Replay() error {
 		return err
 	}
 	return t.submitWaits(name, "replay", f, uint64(len(r.segs)))
+}
+
+// submitSegment is the driver's Submit of one segment of a replay, which
+// may run library calls' functions on this goroutine. If one panics, the
+// replay fails before the panic goes on: what it writes is poisoned and
+// its operands are unlocked, as for an eager library call.
+func (r *Recording) submitSegment(op *driver.Op, link *syncstate.Op) (ticket uint64, err error) {
+	returned := false
+	defer func() {
+		if !returned {
+			link.Abort()
+			r.failParts(errCallPanicked)
+		}
+	}()
+	ticket, err = r.t.drv.Submit(op)
+	returned = true
+	return ticket, err
 }
 
 func (r *Recording) abortParts() {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/rocsync/rocsync/internal/testhooks"
 )
 
 // kindIs asserts that err is an *Error of kind k at its top.
@@ -196,4 +198,75 @@ func TestReadBackDoesNotBlockOtherTasks(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []float32{4, 8, 12, 16}, gz)
 	require.Empty(t, d.Hazards())
+}
+
+// recovered runs fn and returns what it panicked with (nil: no panic).
+func recovered(fn func()) (v any) {
+	defer func() { v = recover() }()
+	fn()
+	return nil
+}
+
+// A LibraryCall whose function panics, recovered by its caller, leaves
+// its operands usable: the panic goes on, the call's output is poisoned
+// (the function may have enqueued part of its work), and read-backs,
+// later ops, Free and Close do not hang. The same holds for a replayed
+// recording of such a call.
+func TestLibraryCallPanicReleasesOperands(t *testing.T) {
+	for _, replay := range []bool{false, true} {
+		t.Run(fmt.Sprintf("replay=%v", replay), func(t *testing.T) {
+			d := openFaulty(t, DeviceSide)
+			tk := d.DefaultTask()
+			x, err := d.FromFloat32(2, 2, []float32{1, 2, 3, 4})
+			require.NoError(t, err)
+			y, err := d.Empty(2, 2, Float32)
+			require.NoError(t, err)
+			armed := !replay
+			call := func() error {
+				return tk.LibraryCall([]Arg{In(x), Out(y)}, func(uintptr) error {
+					if armed {
+						panic("boom")
+					}
+					return nil
+				})
+			}
+			if replay {
+				// A replay that reissues its recorded calls runs the
+				// function again (a captured graph does not).
+				testhooks.SkipHIPCapture.Store(true)
+				defer testhooks.SkipHIPCapture.Store(false)
+				rec, err := tk.Record(call)
+				require.NoError(t, err)
+				defer func() { _ = within(t, "Recording.Close", rec.Close) }()
+				armed = true
+				call = rec.Replay
+			}
+			require.Equal(t, "boom", recovered(func() { _ = call() }))
+			err = within(t, "read-back of the output", func() error { _, e := y.Float32s(); return e })
+			require.ErrorIs(t, err, ErrFault)
+			got, err := within2(t, "read-back of the input", x.Float32s)
+			require.NoError(t, err)
+			require.Equal(t, []float32{1, 2, 3, 4}, got)
+			require.NoError(t, within(t, "Fill", func() error { return tk.Fill(y, 7) }))
+			got, err = within2(t, "read-back after Fill", y.Float32s)
+			require.NoError(t, err)
+			require.Equal(t, []float32{7, 7, 7, 7}, got)
+			require.NoError(t, within(t, "Synchronize", tk.Synchronize))
+			require.Empty(t, d.Hazards())
+			if !replay {
+				require.NoError(t, within(t, "Free", y.Free))
+			}
+		})
+	}
+}
+
+// within2 is within for a function of two results.
+func within2[T any](t *testing.T, what string, fn func() (T, error)) (T, error) {
+	t.Helper()
+	type res struct {
+		v   T
+		err error
+	}
+	r := within(t, what, func() res { v, err := fn(); return res{v, err} })
+	return r.v, r.err
 }

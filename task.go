@@ -330,7 +330,13 @@ func (t *Task) submitEntered(name string, operands []access) (syncstate.Fence, e
 	if tr != nil {
 		t.traceIssued = tr.opIssued(t.traceBegan, t.traceHost)
 	}
-	ticket, err := t.drv.Submit(op)
+	var ticket uint64
+	var err error
+	if op.Kind == driver.LibraryCall {
+		ticket, err = t.submitCall(op, &sop)
+	} else {
+		ticket, err = t.drv.Submit(op)
+	}
 	if tr != nil {
 		if err != nil {
 			tr.opFailed(tl, t.traceHost, t.traceBegan)
@@ -373,6 +379,26 @@ func notSubmitted(name string, tl syncstate.Timeline, err error) error {
 		kind = ownWaitKind(err)
 	}
 	return &Error{Op: name, Kind: kind, Detail: "not submitted on " + tl.Name(), Err: err}
+}
+
+// errCallPanicked fails the op of a library call whose function panicked.
+var errCallPanicked = errors.New("the library call's function panicked")
+
+// submitCall is the driver's Submit of a library call, which runs the
+// user's function on this goroutine. If the function panics, the op fails
+// before the panic goes on: what it writes is poisoned (the function may
+// have enqueued part of its work) and its operands are unlocked, so that a
+// caller that recovers can still read, write and free them.
+func (t *Task) submitCall(op *driver.Op, sop *syncstate.Op) (ticket uint64, err error) {
+	returned := false
+	defer func() {
+		if !returned {
+			sop.Fail(errCallPanicked)
+		}
+	}()
+	ticket, err = t.drv.Submit(op)
+	returned = true
+	return ticket, err
 }
 
 // afterSubmit records a submitted op on its operands and makes the waits
