@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rocsync/rocsync/internal/rocmdev"
 	"github.com/rocsync/rocsync/internal/testhooks"
 )
 
@@ -269,4 +270,39 @@ func within2[T any](t *testing.T, what string, fn func() (T, error)) (T, error) 
 	}
 	r := within(t, what, func() res { v, err := fn(); return res{v, err} })
 	return r.v, r.err
+}
+
+// hsaQueueOf is the HSA queue a task's kernels go to.
+func hsaQueueOf(t *testing.T, tk *Task) any {
+	t.Helper()
+	rt, ok := tk.drv.(*rocmdev.Task)
+	require.True(t, ok, "not a ROCm task")
+	q := rt.HSAQueue()
+	require.NotNil(t, q)
+	return q
+}
+
+// A task whose Close ran out of time leaves its HSA queue out of the
+// pool: a new task gets another queue, not one whose work may never end.
+func TestTimedOutTaskCloseRetiresItsQueue(t *testing.T) {
+	d := openFaulty(t, DeviceSide, func(o *Options) { o.WaitTimeout = 50 * time.Millisecond })
+	stuck, err := d.NewTask()
+	require.NoError(t, err)
+	x, err := d.Empty(2, 2, Float32)
+	require.NoError(t, err)
+	q := hsaQueueOf(t, stuck)
+	release := d.machine.Hold()
+	defer release()
+	require.NoError(t, stuck.Fill(x, 1))
+	require.ErrorIs(t, within(t, "Close", stuck.Close), ErrTimeout)
+	next, err := d.NewTask()
+	require.NoError(t, err)
+	require.NotSame(t, q, hsaQueueOf(t, next), "the new task inherited the stuck queue")
+	release()
+	require.NoError(t, next.Fill(x, 2))
+	got, err := x.Float32s()
+	require.NoError(t, err)
+	require.Equal(t, []float32{2, 2, 2, 2}, got)
+	require.NoError(t, d.Close())
+	require.Empty(t, d.Hazards())
 }
