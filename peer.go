@@ -276,6 +276,15 @@ func (t *Task) copyStaged(name string, dst, src Operand, d, s *buffer) error {
 	_, err = pt.submit(name, append(pt.operands[:0], access{s, src, Read}, access{&slot.buf, slot, Write}))
 	from.peer.taskMu.Unlock()
 	if err != nil {
+		if slot.buf.st.Poison() != nil {
+			// The first half failed on what it depends on and poisoned
+			// the slot: the second half carries that to dst, as the
+			// direct copy poisons it (it fails in ordering, and is not
+			// submitted).
+			t.op.Kind, t.op.Lane = driver.CopyHtoD, driver.LaneLibrary
+			t.op.Dst, t.op.Host, t.op.Size = d.ptr, slot.p, d.size
+			_, _ = t.submit(name, append(t.operands[:0], access{&slot.buf, slot, Read}, access{d, dst, Write}))
+		}
 		return err
 	}
 	if h := t.dev.peer.betweenHalves; h != nil {

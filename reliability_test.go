@@ -306,3 +306,40 @@ func TestTimedOutTaskCloseRetiresItsQueue(t *testing.T) {
 	require.NoError(t, d.Close())
 	require.Empty(t, d.Hazards())
 }
+
+// A copy between GPUs from a poisoned source fails with ErrFault and
+// poisons its destination, staged through host memory as well as direct.
+func TestCopyPeerFromPoisonedSourcePoisonsDestination(t *testing.T) {
+	for _, staged := range []bool{false, true} {
+		t.Run(fmt.Sprintf("staged=%v", staged), func(t *testing.T) {
+			devs := openPeers(t, DeviceSide, 2, func(o *Options) { o.stagePeerCopies = staged })
+			defer func() {
+				for _, d := range devs {
+					_ = d.Close()
+				}
+			}()
+			if devs[0].machine == nil {
+				t.Skip("injects a fault on the emulator")
+			}
+			tk0, tk1 := devs[0].DefaultTask(), devs[1].DefaultTask()
+			a, err := devs[0].FromFloat32(2, 2, []float32{1, 2, 3, 4})
+			require.NoError(t, err)
+			src, err := devs[0].Empty(2, 2, Float32)
+			require.NoError(t, err)
+			dst, err := devs[1].FromFloat32(2, 2, []float32{9, 9, 9, 9})
+			require.NoError(t, err)
+			faultOn(devs[0], faultOps[0].symbol)
+			require.NoError(t, tk0.MulInto(src, a, a))
+			require.ErrorIs(t, within(t, "Synchronize", tk0.Synchronize), ErrFault)
+			devs[0].machine.SetFaultInjector(nil)
+			require.ErrorIs(t, src.Err(), ErrFault)
+			require.ErrorIs(t, within(t, "CopyPeer", func() error { return tk1.CopyPeer(dst, src) }), ErrFault)
+			require.ErrorIs(t, dst.Err(), ErrFault, "the destination is not poisoned")
+			_, err = within2(t, "read-back", dst.Float32s)
+			require.ErrorIs(t, err, ErrFault)
+			for _, d := range devs {
+				require.Empty(t, d.Hazards())
+			}
+		})
+	}
+}
