@@ -218,6 +218,10 @@ func (t *Task) Upload(dst Operand, src []byte) error {
 	if err := t.check(name); err != nil {
 		return err
 	}
+	if err := t.begin(name); err != nil {
+		return err
+	}
+	defer t.end()
 	b, err := t.copyOperand(name, dst, len(src))
 	if err != nil {
 		return err
@@ -327,6 +331,10 @@ func (t *Task) Download(src Operand, dst []byte) (*Pending, error) {
 	if err := t.check(name); err != nil {
 		return nil, err
 	}
+	if err := t.begin(name); err != nil {
+		return nil, err
+	}
+	defer t.end()
 	b, err := t.copyOperand(name, src, len(dst))
 	if err != nil {
 		return nil, err
@@ -476,6 +484,15 @@ func (t *Task) CopyBuffer(dst, src Operand) error {
 	if err := t.check(name); err != nil {
 		return err
 	}
+	if err := t.begin(name); err != nil {
+		return err
+	}
+	defer t.end()
+	return t.copyBuffer(name, dst, src)
+}
+
+// copyBuffer is CopyBuffer for a caller that uses the task (begin).
+func (t *Task) copyBuffer(name string, dst, src Operand) error {
 	if src == nil || src.trackedBuffer() == nil {
 		return newErr(name, ErrNilArray, "source")
 	}

@@ -35,6 +35,10 @@ func (t *Task) HostFunc(operands []Arg, fn func(h *HostAccess) error) error {
 	if err := t.check(name); err != nil {
 		return err
 	}
+	if err := t.begin(name); err != nil {
+		return err
+	}
+	defer t.end()
 	if fn == nil {
 		return newErr(name, ErrInvalid, "nil function")
 	}

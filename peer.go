@@ -94,6 +94,10 @@ func (t *Task) CopyPeer(dst, src Operand) error {
 	if err := t.check(name); err != nil {
 		return err
 	}
+	if err := t.begin(name); err != nil {
+		return err
+	}
+	defer t.end()
 	if dst == nil || dst.trackedBuffer() == nil {
 		return newErr(name, ErrNilArray, "destination")
 	}
@@ -105,7 +109,7 @@ func (t *Task) CopyPeer(dst, src Operand) error {
 		return newErr(name, ErrDeviceMismatch, "the destination %v is not on the task's device %v", dst, t.dev)
 	}
 	if s.dev == t.dev {
-		return t.CopyBuffer(dst, src)
+		return t.copyBuffer("CopyBuffer", dst, src)
 	}
 	from := s.dev
 	if from.openCall != t.dev.openCall {

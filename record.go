@@ -153,24 +153,28 @@ func (t *Task) Record(fn func() error) (*Recording, error) {
 	if fn == nil {
 		return nil, newErr(name, ErrInvalid, "nil function")
 	}
+	if err := t.begin(name); err != nil {
+		return nil, err
+	}
 	if t.rec != nil {
+		t.end()
 		return nil, newErr(name, ErrRecording, "inside another Record")
 	}
 	r := &Recording{t: t, id: recordingIDs.Add(1)}
 	r.recording.Store(true)
 	t.rec = &recorder{r: r}
+	t.end() // fn's ops use the task in turn
 	returned := false
 	defer func() {
 		if !returned { // fn panicked (the panic goes on) or ended its goroutine
-			t.rec = nil
+			t.swapRec(nil)
 			r.recording.Store(false)
 			_ = r.release(!t.dev.closed.Load())
 		}
 	}()
 	err := fn()
 	returned = true
-	rec := t.rec
-	t.rec = nil
+	rec := t.swapRec(nil)
 	r.recording.Store(false)
 	if err == nil && t.closed.Load() {
 		err = newErr(name, ErrClosed, "the task was closed inside Record")
@@ -365,6 +369,10 @@ func (r *Recording) Replay() error {
 	if err := t.check(name); err != nil {
 		return err
 	}
+	if err := t.begin(name); err != nil {
+		return err
+	}
+	defer t.end()
 	if r.closed {
 		return newErr(name, ErrClosed, "%v is closed", r)
 	}
@@ -526,6 +534,10 @@ func (r *Recording) Close() error {
 		return nil
 	}
 	t, d := r.t, r.t.dev
+	if err := t.begin(name); err != nil {
+		return err
+	}
+	defer t.end()
 	var err error
 	if d.enter(name) == nil {
 		if !t.closed.Load() && !r.last.IsZero() && !r.last.Done() {

@@ -343,3 +343,135 @@ func TestCopyPeerFromPoisonedSourcePoisonsDestination(t *testing.T) {
 		})
 	}
 }
+
+// waitFor yields until cond holds (a condition another goroutine makes
+// true; no timing).
+func waitFor(cond func() bool) {
+	for !cond() {
+		runtime.Gosched()
+	}
+}
+
+// requireConcurrentUse asserts err is the typed error of op called while
+// other ran on the task.
+func requireConcurrentUse(t *testing.T, err error, op, other string) {
+	t.Helper()
+	require.ErrorIs(t, err, ErrConcurrentUse)
+	var ce *ConcurrentUseError
+	require.True(t, errors.As(err, &ce), "%v", err)
+	require.Equal(t, ConcurrentUseError{Op: op, Other: other}, *ce)
+	kindIs(t, err, ErrConcurrentUse)
+}
+
+// A call on a Task while another goroutine's call runs on it fails at
+// once with ErrConcurrentUse naming both ops; the running call is not
+// disturbed.
+func TestConcurrentTaskUseIsDetected(t *testing.T) {
+	d := openFaulty(t, DeviceSide)
+	defer d.Close()
+	tk := d.DefaultTask()
+	x, err := d.FromFloat32(2, 2, []float32{1, 2, 3, 4})
+	require.NoError(t, err)
+	y, err := d.Empty(2, 2, Float32)
+	require.NoError(t, err)
+	release := d.machine.Hold()
+	defer release()
+	require.NoError(t, tk.ScaleInto(y, 2, x))
+	before := d.Stats().HostWaitsFor(ReasonSync)
+	done := make(chan error, 1)
+	go func() { done <- tk.Synchronize() }()
+	waitFor(func() bool { return d.Stats().HostWaitsFor(ReasonSync) > before })
+	_, err = tk.Mul(x, x)
+	requireConcurrentUse(t, err, "Mul", "Synchronize")
+	requireConcurrentUse(t, tk.Upload(y, make([]byte, 16)), "Upload", "Synchronize")
+	release()
+	require.NoError(t, within(t, "Synchronize", func() error { return <-done }))
+	got, err := y.Float32s()
+	require.NoError(t, err)
+	require.Equal(t, []float32{2, 4, 6, 8}, got)
+	require.Empty(t, d.Hazards())
+}
+
+// One Recording replayed by two goroutines at once: the second replay
+// fails with ErrConcurrentUse, the first completes.
+func TestConcurrentReplayIsDetected(t *testing.T) {
+	d := openFaulty(t, DeviceSide, func(o *Options) { o.LaunchBlocking = true })
+	defer d.Close()
+	tk := d.DefaultTask()
+	x, err := d.FromFloat32(2, 2, []float32{1, 2, 3, 4})
+	require.NoError(t, err)
+	y, err := d.Empty(2, 2, Float32)
+	require.NoError(t, err)
+	rec, err := tk.Record(func() error { return tk.AddInto(y, x, x) })
+	require.NoError(t, err)
+	defer rec.Close()
+	release := d.machine.Hold()
+	defer release()
+	before := d.Stats().HostWaitsFor(ReasonLaunchBlocking)
+	done := make(chan error, 1)
+	go func() { done <- rec.Replay() }()
+	waitFor(func() bool { return d.Stats().HostWaitsFor(ReasonLaunchBlocking) > before })
+	requireConcurrentUse(t, rec.Replay(), replayName, replayName)
+	requireConcurrentUse(t, rec.Close(), "Recording.Close", replayName)
+	release()
+	require.NoError(t, within(t, "Replay", func() error { return <-done }))
+	got, err := y.Float32s()
+	require.NoError(t, err)
+	require.Equal(t, []float32{2, 4, 6, 8}, got)
+	require.Empty(t, d.Hazards())
+}
+
+// Two goroutines that share a Task by mistake never get a wrong result
+// or a panic: each op either runs or fails with ErrConcurrentUse (and is
+// then retried here).
+func TestSharedTaskNeverCorrupts(t *testing.T) {
+	for _, p := range []Policy{DeviceSide, Unified} {
+		t.Run(p.String(), func(t *testing.T) {
+			d := openFaulty(t, p)
+			defer d.Close()
+			tk := d.DefaultTask()
+			one, err := d.FromFloat32(1, 64, make([]float32, 64))
+			require.NoError(t, err)
+			require.NoError(t, tk.Fill(one, 1))
+			const workers, rounds = 4, 50
+			arrays := make([]*Array, workers)
+			for i := range arrays {
+				arrays[i], err = tk.Full(1, 64, Float32, 0)
+				require.NoError(t, err)
+			}
+			require.NoError(t, tk.Synchronize())
+			errs := make(chan error, workers)
+			for w := range workers {
+				go func() {
+					for range rounds {
+						for {
+							err := tk.AddInto(arrays[w], arrays[w], one)
+							if errors.Is(err, ErrConcurrentUse) {
+								runtime.Gosched()
+								continue
+							}
+							if err != nil {
+								errs <- err
+								return
+							}
+							break
+						}
+					}
+					errs <- nil
+				}()
+			}
+			for range workers {
+				require.NoError(t, within(t, "a worker", func() error { return <-errs }))
+			}
+			require.NoError(t, tk.Synchronize())
+			for _, a := range arrays {
+				got, err := a.Float32s()
+				require.NoError(t, err)
+				for _, v := range got {
+					require.Equal(t, float32(rounds), v)
+				}
+			}
+			require.Empty(t, d.Hazards())
+		})
+	}
+}

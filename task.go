@@ -25,6 +25,9 @@ type Task struct {
 	sinks  syncstate.Sinks
 	err    error // set when the default task could not be made
 	closed atomic.Bool
+	// using is the name of the op a call is running on the task, nil
+	// while none is (guard.go).
+	using atomic.Pointer[string]
 	// lifeMu orders draining (Synchronize, Device.Synchronize) with
 	// releasing the driver task (Close); released is set under it.
 	lifeMu   sync.Mutex
@@ -84,6 +87,10 @@ func (t *Task) SynchronizeContext(ctx context.Context) error {
 	if err := t.check("Synchronize"); err != nil {
 		return err
 	}
+	if err := t.begin("Synchronize"); err != nil {
+		return err
+	}
+	defer t.end()
 	if t.rec != nil {
 		return newErr("Synchronize", ErrRecording, "inside Task.Record: the recorded ops have not run")
 	}
@@ -205,6 +212,10 @@ func (t *Task) Close() error {
 	if t == d.defaultTask {
 		return nil
 	}
+	if err := t.begin("Close"); err != nil {
+		return err
+	}
+	defer t.end()
 	if t.closed.Swap(true) {
 		return nil
 	}
@@ -457,6 +468,10 @@ func (t *Task) elementwise(name string, op kernels.Op, out, a, b *Array, alpha f
 	if err := t.check(name, out); err != nil {
 		return err
 	}
+	if err := t.begin(name); err != nil {
+		return err
+	}
+	defer t.end()
 	if err := t.check(name, reads...); err != nil {
 		return err
 	}
@@ -499,6 +514,10 @@ func (t *Task) gemm(name string, transA, transB bool, alpha float64, a, b *Array
 	if err := t.check(name, a, b, c); err != nil {
 		return err
 	}
+	if err := t.begin(name); err != nil {
+		return err
+	}
+	defer t.end()
 	m, k := a.rows, a.cols
 	if transA {
 		m, k = k, m
