@@ -182,6 +182,9 @@ func (b *buffer) download(ctx context.Context, op string, dst unsafe.Pointer, wh
 			break
 		}
 		b.st.Unlock()
+		if err := fromHostFunc(op); err != nil {
+			return err
+		}
 		d.countHostWait(ReasonReadBack)
 		d.debugHostWait(op, w, ReasonReadBack)
 		tw := d.trace.waitBegin(op, w, ReasonReadBack, hostTrack)

@@ -424,6 +424,9 @@ func (p *Pending) Wait(ctx context.Context) error {
 	defer p.dev.leave()
 	tw := -1
 	if !p.fence.Done() {
+		if err := fromHostFunc("Wait"); err != nil {
+			return err
+		}
 		p.dev.countHostWait(ReasonReadBack)
 		tw = p.dev.trace.waitBegin("Wait", p.fence, ReasonReadBack, hostTrack)
 	}

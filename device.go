@@ -507,6 +507,9 @@ func (d *Device) CloseContext(ctx context.Context) error {
 	if d == nil {
 		return newErr("Close", ErrInvalid, "nil device")
 	}
+	if err := fromHostFunc("Close"); err != nil {
+		return err
+	}
 	// Copies out of this device being submitted on other devices' tasks
 	// finish first, before the lock (peer.go says why); new ones fail.
 	d.peer.beginClose()
@@ -531,6 +534,7 @@ func (d *Device) CloseContext(ctx context.Context) error {
 		if !t.released {
 			d.trace.drained(t)
 			t.released = true
+			t.forgetLane()
 			errs = append(errs, t.drv.Close())
 		}
 		t.lifeMu.Unlock()

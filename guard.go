@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 )
@@ -94,4 +95,65 @@ func opTag(name string) *string {
 		}
 	}
 	return &anyOp
+}
+
+// A host function runs on its task's host lane, one goroutine per lane
+// for the lane's life. A host wait made from it for its own task's work
+// (Synchronize, a read-back of what it writes, Close) would wait for the
+// function itself, and rocsync's waits are refused there at once
+// (fromHostFunc). The check costs nothing while no host function runs
+// anywhere; otherwise it reads the calling goroutine's id, once per wait
+// that would block.
+var (
+	hostFuncsRunning atomic.Int32
+	laneGoroutines   sync.Map // goroutine id of a host lane → *Task
+)
+
+// runHostFunc runs fn, a host function of t, on t's lane.
+func (t *Task) runHostFunc(fn func(*HostAccess) error, h *HostAccess) error {
+	if t.laneG.Load() == 0 {
+		g := goid()
+		laneGoroutines.Store(g, t)
+		t.laneG.Store(g)
+	}
+	hostFuncsRunning.Add(1)
+	defer hostFuncsRunning.Add(-1)
+	return fn(h)
+}
+
+// forgetLane drops t's lane from laneGoroutines; t's driver task is
+// released.
+func (t *Task) forgetLane() {
+	if g := t.laneG.Load(); g != 0 {
+		laneGoroutines.Delete(g)
+	}
+}
+
+// fromHostFunc is the error of a host wait (op) made from inside a host
+// function, nil elsewhere.
+func fromHostFunc(op string) error {
+	if hostFuncsRunning.Load() == 0 {
+		return nil
+	}
+	v, ok := laneGoroutines.Load(goid())
+	if !ok {
+		return nil
+	}
+	return newErr(op, ErrInvalid, "called from a host function of %v's task: a host wait there waits for the function itself, or for work behind it (a host function reaches its operands through its HostAccess only)", v.(*Task).dev)
+}
+
+// goid is the calling goroutine's id, from the first line of its stack
+// trace ("goroutine 42 [running]:").
+func goid() uint64 {
+	var buf [32]byte
+	n := runtime.Stack(buf[:], false)
+	const prefix = "goroutine "
+	var id uint64
+	for _, c := range buf[min(len(prefix), n):n] {
+		if c < '0' || c > '9' {
+			break
+		}
+		id = id*10 + uint64(c-'0')
+	}
+	return id
 }

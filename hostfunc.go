@@ -64,7 +64,7 @@ func (t *Task) HostFunc(operands []Arg, fn func(h *HostAccess) error) error {
 	t.op.Func = func() error {
 		h.ended.Store(false) // a replayed recording runs it again
 		defer h.ended.Store(true)
-		return fn(h)
+		return t.runHostFunc(fn, h)
 	}
 	_, err := t.submit(name, accs)
 	return err

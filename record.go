@@ -541,6 +541,10 @@ func (r *Recording) Close() error {
 	var err error
 	if d.enter(name) == nil {
 		if !t.closed.Load() && !r.last.IsZero() && !r.last.Done() {
+			if err := fromHostFunc(name); err != nil {
+				d.leave()
+				return err
+			}
 			t.sinks.HostWait(ReasonSync)
 			d.debugHostWait(name, r.last, ReasonSync)
 			tw := d.trace.waitBegin(name, r.last, ReasonSync, t.traceHost)

@@ -475,3 +475,36 @@ func TestSharedTaskNeverCorrupts(t *testing.T) {
 		})
 	}
 }
+
+// A host function that waits on the host for its own task's work
+// (Synchronize, the device's Synchronize, a read-back of what it writes,
+// a download's Wait, Close) gets an ErrInvalid error at once instead of
+// waiting for itself until WaitTimeout.
+func TestHostFuncWaitingForItselfFailsAtOnce(t *testing.T) {
+	d := openFaulty(t, DeviceSide)
+	defer d.Close()
+	tk := d.DefaultTask()
+	x, err := d.FromFloat32(2, 2, []float32{1, 2, 3, 4})
+	require.NoError(t, err)
+	calls := map[string]func() error{
+		"Task.Synchronize":   tk.Synchronize,
+		"Device.Synchronize": d.Synchronize,
+		"read-back":          func() error { _, err := x.Float32s(); return err },
+		"Device.Close":       d.Close,
+	}
+	for name, call := range calls {
+		got := make(chan error, 1)
+		require.NoError(t, tk.HostFunc([]Arg{InOut(x)}, func(*HostAccess) error {
+			got <- call()
+			return nil
+		}))
+		err := within(t, name+" inside a host function", func() error { return <-got })
+		require.ErrorIs(t, err, ErrInvalid, name)
+		require.Contains(t, err.Error(), "host function", name)
+		require.NoError(t, within(t, "Synchronize", tk.Synchronize), name)
+	}
+	got, err := x.Float32s()
+	require.NoError(t, err)
+	require.Equal(t, []float32{1, 2, 3, 4}, got)
+	require.Empty(t, d.Hazards())
+}

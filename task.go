@@ -28,6 +28,9 @@ type Task struct {
 	// using is the name of the op a call is running on the task, nil
 	// while none is (guard.go).
 	using atomic.Pointer[string]
+	// laneG is the goroutine id of the task's host lane, once it has run
+	// a host function (guard.go).
+	laneG atomic.Uint64
 	// lifeMu orders draining (Synchronize, Device.Synchronize) with
 	// releasing the driver task (Close); released is set under it.
 	lifeMu   sync.Mutex
@@ -127,6 +130,9 @@ func (t *Task) drainOne(ctx context.Context, tl syncstate.Timeline) error {
 	if tl.Completed() >= last {
 		return faultIn("Synchronize", syncstate.Fence{TL: tl, Ticket: last}, tl.Failed(last))
 	}
+	if err := fromHostFunc("Synchronize"); err != nil {
+		return err
+	}
 	t.sinks.HostWait(ReasonSync)
 	t.dev.debugHostWait("Synchronize", syncstate.Fence{TL: tl, Ticket: last}, ReasonSync)
 	tw := t.dev.trace.waitBegin("Synchronize", syncstate.Fence{TL: tl, Ticket: last}, ReasonSync, t.traceHost)
@@ -212,6 +218,9 @@ func (t *Task) Close() error {
 	if t == d.defaultTask {
 		return nil
 	}
+	if err := fromHostFunc("Close"); err != nil {
+		return err
+	}
 	if err := t.begin("Close"); err != nil {
 		return err
 	}
@@ -232,6 +241,7 @@ func (t *Task) Close() error {
 	}
 	d.mu.Unlock()
 	t.released = true
+	t.forgetLane()
 	return asError("Close", errors.Join(err, t.drv.Close()))
 }
 
