@@ -115,6 +115,12 @@ func (d *Device) throttleDevice(sinks syncstate.Sinks, host int) error {
 				tw := d.trace.waitBegin("submit", syncstate.Fence{TL: busiestTL, Ticket: target}, ReasonThrottle, host)
 				err = busiestTL.WaitHost(target)
 				d.trace.waitEnd(tw, err)
+				if err != nil && busiestTL.Failed(target) != nil {
+					// Failed work is its waiters' to report; it holds
+					// nothing back any more.
+					busiest.lifeMu.Unlock()
+					return nil
+				}
 			}
 		}
 		busiest.lifeMu.Unlock()

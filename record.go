@@ -384,6 +384,9 @@ func (r *Recording) Replay() error {
 		return err
 	}
 	defer d.leave()
+	if err := t.capWait(name, uint64(len(r.segs))); err != nil {
+		return err
+	}
 	first := r.segs[0].tl
 	tr := d.trace
 	var began0 time.Duration
@@ -487,7 +490,7 @@ func (r *Recording) Replay() error {
 	if err != nil {
 		return err
 	}
-	return t.submitWaits(name, "replay", f, uint64(len(r.segs)))
+	return t.submitWaits(name, "replay", f)
 }
 
 // submitSegment is the driver's Submit of one segment of a replay, which

@@ -508,3 +508,35 @@ func TestHostFuncWaitingForItselfFailsAtOnce(t *testing.T) {
 	require.Equal(t, []float32{1, 2, 3, 4}, got)
 	require.Empty(t, d.Hazards())
 }
+
+// A device run-ahead cap wait that sync-debug refuses leaves the op
+// unsubmitted: nothing is dispatched, and the array holds the sum of the
+// ops that were.
+func TestRefusedRunAheadCapWaitIsNotSubmitted(t *testing.T) {
+	d := openFaulty(t, DeviceSide, func(o *Options) { o.MaxInFlightPerDevice, o.SyncDebug = 4, SyncDebugFail })
+	defer d.Close()
+	tk := d.DefaultTask()
+	one, err := d.FromFloat32(1, 4, []float32{1, 1, 1, 1})
+	require.NoError(t, err)
+	x, err := d.FromFloat32(1, 4, make([]float32, 4))
+	require.NoError(t, err)
+	release := d.machine.Hold()
+	defer release()
+	ran := 0
+	for {
+		before := d.Stats().Dispatches
+		err := tk.AddInto(x, x, one)
+		if err != nil {
+			require.ErrorIs(t, err, ErrHostWait)
+			require.Equal(t, before, d.Stats().Dispatches, "the refused op was submitted")
+			break
+		}
+		ran++
+		require.Less(t, ran, 100, "the cap never acted")
+	}
+	release()
+	got, err := x.Float32s()
+	require.NoError(t, err)
+	require.Equal(t, []float32{float32(ran), float32(ran), float32(ran), float32(ran)}, got)
+	require.Empty(t, d.Hazards())
+}

@@ -318,6 +318,9 @@ func (t *Task) timeline(l driver.Lane) syncstate.Timeline {
 func (t *Task) submitEntered(name string, operands []access) (syncstate.Fence, error) {
 	d := t.dev
 	op := &t.op
+	if err := t.capWait(name, 1); err != nil {
+		return syncstate.Fence{}, err
+	}
 	tl := t.timeline(op.Lane)
 	tr := d.tracer()
 	if tr != nil {
@@ -432,23 +435,32 @@ func (t *Task) afterSubmit(name string, sop *syncstate.Op, tl syncstate.Timeline
 		}
 		return &Error{Op: name, Kind: waitKind(f, err), Detail: "on " + tl.Name(), Err: err}
 	}
-	return t.submitWaits(name, "op", f, 1)
+	return t.submitWaits(name, "op", f)
+}
+
+// capWait enforces the device's run-ahead cap ahead of a submission of
+// submissions driver submissions (an op, a replay's segments): a throttle
+// wait for older work, made before the op, so that a wait that is
+// refused (sync-debug) or runs out of time leaves the op unsubmitted.
+func (t *Task) capWait(name string, submissions uint64) error {
+	d := t.dev
+	if d.maxPerDevice == 0 || d.sinceCheck.Add(submissions) < max(d.maxPerDevice/2, 1) {
+		return nil
+	}
+	d.sinceCheck.Store(0)
+	err := d.throttleDevice(t.sinks, t.traceHost)
+	if err == nil || errors.Is(err, ErrHostWait) {
+		return err
+	}
+	return &Error{Op: name, Kind: ownWaitKind(err), Detail: "device run-ahead cap: not submitted", Err: err}
 }
 
 // submitWaits makes the waits that follow a submission once it is
-// recorded on its operands: the device's run-ahead cap (submissions
-// counts the driver submissions it made), launch-blocking's wait for f
-// (what names the submission in its error: an op, a replay) and the poll
-// of pending frees. Eager ops and replays share it.
-func (t *Task) submitWaits(name, what string, f syncstate.Fence, submissions uint64) error {
+// recorded on its operands: launch-blocking's wait for f (what names the
+// submission in its error: an op, a replay) and the poll of pending
+// frees. Eager ops and replays share it.
+func (t *Task) submitWaits(name, what string, f syncstate.Fence) error {
 	d := t.dev
-	if d.maxPerDevice > 0 && d.sinceCheck.Add(submissions) >= max(d.maxPerDevice/2, 1) {
-		d.sinceCheck.Store(0)
-		if err := d.throttleDevice(t.sinks, t.traceHost); err != nil {
-			// The op itself was submitted; the wait for older work failed.
-			return &Error{Op: name, Kind: ownWaitKind(err), Detail: "device run-ahead cap", Err: err}
-		}
-	}
 	if d.launchBlocking {
 		t.sinks.HostWait(ReasonLaunchBlocking)
 		tw := d.trace.waitBegin(name, f, ReasonLaunchBlocking, t.traceHost)
