@@ -1,7 +1,6 @@
 package rocsync
 
 import (
-	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -17,11 +16,6 @@ import (
 // once with ErrConcurrentUse, naming both ops, instead of corrupting the
 // first one's op or the queue. Uses that do not overlap are not errors
 // (the atomics order them), and a Recording is used through its task.
-
-// ErrConcurrentUse: a Task (or a Recording, through its task) was used by
-// two goroutines at once. The error wraps a *ConcurrentUseError naming
-// both calls' ops.
-var ErrConcurrentUse = errors.New("task used by two goroutines at once")
 
 // ConcurrentUseError names the two overlapping calls on one Task: Op, the
 // call refused, and Other, the call already running on the task.

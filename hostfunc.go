@@ -22,8 +22,9 @@ import (
 // and the last writers and readers of what it writes (Out, InOut). It
 // returns once fn is queued, without waiting for anything on the host.
 // fn reaches the operands through its HostAccess, by synchronous copies;
-// it must not touch them otherwise, nor use rocsync's ops (Synchronize
-// included: it would wait for fn itself).
+// it must not touch them otherwise, nor use rocsync's ops: a host wait
+// that would block (Synchronize, a read-back, Close) is an ErrInvalid
+// error at once, since it would wait for fn itself.
 //
 // fn's error (or panic) fails the op: what it writes is poisoned with an
 // ErrFault error wrapping the cause, ops that read it fail at once, and

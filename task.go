@@ -16,8 +16,9 @@ import (
 
 // Task is the task-local state of the seed design: on ROCm one HSA queue
 // for rocsync's kernels, one HIP stream, and a rocBLAS handle bound to that
-// stream. Ops submitted through a task run in order; a Task must not be
-// used by two goroutines at once (give each goroutine its own).
+// stream. Ops submitted through a task run in order; a Task serves one
+// goroutine at a time (give each goroutine its own): a call made while
+// another goroutine's call runs on it fails with ErrConcurrentUse.
 type Task struct {
 	dev    *Device
 	drv    driver.Task
