@@ -20,9 +20,13 @@ import (
 // ConcurrentUseError names the two overlapping calls on one Task: Op, the
 // call refused, and Other, the call already running on the task.
 type ConcurrentUseError struct {
-	Op, Other string
+	// Op is the call refused.
+	Op string
+	// Other is the call that was running on the task.
+	Other string
 }
 
+// Error names both calls and the rule.
 func (e *ConcurrentUseError) Error() string {
 	return fmt.Sprintf("%s called while %s runs on the task in another goroutine: a Task serves one goroutine at a time (give each goroutine its own)", e.Op, e.Other)
 }
