@@ -64,7 +64,7 @@ func (t *Task) concurrent(name string) error {
 		other = *p
 	}
 	ce := &ConcurrentUseError{Op: name, Other: other}
-	return &Error{Op: name, Kind: ErrConcurrentUse, Detail: ce.Error(), Err: ce}
+	return &Error{Op: name, Kind: ErrConcurrentUse, Err: ce}
 }
 
 // opTags interns op names for begin: a fixed open-addressed table of

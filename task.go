@@ -91,6 +91,9 @@ func (t *Task) SynchronizeContext(ctx context.Context) error {
 	if err := t.check("Synchronize"); err != nil {
 		return err
 	}
+	if err := fromHostFunc("Synchronize"); err != nil {
+		return err // it would wait for the function itself
+	}
 	if err := t.begin("Synchronize"); err != nil {
 		return err
 	}
