@@ -376,7 +376,7 @@ func (p *pendingFrees) poll(d *Device, wait, ask bool) error {
 			err := f.TL.WaitHost(f.Ticket)
 			d.trace.waitEnd(tw, err)
 			if err != nil {
-				errs = append(errs, err)
+				errs = append(errs, &Error{Op: "Free", Kind: waitKind(f, err), Detail: "waiting for " + f.String(), Err: err})
 				ready = false
 				break
 			}

@@ -160,27 +160,42 @@ func (b *Buffer) CopyTo(ctx context.Context, dst []byte) error {
 }
 
 // download waits for the writer and copies the whole buffer to dst; the
-// caller has entered the device.
+// caller has entered the device. It holds the buffer's lock only to look
+// at its state and to copy, never across the wait: an op of another task
+// that needs no host wait (it reads the buffer too, ordered on the device)
+// is not held up behind a read-back. A writer that committed while it
+// waited is waited for in turn.
 func (b *buffer) download(ctx context.Context, op string, dst unsafe.Pointer, who fmt.Stringer) error {
 	d := b.dev
 	b.st.Lock()
-	defer b.st.Unlock()
-	if b.freed {
-		return newErr(op, ErrFreed, "%v", who)
-	}
-	if r := b.pinnedBy; r != nil && r.recording.Load() {
-		return newErr(op, ErrRecording, "%v is used by %v, which is still recording: its ops have not run", who, r)
-	}
-	if w := b.st.WriterLocked(); !w.Done() {
+	for {
+		if b.freed {
+			b.st.Unlock()
+			return newErr(op, ErrFreed, "%v", who)
+		}
+		if r := b.pinnedBy; r != nil && r.recording.Load() {
+			b.st.Unlock()
+			return newErr(op, ErrRecording, "%v is used by %v, which is still recording: its ops have not run", who, r)
+		}
+		w := b.st.WriterLocked()
+		if w.Done() {
+			break
+		}
+		b.st.Unlock()
+		if err := fromHostFunc(op); err != nil {
+			return err
+		}
 		d.countHostWait(ReasonReadBack)
 		d.debugHostWait(op, w, ReasonReadBack)
 		tw := d.trace.waitBegin(op, w, ReasonReadBack, hostTrack)
 		err := syncstate.WaitHostContext(ctx, w)
 		d.trace.waitEnd(tw, err)
 		if err != nil {
-			return &Error{Op: op, Kind: waitKind(err), Detail: "waiting for the writer " + w.String(), Err: err}
+			return &Error{Op: op, Kind: waitKind(w, err), Detail: "waiting for the writer " + w.String(), Err: err}
 		}
+		b.st.Lock()
 	}
+	defer b.st.Unlock()
 	if err := b.st.PoisonLocked(); err != nil {
 		// Nothing is copied: dst keeps what it held.
 		return &Error{Op: op, Kind: ErrFault, Detail: who.String(), Err: err}

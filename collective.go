@@ -514,6 +514,11 @@ func (c *Communicator) run(name string, build func(i int, r commRank, ro *rankOp
 			errs[i] = err
 			return
 		}
+		if err := t.begin(name); err != nil {
+			errs[i] = err
+			return
+		}
+		defer t.end()
 		t.op.Kind, t.op.Lane, t.op.Call = driver.LibraryCall, driver.LaneLibrary, ro.call
 		accs := append(t.operands[:0], ro.operands[:ro.n]...)
 		_, errs[i] = t.submit(name, accs)

@@ -140,7 +140,7 @@ func (d *Device) stagingWait(op string, f syncstate.Fence, blocking bool, detail
 	}
 	d.trace.waitEnd(tw, err)
 	if err != nil && f.TL.Failed(f.Ticket) == nil {
-		return &Error{Op: op, Kind: waitKind(err), Detail: detail, Err: err}
+		return &Error{Op: op, Kind: ownWaitKind(err), Detail: detail, Err: err}
 	}
 	return nil
 }
@@ -218,6 +218,10 @@ func (t *Task) Upload(dst Operand, src []byte) error {
 	if err := t.check(name); err != nil {
 		return err
 	}
+	if err := t.begin(name); err != nil {
+		return err
+	}
+	defer t.end()
 	b, err := t.copyOperand(name, dst, len(src))
 	if err != nil {
 		return err
@@ -242,10 +246,15 @@ func (t *Task) Upload(dst Operand, src []byte) error {
 		t.op.Kind, t.op.Lane = driver.CopyHtoD, driver.LaneLibrary
 		t.op.Dst, t.op.Host, t.op.Size = b.ptr+driver.DevicePtr(off), host, size
 		var f syncstate.Fence
-		if f, err = t.submit(name, append(t.operands[:0], access{b, dst, Write})); err != nil {
+		f, err = t.submit(name, append(t.operands[:0], access{b, dst, Write}))
+		if !f.IsZero() {
+			// Submitted, even if a wait after it failed: the slot is
+			// reused only behind this copy.
+			last = f
+		}
+		if err != nil {
 			break
 		}
-		last = f
 	}
 	t.dev.staging.put(slot, last) // the chunks run in order: the last one's fence covers them
 	return err
@@ -322,6 +331,10 @@ func (t *Task) Download(src Operand, dst []byte) (*Pending, error) {
 	if err := t.check(name); err != nil {
 		return nil, err
 	}
+	if err := t.begin(name); err != nil {
+		return nil, err
+	}
+	defer t.end()
 	b, err := t.copyOperand(name, src, len(dst))
 	if err != nil {
 		return nil, err
@@ -338,6 +351,11 @@ func (t *Task) Download(src Operand, dst []byte) (*Pending, error) {
 		t.op.Src, t.op.Host, t.op.Size = b.ptr+driver.DevicePtr(off), unsafe.Add(slot.p, off), min(p.chunk, b.size-off)
 		f, err := t.submit(name, append(t.operands[:0], access{b, src, Read}))
 		if err != nil {
+			if !f.IsZero() {
+				// Submitted, but a wait after it failed: the slot is
+				// reused only behind this copy.
+				p.fence = f
+			}
 			p.unpin()
 			t.dev.staging.put(slot, p.fence)
 			return nil, err
@@ -406,6 +424,9 @@ func (p *Pending) Wait(ctx context.Context) error {
 	defer p.dev.leave()
 	tw := -1
 	if !p.fence.Done() {
+		if err := fromHostFunc("Wait"); err != nil {
+			return err
+		}
 		p.dev.countHostWait(ReasonReadBack)
 		tw = p.dev.trace.waitBegin("Wait", p.fence, ReasonReadBack, hostTrack)
 	}
@@ -430,7 +451,7 @@ func (p *Pending) Wait(ctx context.Context) error {
 		}
 	}
 	p.dev.trace.waitEnd(tw, err)
-	if err != nil && waitKind(err) == ErrTimeout && p.fence.TL.Failed(p.fence.Ticket) == nil {
+	if err != nil && waitKind(p.fence, err) == ErrTimeout {
 		return &Error{Op: "Wait", Kind: ErrTimeout, Detail: "download of " + p.who.String(), Err: err}
 	}
 	if err != nil {
@@ -466,6 +487,15 @@ func (t *Task) CopyBuffer(dst, src Operand) error {
 	if err := t.check(name); err != nil {
 		return err
 	}
+	if err := t.begin(name); err != nil {
+		return err
+	}
+	defer t.end()
+	return t.copyBuffer(name, dst, src)
+}
+
+// copyBuffer is CopyBuffer for a caller that uses the task (begin).
+func (t *Task) copyBuffer(name string, dst, src Operand) error {
 	if src == nil || src.trackedBuffer() == nil {
 		return newErr(name, ErrNilArray, "source")
 	}

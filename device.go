@@ -115,6 +115,12 @@ func (d *Device) throttleDevice(sinks syncstate.Sinks, host int) error {
 				tw := d.trace.waitBegin("submit", syncstate.Fence{TL: busiestTL, Ticket: target}, ReasonThrottle, host)
 				err = busiestTL.WaitHost(target)
 				d.trace.waitEnd(tw, err)
+				if err != nil && busiestTL.Failed(target) != nil {
+					// Failed work is its waiters' to report; it holds
+					// nothing back any more.
+					busiest.lifeMu.Unlock()
+					return nil
+				}
 			}
 		}
 		busiest.lifeMu.Unlock()
@@ -507,6 +513,9 @@ func (d *Device) CloseContext(ctx context.Context) error {
 	if d == nil {
 		return newErr("Close", ErrInvalid, "nil device")
 	}
+	if err := fromHostFunc("Close"); err != nil {
+		return err
+	}
 	// Copies out of this device being submitted on other devices' tasks
 	// finish first, before the lock (peer.go says why); new ones fail.
 	d.peer.beginClose()
@@ -516,7 +525,7 @@ func (d *Device) CloseContext(ctx context.Context) error {
 		return nil
 	}
 	drained := d.synchronize(ctx)
-	if drained != nil && waitKind(drained) == ErrTimeout {
+	if timedOut(drained) {
 		d.peer.stayOpen()
 		return &Error{Op: "Close", Kind: ErrTimeout, Detail: "work still in flight; the device stays open", Err: drained}
 	}
@@ -531,6 +540,7 @@ func (d *Device) CloseContext(ctx context.Context) error {
 		if !t.released {
 			d.trace.drained(t)
 			t.released = true
+			t.forgetLane()
 			errs = append(errs, t.drv.Close())
 		}
 		t.lifeMu.Unlock()

@@ -53,6 +53,10 @@ var (
 	// reading back an array the recording touches) inside Task.Record, a
 	// Record inside another, or freeing a buffer a live Recording uses.
 	ErrRecording = errors.New("not allowed while recording, or on what a recording uses")
+	// ErrConcurrentUse: a Task (or a Recording, through its task) was
+	// used by two goroutines at once. The error wraps a
+	// *ConcurrentUseError naming both calls' ops.
+	ErrConcurrentUse = errors.New("task used by two goroutines at once")
 )
 
 // Error is a failed rocsync call: which operation, what kind of failure,
@@ -124,5 +128,5 @@ func kindOf(err error) error {
 	if errors.As(err, &inner) {
 		return inner.Kind
 	}
-	return waitKind(err)
+	return ownWaitKind(err)
 }

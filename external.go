@@ -52,6 +52,10 @@ func (t *Task) handshake(name string, foreign uintptr, operands []Arg, export bo
 	if err := t.check(name); err != nil {
 		return err
 	}
+	if err := t.begin(name); err != nil {
+		return err
+	}
+	defer t.end()
 	j, ok := t.dev.drv.(driver.StreamJoiner)
 	if !ok {
 		return newErr(name, ErrUnavailable, "the %s backend cannot order foreign streams", t.dev.backend)
@@ -116,6 +120,10 @@ func (t *Task) ExportSignal(operands ...Arg) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	if err := t.begin(name); err != nil {
+		return 0, err
+	}
+	defer t.end()
 	h, err := sf.NewExternalSignal()
 	if err != nil {
 		return 0, &Error{Op: name, Kind: ErrUnavailable, Detail: "creating the signal", Err: err}
@@ -137,6 +145,10 @@ func (t *Task) ImportSignal(signal uint64, operands ...Arg) error {
 	if _, err := t.signalFencer(name, operands); err != nil {
 		return err
 	}
+	if err := t.begin(name); err != nil {
+		return err
+	}
+	defer t.end()
 	if signal == 0 {
 		return newErr(name, ErrInvalid, "the null signal")
 	}
@@ -153,6 +165,10 @@ func (t *Task) ReleaseSignal(signal uint64) error {
 	if err := t.check(name); err != nil {
 		return err
 	}
+	if err := t.begin(name); err != nil {
+		return err
+	}
+	defer t.end()
 	sf, ok := t.drv.(driver.SignalFencer)
 	if !ok {
 		return newErr(name, ErrUnavailable, "the %s backend has no HSA signals", t.dev.backend)

@@ -22,8 +22,9 @@ import (
 // and the last writers and readers of what it writes (Out, InOut). It
 // returns once fn is queued, without waiting for anything on the host.
 // fn reaches the operands through its HostAccess, by synchronous copies;
-// it must not touch them otherwise, nor use rocsync's ops (Synchronize
-// included: it would wait for fn itself).
+// it must not touch them otherwise, nor use rocsync's ops: a host wait
+// that would block (Synchronize, a read-back, Close) is an ErrInvalid
+// error at once, since it would wait for fn itself.
 //
 // fn's error (or panic) fails the op: what it writes is poisoned with an
 // ErrFault error wrapping the cause, ops that read it fail at once, and
@@ -35,6 +36,10 @@ func (t *Task) HostFunc(operands []Arg, fn func(h *HostAccess) error) error {
 	if err := t.check(name); err != nil {
 		return err
 	}
+	if err := t.begin(name); err != nil {
+		return err
+	}
+	defer t.end()
 	if fn == nil {
 		return newErr(name, ErrInvalid, "nil function")
 	}
@@ -60,7 +65,7 @@ func (t *Task) HostFunc(operands []Arg, fn func(h *HostAccess) error) error {
 	t.op.Func = func() error {
 		h.ended.Store(false) // a replayed recording runs it again
 		defer h.ended.Store(true)
-		return fn(h)
+		return t.runHostFunc(fn, h)
 	}
 	_, err := t.submit(name, accs)
 	return err

@@ -223,6 +223,10 @@ func (t *Task) Launch(k *Kernel, g Geometry, args ...Arg) error {
 	if err := t.check(name); err != nil {
 		return err
 	}
+	if err := t.begin(name); err != nil {
+		return err
+	}
+	defer t.end()
 	if k == nil {
 		return newErr(name, ErrInvalid, "nil kernel")
 	}
@@ -280,6 +284,10 @@ func (t *Task) LibraryCall(operands []Arg, fn func(stream uintptr) error) error 
 	if err := t.check(name); err != nil {
 		return err
 	}
+	if err := t.begin(name); err != nil {
+		return err
+	}
+	defer t.end()
 	if fn == nil {
 		return newErr(name, ErrInvalid, "nil function")
 	}

@@ -94,6 +94,10 @@ func (t *Task) CopyPeer(dst, src Operand) error {
 	if err := t.check(name); err != nil {
 		return err
 	}
+	if err := t.begin(name); err != nil {
+		return err
+	}
+	defer t.end()
 	if dst == nil || dst.trackedBuffer() == nil {
 		return newErr(name, ErrNilArray, "destination")
 	}
@@ -105,7 +109,7 @@ func (t *Task) CopyPeer(dst, src Operand) error {
 		return newErr(name, ErrDeviceMismatch, "the destination %v is not on the task's device %v", dst, t.dev)
 	}
 	if s.dev == t.dev {
-		return t.CopyBuffer(dst, src)
+		return t.copyBuffer("CopyBuffer", dst, src)
 	}
 	from := s.dev
 	if from.openCall != t.dev.openCall {
@@ -208,7 +212,7 @@ func (p *peerCopies) waitReaders(ctx context.Context, d *Device) error {
 		tw := d.trace.waitBegin("Synchronize", f, ReasonSync, hostTrack)
 		err := syncstate.WaitHostContext(ctx, f)
 		d.trace.waitEnd(tw, err)
-		if err != nil && waitKind(err) == ErrTimeout {
+		if err != nil && waitKind(f, err) == ErrTimeout {
 			errs = append(errs, &Error{Op: "Synchronize", Kind: ErrTimeout, Detail: "waiting for a copy to another device at " + f.String(), Err: err})
 		}
 		// A failed copy is the copying device's to report.
@@ -276,6 +280,15 @@ func (t *Task) copyStaged(name string, dst, src Operand, d, s *buffer) error {
 	_, err = pt.submit(name, append(pt.operands[:0], access{s, src, Read}, access{&slot.buf, slot, Write}))
 	from.peer.taskMu.Unlock()
 	if err != nil {
+		if slot.buf.st.Poison() != nil {
+			// The first half failed on what it depends on and poisoned
+			// the slot: the second half carries that to dst, as the
+			// direct copy poisons it (it fails in ordering, and is not
+			// submitted).
+			t.op.Kind, t.op.Lane = driver.CopyHtoD, driver.LaneLibrary
+			t.op.Dst, t.op.Host, t.op.Size = d.ptr, slot.p, d.size
+			_, _ = t.submit(name, append(t.operands[:0], access{&slot.buf, slot, Read}, access{d, dst, Write}))
+		}
 		return err
 	}
 	if h := t.dev.peer.betweenHalves; h != nil {

@@ -153,24 +153,28 @@ func (t *Task) Record(fn func() error) (*Recording, error) {
 	if fn == nil {
 		return nil, newErr(name, ErrInvalid, "nil function")
 	}
+	if err := t.begin(name); err != nil {
+		return nil, err
+	}
 	if t.rec != nil {
+		t.end()
 		return nil, newErr(name, ErrRecording, "inside another Record")
 	}
 	r := &Recording{t: t, id: recordingIDs.Add(1)}
 	r.recording.Store(true)
 	t.rec = &recorder{r: r}
+	t.end() // fn's ops use the task in turn
 	returned := false
 	defer func() {
 		if !returned { // fn panicked (the panic goes on) or ended its goroutine
-			t.rec = nil
+			t.swapRec(nil)
 			r.recording.Store(false)
 			_ = r.release(!t.dev.closed.Load())
 		}
 	}()
 	err := fn()
 	returned = true
-	rec := t.rec
-	t.rec = nil
+	rec := t.swapRec(nil)
 	r.recording.Store(false)
 	if err == nil && t.closed.Load() {
 		err = newErr(name, ErrClosed, "the task was closed inside Record")
@@ -365,6 +369,10 @@ func (r *Recording) Replay() error {
 	if err := t.check(name); err != nil {
 		return err
 	}
+	if err := t.begin(name); err != nil {
+		return err
+	}
+	defer t.end()
 	if r.closed {
 		return newErr(name, ErrClosed, "%v is closed", r)
 	}
@@ -376,6 +384,9 @@ func (r *Recording) Replay() error {
 		return err
 	}
 	defer d.leave()
+	if err := t.capWait(name, uint64(len(r.segs))); err != nil {
+		return err
+	}
 	first := r.segs[0].tl
 	tr := d.trace
 	var began0 time.Duration
@@ -390,10 +401,7 @@ func (r *Recording) Replay() error {
 			if tr != nil {
 				tr.opFailed(first, t.traceHost, began0)
 			}
-			if errors.Is(err, ErrHostWait) {
-				return err
-			}
-			return &Error{Op: name, Kind: ErrFault, Detail: "not submitted on " + first.Name(), Err: err}
+			return notSubmitted(name, first, err)
 		}
 	}
 	for _, x := range r.operands {
@@ -433,7 +441,7 @@ func (r *Recording) Replay() error {
 		} else {
 			op.Kind, op.Lane, op.Func = driver.HostFunc, driver.LaneHost, seg.host
 		}
-		ticket, err := t.drv.Submit(op)
+		ticket, err := r.submitSegment(op, link)
 		if tr != nil {
 			if err != nil {
 				tr.opFailed(seg.tl, t.traceHost, began)
@@ -472,7 +480,7 @@ func (r *Recording) Replay() error {
 			if errors.As(cerr, &e) {
 				err = cerr
 			} else {
-				err = &Error{Op: name, Kind: ErrFault, Detail: "on " + f.TL.Name(), Err: cerr}
+				err = &Error{Op: name, Kind: waitKind(f, cerr), Detail: "on " + f.TL.Name(), Err: cerr}
 			}
 		}
 	}
@@ -482,7 +490,24 @@ func (r *Recording) Replay() error {
 	if err != nil {
 		return err
 	}
-	return t.submitWaits(name, "replay", f, uint64(len(r.segs)))
+	return t.submitWaits(name, "replay", f)
+}
+
+// submitSegment is the driver's Submit of one segment of a replay, which
+// may run library calls' functions on this goroutine. If one panics, the
+// replay fails before the panic goes on: what it writes is poisoned and
+// its operands are unlocked, as for an eager library call.
+func (r *Recording) submitSegment(op *driver.Op, link *syncstate.Op) (ticket uint64, err error) {
+	returned := false
+	defer func() {
+		if !returned {
+			link.Abort()
+			r.failParts(errCallPanicked)
+		}
+	}()
+	ticket, err = r.t.drv.Submit(op)
+	returned = true
+	return ticket, err
 }
 
 func (r *Recording) abortParts() {
@@ -512,15 +537,23 @@ func (r *Recording) Close() error {
 		return nil
 	}
 	t, d := r.t, r.t.dev
+	if err := t.begin(name); err != nil {
+		return err
+	}
+	defer t.end()
 	var err error
 	if d.enter(name) == nil {
 		if !t.closed.Load() && !r.last.IsZero() && !r.last.Done() {
+			if err := fromHostFunc(name); err != nil {
+				d.leave()
+				return err
+			}
 			t.sinks.HostWait(ReasonSync)
 			d.debugHostWait(name, r.last, ReasonSync)
 			tw := d.trace.waitBegin(name, r.last, ReasonSync, t.traceHost)
 			err = syncstate.WaitHostContext(context.Background(), r.last)
 			d.trace.waitEnd(tw, err)
-			if err != nil && waitKind(err) == ErrTimeout {
+			if err != nil && waitKind(r.last, err) == ErrTimeout {
 				d.leave()
 				return &Error{Op: name, Kind: ErrTimeout, Detail: "waiting for the last replay " + r.last.String(), Err: err}
 			}

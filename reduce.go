@@ -88,6 +88,10 @@ func (t *Task) Sum(out, in *Array, r Reduction) error {
 	if err := t.check(name, out, in); err != nil {
 		return err
 	}
+	if err := t.begin(name); err != nil {
+		return err
+	}
+	defer t.end()
 	if !r.Valid() {
 		return newErr(name, ErrInvalid, "unknown reduction %v", r)
 	}

@@ -16,8 +16,9 @@ import (
 
 // Task is the task-local state of the seed design: on ROCm one HSA queue
 // for rocsync's kernels, one HIP stream, and a rocBLAS handle bound to that
-// stream. Ops submitted through a task run in order; a Task must not be
-// used by two goroutines at once (give each goroutine its own).
+// stream. Ops submitted through a task run in order; a Task serves one
+// goroutine at a time (give each goroutine its own): a call made while
+// another goroutine's call runs on it fails with ErrConcurrentUse.
 type Task struct {
 	dev    *Device
 	drv    driver.Task
@@ -25,6 +26,12 @@ type Task struct {
 	sinks  syncstate.Sinks
 	err    error // set when the default task could not be made
 	closed atomic.Bool
+	// using is the name of the op a call is running on the task, nil
+	// while none is (guard.go).
+	using atomic.Pointer[string]
+	// laneG is the goroutine id of the task's host lane, once it has run
+	// a host function (guard.go).
+	laneG atomic.Uint64
 	// lifeMu orders draining (Synchronize, Device.Synchronize) with
 	// releasing the driver task (Close); released is set under it.
 	lifeMu   sync.Mutex
@@ -84,6 +91,13 @@ func (t *Task) SynchronizeContext(ctx context.Context) error {
 	if err := t.check("Synchronize"); err != nil {
 		return err
 	}
+	if err := fromHostFunc("Synchronize"); err != nil {
+		return err // it would wait for the function itself
+	}
+	if err := t.begin("Synchronize"); err != nil {
+		return err
+	}
+	defer t.end()
 	if t.rec != nil {
 		return newErr("Synchronize", ErrRecording, "inside Task.Record: the recorded ops have not run")
 	}
@@ -118,35 +132,68 @@ func (t *Task) drain(ctx context.Context) error {
 func (t *Task) drainOne(ctx context.Context, tl syncstate.Timeline) error {
 	last := tl.LastTicket()
 	if tl.Completed() >= last {
-		return faultIn("Synchronize", tl, tl.Failed(last))
+		return faultIn("Synchronize", syncstate.Fence{TL: tl, Ticket: last}, tl.Failed(last))
+	}
+	if err := fromHostFunc("Synchronize"); err != nil {
+		return err
 	}
 	t.sinks.HostWait(ReasonSync)
 	t.dev.debugHostWait("Synchronize", syncstate.Fence{TL: tl, Ticket: last}, ReasonSync)
 	tw := t.dev.trace.waitBegin("Synchronize", syncstate.Fence{TL: tl, Ticket: last}, ReasonSync, t.traceHost)
-	err := syncstate.WaitHostContext(ctx, syncstate.Fence{TL: tl, Ticket: last})
+	f := syncstate.Fence{TL: tl, Ticket: last}
+	err := syncstate.WaitHostContext(ctx, f)
 	t.dev.trace.waitEnd(tw, err)
-	return faultIn("Synchronize", tl, err)
+	return faultIn("Synchronize", f, err)
 }
 
-// faultIn wraps the error of a wait on tl, naming the timeline.
-func faultIn(op string, tl syncstate.Timeline, err error) error {
+// faultIn wraps the error of a host wait for f, naming the timeline, with
+// the kind waitKind gives it. The cause is wrapped even when it is an
+// *Error of rocsync's own (a host function may return one): its kind is
+// the work's, not the wait's.
+func faultIn(op string, f syncstate.Fence, err error) error {
 	if err == nil {
 		return nil
 	}
-	var e *Error
-	if errors.As(err, &e) {
-		return err
-	}
-	return &Error{Op: op, Kind: waitKind(err), Detail: "waiting for " + tl.Name(), Err: err}
+	return &Error{Op: op, Kind: waitKind(f, err), Detail: "waiting for " + f.TL.Name(), Err: err}
 }
 
-// waitKind classifies the error of a host wait: it ran out of time (or its
-// context ended), or the work failed.
-func waitKind(err error) error {
+// waitKind classifies the error of a host wait for f by where it arose,
+// never by what it wraps: when f's timeline records f as failed, the work
+// failed (ErrFault), whatever its error wraps (a host function's error
+// may wrap a timeout or a context's end); otherwise the wait ended on its
+// own, past its timeout or when its context ended (ErrTimeout). A wait
+// that ended for another reason (a lane closed under it) is ErrFault.
+func waitKind(f syncstate.Fence, err error) error {
+	if f.TL != nil && f.Err() != nil {
+		return ErrFault
+	}
+	return ownWaitKind(err)
+}
+
+// ownWaitKind is the kind of an error that a wait returned while the work
+// it waited for had not failed.
+func ownWaitKind(err error) error {
 	if errors.Is(err, ErrTimeout) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return ErrTimeout
 	}
 	return ErrFault
+}
+
+// timedOut reports whether err, the joined errors of several waits, holds
+// an *Error of kind ErrTimeout: a wait that ran out of time. It looks into
+// joined errors but not into an *Error's cause, which is the work's.
+func timedOut(err error) bool {
+	switch e := err.(type) {
+	case *Error:
+		return e.Kind == ErrTimeout
+	case interface{ Unwrap() []error }:
+		for _, x := range e.Unwrap() {
+			if timedOut(x) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Close waits for the task's work and releases its resources. The default
@@ -175,6 +222,13 @@ func (t *Task) Close() error {
 	if t == d.defaultTask {
 		return nil
 	}
+	if err := fromHostFunc("Close"); err != nil {
+		return err
+	}
+	if err := t.begin("Close"); err != nil {
+		return err
+	}
+	defer t.end()
 	if t.closed.Swap(true) {
 		return nil
 	}
@@ -191,6 +245,7 @@ func (t *Task) Close() error {
 	}
 	d.mu.Unlock()
 	t.released = true
+	t.forgetLane()
 	return asError("Close", errors.Join(err, t.drv.Close()))
 }
 
@@ -267,6 +322,9 @@ func (t *Task) timeline(l driver.Lane) syncstate.Timeline {
 func (t *Task) submitEntered(name string, operands []access) (syncstate.Fence, error) {
 	d := t.dev
 	op := &t.op
+	if err := t.capWait(name, 1); err != nil {
+		return syncstate.Fence{}, err
+	}
 	tl := t.timeline(op.Lane)
 	tr := d.tracer()
 	if tr != nil {
@@ -288,10 +346,7 @@ func (t *Task) submitEntered(name string, operands []access) (syncstate.Fence, e
 		if errors.Is(err, syncstate.ErrTooManyOperands) {
 			return syncstate.Fence{}, &Error{Op: name, Kind: ErrInvalid, Err: err}
 		}
-		if errors.Is(err, ErrHostWait) {
-			return syncstate.Fence{}, err
-		}
-		return syncstate.Fence{}, &Error{Op: name, Kind: ErrFault, Detail: "not submitted on " + tl.Name(), Err: err}
+		return syncstate.Fence{}, notSubmitted(name, tl, err)
 	}
 	if err := freedIn(name, operands); err != nil {
 		sop.Abort()
@@ -303,7 +358,13 @@ func (t *Task) submitEntered(name string, operands []access) (syncstate.Fence, e
 	if tr != nil {
 		t.traceIssued = tr.opIssued(t.traceBegan, t.traceHost)
 	}
-	ticket, err := t.drv.Submit(op)
+	var ticket uint64
+	var err error
+	if op.Kind == driver.LibraryCall {
+		ticket, err = t.submitCall(op, &sop)
+	} else {
+		ticket, err = t.drv.Submit(op)
+	}
 	if tr != nil {
 		if err != nil {
 			tr.opFailed(tl, t.traceHost, t.traceBegan)
@@ -334,6 +395,40 @@ func (t *Task) submitEntered(name string, operands []access) (syncstate.Fence, e
 	return f, err
 }
 
+// notSubmitted is the error of an op whose ordering (Begin) failed: a
+// refused wait as it is, a wait that ended on its own (ErrTimeout; the op
+// changed nothing), or else a failure it depends on (ErrFault).
+func notSubmitted(name string, tl syncstate.Timeline, err error) error {
+	if errors.Is(err, ErrHostWait) {
+		return err
+	}
+	kind := ErrFault
+	if _, ok := err.(*syncstate.WaitEndedError); ok {
+		kind = ownWaitKind(err)
+	}
+	return &Error{Op: name, Kind: kind, Detail: "not submitted on " + tl.Name(), Err: err}
+}
+
+// errCallPanicked fails the op of a library call whose function panicked.
+var errCallPanicked = errors.New("the library call's function panicked")
+
+// submitCall is the driver's Submit of a library call, which runs the
+// user's function on this goroutine. If the function panics, the op fails
+// before the panic goes on: what it writes is poisoned (the function may
+// have enqueued part of its work) and its operands are unlocked, so that a
+// caller that recovers can still read, write and free them.
+func (t *Task) submitCall(op *driver.Op, sop *syncstate.Op) (ticket uint64, err error) {
+	returned := false
+	defer func() {
+		if !returned {
+			sop.Fail(errCallPanicked)
+		}
+	}()
+	ticket, err = t.drv.Submit(op)
+	returned = true
+	return ticket, err
+}
+
 // afterSubmit records a submitted op on its operands and makes the waits
 // that follow a submission.
 func (t *Task) afterSubmit(name string, sop *syncstate.Op, tl syncstate.Timeline, f syncstate.Fence) error {
@@ -342,32 +437,41 @@ func (t *Task) afterSubmit(name string, sop *syncstate.Op, tl syncstate.Timeline
 		if errors.As(err, &e) {
 			return err // refused by sync-debug mode
 		}
-		return &Error{Op: name, Kind: ErrFault, Detail: "on " + tl.Name(), Err: err}
+		return &Error{Op: name, Kind: waitKind(f, err), Detail: "on " + tl.Name(), Err: err}
 	}
-	return t.submitWaits(name, "op", f, 1)
+	return t.submitWaits(name, "op", f)
+}
+
+// capWait enforces the device's run-ahead cap ahead of a submission of
+// submissions driver submissions (an op, a replay's segments): a throttle
+// wait for older work, made before the op, so that a wait that is
+// refused (sync-debug) or runs out of time leaves the op unsubmitted.
+func (t *Task) capWait(name string, submissions uint64) error {
+	d := t.dev
+	if d.maxPerDevice == 0 || d.sinceCheck.Add(submissions) < max(d.maxPerDevice/2, 1) {
+		return nil
+	}
+	d.sinceCheck.Store(0)
+	err := d.throttleDevice(t.sinks, t.traceHost)
+	if err == nil || errors.Is(err, ErrHostWait) {
+		return err
+	}
+	return &Error{Op: name, Kind: ownWaitKind(err), Detail: "device run-ahead cap: not submitted", Err: err}
 }
 
 // submitWaits makes the waits that follow a submission once it is
-// recorded on its operands: the device's run-ahead cap (submissions
-// counts the driver submissions it made), launch-blocking's wait for f
-// (what names the submission in its error: an op, a replay) and the poll
-// of pending frees. Eager ops and replays share it.
-func (t *Task) submitWaits(name, what string, f syncstate.Fence, submissions uint64) error {
+// recorded on its operands: launch-blocking's wait for f (what names the
+// submission in its error: an op, a replay) and the poll of pending
+// frees. Eager ops and replays share it.
+func (t *Task) submitWaits(name, what string, f syncstate.Fence) error {
 	d := t.dev
-	if d.maxPerDevice > 0 && d.sinceCheck.Add(submissions) >= max(d.maxPerDevice/2, 1) {
-		d.sinceCheck.Store(0)
-		if err := d.throttleDevice(t.sinks, t.traceHost); err != nil {
-			// The op itself was submitted; the wait for older work failed.
-			return &Error{Op: name, Kind: waitKind(err), Detail: "device run-ahead cap", Err: err}
-		}
-	}
 	if d.launchBlocking {
 		t.sinks.HostWait(ReasonLaunchBlocking)
 		tw := d.trace.waitBegin(name, f, ReasonLaunchBlocking, t.traceHost)
 		err := f.TL.WaitHost(f.Ticket)
 		d.trace.waitEnd(tw, err)
 		if err != nil {
-			return &Error{Op: name, Kind: waitKind(err), Detail: "launch-blocking: the " + what + " at " + f.String(), Err: err}
+			return &Error{Op: name, Kind: waitKind(f, err), Detail: "launch-blocking: the " + what + " at " + f.String(), Err: err}
 		}
 	}
 	if d.frees.n.Load() != 0 {
@@ -390,6 +494,10 @@ func (t *Task) elementwise(name string, op kernels.Op, out, a, b *Array, alpha f
 	if err := t.check(name, out); err != nil {
 		return err
 	}
+	if err := t.begin(name); err != nil {
+		return err
+	}
+	defer t.end()
 	if err := t.check(name, reads...); err != nil {
 		return err
 	}
@@ -432,6 +540,10 @@ func (t *Task) gemm(name string, transA, transB bool, alpha float64, a, b *Array
 	if err := t.check(name, a, b, c); err != nil {
 		return err
 	}
+	if err := t.begin(name); err != nil {
+		return err
+	}
+	defer t.end()
 	m, k := a.rows, a.cols
 	if transA {
 		m, k = k, m

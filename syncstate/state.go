@@ -357,15 +357,33 @@ func (o *Op) Begin(e *Engine, tl Timeline, sinks Sinks) error {
 	}
 	if waitErr != nil {
 		// The op will not run: what it was to write no longer holds
-		// what the program says, unless the wait was only refused (the
-		// arrays then hold what they held before the op).
-		if !errors.Is(waitErr, ErrWaitRefused) {
+		// what the program says, unless the wait was only refused or
+		// ended on its own (the arrays then hold what they held before
+		// the op).
+		if !errors.Is(waitErr, ErrWaitRefused) && !endedOnItsOwn(waitErr) {
 			o.poison(waitErr)
 		}
 		o.unlock()
 		return waitErr
 	}
+	if e.Policy == WaitAlways && e.OnHostWait != nil {
+		// Commit's wait for the op is certain: asked now, before the op
+		// is submitted, so that a refusal leaves nothing submitted.
+		f := Fence{TL: tl, Ticket: tl.LastTicket() + 1}
+		if err := e.OnHostWait(o.Name, tl, f, ReasonWaitAlways); err != nil {
+			o.unlock()
+			return err
+		}
+	}
 	return nil
+}
+
+// endedOnItsOwn reports whether err is a host wait's own end (its
+// timeout, its context): a *WaitEndedError itself, not one that a
+// failure's cause wraps.
+func endedOnItsOwn(err error) bool {
+	_, ok := err.(*WaitEndedError)
+	return ok
 }
 
 // ErrWaitRefused is wrapped by an OnHostWait error that refuses a wait:
@@ -490,10 +508,35 @@ func (e *Engine) hostWait(op string, tl Timeline, f Fence, sinks Sinks) error {
 	e.decided(op, tl, f, HostWait, r)
 	err := f.TL.WaitHost(f.Ticket)
 	e.waited(tl, f, err)
-	if err != nil {
+	return WaitError(f, err)
+}
+
+// WaitEndedError is a host wait that ended before the work it waited for
+// did, without that work failing: it ran past its timeout or its context
+// ended. An op whose ordering wait ended so is not submitted, and what it
+// was to write is not poisoned: it holds what it held before the op.
+type WaitEndedError struct {
+	Fence Fence // what the wait was for
+	Err   error // why it ended (a *TimeoutError, a context's error)
+}
+
+func (e *WaitEndedError) Error() string { return fmt.Sprintf("waiting for %v: %v", e.Fence, e.Err) }
+
+func (e *WaitEndedError) Unwrap() error { return e.Err }
+
+// WaitError classifies the error of a host wait for f by where it arose,
+// never by what it wraps: when f's timeline records f as failed, the work
+// failed (a *DependencyError, whatever its error wraps: a host function's
+// error may wrap a timeout); otherwise the wait ended on its own (a
+// *WaitEndedError). nil stays nil.
+func WaitError(f Fence, err error) error {
+	if err == nil {
+		return nil
+	}
+	if f.Err() != nil {
 		return &DependencyError{Fence: f, Err: err}
 	}
-	return nil
+	return &WaitEndedError{Fence: f, Err: err}
 }
 
 // Commit records the op, submitted as ticket on the Begin timeline, on its
@@ -509,11 +552,7 @@ func (o *Op) Commit(ticket uint64, sinks Sinks) error {
 	}
 	o.unlock()
 	if o.e.Policy == WaitAlways && !o.e.DisableWaits {
-		if o.e.OnHostWait != nil {
-			if err := o.e.OnHostWait(o.Name, o.tl, f, ReasonWaitAlways); err != nil {
-				return err
-			}
-		}
+		// OnHostWait allowed this wait in Begin.
 		sinks.HostWait(ReasonWaitAlways)
 		o.e.decided(o.Name, o.tl, f, HostWait, ReasonWaitAlways)
 		err := o.tl.WaitHost(ticket)

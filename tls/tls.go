@@ -34,6 +34,9 @@ type QueuePool struct {
 	mu     sync.Mutex
 	queues []*queue.Queue
 	users  []int
+	// retired[i] is set for a queue given back with work still in
+	// flight (Retire): it is never handed out again.
+	retired []bool
 }
 
 // Acquire returns a queue for a new task.
@@ -43,8 +46,9 @@ func (p *QueuePool) Acquire() (*queue.Queue, error) {
 	best := -1
 	healthy := 0
 	for i, u := range p.users {
-		if p.queues[i].Err() != nil {
-			// A broken queue takes no more work: never hand it out.
+		if p.queues[i].Err() != nil || p.retired[i] {
+			// A broken queue takes no more work, and a retired one
+			// may never finish what it holds: never hand them out.
 			continue
 		}
 		healthy++
@@ -62,6 +66,7 @@ func (p *QueuePool) Acquire() (*queue.Queue, error) {
 		} else {
 			p.queues = append(p.queues, q)
 			p.users = append(p.users, 1)
+			p.retired = append(p.retired, false)
 			return q, nil
 		}
 	}
@@ -81,6 +86,23 @@ func (p *QueuePool) Release(q *queue.Queue) {
 }
 
 // Queues returns every queue created so far.
+// Retire gives q back without returning it to use: its work has not
+// completed (a drain that ran out of time), and a task given it would
+// queue behind work that may never end. The device's Close still closes
+// it.
+func (p *QueuePool) Retire(q *queue.Queue) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, x := range p.queues {
+		if x == q {
+			if p.users[i] > 0 {
+				p.users[i]--
+			}
+			p.retired[i] = true
+		}
+	}
+}
+
 func (p *QueuePool) Queues() []*queue.Queue {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -95,6 +117,6 @@ func (p *QueuePool) Close() error {
 	for _, q := range p.queues {
 		errs = append(errs, q.Close())
 	}
-	p.queues, p.users = nil, nil
+	p.queues, p.users, p.retired = nil, nil, nil
 	return errors.Join(errs...)
 }

@@ -736,9 +736,15 @@ func (t *Task) Close() error {
 		errs = append(errs, t.st.Stream.Close())
 		t.st.Stream = nil
 	}
-	if t.st.Queue != nil {
-		errs = append(errs, t.st.Queue.WaitHost(t.st.Queue.LastTicket()))
-		t.d.queues.Release(t.st.Queue)
+	if q := t.st.Queue; q != nil {
+		errs = append(errs, q.WaitHost(q.LastTicket()))
+		if q.Completed() < q.LastTicket() {
+			// The drain ran out of time (or the queue broke): the next
+			// task would queue behind work that may never end.
+			t.d.queues.Retire(q)
+		} else {
+			t.d.queues.Release(q)
+		}
 		t.st.Queue = nil
 	}
 	return errors.Join(errs...)
