@@ -20,10 +20,7 @@ func TestRegisterSameRangeIsCounted(t *testing.T) {
 		return
 	}
 	k := openThunk(t)
-	if st := k.call(t, "hsaKmtOpenKFD"); st != kmtSuccess {
-		t.Fatalf("hsaKmtOpenKFD: %d", st)
-	}
-	defer k.call(t, "hsaKmtCloseKFD")
+	k.openKFD(t)
 	buf := make([]byte, 3*4096)
 	p := unsafe.Pointer(&buf[4096-uintptr(unsafe.Pointer(&buf[0]))%4096])
 	const size = 4096

@@ -49,6 +49,13 @@ bool kfdsim_lookup(uint64_t addr, kfdsim_alloc *out);
  * KFDSIM_FAULT. */
 bool kfdsim_gpu_access(uint32_t gpu_node, uint64_t addr, uint64_t size, bool write);
 
+/* kfdsim_gpu_access for callers that translate: the CPU address of the
+ * checked range, or NULL after raising the VM fault. The CPU address is the
+ * GPU address except for user memory registered at another GPU address (the
+ * thunk's hsaKmtRegisterMemory gives pinned user pages a GPU address of its
+ * own), which only callers of this function can reach. */
+void *kfdsim_gpu_ptr(uint32_t gpu_node, uint64_t addr, uint64_t size, bool write);
+
 /* ---- provided by the executor (exec.c) -------------------------------- */
 
 enum {
