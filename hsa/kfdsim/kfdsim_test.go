@@ -71,7 +71,7 @@ func TestBadSpecFailsOpen(t *testing.T) {
 	}
 	runtimeOrSkip(t)
 	out := kfdsim.Run(t, "gfx942@0000:03:00.0", t.Name(), kfdsim.Options{})
-	for _, want := range []string{"kfdsim: hsaKmtOpenKFD fails", `unknown target "gfx942"`, "KFDSIM_GPUS"} {
+	for _, want := range []string{"kfdsim: open /dev/kfd fails", `unknown target "gfx942"`, "KFDSIM_GPUS"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("child output lacks %q:\n%s", want, out)
 		}

@@ -117,7 +117,7 @@ int kfdsim_real_close(int fd)
 enum { FD_NONE = 0, FD_KFD = 1, FD_RENDER = 2 };
 /* kind | gpu << 8 per descriptor */
 static uint32_t fd_kind[MAX_FDS];
-static int open_devices;
+static int open_kfd; /* /dev/kfd descriptors open */
 
 #define KFD_CHAR_MAJOR 511
 
@@ -125,7 +125,8 @@ static void fd_set_kind(int fd, uint32_t kind)
 {
 	if (fd < 0 || fd >= MAX_FDS) return;
 	uint32_t old = __atomic_exchange_n(&fd_kind[fd], kind, __ATOMIC_ACQ_REL);
-	if ((old != 0) != (kind != 0)) __atomic_add_fetch(&open_devices, kind ? 1 : -1, __ATOMIC_ACQ_REL);
+	if ((old & 0xff) == FD_KFD) __atomic_sub_fetch(&open_kfd, 1, __ATOMIC_ACQ_REL);
+	if ((kind & 0xff) == FD_KFD) __atomic_add_fetch(&open_kfd, 1, __ATOMIC_ACQ_REL);
 }
 
 static uint32_t fd_get(int fd)
@@ -134,7 +135,9 @@ static uint32_t fd_get(int fd)
 	return __atomic_load_n(&fd_kind[fd], __ATOMIC_ACQUIRE);
 }
 
-int kfdsim_device_in_use(void) { return __atomic_load_n(&open_devices, __ATOMIC_ACQUIRE) > 0; }
+/* Render nodes may stay open: the thunks keep them for the process's life
+ * (fmm.c, drm_render_fds), even across closing and reopening KFD. */
+int kfdsim_device_in_use(void) { return __atomic_load_n(&open_kfd, __ATOMIC_ACQUIRE) > 0; }
 
 int kfdsim_fd_render_gpu(int fd)
 {
