@@ -396,6 +396,11 @@ func TestMalformedDispatchFaultsQueue(t *testing.T) {
 // allow_access the same memory works.
 func TestUnmappedKernargAccessIsVMFault(t *testing.T) {
 	if !runInChild(t, twoGPUs) {
+		// The access rule matters: switched off, the same test fails.
+		off := kfdsim.Start(t, twoGPUs, t.Name(), kfdsim.Options{Env: []string{kfdsim.EnvRuleOff + "=access"}})
+		if off.Err == nil || !strings.Contains(off.Output, "want MEMORY_APERTURE_VIOLATION") {
+			t.Fatalf("with the access rule off the test still passes (err %v):\n%s", off.Err, off.Output)
+		}
 		return
 	}
 	r := initRuntime(t)

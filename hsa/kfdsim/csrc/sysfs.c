@@ -17,11 +17,13 @@
  *     and the PCI address from the device link);
  *   /dev/dri: the listing of the render nodes.
  *
- * The directory is keyed by a hash of everything written into it, under
+ * The directory is keyed by a hash of everything written into it (the
+ * configuration and the library that writes it), under
  * $TMPDIR/kfdsim-<uid>/, created once (built aside and renamed into place) and
  * shared by every process with the same configuration.
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -309,6 +311,19 @@ static int build_locked(void)
 	h = fnv(h, &kfdsim_p2p, sizeof kfdsim_p2p);
 	h = fnv(h, &ncpus, sizeof ncpus);
 	h = fnv(h, &mem, sizeof mem);
+	/* The library itself: another build writes other files. Its path is the
+	 * content-addressed cache entry; size and times catch a rebuild in
+	 * place. */
+	Dl_info self;
+	if (dladdr((void *)kfdsim_sysfs_root, &self) && self.dli_fname) {
+		struct stat ls;
+		h = fnv(h, self.dli_fname, strlen(self.dli_fname));
+		if (stat(self.dli_fname, &ls) == 0) {
+			h = fnv(h, &ls.st_size, sizeof ls.st_size);
+			h = fnv(h, &ls.st_mtim, sizeof ls.st_mtim);
+			h = fnv(h, &ls.st_ino, sizeof ls.st_ino);
+		}
+	}
 	const char *tmp = getenv("TMPDIR");
 	if (tmp == NULL || tmp[0] != '/') tmp = "/tmp";
 	char base[400];
