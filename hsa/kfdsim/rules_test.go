@@ -5,6 +5,7 @@ package kfdsim_test
 import (
 	"fmt"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -129,5 +130,24 @@ func TestPartitionedGPUTopology(t *testing.T) {
 	}
 	if len(ids) != 8 {
 		t.Errorf("gpu_ids not distinct: %v", ids)
+	}
+}
+
+// A forked child is a new KFD process: Debian's real thunk reopens /dev/kfd
+// in it (openclose.c, clear_after_fork) and gets working events and device
+// memory of its own, while the parent's event and buffer contents are
+// untouched (testdata/fork_child.c).
+func TestForkedChildReopensTheDevice(t *testing.T) {
+	dir := kfdsim.LibraryOrSkip(t)
+	bin := filepath.Join(t.TempDir(), "fork_child")
+	build := exec.Command("gcc", "-Wall", "-Werror", "-o", bin, filepath.Join("testdata", "fork_child.c"), "-lhsakmt")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", build, err, out)
+	}
+	cmd := exec.Command(bin)
+	cmd.Env = []string{"LD_PRELOAD=" + filepath.Join(dir, kfdsim.LibraryName), kfdsim.EnvGPUs + "=gfx90a"}
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "child: ok") || !strings.Contains(string(out), "parent: ok") {
+		t.Fatalf("%v\n%s", err, out)
 	}
 }

@@ -6,7 +6,8 @@
  * ATOMIC (ADD64), CONST_FILL (dword), TIMESTAMP (global), GCR, NOP.
  *
  * The ring is a byte ring; the read and write pointers are 64-bit monotonic
- * byte offsets the thunk owns (CreateQueue returns them), and ROCr rings the
+ * byte offsets in the thunk's queue memory (it passes their addresses to
+ * CREATE_QUEUE), and ROCr rings the
  * doorbell with the new write offset. Every memory access of a packet is
  * checked with kfdsim_gpu_access first: an unmapped source or destination
  * is a VM fault (the MEMORY event), and the engine stops. A packet the engine

@@ -160,9 +160,12 @@ static uint32_t device_of(const char *path, int *card)
 	}
 	if (kfdsim_config_ensure() != 0) return 0;
 	for (int i = 0; i < kfdsim_num_gpus; i++)
-		if ((!is_card && kfdsim_gpus[i].render_minor == m) || (is_card && (unsigned)i == m)) {
+		if ((!is_card && kfdsim_gpus[i].render_minor == m) ||
+		    (is_card && ((unsigned)i == m || kfdsim_gpus[i].render_minor == m))) {
+			/* A card node exists to stat (libdrm 2.4.134 stats
+			 * /dev/dri/card<render minor>), not to open. */
 			if (is_card) {
-				if (card) *card = i;
+				if (card) *card = (int)m;
 				return 0;
 			}
 			return FD_RENDER | (uint32_t)i << 8;
