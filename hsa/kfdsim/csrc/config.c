@@ -312,6 +312,10 @@ int kfdsim_config_ensure(void)
 
 const char *kfdsim_config_error(void) { return config_error; }
 
+/* In a forked child (its only thread), a lock another thread of the parent
+ * held at the fork is re-made, not waited for. */
+void kfdsim_config_after_fork(void) { pthread_mutex_init(&state_lock, NULL); }
+
 int kfdsim_config_generation(void) { return __atomic_load_n(&config_generation, __ATOMIC_ACQUIRE); }
 
 /* Sets the simulated GPUs (see the grammar at the top of this file) for the

@@ -59,6 +59,8 @@ int kfdsim_config_ensure(void);          /* 0, or -1 with kfdsim_config_error() 
 const char *kfdsim_config_error(void);
 int kfdsim_config_generation(void);
 int kfdsim_gpu_index_by_id(uint32_t gpu_id); /* -1 if none */
+void kfdsim_config_after_fork(void);
+void kfdsim_sysfs_after_fork(void);
 /* shim.c: whether /dev/kfd is open in this process;
  * which GPU a render-node descriptor is (-1: none); the C library's close. */
 int kfdsim_device_in_use(void);

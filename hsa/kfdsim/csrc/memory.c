@@ -125,7 +125,9 @@ volatile uint64_t *kfdsim_mem_doorbell_slot(int gpu, uint32_t byte_offset)
  * parent's). */
 void kfdsim_memory_reset(void)
 {
-	pthread_rwlock_wrlock(&mem_lock);
+	/* The child's only thread: a lock another thread of the parent held at
+	 * the fork is re-made, not waited for. */
+	pthread_rwlock_init(&mem_lock, NULL);
 	while (records) {
 		mem_record *r = records;
 		records = r->next;
@@ -137,7 +139,6 @@ void kfdsim_memory_reset(void)
 	memset(vram_used, 0, sizeof vram_used);
 	memset(doorbell_off, 0, sizeof doorbell_off);
 	memset(doorbell_kva, 0, sizeof doorbell_kva);
-	pthread_rwlock_unlock(&mem_lock);
 }
 
 /* The record whose GPU range contains addr; caller holds mem_lock. */

@@ -193,6 +193,8 @@ static void after_fork_child(void)
 	/* A new KFD process (kfd_process is per mm): nothing of the parent's
 	 * device state is the child's. The inherited descriptors stay device
 	 * files, as they are on Linux; the thunk closes and reopens them. */
+	kfdsim_config_after_fork();
+	kfdsim_sysfs_after_fork();
 	kfdsim_queues_reset();
 	kfdsim_events_reset();
 	kfdsim_memory_reset();

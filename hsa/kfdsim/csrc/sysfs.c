@@ -361,6 +361,8 @@ static int build_locked(void)
 	return 0;
 }
 
+void kfdsim_sysfs_after_fork(void) { pthread_mutex_init(&root_lock, NULL); }
+
 const char *kfdsim_sysfs_root(void)
 {
 	if (kfdsim_config_ensure() != 0) return NULL;
