@@ -425,10 +425,12 @@ func TestUnmappedKernargAccessIsVMFault(t *testing.T) {
 		t.Fatalf("system event handler saw %+v, want one PAGE_NOT_PRESENT fault at %p on agent %#x", f, karg, r.gpus[0])
 	}
 	// Positive control: mapped, the same dependency is read and waited on.
-	if err := r.lib.AgentsAllowAccess([]hsa.Agent{r.gpus[0]}, karg); err != nil {
+	// On the other GPU: the fault evicted the process on this one for good
+	// (see TestVMFaultEvictsEveryQueueOnTheGPU).
+	if err := r.lib.AgentsAllowAccess([]hsa.Agent{r.gpus[1]}, karg); err != nil {
 		t.Fatal(err)
 	}
-	q2, qe2 := r.queue(r.gpus[0])
+	q2, qe2 := r.queue(r.gpus[1])
 	done2 := r.signal(1)
 	r.submit(q2, barrierAnd(done2, uint64(uintptr(karg))))
 	time.Sleep(100 * time.Millisecond)

@@ -34,7 +34,7 @@ func (k *thunk) stoppedQueues(t *testing.T, node uint32) (stopped, total int) {
 // not only the queue whose access faulted: ROCr's own queues and any other
 // queue there stop for good (amdgpu kfd_int_process_v9.c,
 // event_interrupt_wq_v9 -> kfd_dqm_evict_pasid). Queues on other GPUs run
-// on.
+// on. A queue made on the faulting GPU later starts evicted.
 func TestVMFaultEvictsEveryQueueOnTheGPU(t *testing.T) {
 	if kfdsim.InChild(t) {
 		evictionChild(t)
@@ -75,6 +75,12 @@ func evictionChild(t *testing.T) {
 		t.Fatalf("%d of %d queues stopped on the faulting GPU, want all (at least 3)", stopped, total)
 	}
 	_ = bystander
+	// A queue made there afterwards starts evicted: nothing restores the
+	// process on that GPU (kfd_device_queue_manager.c, create_queue_cpsch).
+	r.queue(r.gpus[0])
+	if s, n := r.k.stoppedQueues(t, node(r.gpus[0])); n != total+1 || s != n {
+		t.Fatalf("after a new queue: %d of %d queues stopped on the faulting GPU, want all %d", s, n, total+1)
+	}
 	if s, _ := r.k.stoppedQueues(t, node(r.gpus[1])); s != 0 {
 		t.Fatalf("%d queues stopped on the other GPU, want none", s)
 	}

@@ -45,6 +45,9 @@ static pthread_mutex_t q_lock = PTHREAD_MUTEX_INITIALIZER;
 static kfdsim_queue *queues;
 static uint32_t next_queue_id = 1;
 static uint8_t doorbell_used[KFDSIM_MAX_GPUS][DOORBELL_SLOTS];
+/* The process is evicted on this GPU (qpd->evicted): set by a VM fault,
+ * never cleared. */
+static int gpu_evicted[KFDSIM_MAX_GPUS];
 
 static void sleep_ns(long ns)
 {
@@ -359,6 +362,10 @@ int kfdsim_queue_create(int gpu, uint32_t queue_type, uint64_t ring, uint64_t ri
 	q->rptr = (volatile uint64_t *)(uintptr_t)rptr;
 	q->wptr = (volatile uint64_t *)(uintptr_t)wptr;
 	pthread_mutex_lock(&q_lock);
+	/* A queue made while the process is evicted on the GPU is evicted too
+	 * (kfd_device_queue_manager.c, create_queue_cpsch:
+	 * "q->properties.is_evicted = !!qpd->evicted"). */
+	q->evicted = gpu_evicted[gpu];
 	int slot = -1;
 	for (int i = 0; i < DOORBELL_SLOTS; i++)
 		if (!doorbell_used[gpu][i]) {
@@ -452,7 +459,7 @@ int kfdsim_queue_exists(uint32_t id)
 /* A VM fault, as KFD's interrupt handler takes it (amdgpu
  * kfd_int_process_v9.c, event_interrupt_wq_v9): kfd_dqm_evict_pasid evicts
  * EVERY user queue of the process on that GPU (AQL, SDMA, HIP's own; nothing
- * restores them), then kfd_signal_vm_fault_event signals the process's
+ * restores them, and queues made there later start evicted), then kfd_signal_vm_fault_event signals the process's
  * memory events. Besides, the queue whose access faulted reports the error
  * through its queue_inactive_signal (see kfdsim_queue_fault). With the evict
  * rule off ($KFDSIM_RULE_OFF=evict) only the faulting queue stops. */
@@ -461,6 +468,7 @@ void kfdsim_vm_fault(uint32_t node, uint64_t va, int write, int not_present)
 	if (kfdsim_rule_evict) {
 		int n = 0;
 		pthread_mutex_lock(&q_lock);
+		if (kfdsim_is_gpu_node(node)) gpu_evicted[node - 1] = 1;
 		for (kfdsim_queue *q = queues; q; q = q->next)
 			if (q->node == node && !__atomic_exchange_n(&q->evicted, 1, __ATOMIC_ACQ_REL)) n++;
 		pthread_mutex_unlock(&q_lock);
@@ -499,4 +507,5 @@ void kfdsim_queues_reset(void)
 		free(q);
 	}
 	memset(doorbell_used, 0, sizeof doorbell_used);
+	memset(gpu_evicted, 0, sizeof gpu_evicted);
 }
