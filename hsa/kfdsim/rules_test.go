@@ -157,3 +157,23 @@ func TestForkedChildReopensTheDevice(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 }
+
+// The ioctls as the thunks of ROCm 6.x issue them, raw (testdata/kfd_ioctls.c):
+// AVAILABLE_MEMORY follows VRAM allocations, the event age of KFD 1.14 lets
+// a waiter that missed a set return at once, and CREATE_QUEUE comes in both
+// sizes (6.4.3 adds sdma_engine_id).
+func TestKFDIoctlsOfROCm6(t *testing.T) {
+	dir := kfdsim.LibraryOrSkip(t)
+	bin := filepath.Join(t.TempDir(), "kfd_ioctls")
+	build := exec.Command("gcc", "-Wall", "-Werror", "-o", bin, filepath.Join("testdata", "kfd_ioctls.c"))
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", build, err, out)
+	}
+	cmd := exec.Command(bin)
+	cmd.Env = []string{"LD_PRELOAD=" + filepath.Join(dir, kfdsim.LibraryName), kfdsim.EnvGPUs + "=gfx90a",
+		kfdsim.EnvROCm + "=6.4"}
+	out, err := cmd.CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "ok" {
+		t.Fatalf("%v\n%s", err, out)
+	}
+}
