@@ -278,6 +278,10 @@ static int is_empty(const char *p) { return p == NULL || p[0] == '\0'; }
 
 /* ---- interposed functions ------------------------------------------------ */
 
+/* Whether open's variadic mode argument was passed (O_TMPFILE includes
+ * O_DIRECTORY's bit, which alone passes none). */
+static int needs_mode(int flags) { return (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE; }
+
 static int do_open(const char *path, int flags, mode_t mode)
 {
 	resolve_all();
@@ -290,7 +294,7 @@ static int do_open(const char *path, int flags, mode_t mode)
 EXPORT int open(const char *path, int flags, ...)
 {
 	mode_t mode = 0;
-	if (flags & (O_CREAT | O_TMPFILE)) {
+	if (needs_mode(flags)) {
 		va_list ap;
 		va_start(ap, flags);
 		mode = va_arg(ap, mode_t);
@@ -318,7 +322,7 @@ static int do_openat(int dirfd, const char *path, int flags, mode_t mode)
 EXPORT int openat(int dirfd, const char *path, int flags, ...)
 {
 	mode_t mode = 0;
-	if (flags & (O_CREAT | O_TMPFILE)) {
+	if (needs_mode(flags)) {
 		va_list ap;
 		va_start(ap, flags);
 		mode = va_arg(ap, mode_t);
