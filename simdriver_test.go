@@ -117,7 +117,11 @@ func simblasEnv(t *testing.T) []string {
 // Stream.Close. With the rule off only the faulting queue stops, as on the
 // driver these tests were written against. The driver's own tests
 // (hsa/kfdsim, TestVMFaultEvictsEveryQueueOnTheGPU) enforce the rule; this
-// line goes when rocsync's close path no longer waits on a faulted GPU.
+// line goes when rocsync's close path no longer waits on a faulted GPU. With
+// the rule on, TestGPUMemoryFault(WithoutQueueError)OnSimulatedDriver fail
+// with "Close of gpu0 hung", and TestKernargWithoutAllowAccessFaults,
+// TestReplayKernargWithoutAllowAccessFaults, TestPeerMappingEnforced and
+// TestUserKernelsAndCopies (OnSimulatedDriver) hang in Stream.Close.
 const evictionOff = kfdsim.EnvRuleOff + "=evict"
 
 var childResult = regexp.MustCompile(`(?m)^\s*--- (PASS|FAIL|SKIP): (\S+)`)
