@@ -18,19 +18,22 @@ import (
 	"github.com/rocsync/rocsync/internal/diskcache"
 )
 
-// csrc holds the thunk's C sources. exec.c (the shader executor) replaces
-// stub_exec.c whenever it is present.
+// csrc holds the simulated driver's C sources. exec.c (the shader executor)
+// replaces stub_exec.c whenever it is present.
 //
 //go:embed csrc
 var csrc embed.FS
 
-// LibraryName is the file the cache directory holds: the soname ROCr loads.
-const LibraryName = "libhsakmt.so.1"
+// LibraryName is the file the cache directory holds: the simulated driver,
+// an LD_PRELOAD library (and its soname, under which a process that preloads
+// it finds it again with dlopen).
+const LibraryName = "libkfdsim.so"
 
 // ErrUnavailable is matched (errors.Is) by the error Build returns when
 // this machine cannot build the simulated driver: gcc or the headers it
-// compiles against (libhsakmt-dev's hsakmt.h, libhsa-runtime-dev's
-// hsa/amd_hsa_queue.h) are missing.
+// compiles against (libhsakmt-dev's hsakmt.h for the topology's bit
+// fields, libhsa-runtime-dev's hsa/amd_hsa_queue.h for the AQL queue) are
+// missing.
 var ErrUnavailable = errors.New("kfdsim: cannot build the simulated driver here")
 
 // UnavailableError says what is missing.
@@ -126,9 +129,9 @@ func verify(dir string) bool { return entryManifest.Verify(dir) == nil }
 // DefaultCacheDir is os.UserCacheDir()/rocsync/kfdsim.
 func DefaultCacheDir() (string, error) { return diskcache.UserDir("kfdsim") }
 
-// Build compiles the thunk into cacheDir/<key>/libhsakmt.so.1, where key is
+// Build compiles the simulated driver into cacheDir/<key>/libkfdsim.so, where key is
 // the SHA-256 of the sources, gcc's version and the flags, and returns that
-// directory (for LD_LIBRARY_PATH). An entry that exists and verifies is
+// directory (LD_PRELOAD names the library in it). An entry that exists and verifies is
 // reused; a corrupt one is rebuilt (internal/diskcache: built in a
 // temporary directory and renamed into place, so a reader never sees a half
 // written one). cacheDir "" means DefaultCacheDir.
@@ -162,7 +165,7 @@ func Build(cacheDir string) (string, error) {
 	})
 }
 
-// compile builds the library from files into dir/libhsakmt.so.1.
+// compile builds the library from files into dir/libkfdsim.so.
 func compile(gcc string, files map[string][]byte, dir string) error {
 	src := filepath.Join(dir, "src")
 	if err := os.Mkdir(src, 0o700); err != nil {
@@ -182,8 +185,9 @@ func compile(gcc string, files map[string][]byte, dir string) error {
 	// The temporary source path must not reach the debug info: a rebuild
 	// of the same key gives the same bytes.
 	args = append(args, "-ffile-prefix-map="+src+"=kfdsim/csrc",
-		"-Wl,--version-script="+filepath.Join(src, "libhsakmt.map"), "-o", filepath.Join(dir, LibraryName))
+		"-Wl,--version-script="+filepath.Join(src, "shim.map"), "-o", filepath.Join(dir, LibraryName))
 	args = append(args, cfiles...)
+	args = append(args, "-ldl")
 	cmd := exec.Command(gcc, args...)
 	var msg bytes.Buffer
 	cmd.Stdout = &msg

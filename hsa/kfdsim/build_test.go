@@ -128,9 +128,11 @@ func TestCacheKeyCoversSourcesAndCompiler(t *testing.T) {
 // The child inherits the parent's environment (NCCL, HSA, ...) with the
 // simulated driver's variables set over it.
 func TestChildEnv(t *testing.T) {
-	parent := []string{"NCCL_DEBUG=INFO", "LD_LIBRARY_PATH=/opt/x", "HSA_ENABLE_SDMA=1", "KFDSIM_GPUS=old", "HOME=/h"}
+	parent := []string{"NCCL_DEBUG=INFO", "LD_PRELOAD=/opt/x.so", "LD_LIBRARY_PATH=/opt/lib", "HSA_ENABLE_SDMA=1",
+		"KFDSIM_GPUS=old", "HOME=/h"}
 	env := childEnv(parent, "/cache/k", "gfx90a", "TestX", Options{Env: []string{"EXTRA=1"}})
-	for _, want := range []string{"NCCL_DEBUG=INFO", "HOME=/h", "LD_LIBRARY_PATH=/cache/k:/opt/x", "HSA_ENABLE_SDMA=0",
+	for _, want := range []string{"NCCL_DEBUG=INFO", "HOME=/h", "LD_PRELOAD=/cache/k/" + LibraryName + ":/opt/x.so",
+		"LD_LIBRARY_PATH=/opt/lib", "HSA_ENABLE_SDMA=0",
 		"KFDSIM_GPUS=gfx90a", EnvChild + "=TestX", "EXTRA=1"} {
 		if !slices.Contains(env, want) {
 			t.Errorf("child env lacks %s: %v", want, env)
@@ -145,7 +147,7 @@ func TestChildEnv(t *testing.T) {
 		seen[k] = true
 	}
 	env = childEnv([]string{"HSA_ENABLE_SDMA=0"}, "/cache/k", "gfx90a", "TestX", Options{SDMA: true})
-	if !slices.Contains(env, "HSA_ENABLE_SDMA=1") || !slices.Contains(env, "LD_LIBRARY_PATH=/cache/k") {
+	if !slices.Contains(env, "HSA_ENABLE_SDMA=1") || !slices.Contains(env, "LD_PRELOAD=/cache/k/"+LibraryName) {
 		t.Errorf("with SDMA: %v", env)
 	}
 }

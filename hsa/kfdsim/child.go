@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -19,15 +20,22 @@ const (
 	// EnvRequired set to 1 (as .ci/run does) turns "cannot build the
 	// simulated driver here" from a skip into a failure.
 	EnvRequired = "ROCSYNC_KFDSIM_REQUIRED"
-	// EnvGPUs is read by the thunk's hsaKmtOpenKFD when the process did not
-	// call kfdsim_configure.
+	// EnvGPUs is read by the simulated driver when the process did not call
+	// kfdsim_configure.
 	EnvGPUs = "KFDSIM_GPUS"
-	// EnvDebug set to 1 makes the thunk trace every call to stderr.
+	// EnvDebug set to 1 makes the simulated driver trace every ioctl,
+	// queue packet and fault to stderr.
 	EnvDebug = "KFDSIM_DEBUG"
 	// EnvVMFaultQueueError set to 0 makes a VM fault stop the faulting
 	// queue without a queue error, as KFD without the debugger interface
 	// evicts it: the MEMORY event (ROCr's system event) is the only report.
 	EnvVMFaultQueueError = "KFDSIM_VMFAULT_QUEUE_ERROR"
+	// EnvRuleOff lists enforced KFD rules to switch off (comma separated:
+	// "evict", "access"), so a test can show that it depends on the rule.
+	EnvRuleOff = "KFDSIM_RULE_OFF"
+	// EnvROCm names the ROCm release the topology is for (default 5.2):
+	// only the GPU targets that release knows are accepted.
+	EnvROCm = "KFDSIM_ROCM"
 )
 
 // ChildTimeout bounds one child process: a simulated-driver test that hangs
@@ -52,7 +60,7 @@ type Options struct {
 	Env []string
 }
 
-// LibraryOrSkip returns the thunk's directory, skipping t where this machine
+// LibraryOrSkip returns the simulated driver's directory, skipping t where this machine
 // cannot build it, unless ROCSYNC_KFDSIM_REQUIRED=1 (CI), where it fails.
 func LibraryOrSkip(t testing.TB) string {
 	t.Helper()
@@ -71,8 +79,9 @@ func LibraryOrSkip(t testing.TB) string {
 // under the simulated driver with the GPUs of spec, running only the test
 // named testName (an exact top-level name, or "Parent/sub"). The child
 // inherits this process's environment (NCCL_*, HSA_*, ROCM_PATH, ...) with
-// LD_LIBRARY_PATH prefixed by the thunk's directory and KFDSIM_GPUS, EnvChild
-// and HSA_ENABLE_SDMA (0, or 1 with opts.SDMA) set.
+// LD_PRELOAD prefixed by the simulated driver (so the real ROCm libraries the
+// child loads find /dev/kfd, the render nodes and the KFD topology), and
+// KFDSIM_GPUS, EnvChild and HSA_ENABLE_SDMA (0, or 1 with opts.SDMA) set.
 func Command(t testing.TB, spec, testName string, opts Options) *exec.Cmd {
 	t.Helper()
 	dir := LibraryOrSkip(t)
@@ -97,13 +106,13 @@ func childEnv(parent []string, dir, spec, testName string, opts Options) []strin
 		EnvChild: testName,
 		EnvGPUs:  spec,
 	}
-	ld := dir
+	pre := filepath.Join(dir, LibraryName)
 	for _, kv := range parent {
-		if v, ok := strings.CutPrefix(kv, "LD_LIBRARY_PATH="); ok && v != "" {
-			ld = dir + ":" + v
+		if v, ok := strings.CutPrefix(kv, "LD_PRELOAD="); ok && v != "" {
+			pre = pre + ":" + v
 		}
 	}
-	set["LD_LIBRARY_PATH"] = ld
+	set["LD_PRELOAD"] = pre
 	set["HSA_ENABLE_SDMA"] = "0"
 	if opts.SDMA {
 		set["HSA_ENABLE_SDMA"] = "1"

@@ -24,6 +24,23 @@ func (k *thunk) call(t *testing.T, name string, args ...uintptr) uint32 {
 	return uint32(r)
 }
 
+// openKFD opens KFD through the real thunk and acquires the topology, as
+// ROCr does first: the thunk resolves node ids against it.
+func (k *thunk) openKFD(t *testing.T) {
+	t.Helper()
+	if st := k.call(t, "hsaKmtOpenKFD"); st != kmtSuccess {
+		t.Fatalf("hsaKmtOpenKFD: %d", st)
+	}
+	var props [64]byte // HsaSystemProperties
+	if st := k.call(t, "hsaKmtAcquireSystemProperties", uintptr(unsafe.Pointer(&props[0]))); st != kmtSuccess {
+		t.Fatalf("hsaKmtAcquireSystemProperties: %d", st)
+	}
+	t.Cleanup(func() {
+		k.call(t, "hsaKmtReleaseSystemProperties")
+		k.call(t, "hsaKmtCloseKFD")
+	})
+}
+
 func (k *thunk) createEvent(t *testing.T, typ uint32, manual, signaled bool) uintptr {
 	t.Helper()
 	var desc [24]byte // HsaEventDescriptor: EventType @0, NodeId @4, SyncVar @8
@@ -56,10 +73,7 @@ func TestEventsBlockWakeAndReset(t *testing.T) {
 		return
 	}
 	k := openThunk(t)
-	if st := k.call(t, "hsaKmtOpenKFD"); st != kmtSuccess {
-		t.Fatalf("hsaKmtOpenKFD: %d", st)
-	}
-	defer k.call(t, "hsaKmtCloseKFD")
+	k.openKFD(t)
 
 	ev := k.createEvent(t, 0 /* SIGNAL */, false, false)
 	start := time.Now()

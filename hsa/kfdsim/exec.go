@@ -28,9 +28,9 @@ const (
 	execUnknownKernel = -2
 )
 
-// HsakmtSoname is the soname the simulated thunk is loaded under; in a child
-// process that runs the real ROCr it is found through LD_LIBRARY_PATH.
-const HsakmtSoname = "libhsakmt.so.1"
+// ShimSoname is the soname of the simulated driver; in a child process
+// (which preloads it) dlopen finds the loaded copy under it.
+const ShimSoname = LibraryName
 
 // Executor runs, on the CPU, the kernels the simulated GPU hands to its
 // registered executor: rocsync's elementwise kernels (rocsync_<op>_<f32|f64>,
@@ -46,7 +46,7 @@ const HsakmtSoname = "libhsakmt.so.1"
 // One Executor is registered per process at a time; it is called on the
 // simulated command processor's threads.
 type Executor struct {
-	lib          uintptr // dlopen handle of the thunk
+	lib          uintptr // dlopen handle of the simulated driver
 	setExecutor  uintptr // kfdsim_set_executor
 	gpuAccessFn  uintptr // kfdsim_gpu_access
 	registeredAt uintptr // the callback passed to kfdsim_set_executor
@@ -93,9 +93,9 @@ const (
 	planUser
 )
 
-// ErrNoThunk is matched by errors.Is when the simulated thunk cannot be
+// ErrNoThunk is matched by errors.Is when the simulated driver cannot be
 // opened or lacks the executor entry points.
-var ErrNoThunk = errors.New("kfdsim: simulated thunk not available")
+var ErrNoThunk = errors.New("kfdsim: simulated driver not available")
 
 var (
 	callbackOnce sync.Once
@@ -103,14 +103,14 @@ var (
 	current      atomic.Pointer[Executor]
 )
 
-// RegisterExecutor opens the simulated thunk (libPath, or HsakmtSoname when
+// RegisterExecutor opens the simulated driver (libPath, or ShimSoname when
 // empty: in a process where ROCr will load it through LD_LIBRARY_PATH this
 // opens that same copy) and registers the Executor with kfdsim_set_executor.
 // Call it before hsa_init, so the first dispatch finds it. It replaces any
 // Executor registered earlier.
 func RegisterExecutor(libPath string) (*Executor, error) {
 	if libPath == "" {
-		libPath = HsakmtSoname
+		libPath = ShimSoname
 	}
 	h, err := purego.Dlopen(libPath, purego.RTLD_NOW|purego.RTLD_LOCAL)
 	if err != nil {

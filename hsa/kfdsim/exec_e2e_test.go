@@ -24,8 +24,8 @@ import (
 // End to end over Debian's real ROCr and HIP 5.2.3 on the simulated driver,
 // with the Go executor registered before the runtime starts.
 
-// registerExecutor registers the Go executor with the thunk this child
-// process will load (by soname, through LD_LIBRARY_PATH), before hsa_init.
+// registerExecutor registers the Go executor with the simulated driver this
+// child process preloads (found by soname), before hsa_init.
 func registerExecutor(t *testing.T) *kfdsim.Executor {
 	t.Helper()
 	e, err := kfdsim.RegisterExecutor("")

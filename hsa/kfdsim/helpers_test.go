@@ -3,6 +3,7 @@ package kfdsim_test
 import (
 	"errors"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -46,9 +47,11 @@ func runInChild(t *testing.T, spec string) bool {
 	return false
 }
 
-// thunk is the loaded libhsakmt.so.1; in a child it must be kfdsim's.
+// thunk is the simulated driver the child preloads (its kfdsim_* entry
+// points) and Debian's real libhsakmt.so.1 over it (the hsaKmt* functions).
 type thunk struct {
-	handle uintptr
+	handle uintptr // the simulated driver
+	kmt    uintptr // libhsakmt.so.1
 }
 
 func openThunk(t *testing.T) *thunk {
@@ -60,12 +63,23 @@ func openThunk(t *testing.T) *thunk {
 	if _, err := purego.Dlsym(h, "kfdsim_configure"); err != nil {
 		t.Fatalf("the loaded %s is not kfdsim's (no kfdsim_configure): %v", kfdsim.LibraryName, err)
 	}
-	return &thunk{handle: h}
+	kmt, err := purego.Dlopen("libhsakmt.so.1", purego.RTLD_NOW|purego.RTLD_GLOBAL)
+	if err != nil {
+		t.Fatalf("dlopen libhsakmt.so.1: %v", err)
+	}
+	if _, err := purego.Dlsym(kmt, "kfdsim_configure"); err == nil {
+		t.Fatal("libhsakmt.so.1 is a replacement, not the real thunk")
+	}
+	return &thunk{handle: h, kmt: kmt}
 }
 
 func (k *thunk) sym(t *testing.T, name string) uintptr {
 	t.Helper()
-	a, err := purego.Dlsym(k.handle, name)
+	lib := k.handle
+	if strings.HasPrefix(name, "hsaKmt") {
+		lib = k.kmt
+	}
+	a, err := purego.Dlsym(lib, name)
 	if err != nil {
 		t.Fatalf("dlsym %s: %v", name, err)
 	}

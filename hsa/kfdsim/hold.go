@@ -13,14 +13,14 @@ import (
 )
 
 // Hold pauses every simulated command processor (AQL and SDMA queues) of
-// the thunk this process loaded (libPath, or HsakmtSoname when empty)
+// the simulated driver this process loaded (libPath, or ShimSoname when empty)
 // before its next packet, until release is called. Work submitted meanwhile
 // stays pending, as on a GPU kept busy behind a fast host, so a test can
 // count the waits a crossing costs exactly. A packet already in progress
 // finishes; holds nest; release is idempotent.
 func Hold(libPath string) (release func(), err error) {
 	if libPath == "" {
-		libPath = HsakmtSoname
+		libPath = ShimSoname
 	}
 	h, err := purego.Dlopen(libPath, purego.RTLD_NOW|purego.RTLD_LOCAL)
 	if err != nil {
@@ -52,7 +52,7 @@ func Hold(libPath string) (release func(), err error) {
 // allocation is still live.
 func Allocated(libPath string, addr uintptr) (bool, error) {
 	if libPath == "" {
-		libPath = HsakmtSoname
+		libPath = ShimSoname
 	}
 	h, err := purego.Dlopen(libPath, purego.RTLD_NOW|purego.RTLD_LOCAL)
 	if err != nil {

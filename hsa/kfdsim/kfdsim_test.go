@@ -71,7 +71,7 @@ func TestBadSpecFailsOpen(t *testing.T) {
 	}
 	runtimeOrSkip(t)
 	out := kfdsim.Run(t, "gfx942@0000:03:00.0", t.Name(), kfdsim.Options{})
-	for _, want := range []string{"kfdsim: hsaKmtOpenKFD fails", `unknown target "gfx942"`, "KFDSIM_GPUS"} {
+	for _, want := range []string{"kfdsim: open /dev/kfd fails", `unknown target "gfx942"`, "KFDSIM_GPUS"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("child output lacks %q:\n%s", want, out)
 		}
@@ -396,6 +396,11 @@ func TestMalformedDispatchFaultsQueue(t *testing.T) {
 // allow_access the same memory works.
 func TestUnmappedKernargAccessIsVMFault(t *testing.T) {
 	if !runInChild(t, twoGPUs) {
+		// The access rule matters: switched off, the same test fails.
+		off := kfdsim.Start(t, twoGPUs, t.Name(), kfdsim.Options{Env: []string{kfdsim.EnvRuleOff + "=access"}})
+		if off.Err == nil || !strings.Contains(off.Output, "want MEMORY_APERTURE_VIOLATION") {
+			t.Fatalf("with the access rule off the test still passes (err %v):\n%s", off.Err, off.Output)
+		}
 		return
 	}
 	r := initRuntime(t)
@@ -420,10 +425,12 @@ func TestUnmappedKernargAccessIsVMFault(t *testing.T) {
 		t.Fatalf("system event handler saw %+v, want one PAGE_NOT_PRESENT fault at %p on agent %#x", f, karg, r.gpus[0])
 	}
 	// Positive control: mapped, the same dependency is read and waited on.
-	if err := r.lib.AgentsAllowAccess([]hsa.Agent{r.gpus[0]}, karg); err != nil {
+	// On the other GPU: the fault evicted the process on this one for good
+	// (see TestVMFaultEvictsEveryQueueOnTheGPU).
+	if err := r.lib.AgentsAllowAccess([]hsa.Agent{r.gpus[1]}, karg); err != nil {
 		t.Fatal(err)
 	}
-	q2, qe2 := r.queue(r.gpus[0])
+	q2, qe2 := r.queue(r.gpus[1])
 	done2 := r.signal(1)
 	r.submit(q2, barrierAnd(done2, uint64(uintptr(karg))))
 	time.Sleep(100 * time.Millisecond)

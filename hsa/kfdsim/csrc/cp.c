@@ -35,16 +35,19 @@
 #include "kfdsim_int.h"
 
 
-#define DOORBELL_SLOTS 512
+/* 64-bit doorbells in the 8 KiB doorbell page of each GPU. */
+#define DOORBELL_SLOTS 1024
 
 
 __thread kfdsim_queue *kfdsim_current_queue;
 
 static pthread_mutex_t q_lock = PTHREAD_MUTEX_INITIALIZER;
 static kfdsim_queue *queues;
-static uint64_t next_queue_id = 1;
-static uint64_t doorbells[DOORBELL_SLOTS] __attribute__((aligned(4096)));
-static uint8_t doorbell_used[DOORBELL_SLOTS];
+static uint32_t next_queue_id = 1;
+static uint8_t doorbell_used[KFDSIM_MAX_GPUS][DOORBELL_SLOTS];
+/* The process is evicted on this GPU (qpd->evicted): set by a VM fault,
+ * never cleared. */
+static int gpu_evicted[KFDSIM_MAX_GPUS];
 
 static void sleep_ns(long ns)
 {
@@ -75,8 +78,8 @@ int kfdsim_queue_stopping(kfdsim_queue *q)
 
 int kfdsim_queue_paused(kfdsim_queue *q)
 {
-	return __atomic_load_n(&q->faulted, __ATOMIC_ACQUIRE) || __atomic_load_n(&q->suspended, __ATOMIC_ACQUIRE) ||
-	       kfdsim_held();
+	return __atomic_load_n(&q->faulted, __ATOMIC_ACQUIRE) || __atomic_load_n(&q->evicted, __ATOMIC_ACQUIRE) ||
+	       __atomic_load_n(&q->suspended, __ATOMIC_ACQUIRE) || kfdsim_held();
 }
 
 void kfdsim_queue_fault(kfdsim_queue *q, int64_t error_code, const char *why)
@@ -324,118 +327,112 @@ static void *queue_thread(void *arg)
 	return NULL;
 }
 
-static kfdsim_queue *find_queue_locked(HSA_QUEUEID id)
+static kfdsim_queue *find_queue_locked(uint32_t id)
 {
 	for (kfdsim_queue *q = queues; q; q = q->next)
 		if (q->id == id) return q;
 	return NULL;
 }
 
-HSAKMT_STATUS HSAKMTAPI hsaKmtCreateQueue(HSAuint32 node, HSA_QUEUE_TYPE type, HSAuint32 percent,
-					   HSA_QUEUE_PRIORITY prio, void *ring, HSAuint64 ring_bytes, HsaEvent *event,
-					   HsaQueueResource *res)
+/* AMDKFD_IOC_CREATE_QUEUE. The doorbell offset returned is, as KFD's on
+ * SOC15 GPUs, the mmap offset of the process's doorbell page for the GPU
+ * (8 KiB, mapped by the thunk on the KFD file) plus the byte offset of the
+ * queue's 64-bit doorbell inside it. */
+int kfdsim_queue_create(int gpu, uint32_t queue_type, uint64_t ring, uint64_t ring_bytes, uint64_t rptr,
+			uint64_t wptr, uint32_t percent, uint32_t *queue_id, uint64_t *doorbell_offset)
 {
-	(void)prio;
-	(void)event;
-	if (!kfdsim_is_open()) return HSAKMT_STATUS_KERNEL_IO_CHANNEL_NOT_OPENED;
-	if (!kfdsim_is_gpu_node(node)) return HSAKMT_STATUS_INVALID_NODE_UNIT;
-	if (res == NULL || ring == NULL || ring_bytes < 256 || (ring_bytes & (ring_bytes - 1)) || percent > 100)
-		return HSAKMT_STATUS_INVALID_PARAMETER;
-	int sdma = type == HSA_QUEUE_SDMA || type == HSA_QUEUE_SDMA_XGMI;
-	if (type != HSA_QUEUE_COMPUTE_AQL && !sdma) {
-		KFDSIM_DEBUG("CreateQueue type %d: NOT_SUPPORTED", type);
-		return HSAKMT_STATUS_NOT_SUPPORTED;
+	int sdma = queue_type == KFD_IOC_QUEUE_TYPE_SDMA || queue_type == KFD_IOC_QUEUE_TYPE_SDMA_XGMI ||
+		   queue_type == 4 /* KFD_IOC_QUEUE_TYPE_SDMA_BY_ENG_ID, KFD 1.16 */;
+	if (queue_type != KFD_IOC_QUEUE_TYPE_COMPUTE_AQL && !sdma) {
+		KFDSIM_DEBUG("CREATE_QUEUE type %u: not modelled", queue_type);
+		return -EINVAL;
 	}
-	if (!sdma && (res->Queue_read_ptr_aql == NULL || res->Queue_write_ptr_aql == NULL))
-		return HSAKMT_STATUS_INVALID_PARAMETER;
+	if (ring == 0 || ring_bytes < 256 || (ring_bytes & (ring_bytes - 1)) || percent > 100 || rptr == 0 || wptr == 0)
+		return -EINVAL;
+	uint64_t page = kfdsim_mem_doorbell_offset(gpu);
+	if (page == 0) return -ENOMEM;
 	kfdsim_queue *q = calloc(1, sizeof *q);
-	if (q == NULL) return HSAKMT_STATUS_NO_MEMORY;
-	q->node = node;
-	q->type = sdma ? HSA_QUEUE_SDMA : type;
-	q->ring = ring;
+	if (q == NULL) return -ENOMEM;
+	q->node = kfdsim_gpus[gpu].node;
+	q->gpu_index = (uint32_t)gpu;
+	q->type = sdma ? HSA_QUEUE_SDMA : HSA_QUEUE_COMPUTE_AQL;
+	q->ring = (uint8_t *)(uintptr_t)ring;
 	q->ring_bytes = ring_bytes;
 	q->suspended = percent == 0;
+	q->rptr = (volatile uint64_t *)(uintptr_t)rptr;
+	q->wptr = (volatile uint64_t *)(uintptr_t)wptr;
 	pthread_mutex_lock(&q_lock);
+	/* A queue made while the process is evicted on the GPU is evicted too
+	 * (kfd_device_queue_manager.c, create_queue_cpsch:
+	 * "q->properties.is_evicted = !!qpd->evicted"). */
+	q->evicted = gpu_evicted[gpu];
 	int slot = -1;
 	for (int i = 0; i < DOORBELL_SLOTS; i++)
-		if (!doorbell_used[i]) {
+		if (!doorbell_used[gpu][i]) {
 			slot = i;
 			break;
 		}
 	if (slot < 0) {
 		pthread_mutex_unlock(&q_lock);
 		free(q);
-		return HSAKMT_STATUS_OUT_OF_RESOURCES;
+		return -ENOSPC;
 	}
-	doorbell_used[slot] = 1;
+	doorbell_used[gpu][slot] = 1;
 	q->doorbell_slot = slot;
-	q->doorbell = &doorbells[slot];
+	q->doorbell = kfdsim_mem_doorbell_slot(gpu, (uint32_t)slot * 8);
 	q->id = next_queue_id++;
 	pthread_mutex_unlock(&q_lock);
 	if (!sdma) {
-		q->rptr = res->Queue_read_ptr_aql;
-		q->wptr = res->Queue_write_ptr_aql;
-		q->amd_queue = (amd_queue_t *)((uint8_t *)res->Queue_read_ptr_aql - offsetof(amd_queue_t, read_dispatch_id));
+		q->amd_queue = (amd_queue_t *)((uint8_t *)(uintptr_t)rptr - offsetof(amd_queue_t, read_dispatch_id));
 		/* No packet rung yet: the CP processes index i once doorbell >= i. */
 		__atomic_store_n(q->doorbell, UINT64_MAX, __ATOMIC_RELEASE);
 	} else {
-		/* SDMA: the engine owns the read and write pointers (bytes). */
-		q->rptr = &q->sdma_rptr;
-		q->wptr = &q->sdma_wptr;
 		__atomic_store_n(q->doorbell, 0, __ATOMIC_RELEASE);
-		res->Queue_read_ptr_aql = (HSAuint64 *)q->rptr;
-		res->Queue_write_ptr_aql = (HSAuint64 *)q->wptr;
 	}
-	res->QueueId = q->id;
-	res->Queue_DoorBell_aql = (HSAuint64 *)q->doorbell;
-	res->ErrorReason = NULL;
 	if (pthread_create(&q->thread, NULL, queue_thread, q) != 0) {
 		pthread_mutex_lock(&q_lock);
-		doorbell_used[slot] = 0;
+		doorbell_used[gpu][slot] = 0;
 		pthread_mutex_unlock(&q_lock);
 		free(q);
-		return HSAKMT_STATUS_OUT_OF_RESOURCES;
+		return -ENOMEM;
 	}
 	pthread_mutex_lock(&q_lock);
 	q->next = queues;
 	queues = q;
 	pthread_mutex_unlock(&q_lock);
-	KFDSIM_DEBUG("CreateQueue %llu: node %u type %d ring %p bytes %llu rptr %p wptr %p doorbell %p",
-		     (unsigned long long)q->id, node, type, ring, (unsigned long long)ring_bytes, (void *)q->rptr,
-		     (void *)q->wptr, (void *)q->doorbell);
-	return HSAKMT_STATUS_SUCCESS;
+	*queue_id = q->id;
+	*doorbell_offset = page | ((uint64_t)slot * 8);
+	KFDSIM_DEBUG("CREATE_QUEUE %u: node %u type %u ring %#llx bytes %llu rptr %#llx wptr %#llx doorbell slot %d",
+		     q->id, q->node, queue_type, (unsigned long long)ring, (unsigned long long)ring_bytes,
+		     (unsigned long long)rptr, (unsigned long long)wptr, slot);
+	return 0;
 }
 
-HSAKMT_STATUS HSAKMTAPI hsaKmtUpdateQueue(HSA_QUEUEID id, HSAuint32 percent, HSA_QUEUE_PRIORITY prio, void *ring,
-					   HSAuint64 size, HsaEvent *event)
+/* AMDKFD_IOC_UPDATE_QUEUE: the percentage suspends (0) or resumes a queue.
+ * It does not restore an evicted queue: nothing does. */
+int kfdsim_queue_update(uint32_t id, uint32_t percent)
 {
-	(void)prio;
-	(void)ring;
-	(void)size;
-	(void)event;
-	if (!kfdsim_is_open()) return HSAKMT_STATUS_KERNEL_IO_CHANNEL_NOT_OPENED;
-	if (percent > 100) return HSAKMT_STATUS_INVALID_PARAMETER;
+	if (percent > 100) return -EINVAL;
 	pthread_mutex_lock(&q_lock);
 	kfdsim_queue *q = find_queue_locked(id);
 	if (q) __atomic_store_n(&q->suspended, percent == 0, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&q_lock);
-	KFDSIM_DEBUG("UpdateQueue %llu: %u%%", (unsigned long long)id, percent);
-	return q ? HSAKMT_STATUS_SUCCESS : HSAKMT_STATUS_INVALID_PARAMETER;
+	KFDSIM_DEBUG("UPDATE_QUEUE %u: %u%%", id, percent);
+	return q ? 0 : -EINVAL;
 }
 
-static void stop_and_free(kfdsim_queue *q)
+static void stop_and_free(kfdsim_queue *q, int join)
 {
 	__atomic_store_n(&q->stop, 1, __ATOMIC_RELEASE);
-	pthread_join(q->thread, NULL);
+	if (join) pthread_join(q->thread, NULL);
 	pthread_mutex_lock(&q_lock);
-	doorbell_used[q->doorbell_slot] = 0;
+	doorbell_used[q->gpu_index][q->doorbell_slot] = 0;
 	pthread_mutex_unlock(&q_lock);
 	free(q);
 }
 
-HSAKMT_STATUS HSAKMTAPI hsaKmtDestroyQueue(HSA_QUEUEID id)
+int kfdsim_queue_destroy(uint32_t id)
 {
-	if (!kfdsim_is_open()) return HSAKMT_STATUS_KERNEL_IO_CHANNEL_NOT_OPENED;
 	pthread_mutex_lock(&q_lock);
 	kfdsim_queue *q = NULL;
 	for (kfdsim_queue **p = &queues; *p; p = &(*p)->next)
@@ -445,31 +442,70 @@ HSAKMT_STATUS HSAKMTAPI hsaKmtDestroyQueue(HSA_QUEUEID id)
 			break;
 		}
 	pthread_mutex_unlock(&q_lock);
-	if (q == NULL) return HSAKMT_STATUS_INVALID_PARAMETER;
-	stop_and_free(q);
-	KFDSIM_DEBUG("DestroyQueue %llu", (unsigned long long)id);
-	return HSAKMT_STATUS_SUCCESS;
+	if (q == NULL) return -EINVAL;
+	stop_and_free(q, 1);
+	KFDSIM_DEBUG("DESTROY_QUEUE %u", id);
+	return 0;
 }
 
-HSAKMT_STATUS HSAKMTAPI hsaKmtSetQueueCUMask(HSA_QUEUEID id, HSAuint32 count, HSAuint32 *mask)
+int kfdsim_queue_exists(uint32_t id)
 {
-	if (!kfdsim_is_open()) return HSAKMT_STATUS_KERNEL_IO_CHANNEL_NOT_OPENED;
-	/* Every simulated CU is the same: a mask only has to be well formed. */
-	if (count == 0 || count % 32 != 0 || mask == NULL) return HSAKMT_STATUS_INVALID_PARAMETER;
 	pthread_mutex_lock(&q_lock);
 	kfdsim_queue *q = find_queue_locked(id);
 	pthread_mutex_unlock(&q_lock);
-	return q ? HSAKMT_STATUS_SUCCESS : HSAKMT_STATUS_INVALID_PARAMETER;
+	return q != NULL;
 }
 
-void kfdsim_queues_fini(void)
+/* A VM fault, as KFD's interrupt handler takes it (amdgpu
+ * kfd_int_process_v9.c, event_interrupt_wq_v9): kfd_dqm_evict_pasid evicts
+ * EVERY user queue of the process on that GPU (AQL, SDMA, HIP's own; nothing
+ * restores them, and queues made there later start evicted), then kfd_signal_vm_fault_event signals the process's
+ * memory events. Besides, the queue whose access faulted reports the error
+ * through its queue_inactive_signal (see kfdsim_queue_fault). With the evict
+ * rule off ($KFDSIM_RULE_OFF=evict) only the faulting queue stops. */
+void kfdsim_vm_fault(uint32_t node, uint64_t va, int write, int not_present)
 {
-	for (;;) {
+	if (kfdsim_rule_evict) {
+		int n = 0;
 		pthread_mutex_lock(&q_lock);
-		kfdsim_queue *q = queues;
-		if (q) queues = q->next;
+		if (kfdsim_is_gpu_node(node)) gpu_evicted[node - 1] = 1;
+		for (kfdsim_queue *q = queues; q; q = q->next)
+			if (q->node == node && !__atomic_exchange_n(&q->evicted, 1, __ATOMIC_ACQ_REL)) n++;
 		pthread_mutex_unlock(&q_lock);
-		if (q == NULL) break;
-		stop_and_free(q);
+		if (n) fprintf(stderr, "kfdsim: VM fault on GPU node %u: evicted %d user queue(s) of the process\n", node, n);
 	}
+	kfdsim_event_memory_fault(node, va, write, not_present);
+	if (kfdsim_current_queue != NULL)
+		kfdsim_queue_fault(kfdsim_current_queue, KFDSIM_QERR_MEMORY_VIOLATION, "VM fault");
+}
+
+/* Test hook: how many of the process's queues on GPU node `node` process
+ * nothing any more (evicted by a VM fault, or stopped by their own fault). */
+__attribute__((visibility("default"))) int kfdsim_test_stopped_queues(uint32_t node, int *total)
+{
+	int stopped = 0, all = 0;
+	pthread_mutex_lock(&q_lock);
+	for (kfdsim_queue *q = queues; q; q = q->next) {
+		if (q->node != node) continue;
+		all++;
+		if (__atomic_load_n(&q->evicted, __ATOMIC_ACQUIRE) || __atomic_load_n(&q->faulted, __ATOMIC_ACQUIRE))
+			stopped++;
+	}
+	pthread_mutex_unlock(&q_lock);
+	if (total) *total = all;
+	return stopped;
+}
+
+/* A forked child is a new KFD process: the parent's queues (whose threads
+ * do not exist in the child) are not its own. */
+void kfdsim_queues_reset(void)
+{
+	pthread_mutex_init(&q_lock, NULL);
+	while (queues) {
+		kfdsim_queue *q = queues;
+		queues = q->next;
+		free(q);
+	}
+	memset(doorbell_used, 0, sizeof doorbell_used);
+	memset(gpu_evicted, 0, sizeof gpu_evicted);
 }

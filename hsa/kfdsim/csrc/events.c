@@ -1,14 +1,17 @@
 /*
- * Events: CreateEvent/DestroyEvent/SetEvent/ResetEvent/WaitOnEvent/
- * WaitOnMultipleEvents with real blocking waits, auto and manual reset,
- * timeouts, and the events page.
+ * Events: AMDKFD_IOC_CREATE/DESTROY/SET/RESET_EVENT and WAIT_EVENTS with real
+ * blocking waits, auto and manual reset, timeouts, the events page, VM-fault
+ * data, and the event age of KFD interface 1.14.
  *
- * Signal events get a 64-bit mailbox slot in the events page (HWData2, the
- * address ROCr stores in amd_signal_t.event_mailbox_ptr). The command
+ * Signal events get a 64-bit mailbox slot in the events page: on a dGPU the
+ * thunk allocates that page itself (a GTT BO mapped to every GPU) and hands
+ * its handle to the first CREATE_EVENT; the slot index is the event id
+ * (kfd_events.c, create_signal_event). The thunk stores the slot's address in
+ * HWData2, which ROCr puts into amd_signal_t.event_mailbox_ptr. The command
  * processor completes an interrupt signal by writing the signal's event_id
- * into that slot and raising the end-of-pipe interrupt; the interrupt
- * handler here (kfdsim_event_fire) then signals the event and wakes its
- * waiters, as KFD's does.
+ * into that slot and raising the end-of-pipe interrupt; the interrupt handler
+ * here (kfdsim_event_fire) then signals the event and wakes its waiters, as
+ * KFD's does.
  *
  * Signalling follows KFD's set_event: an auto-reset event set while threads
  * wait on it activates all of them (each returns) and does not stay set; set
@@ -16,10 +19,15 @@
  * this: hsa_queue_destroy waits on the queue event that its async-handler
  * thread is also waiting on, and both must see the set.)
  *
+ * Event age (KFD 1.14, kfd_events.c): every set of a signal event bumps its
+ * age; a waiter that passes a non-zero last_event_age different from the
+ * current age is activated at once, and WAIT_EVENTS returns the age, so a
+ * thunk that polled a mailbox and then waits cannot miss a set in between.
+ * Thunks before 1.14 pass zero and see the plain behaviour.
+ *
  * MEMORY events carry VM faults: kfdsim_event_memory_fault signals every one,
- * and a wait that returns copies the HsaMemoryAccessFault (with Flags =
- * HSA_EVENTID_MEMORY_FATAL_PROCESS) into the caller's HsaEvent, as the real
- * thunk does after the wait ioctl.
+ * and a wait that returns fills memory_exception_data (gpu_id, va, failure),
+ * as KFD's kfd_signal_vm_fault_event does.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -29,29 +37,30 @@
 
 #include "kfdsim_int.h"
 
-#define MAX_EVENTS 4096
+#define SIGNAL_EVENT_LIMIT 4096      /* KFD_SIGNAL_EVENT_LIMIT: slots of the events page */
+#define MAX_EVENTS 8192              /* ids >= SIGNAL_EVENT_LIMIT: other event types */
 
 typedef struct sim_event {
-	HsaEvent *pub; /* what the caller holds */
 	uint32_t id;
-	HSA_EVENTTYPE type;
-	int manual_reset;
+	uint32_t type;   /* KFD_IOC_EVENT_* */
+	int auto_reset;
 	int signaled;
 	/* KFD's waiter activation: setting an auto-reset event that has
 	 * waiters activates every one of them and leaves it unsignalled; with
-	 * no waiters it stays signalled for the next wait to consume. */
+	 * no waiter it stays signalled for the next wait to consume. */
 	uint32_t nwaiters;
 	uint64_t set_gen; /* bumped by each set: activates the current waiters */
+	uint64_t age;     /* KFD 1.14 event age: starts at 1, bumped by each set */
 	int fault_pending;
-	HsaMemoryAccessFault fault;
+	struct kfd_hsa_memory_exception_data fault;
 } sim_event;
 
 static pthread_mutex_t ev_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t ev_cond;
+static int ev_cond_ready;
 static sim_event *events[MAX_EVENTS]; /* index = event id; 0 unused */
-static uint32_t next_id = 1;
-static uint64_t *events_page;         /* mailbox slot per event id */
-static int events_ready;
+static uint32_t next_signal_id = 1, next_other_id = SIGNAL_EVENT_LIMIT;
+static uint64_t *events_page;         /* mailbox slot per signal event id */
 static uint64_t blocked_waits;
 
 /* Test hook: how many event waits have gone to sleep (blocked in the
@@ -62,167 +71,152 @@ __attribute__((visibility("default"))) uint64_t kfdsim_test_blocked_waits(void)
 	return __atomic_load_n(&blocked_waits, __ATOMIC_ACQUIRE);
 }
 
-void kfdsim_events_init(void)
+static void ensure_cond_locked(void)
 {
-	pthread_mutex_lock(&ev_lock);
-	if (!events_ready) {
-		pthread_condattr_t a;
-		pthread_condattr_init(&a);
-		pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-		pthread_cond_init(&ev_cond, &a);
-		pthread_condattr_destroy(&a);
-		void *p = mmap(NULL, MAX_EVENTS * sizeof(uint64_t), PROT_READ | PROT_WRITE,
-			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		events_page = p == MAP_FAILED ? NULL : p;
-		events_ready = 1;
+	if (ev_cond_ready) return;
+	pthread_condattr_t a;
+	pthread_condattr_init(&a);
+	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+	pthread_cond_init(&ev_cond, &a);
+	pthread_condattr_destroy(&a);
+	ev_cond_ready = 1;
+}
+
+/* A forked child is a new KFD process with no events. */
+void kfdsim_events_reset(void)
+{
+	pthread_mutex_init(&ev_lock, NULL);
+	ev_cond_ready = 0;
+	for (uint32_t i = 0; i < MAX_EVENTS; i++) {
+		free(events[i]);
+		events[i] = NULL;
 	}
-	/* KFD maps the events page into every GPU's address space: the CP and
-	 * the SDMA engines write signal mailboxes there. */
-	if (events_page) kfdsim_memory_add_driver_range((uint64_t)(uintptr_t)events_page, MAX_EVENTS * sizeof(uint64_t));
-	pthread_mutex_unlock(&ev_lock);
+	events_page = NULL;
+	next_signal_id = 1;
+	next_other_id = SIGNAL_EVENT_LIMIT;
 }
 
-/* Events outlive hsaKmtCloseKFD, as on real KFD, where they belong to the
- * process's KFD context (which lives as long as the process), not to the
- * /dev/kfd file descriptor: ROCr keeps pooled HsaEvents across hsa_shut_down
- * and hsa_init and uses them again. Only waiters are woken. */
-void kfdsim_events_fini(void)
-{
-	pthread_mutex_lock(&ev_lock);
-	pthread_cond_broadcast(&ev_cond);
-	pthread_mutex_unlock(&ev_lock);
-}
-
-/* Whether addr is an events-page mailbox slot (the only place the CP may
- * write an event id). */
+/* Whether addr is an events-page mailbox slot (the only place the CP's
+ * write raises an interrupt). */
 int kfdsim_is_mailbox(uint64_t addr, uint32_t *event_id)
 {
-	if (events_page == NULL) return 0;
-	uint64_t base = (uint64_t)(uintptr_t)events_page;
-	if (addr < base || addr >= base + MAX_EVENTS * sizeof(uint64_t) || (addr - base) % sizeof(uint64_t)) return 0;
+	uint64_t *page = __atomic_load_n(&events_page, __ATOMIC_ACQUIRE);
+	if (page == NULL) return 0;
+	uint64_t base = (uint64_t)(uintptr_t)page;
+	if (addr < base || addr >= base + SIGNAL_EVENT_LIMIT * sizeof(uint64_t) || (addr - base) % sizeof(uint64_t))
+		return 0;
 	if (event_id) *event_id = (uint32_t)((addr - base) / sizeof(uint64_t));
 	return 1;
 }
 
-HSAKMT_STATUS HSAKMTAPI hsaKmtCreateEvent(HsaEventDescriptor *desc, bool manual_reset, bool signaled,
-					   HsaEvent **out)
+int kfdsim_event_create(struct kfd_ioctl_create_event_args *a)
 {
-	if (!kfdsim_is_open()) return HSAKMT_STATUS_KERNEL_IO_CHANNEL_NOT_OPENED;
-	if (desc == NULL || out == NULL) return HSAKMT_STATUS_INVALID_PARAMETER;
-	if (desc->EventType != HSA_EVENTTYPE_SIGNAL && desc->EventType != HSA_EVENTTYPE_MEMORY &&
-	    desc->EventType != HSA_EVENTTYPE_HW_EXCEPTION && desc->EventType != HSA_EVENTTYPE_DEBUG_EVENT) {
-		KFDSIM_DEBUG("CreateEvent type %d: NOT_SUPPORTED", desc->EventType);
-		return HSAKMT_STATUS_NOT_SUPPORTED;
-	}
+	uint32_t type = a->event_type;
+	if (type != KFD_IOC_EVENT_SIGNAL && type != KFD_IOC_EVENT_MEMORY && type != KFD_IOC_EVENT_HW_EXCEPTION &&
+	    type != KFD_IOC_EVENT_DEBUG_EVENT && type != KFD_IOC_EVENT_NODECHANGE &&
+	    type != KFD_IOC_EVENT_DEVICESTATECHANGE && type != KFD_IOC_EVENT_SYSTEM_EVENT &&
+	    type != KFD_IOC_EVENT_QUEUE_EVENT && type != KFD_IOC_EVENT_PROFILE_EVENT)
+		return -EINVAL;
 	sim_event *e = calloc(1, sizeof *e);
-	HsaEvent *pub = calloc(1, sizeof *pub);
-	if (e == NULL || pub == NULL) {
-		free(e);
-		free(pub);
-		return HSAKMT_STATUS_NO_MEMORY;
-	}
+	if (e == NULL) return -ENOMEM;
 	pthread_mutex_lock(&ev_lock);
+	ensure_cond_locked();
+	if (a->event_page_offset && events_page == NULL) {
+		/* kfd_event_page_set: the thunk's BO becomes the events page. */
+		uint64_t size = 0;
+		uint64_t va = kfdsim_mem_handle_va(a->event_page_offset, &size);
+		if (va == 0 || size < SIGNAL_EVENT_LIMIT * sizeof(uint64_t)) {
+			pthread_mutex_unlock(&ev_lock);
+			free(e);
+			return -EINVAL;
+		}
+		__atomic_store_n(&events_page, (uint64_t *)(uintptr_t)va, __ATOMIC_RELEASE);
+	}
 	uint32_t id = 0;
-	for (uint32_t tries = 0; tries < MAX_EVENTS - 1; tries++) {
-		uint32_t cand = next_id;
-		next_id = next_id + 1 >= MAX_EVENTS ? 1 : next_id + 1;
-		if (events[cand] == NULL) {
-			id = cand;
-			break;
+	if (type == KFD_IOC_EVENT_SIGNAL || type == KFD_IOC_EVENT_DEBUG_EVENT) {
+		if (events_page == NULL) {
+			/* KFD would allocate its own page; dGPU thunks always pass one. */
+			pthread_mutex_unlock(&ev_lock);
+			free(e);
+			return -EINVAL;
+		}
+		for (uint32_t tries = 0; tries < SIGNAL_EVENT_LIMIT - 1 && id == 0; tries++) {
+			uint32_t cand = next_signal_id;
+			next_signal_id = next_signal_id + 1 >= SIGNAL_EVENT_LIMIT ? 1 : next_signal_id + 1;
+			if (events[cand] == NULL) id = cand;
+		}
+	} else {
+		for (uint32_t tries = 0; tries < MAX_EVENTS - SIGNAL_EVENT_LIMIT && id == 0; tries++) {
+			uint32_t cand = next_other_id;
+			next_other_id = next_other_id + 1 >= MAX_EVENTS ? SIGNAL_EVENT_LIMIT : next_other_id + 1;
+			if (events[cand] == NULL) id = cand;
 		}
 	}
 	if (id == 0) {
 		pthread_mutex_unlock(&ev_lock);
 		free(e);
-		free(pub);
-		return HSAKMT_STATUS_OUT_OF_RESOURCES;
+		return -ENOSPC;
 	}
-	e->pub = pub;
 	e->id = id;
-	e->type = desc->EventType;
-	e->manual_reset = manual_reset;
-	e->signaled = signaled;
-	pub->EventId = id;
-	pub->EventData.EventType = desc->EventType;
-	pub->EventData.HWData1 = id;
-	if (desc->EventType == HSA_EVENTTYPE_SIGNAL && events_page) {
-		events_page[id] = 0;
-		pub->EventData.HWData2 = (HSAuint64)(uintptr_t)&events_page[id];
-	}
-	pub->EventData.HWData3 = id;
-	if (desc->EventType == HSA_EVENTTYPE_SIGNAL) pub->EventData.EventData.SyncVar = desc->SyncVar;
+	e->type = type;
+	e->auto_reset = a->auto_reset != 0;
+	e->age = 1;
 	events[id] = e;
+	a->event_id = id;
+	a->event_trigger_data = id;
+	if (id < SIGNAL_EVENT_LIMIT) {
+		events_page[id] = 0;
+		a->event_slot_index = id;
+		a->event_page_offset = 1; /* non-zero: the slot is valid */
+	} else {
+		a->event_slot_index = 0;
+		a->event_page_offset = 0;
+	}
 	pthread_mutex_unlock(&ev_lock);
-	*out = pub;
-	KFDSIM_DEBUG("CreateEvent id %u type %d %s", id, desc->EventType, manual_reset ? "manual-reset" : "auto-reset");
-	return HSAKMT_STATUS_SUCCESS;
+	KFDSIM_DEBUG("CREATE_EVENT id %u type %u %s", id, type, e->auto_reset ? "auto-reset" : "manual-reset");
+	return 0;
 }
 
-static sim_event *lookup_locked(HsaEvent *pub)
+int kfdsim_event_destroy(uint32_t id)
 {
-	if (pub == NULL || pub->EventId == 0 || pub->EventId >= MAX_EVENTS) return NULL;
-	sim_event *e = events[pub->EventId];
-	return e && e->pub == pub ? e : NULL;
-}
-
-HSAKMT_STATUS HSAKMTAPI hsaKmtDestroyEvent(HsaEvent *pub)
-{
-	if (!kfdsim_is_open()) return HSAKMT_STATUS_KERNEL_IO_CHANNEL_NOT_OPENED;
 	pthread_mutex_lock(&ev_lock);
-	sim_event *e = lookup_locked(pub);
+	sim_event *e = id < MAX_EVENTS ? events[id] : NULL;
 	if (e == NULL) {
 		pthread_mutex_unlock(&ev_lock);
-		return HSAKMT_STATUS_INVALID_HANDLE;
+		return -EINVAL;
 	}
-	events[e->id] = NULL;
-	if (events_page) events_page[e->id] = 0;
-	/* Waiters on it return INVALID_HANDLE instead of sleeping on. */
-	pthread_cond_broadcast(&ev_cond);
+	events[id] = NULL;
+	if (events_page && id < SIGNAL_EVENT_LIMIT) events_page[id] = 0;
+	/* Waiters on it return an error instead of sleeping on. */
+	if (ev_cond_ready) pthread_cond_broadcast(&ev_cond);
 	pthread_mutex_unlock(&ev_lock);
-	free(e->pub);
 	free(e);
-	return HSAKMT_STATUS_SUCCESS;
+	return 0;
 }
 
 /* KFD's set_event; caller holds ev_lock. */
 static void set_locked(sim_event *e)
 {
-	e->signaled = !(!e->manual_reset && e->nwaiters > 0);
+	e->signaled = !(e->auto_reset && e->nwaiters > 0);
 	e->set_gen++;
-	pthread_cond_broadcast(&ev_cond);
+	e->age++;
+	if (ev_cond_ready) pthread_cond_broadcast(&ev_cond);
 }
 
-/* hsaKmtSetEvent (set) and hsaKmtResetEvent (!set). */
-static HSAKMT_STATUS set_or_reset(HsaEvent *pub, int set)
+int kfdsim_event_set(uint32_t id, int set)
 {
-	if (!kfdsim_is_open()) return HSAKMT_STATUS_KERNEL_IO_CHANNEL_NOT_OPENED;
 	pthread_mutex_lock(&ev_lock);
-	sim_event *e = lookup_locked(pub);
+	sim_event *e = id < MAX_EVENTS ? events[id] : NULL;
 	if (e == NULL) {
 		pthread_mutex_unlock(&ev_lock);
-		return HSAKMT_STATUS_INVALID_HANDLE;
+		return -EINVAL;
 	}
 	if (set)
 		set_locked(e);
 	else
 		e->signaled = 0;
 	pthread_mutex_unlock(&ev_lock);
-	return HSAKMT_STATUS_SUCCESS;
-}
-
-HSAKMT_STATUS HSAKMTAPI hsaKmtSetEvent(HsaEvent *pub) { return set_or_reset(pub, 1); }
-
-HSAKMT_STATUS HSAKMTAPI hsaKmtResetEvent(HsaEvent *pub) { return set_or_reset(pub, 0); }
-
-HSAKMT_STATUS HSAKMTAPI hsaKmtQueryEventState(HsaEvent *pub)
-{
-	if (!kfdsim_is_open()) return HSAKMT_STATUS_KERNEL_IO_CHANNEL_NOT_OPENED;
-	pthread_mutex_lock(&ev_lock);
-	sim_event *e = lookup_locked(pub);
-	int sig = e ? e->signaled : 0;
-	pthread_mutex_unlock(&ev_lock);
-	if (e == NULL) return HSAKMT_STATUS_INVALID_HANDLE;
-	return sig ? HSAKMT_STATUS_SUCCESS : HSAKMT_STATUS_WAIT_TIMEOUT;
+	return 0;
 }
 
 void kfdsim_event_fire(uint32_t id)
@@ -235,38 +229,35 @@ void kfdsim_event_fire(uint32_t id)
 void kfdsim_event_memory_fault(uint32_t node, uint64_t va, int write, int not_present)
 {
 	(void)write;
+	uint32_t gpu_id = kfdsim_is_gpu_node(node) ? kfdsim_gpus[node - 1].gpu_id : 0;
 	pthread_mutex_lock(&ev_lock);
 	int n = 0;
 	for (uint32_t i = 1; i < MAX_EVENTS; i++) {
 		sim_event *e = events[i];
-		if (e == NULL || e->type != HSA_EVENTTYPE_MEMORY) continue;
+		if (e == NULL || e->type != KFD_IOC_EVENT_MEMORY) continue;
 		memset(&e->fault, 0, sizeof e->fault);
-		e->fault.NodeId = node;
-		e->fault.VirtualAddress = va;
-		e->fault.Failure.NotPresent = not_present ? 1 : 0;
-		e->fault.Failure.ReadOnly = not_present ? 0 : 1;
-		e->fault.Flags = HSA_EVENTID_MEMORY_FATAL_PROCESS;
+		e->fault.gpu_id = gpu_id;
+		e->fault.va = va;
+		e->fault.failure.NotPresent = not_present ? 1 : 0;
+		e->fault.failure.ReadOnly = not_present ? 0 : 1;
 		e->fault_pending = 1;
 		set_locked(e);
 		n++;
 	}
-	pthread_cond_broadcast(&ev_cond);
+	if (ev_cond_ready) pthread_cond_broadcast(&ev_cond);
 	pthread_mutex_unlock(&ev_lock);
 	KFDSIM_DEBUG("VM fault node %u va %#llx: signalled %d memory event(s)", node, (unsigned long long)va, n);
 }
 
-HSAKMT_STATUS HSAKMTAPI hsaKmtWaitOnMultipleEvents(HsaEvent *list[], HSAuint32 n, bool all, HSAuint32 ms)
+int kfdsim_event_wait(struct kfd_ioctl_wait_events_args *a)
 {
-	if (!kfdsim_is_open()) return HSAKMT_STATUS_KERNEL_IO_CHANNEL_NOT_OPENED;
-	if (list == NULL || n == 0 || n > MAX_EVENTS) return HSAKMT_STATUS_INVALID_PARAMETER;
-	uint32_t ids[n];
-	for (HSAuint32 i = 0; i < n; i++) {
-		if (list[i] == NULL) return HSAKMT_STATUS_INVALID_HANDLE;
-		ids[i] = list[i]->EventId;
-	}
+	uint32_t n = a->num_events;
+	uint32_t ms = a->timeout;
+	struct kfd_event_data *data = (struct kfd_event_data *)(uintptr_t)a->events_ptr;
+	if (n == 0 || n > MAX_EVENTS || data == NULL) return -EINVAL;
 	struct timespec deadline;
 	clock_gettime(CLOCK_MONOTONIC, &deadline);
-	if (ms != HSA_EVENTTIMEOUT_INFINITE) {
+	if (ms != 0xffffffffu) {
 		deadline.tv_sec += ms / 1000;
 		deadline.tv_nsec += (long)(ms % 1000) * 1000000L;
 		if (deadline.tv_nsec >= 1000000000L) {
@@ -274,66 +265,87 @@ HSAKMT_STATUS HSAKMTAPI hsaKmtWaitOnMultipleEvents(HsaEvent *list[], HSAuint32 n
 			deadline.tv_nsec -= 1000000000L;
 		}
 	}
+	uint32_t *ids = malloc(n * sizeof *ids);
+	int *activated = malloc(n * sizeof *activated);
+	uint64_t *gen = malloc(n * sizeof *gen);
+	if (!ids || !activated || !gen) {
+		free(ids);
+		free(activated);
+		free(gen);
+		return -ENOMEM;
+	}
 	pthread_mutex_lock(&ev_lock);
+	ensure_cond_locked();
 	/* KFD's init_event_waiter: a signalled event activates the waiter at
-	 * once, and an auto-reset one is consumed by it. */
-	int activated[n];
-	uint64_t gen[n];
-	for (HSAuint32 i = 0; i < n; i++) {
+	 * once, and an auto-reset one is consumed by it; so does an age the
+	 * waiter has not seen. */
+	int rc = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		ids[i] = data[i].event_id;
 		sim_event *e = ids[i] < MAX_EVENTS ? events[ids[i]] : NULL;
-		if (e == NULL || e->pub != list[i]) {
-			for (HSAuint32 j = 0; j < i; j++) events[ids[j]]->nwaiters--;
+		if (e == NULL) {
+			for (uint32_t j = 0; j < i; j++) events[ids[j]]->nwaiters--;
 			pthread_mutex_unlock(&ev_lock);
-			return HSAKMT_STATUS_INVALID_HANDLE;
+			free(ids);
+			free(activated);
+			free(gen);
+			return -EINVAL;
 		}
 		activated[i] = e->signaled;
-		if (!e->manual_reset) e->signaled = 0;
+		if (e->type == KFD_IOC_EVENT_SIGNAL && kfdsim_release_major * 100 + kfdsim_release_minor >= 507) {
+			if (data[i].last_event_age && data[i].last_event_age != e->age) activated[i] = 1;
+		}
+		if (e->auto_reset && activated[i]) e->signaled = 0;
 		gen[i] = e->set_gen;
 		e->nwaiters++;
 	}
-	HSAKMT_STATUS result = HSAKMT_STATUS_WAIT_TIMEOUT;
+	uint32_t result = KFD_IOC_WAIT_RESULT_TIMEOUT;
 	for (;;) {
-		HSAuint32 nact = 0;
+		uint32_t nact = 0;
 		int gone = 0;
-		for (HSAuint32 i = 0; i < n; i++) {
+		for (uint32_t i = 0; i < n; i++) {
 			sim_event *e = events[ids[i]];
-			if (e == NULL || e->pub != list[i]) {
+			if (e == NULL) {
 				gone = 1;
 				break;
 			}
-			if (!activated[i] && (e->set_gen != gen[i] || (e->manual_reset && e->signaled))) activated[i] = 1;
+			if (!activated[i] && (e->set_gen != gen[i] || (!e->auto_reset && e->signaled))) activated[i] = 1;
 			if (activated[i]) nact++;
 		}
 		if (gone) {
-			result = HSAKMT_STATUS_INVALID_HANDLE; /* destroyed while waited on */
+			result = KFD_IOC_WAIT_RESULT_FAIL; /* destroyed while waited on */
+			rc = -EINVAL;
 			break;
 		}
-		if (all ? nact == n : nact > 0) {
-			for (HSAuint32 i = 0; i < n; i++) {
+		if (a->wait_for_all ? nact == n : nact > 0) {
+			for (uint32_t i = 0; i < n; i++) {
 				sim_event *e = events[ids[i]];
-				if (e->type == HSA_EVENTTYPE_MEMORY && e->fault_pending) {
-					e->pub->EventData.EventData.MemoryAccessFault = e->fault;
+				if (e->type == KFD_IOC_EVENT_MEMORY && e->fault_pending) {
+					data[i].memory_exception_data = e->fault;
 					e->fault_pending = 0;
 				}
 			}
-			result = HSAKMT_STATUS_SUCCESS;
+			result = KFD_IOC_WAIT_RESULT_COMPLETE;
 			break;
 		}
 		if (ms == 0) break;
 		__atomic_fetch_add(&blocked_waits, 1, __ATOMIC_RELEASE);
-		int rc = ms == HSA_EVENTTIMEOUT_INFINITE ? pthread_cond_wait(&ev_cond, &ev_lock)
-							  : pthread_cond_timedwait(&ev_cond, &ev_lock, &deadline);
-		if (rc == ETIMEDOUT) break;
+		int w = ms == 0xffffffffu ? pthread_cond_wait(&ev_cond, &ev_lock)
+					  : pthread_cond_timedwait(&ev_cond, &ev_lock, &deadline);
+		if (w == ETIMEDOUT) break;
 	}
-	for (HSAuint32 i = 0; i < n; i++) {
+	for (uint32_t i = 0; i < n; i++) {
 		sim_event *e = events[ids[i]];
-		if (e != NULL && e->pub == list[i] && e->nwaiters > 0) e->nwaiters--;
+		if (e == NULL) continue;
+		if (e->nwaiters > 0) e->nwaiters--;
+		if (e->type == KFD_IOC_EVENT_SIGNAL && kfdsim_release_major * 100 + kfdsim_release_minor >= 507) {
+			data[i].last_event_age = e->age;
+		}
 	}
 	pthread_mutex_unlock(&ev_lock);
-	return result;
-}
-
-HSAKMT_STATUS HSAKMTAPI hsaKmtWaitOnEvent(HsaEvent *e, HSAuint32 ms)
-{
-	return hsaKmtWaitOnMultipleEvents(&e, 1, true, ms);
+	free(ids);
+	free(activated);
+	free(gen);
+	a->wait_result = result;
+	return rc;
 }

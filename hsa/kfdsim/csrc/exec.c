@@ -108,6 +108,15 @@ static bool gpu_access(uint32_t node, uint64_t addr, uint64_t size, bool write)
 	return kfdsim_gpu_access(node, addr, size, write);
 }
 
+/* gpu_access for the copies and fills that touch memory: the CPU address
+ * of the checked range (see kfdsim_gpu_ptr), NULL after a fault. */
+static uint8_t *gpu_ptr(uint32_t node, uint64_t addr, uint64_t size, bool write)
+{
+	if (size == 0)
+		return (uint8_t *)(uintptr_t)addr;
+	return kfdsim_gpu_ptr(node, addr, size, write);
+}
+
 /* ---- finding the loaded ELF image -------------------------------------- */
 
 typedef struct image {
@@ -568,10 +577,12 @@ static bool rocr_grid_ok(const kfdsim_dispatch *d, uint32_t num_workitems)
 /* A copy of [src, src+n) to [dst, dst+n), checked first. */
 static int checked_copy(const kfdsim_dispatch *d, uint64_t dst, uint64_t src, uint64_t n)
 {
-	if (!gpu_access(d->gpu_node, src, n, false) || !gpu_access(d->gpu_node, dst, n, true))
+	const uint8_t *s = gpu_ptr(d->gpu_node, src, n, false);
+	uint8_t *t = s ? gpu_ptr(d->gpu_node, dst, n, true) : NULL;
+	if (s == NULL || t == NULL)
 		return KFDSIM_FAULT;
 	if (n)
-		memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+		memmove(t, s, n);
 	return KFDSIM_OK;
 }
 
@@ -636,10 +647,11 @@ static int run_rocr_fill(const kfdsim_dispatch *d)
 		complain(d, "ROCr Fill kernargs or grid outside what ROCr produces", NULL);
 		return KFDSIM_UNKNOWN_KERNEL;
 	}
-	if (!gpu_access(d->gpu_node, p1, end - p1, true))
+	uint8_t *t = gpu_ptr(d->gpu_node, p1, end - p1, true);
+	if (t == NULL)
 		return KFDSIM_FAULT;
 	for (uint64_t a = p1; a < end; a += 4)
-		memcpy((void *)(uintptr_t)a, &value, 4);
+		memcpy(t + (a - p1), &value, 4);
 	return KFDSIM_OK;
 }
 
@@ -721,7 +733,8 @@ static int copy_rect(const kfdsim_dispatch *d, const uint8_t *k, uint64_t elem)
 					    !gpu_access(d->gpu_node, dof, nx * elem, true))
 						return KFDSIM_FAULT;
 				} else {
-					memmove((void *)(uintptr_t)dof, (const void *)(uintptr_t)so, nx * elem);
+					memmove(gpu_ptr(d->gpu_node, dof, nx * elem, true),
+						gpu_ptr(d->gpu_node, so, nx * elem, false), nx * elem);
 				}
 			}
 		}
@@ -776,11 +789,12 @@ static int run_fill_buffer_aligned(const kfdsim_dispatch *d, const uint8_t *k)
 		complain(d, "__amd_rocclr_fillBufferAligned with an impossible size", NULL);
 		return KFDSIM_UNKNOWN_KERNEL;
 	}
-	if (!gpu_access(d->gpu_node, pattern, pbytes, false) ||
-	    !gpu_access(d->gpu_node, start, items * pbytes, true))
+	const uint8_t *pat = gpu_ptr(d->gpu_node, pattern, pbytes, false);
+	uint8_t *t = pat ? gpu_ptr(d->gpu_node, start, items * pbytes, true) : NULL;
+	if (pat == NULL || t == NULL)
 		return KFDSIM_FAULT;
 	for (uint64_t i = 0; i < items; i++)
-		memcpy((void *)(uintptr_t)(start + i * pbytes), (const void *)(uintptr_t)pattern, pbytes);
+		memcpy(t + i * pbytes, pat, pbytes);
 	return KFDSIM_OK;
 }
 
@@ -801,7 +815,8 @@ static int run_fill_buffer_aligned_2d(const kfdsim_dispatch *d, const uint8_t *k
 		complain(d, "__amd_rocclr_fillBufferAligned2D with an impossible pattern", NULL);
 		return KFDSIM_UNKNOWN_KERNEL;
 	}
-	if (!gpu_access(d->gpu_node, pattern, pbytes, false))
+	const uint8_t *pat = gpu_ptr(d->gpu_node, pattern, pbytes, false);
+	if (pat == NULL)
 		return KFDSIM_FAULT;
 	for (int pass = 0; pass < 2; pass++) {
 		for (uint64_t y = 0; y < ny; y++) {
@@ -811,8 +826,9 @@ static int run_fill_buffer_aligned_2d(const kfdsim_dispatch *d, const uint8_t *k
 					return KFDSIM_FAULT;
 				continue;
 			}
+			uint8_t *t = gpu_ptr(d->gpu_node, row, (nx - 1) * elem + pbytes, true);
 			for (uint64_t x = 0; x < nx; x++)
-				memcpy((void *)(uintptr_t)(row + x * elem), (const void *)(uintptr_t)pattern, pbytes);
+				memcpy(t + x * elem, pat, pbytes);
 		}
 	}
 	return KFDSIM_OK;

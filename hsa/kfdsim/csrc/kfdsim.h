@@ -1,13 +1,15 @@
 /*
- * kfdsim: a simulated AMD kernel driver (KFD) behind a replacement
- * libhsakmt.so.1, so that Debian's real ROCr (libhsa-runtime64 5.2.3) and HIP
- * (libamdhip64 5.2.3) run without a GPU, the way Mesa's drm-shim runs real
- * GPU userspace over a fake kernel interface.
+ * kfdsim: a simulated AMD kernel driver (KFD and amdgpu's DRM render nodes)
+ * at the kernel interface, an LD_PRELOAD library, so that Debian's real
+ * thunk (libhsakmt 5.2.3), ROCr (libhsa-runtime64 5.2.3) and HIP (libamdhip64
+ * 5.2.3) run without a GPU, the way Mesa's drm-shim runs real GPU userspace
+ * over a fake kernel interface.
  *
  * This header is the seam between the two halves of the simulated GPU:
- *   - the thunk and command processor (thunk.c, cp.c, sdma.c): topology,
- *     memory with per-node mapping records, events, queues, AQL and SDMA
- *     packet processing, VM-fault reporting;
+ *   - the driver and command processor (shim.c, kfd.c, sysfs.c, config.c,
+ *     memory.c, events.c, cp.c, sdma.c): topology, buffer objects with
+ *     per-GPU mapping sets, events, queues, AQL and SDMA packet processing,
+ *     VM-fault handling;
  *   - the shader executor (exec.c): names the kernel a dispatch points at
  *     (from the loaded code object's own dynamic symbol table, or the
  *     signature of one of ROCr's non-ELF blit kernels), runs ROCr's and HIP's
@@ -25,29 +27,38 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* ---- provided by the thunk (thunk.c) ---------------------------------- */
+/* ---- provided by the driver (memory.c) --------------------------------- */
 
-/* One allocation the thunk handed out (AllocMemory, or memory registered with
- * RegisterMemory*). */
+/* One buffer object of the simulated KFD (ALLOC_MEMORY_OF_GPU: device or
+ * system memory, or user memory the thunk registered). */
 typedef struct kfdsim_alloc {
-	uint64_t base;        /* host address == GPU virtual address */
+	uint64_t base;        /* GPU virtual address (== CPU address, except for
+	                       * registered user memory) */
 	uint64_t size;
 	uint32_t home_node;   /* node whose memory it is: 0 for system memory */
-	uint64_t mapped_mask; /* bit n set: mapped to GPU node n (MapMemoryToGPUNodes) */
-	uint32_t flags;       /* HsaMemFlags.Value given at allocation */
+	uint64_t mapped_mask; /* bit n set: mapped to GPU node n (MAP_MEMORY_TO_GPU) */
+	uint32_t flags;       /* HsaMemFlags.Value equivalent of KFD's allocation flags */
 } kfdsim_alloc;
 
-/* Copies the record of the allocation containing addr into *out; false when
- * addr lies in no allocation. */
+/* Copies the record of the buffer containing addr (at its GPU address, else
+ * registered user memory at its CPU address) into *out; false when addr lies
+ * in no buffer. */
 bool kfdsim_lookup(uint64_t addr, kfdsim_alloc *out);
 
 /* The access check the simulated GPU makes before every memory access of a
  * packet, kernel or copy it runs on gpu_node: true when [addr, addr+size) lies
- * in one allocation mapped to gpu_node. When false, the thunk has raised a VM
- * fault for that address (the memory event with HsaMemoryAccessFault, and the
+ * in one buffer mapped to gpu_node. When false, the driver has raised a VM
+ * fault for that address (queues evicted, the memory events, and the
  * queue's error path) and the caller must stop the work and return
  * KFDSIM_FAULT. */
 bool kfdsim_gpu_access(uint32_t gpu_node, uint64_t addr, uint64_t size, bool write);
+
+/* kfdsim_gpu_access for callers that translate: the CPU address of the
+ * checked range, or NULL after raising the VM fault. The CPU address is the
+ * GPU address except for user memory registered at another GPU address (the
+ * thunk's hsaKmtRegisterMemory gives pinned user pages a GPU address of its
+ * own), which only callers of this function can reach. */
+void *kfdsim_gpu_ptr(uint32_t gpu_node, uint64_t addr, uint64_t size, bool write);
 
 /* ---- provided by the executor (exec.c) -------------------------------- */
 
@@ -90,7 +101,7 @@ typedef struct kfdsim_kernel_call {
 typedef int (*kfdsim_executor_fn)(const kfdsim_kernel_call *call);
 
 /* Registers the executor for kernels that are neither ROCr's nor HIP's own
- * blit kernels; NULL removes it. Exported from libhsakmt.so.1 so a process can
+ * blit kernels; NULL removes it. Exported from libkfdsim.so so a process can
  * register one (rocsync's Go tests do, through purego) before hsa_init. */
 void kfdsim_set_executor(kfdsim_executor_fn fn);
 

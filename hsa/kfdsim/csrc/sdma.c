@@ -6,7 +6,8 @@
  * ATOMIC (ADD64), CONST_FILL (dword), TIMESTAMP (global), GCR, NOP.
  *
  * The ring is a byte ring; the read and write pointers are 64-bit monotonic
- * byte offsets the thunk owns (CreateQueue returns them), and ROCr rings the
+ * byte offsets in the thunk's queue memory (it passes their addresses to
+ * CREATE_QUEUE), and ROCr rings the
  * doorbell with the new write offset. Every memory access of a packet is
  * checked with kfdsim_gpu_access first: an unmapped source or destination
  * is a VM fault (the MEMORY event), and the engine stops. A packet the engine
@@ -58,7 +59,7 @@ static void sdma_stop(kfdsim_queue *q, uint64_t pkt_off, const char *why)
 	uint64_t va = (uint64_t)(uintptr_t)(q->ring + (pkt_off % q->ring_bytes));
 	fprintf(stderr, "kfdsim: SDMA queue %llu on GPU node %u: %s at ring offset %#llx; engine stopped\n",
 		(unsigned long long)q->id, q->node, why, (unsigned long long)pkt_off);
-	kfdsim_event_memory_fault(q->node, va, 0, 1);
+	kfdsim_vm_fault(q->node, va, 0, 1);
 	kfdsim_queue_fault(q, 0, why);
 }
 
@@ -113,9 +114,10 @@ static int run_packet(kfdsim_queue *q, uint64_t off, uint32_t *len)
 		if (sub == SUBOP_COPY_LINEAR) {
 			uint64_t n = (uint64_t)(dw[1] & 0x3fffff) + 1; /* gfx9+: count is bytes - 1 */
 			uint64_t src = addr64(dw[3], dw[4]), dst = addr64(dw[5], dw[6]);
-			if (!kfdsim_gpu_access(q->node, src, n, false) || !kfdsim_gpu_access(q->node, dst, n, true))
-				return -1;
-			memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+			const void *sp = kfdsim_gpu_ptr(q->node, src, n, false);
+			void *dp = sp ? kfdsim_gpu_ptr(q->node, dst, n, true) : NULL;
+			if (sp == NULL || dp == NULL) return -1;
+			memmove(dp, sp, n);
 			return 0;
 		} else {
 			uint32_t el = (hdr >> 29) & 7;
@@ -134,17 +136,18 @@ static int run_packet(kfdsim_queue *q, uint64_t off, uint32_t *len)
 				for (uint64_t y = 0; y < ry; y++) {
 					uint64_t s = sbase + ((sx + (sy + y) * spitch + (sz + z) * sslice) << el);
 					uint64_t d = dbase + ((dx + (dy + y) * dpitch + (dz + z) * dslice) << el);
-					if (!kfdsim_gpu_access(q->node, s, row, false) ||
-					    !kfdsim_gpu_access(q->node, d, row, true))
-						return -1;
-					memmove((void *)(uintptr_t)d, (const void *)(uintptr_t)s, row);
+					const void *sp = kfdsim_gpu_ptr(q->node, s, row, false);
+					void *dp = sp ? kfdsim_gpu_ptr(q->node, d, row, true) : NULL;
+					if (sp == NULL || dp == NULL) return -1;
+					memmove(dp, sp, row);
 				}
 			return 0;
 		}
 	case OP_FENCE: {
 		uint64_t a = addr64(dw[1], dw[2]);
-		if (!kfdsim_gpu_access(q->node, a, 4, true)) return -1;
-		__atomic_store_n((uint32_t *)(uintptr_t)a, dw[3], __ATOMIC_RELEASE);
+		uint32_t *p = kfdsim_gpu_ptr(q->node, a, 4, true);
+		if (p == NULL) return -1;
+		__atomic_store_n(p, dw[3], __ATOMIC_RELEASE);
 		return 0;
 	}
 	case OP_TRAP:
@@ -163,8 +166,9 @@ static int run_packet(kfdsim_queue *q, uint64_t off, uint32_t *len)
 		uint64_t a = addr64(dw[1], dw[2]);
 		backoff b = {0, 0};
 		for (;;) {
-			if (!kfdsim_gpu_access(q->node, a, 4, false)) return -1;
-			uint32_t v = __atomic_load_n((uint32_t *)(uintptr_t)a, __ATOMIC_ACQUIRE) & dw[4];
+			uint32_t *p = kfdsim_gpu_ptr(q->node, a, 4, false);
+			if (p == NULL) return -1;
+			uint32_t v = __atomic_load_n(p, __ATOMIC_ACQUIRE) & dw[4];
 			if (poll_met((uint32_t)func, v, dw[3])) return 0;
 			if (kfdsim_queue_stopping(q)) return -2;
 			backoff_wait(&b);
@@ -177,8 +181,9 @@ static int run_packet(kfdsim_queue *q, uint64_t off, uint32_t *len)
 			sdma_stop(q, off, "unsupported SDMA atomic operation");
 			return -1;
 		}
-		if (!kfdsim_gpu_access(q->node, a, 8, true)) return -1;
-		__atomic_fetch_add((uint64_t *)(uintptr_t)a, addr64(dw[3], dw[4]), __ATOMIC_SEQ_CST);
+		uint64_t *p = kfdsim_gpu_ptr(q->node, a, 8, true);
+		if (p == NULL) return -1;
+		__atomic_fetch_add(p, addr64(dw[3], dw[4]), __ATOMIC_SEQ_CST);
 		return 0;
 	}
 	case OP_CONST_FILL: {
@@ -189,14 +194,16 @@ static int run_packet(kfdsim_queue *q, uint64_t off, uint32_t *len)
 			return -1;
 		}
 		uint64_t n = (uint64_t)(dw[4] & 0x3fffff) + 4; /* gfx9+: bytes - 4 for dword fills */
-		if (!kfdsim_gpu_access(q->node, a, n, true)) return -1;
-		for (uint64_t i = 0; i < n / 4; i++) ((uint32_t *)(uintptr_t)a)[i] = dw[3];
+		uint32_t *p = kfdsim_gpu_ptr(q->node, a, n, true);
+		if (p == NULL) return -1;
+		for (uint64_t i = 0; i < n / 4; i++) p[i] = dw[3];
 		return 0;
 	}
 	case OP_TIMESTAMP: {
 		uint64_t a = addr64(dw[1], dw[2]);
-		if (!kfdsim_gpu_access(q->node, a, 8, true)) return -1;
-		__atomic_store_n((uint64_t *)(uintptr_t)a, kfdsim_now_ns(), __ATOMIC_RELEASE);
+		uint64_t *p = kfdsim_gpu_ptr(q->node, a, 8, true);
+		if (p == NULL) return -1;
+		__atomic_store_n(p, kfdsim_now_ns(), __ATOMIC_RELEASE);
 		return 0;
 	}
 	}

@@ -62,6 +62,12 @@ bool kfdsim_gpu_access(uint32_t gpu_node, uint64_t addr, uint64_t size, bool wri
 	return false;
 }
 
+/* The harness's memory is at its GPU address: the check is the translation. */
+void *kfdsim_gpu_ptr(uint32_t gpu_node, uint64_t addr, uint64_t size, bool write)
+{
+	return kfdsim_gpu_access(gpu_node, addr, size, write) ? (void *)(uintptr_t)addr : NULL;
+}
+
 int harness_dispatch(uint32_t node, uint64_t kernel_object, uint64_t kernarg, uint32_t gx,
 		     uint32_t gy, uint32_t gz, uint32_t wx, uint32_t wy, uint32_t wz)
 {
