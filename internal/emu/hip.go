@@ -118,6 +118,12 @@ func (h *HIP) DeviceAttribute(d int, attr int32) (int32, error) {
 	return 0, hipErr("hipDeviceGetAttribute", hip.ErrorInvalidValue, fmt.Sprintf("attribute %d not emulated", attr))
 }
 
+// HIPVersionPCIFunction is the first HIP (ROCm 6.2.0; clr
+// hipamd/src/hip_device_runtime.cpp) whose hipDeviceGetPCIBusId prints the
+// PCI function (deviceTopology_.pcie.function, the agent's BDFID & 7, set in
+// rocclr/device/rocm/rocdevice.cpp); earlier ones print ".0".
+const HIPVersionPCIFunction = 60_200_000
+
 // DevicePCIBusID is hipDeviceGetPCIBusId: the GPU's PCI location.
 func (h *HIP) DevicePCIBusID(d int) (string, error) {
 	g, err := h.dev("hipDeviceGetPCIBusId", d)
@@ -125,7 +131,12 @@ func (h *HIP) DevicePCIBusID(d int) (string, error) {
 		return "", err
 	}
 	loc := h.m.devices[g].pci
-	return fmt.Sprintf("%04x:%02x:%02x.0", loc.domain, loc.bus, loc.device), nil
+	if h.m.hipVersion() < HIPVersionPCIFunction {
+		// HIP before 6.2 prints function 0 whatever the GPU's is (clr
+		// hipamd/src/hip_device_runtime.cpp, rocm-6.1.2).
+		return fmt.Sprintf("%04x:%02x:%02x.0", loc.domain, loc.bus, loc.device), nil
+	}
+	return fmt.Sprintf("%04x:%02x:%02x.%01x", loc.domain, loc.bus, loc.device, loc.function), nil
 }
 
 func (h *HIP) DeviceSynchronize(hd int) error {
