@@ -260,8 +260,11 @@ type hstream struct {
 	seq    uint32
 	err    error // sticky: a failed command breaks the stream
 	closed bool
-	kaMu   sync.Mutex
-	kaFree []*kernargBuf // launch argument buffers not in use
+	// evicted: KFD evicted the stream's hardware queue (a VM fault on its
+	// GPU); nothing more runs or completes on it (SetVMFaultEviction).
+	evicted bool
+	kaMu    sync.Mutex
+	kaFree  []*kernargBuf // launch argument buffers not in use
 	// capture is the capture the stream takes part in (nil: none): its
 	// work is recorded into that graph instead of run.
 	capture *hcapture
@@ -278,6 +281,10 @@ func (h *HIP) StreamCreate(hd int, flags uint32) (hip.Stream, error) {
 		cmds: make(chan cmd, 4096)}
 	s.cond = sync.NewCond(&s.mu)
 	s.delay = h.m.newDelayer(s.agent)
+	// KFD creates the queues of an evicted process unmapped: they never
+	// run (kfd_device_queue_manager.c, create_queue_cpsch with
+	// qpd->evicted).
+	s.evicted = h.m.devices[d].evicted.Load()
 	h.streams[id] = s
 	h.mu.Unlock()
 	go s.run()
@@ -333,12 +340,30 @@ func (s *hstream) enqueue(c cmd) error {
 
 func (s *hstream) run() {
 	for c := range s.cmds {
+		if s.stalled() {
+			continue // never runs, never completes
+		}
 		s.exec(c)
 		s.mu.Lock()
+		if s.evicted && s.err == nil {
+			// Evicted while it ran: preempted, it never completes.
+			s.mu.Unlock()
+			continue
+		}
 		s.ran++
 		s.cond.Broadcast()
 		s.mu.Unlock()
 	}
+}
+
+// stalled says whether the stream's commands never run again: it was
+// evicted and had not failed itself. The stream whose own command faulted
+// keeps reporting that error, as a faulting HSA queue reports its own
+// queue error (HIP aborts on it, see the README's GPU faults section).
+func (s *hstream) stalled() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.evicted && s.err == nil
 }
 
 // actor is the clock of the next command: everything earlier on the
@@ -422,6 +447,9 @@ func (s *hstream) exec(c cmd) {
 		}
 	case cmdWaitValue:
 		for !waitValueMet(uint64(c.sig.v.Load()), c.value, c.flags, c.mask) {
+			if s.stalled() {
+				return
+			}
 			c.sig.wait(hsa.ConditionNe, c.sig.v.Load(), 5*time.Millisecond)
 		}
 		if a != nil {
@@ -798,6 +826,24 @@ func (h *HIP) Free(hd int, p hip.DevicePtr) error {
 	r, err := h.m.find(uint64(p), 1)
 	if err != nil || r.base != uint64(p) || r.device != d || r.freed {
 		return hipErr("hipFree", hip.ErrorInvalidValue, fmt.Sprintf("%#x is not a live allocation of device %d", uint64(p), d))
+	}
+	if h.m.devices[d].evicted.Load() {
+		// hipFree synchronizes every stream of the allocation's device
+		// first (clr hipamd/src/hip_memory.cpp, ihipFree: SyncAllStreams),
+		// which never returns once one of them is evicted with work
+		// pending. (Modelled only then, so that the hazard checker still
+		// sees frees that race with the streams.)
+		h.mu.Lock()
+		var ss []*hstream
+		for _, s := range h.streams {
+			if s.dev == d {
+				ss = append(ss, s)
+			}
+		}
+		h.mu.Unlock()
+		for _, s := range ss {
+			_ = s.synchronize()
+		}
 	}
 	if h.m.opts.Hazards {
 		h.m.report(r.shadow.freeCheck(r.base, r.base+r.size, h.m.hostActor("hipFree")))

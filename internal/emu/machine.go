@@ -166,6 +166,8 @@ type Machine struct {
 	gate sync.RWMutex // held by Hold; every op takes it for reading
 
 	faults atomic.Pointer[FaultInjector]
+	// noEviction turns KFD's eviction on a VM fault off (SetVMFaultEviction).
+	noEviction atomic.Bool
 
 	doorbells atomic.Uint64 // doorbell stores on every queue (DoorbellStores)
 
@@ -200,11 +202,12 @@ func (m *Machine) Live(addr uint64) bool {
 }
 
 type device struct {
-	index int
-	pci   pciLocation
-	next  uint64 // bump allocator for device addresses
-	used  uint64
-	mu    sync.Mutex
+	index   int
+	evicted atomic.Bool // a VM fault evicted its queues (SetVMFaultEviction)
+	pci     pciLocation
+	next    uint64 // bump allocator for device addresses
+	used    uint64
+	mu      sync.Mutex
 }
 
 // DefaultHIPVersion is the HIP release the emulator models by default: a
@@ -564,7 +567,7 @@ func (m *Machine) Quiesce() {
 		m.hip.mu.Lock()
 		for _, s := range m.hip.streams {
 			s.mu.Lock()
-			if s.ran < s.queued {
+			if s.ran < s.queued && !s.evicted {
 				busy = true
 			}
 			s.mu.Unlock()

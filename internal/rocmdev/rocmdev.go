@@ -345,6 +345,7 @@ type Device struct {
 	// the pool's list, whose lock Close holds while it drains.
 	madeMu sync.Mutex
 	made   []*queue.Queue
+	live   map[*Task]taskTimelines // open tasks' streams and lanes, which a fault evicts
 
 	kernelsOnce sync.Once
 	kernelsErr  error
@@ -436,7 +437,15 @@ func (d *Device) Malloc(size uint64) (driver.DevicePtr, error) {
 }
 
 // Free implements driver.Device.
-func (d *Device) Free(p driver.DevicePtr) error { return d.rt.HIP.Free(d.hipIndex, hip.DevicePtr(p)) }
+func (d *Device) Free(p driver.DevicePtr) error {
+	if d.Fault() != nil {
+		// hipFree first synchronizes every stream of the device (clr
+		// ihipFree, SyncAllStreams), and evicted ones never finish.
+		d.leak("device memory")
+		return nil
+	}
+	return d.rt.HIP.Free(d.hipIndex, hip.DevicePtr(p))
+}
 
 // CopyHtoD implements driver.Device.
 func (d *Device) CopyHtoD(dst driver.DevicePtr, src unsafe.Pointer, size uint64) error {
@@ -618,6 +627,7 @@ func (d *Device) NewTask(sinks syncstate.Sinks) (driver.Task, error) {
 	}
 	t.host = hostlane.New(hostlane.Config{Name: fmt.Sprintf("gpu%d/host%d", d.index, n), MaxPending: d.cfg.MaxInFlight,
 		WaitTimeout: d.cfg.WaitTimeout, Sinks: sinks, OnThrottle: d.cfg.OnThrottle})
+	d.trackTask(t)
 	if d.cfg.Policy != syncstate.Unified {
 		if t.st.Queue, err = d.queues.Acquire(); err != nil {
 			_ = t.Close()
@@ -792,13 +802,23 @@ func (t *Task) Close() error {
 		t.host = nil
 	}
 	if t.st.BLAS != 0 {
-		errs = append(errs, t.d.rt.BLAS.DestroyHandle(t.st.BLAS))
+		if t.d.Fault() != nil {
+			// rocblas_destroy_handle hipFrees the workspace, which waits
+			// for the evicted streams.
+			t.d.leak("rocBLAS handle")
+		} else {
+			errs = append(errs, t.d.rt.BLAS.DestroyHandle(t.st.BLAS))
+		}
 		t.st.BLAS = 0
 	}
 	if t.st.Stream != nil {
 		errs = append(errs, t.st.Stream.Close())
+		if t.st.Stream.Evicted() != nil {
+			t.d.leak("HIP stream " + t.st.Stream.Name())
+		}
 		t.st.Stream = nil
 	}
+	t.d.untrackTask(t)
 	if t.st.Queue != nil {
 		errs = append(errs, t.st.Queue.WaitHost(t.st.Queue.LastTicket()))
 		t.d.queues.Release(t.st.Queue)
