@@ -76,26 +76,32 @@ func (r *faultRouter) handle(ev hsa.SystemEvent) bool {
 }
 
 // memoryFault breaks the device: the first fault is kept (later ones are
-// usually its consequences) and every queue is broken with it.
+// usually its consequences), and every queue, stream and host lane fails
+// with it.
 func (d *Device) memoryFault(f hsa.MemoryFault) {
 	err := fmt.Errorf("rocmdev: gpu%d: %w", d.index, &hsa.MemoryFaultError{Fault: f})
-	if !d.faultErr.CompareAndSwap(nil, &err) {
+	// Not d.queues' lock: Close holds it while draining the queues, which
+	// only this Break can end when the queue reports nothing itself.
+	d.madeMu.Lock()
+	if d.faultErr.Load() != nil {
+		d.madeMu.Unlock()
 		return
 	}
+	// Streams and lanes first, and the device's fault last: whoever
+	// learns of the fault, from a broken queue or from a refused
+	// submission, finds every timeline of the device failed.
+	for _, tl := range d.live {
+		tl.evict(err)
+	}
+	for _, q := range d.made {
+		q.Break(err)
+	}
+	d.faultErr.Store(&err)
+	d.madeMu.Unlock()
 	if d.rt.Log != nil {
 		d.rt.Log.Error().Int("gpu", d.index).Str("address", fmt.Sprintf("%#x", f.Address)).
 			Str("reason", f.Reason.String()).
 			Msg("rocsync: GPU memory access fault; the device's work fails from here on, reopen it to continue")
-	}
-	// Not d.queues' lock: Close holds it while draining the queues, which
-	// only this Break can end when the queue reports nothing itself.
-	d.madeMu.Lock()
-	defer d.madeMu.Unlock()
-	for _, q := range d.made {
-		q.Break(err)
-	}
-	for _, tl := range d.live {
-		tl.evict(err)
 	}
 }
 
