@@ -302,7 +302,7 @@ func openEmulator(o Options, log zerolog.Logger) (family, error) {
 	e := o.Emulator
 	m := emu.New(emu.Options{Devices: e.Devices, ISA: e.ISA, MemoryPerDevice: e.MemoryPerDevice,
 		Hazards: e.HazardChecker, MaxDelay: e.MaxDelay, Seed: e.Seed, HIPVersion: e.HIPVersion,
-		HIPVisibleDevices: e.HIPVisibleDevices, KernelGroupSegmentSize: e.KernelGroupSegmentSize,
+		HIPVisibleDevices: e.HIPVisibleDevices, Partitions: e.Partitions, KernelGroupSegmentSize: e.KernelGroupSegmentSize,
 		FaultInjector: e.FaultInjector, References: e.KernelReferences, PeerAccess: e.PeerAccess})
 	if err := m.HSA().Init(); err != nil {
 		return family{}, err

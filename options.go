@@ -89,6 +89,10 @@ type EmulatorOptions struct {
 	// presents, as HIP_VISIBLE_DEVICES does; nil presents them all, in
 	// HSA's order.
 	HIPVisibleDevices []int
+	// Partitions, when above 1, makes each emulated GPU that many
+	// partitions (KFD nodes at one PCI bus and device, differing in the
+	// function, as an MI300X in CPX mode); Devices counts partitions.
+	Partitions int
 	// PeerAccess says which emulated GPUs can map which others' memory
 	// (accessor's copies reading owner's memory); nil: every pair. A
 	// pair that cannot makes Task.CopyPeer stage through host memory.

@@ -295,3 +295,54 @@ func TestDeviceBridgeHostWaitsBlock(t *testing.T) {
 	requireClose(t, wantZ, gotZ, 1e-4)
 	requireClose(t, reference.MatMul(wantZ, hx, 16), gotW, 1e-4)
 }
+
+// A partitioned GPU (an MI300X in CPX mode: several KFD nodes on one PCI
+// bus and device, told apart by the function) opens as one rocsync device
+// per partition, each paired with its own HIP device: by the function
+// where HIP reports it (6.2 on), in HIP's order (reversed here) too; in
+// agent order where HIP prints ".0" for every partition (before 6.2).
+func TestPartitionedGPUOpens(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		version int
+		visible []int
+	}{
+		{"hip6.2-reversed", 60_200_000, []int{3, 2, 1, 0}},
+		{"hip6.1", 60_100_000, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			devs := openEmu(t, DeviceSide, EmulatorOptions{Devices: 4, Partitions: 2, HIPVersion: tc.version, HIPVisibleDevices: tc.visible})
+			require.Len(t, devs, 4)
+			for i, d := range devs {
+				x, err := d.FromFloat32(2, 2, []float32{1, 2, 3, float32(i)})
+				require.NoError(t, err)
+				y, err := d.DefaultTask().Mul(x, x) // HSA queue on the agent
+				require.NoError(t, err)
+				z, err := d.DefaultTask().MatMul(y, x, false, false) // rocBLAS on the HIP device
+				require.NoError(t, err)
+				got, err := z.Float32s()
+				require.NoError(t, err, "gpu%d", i)
+				f := float32(i)
+				require.Equal(t, []float32{1 + 4*3, 2 + 4*f, 9 + f*f*3, 18 + f*f*f}, got, "gpu%d", i)
+			}
+			for _, d := range devs {
+				require.NoError(t, d.Close())
+				require.Empty(t, d.Hazards())
+			}
+		})
+	}
+}
+
+// Before HIP 6.2 the partitions of one GPU report one PCI bus id; when
+// HIP_VISIBLE_DEVICES reorders HIP's devices, which partition is which HIP
+// device cannot be told, and rocsync leaves them out (with a logged
+// reason) rather than pair a queue of one with memory of the other.
+func TestPartitionsLeftOutWhenHIPReordersThemUnseen(t *testing.T) {
+	t.Setenv("HIP_VISIBLE_DEVICES", "1,0")
+	var buf bytes.Buffer
+	log := zerolog.New(&buf)
+	_, err := OpenAll(Options{Backend: Emulator, Logger: &log, Emulator: EmulatorOptions{Devices: 2, Partitions: 2,
+		HIPVersion: 60_100_000, HIPVisibleDevices: []int{1, 0}}})
+	require.ErrorIs(t, err, ErrUnavailable)
+	require.Equal(t, 2, strings.Count(buf.String(), "skipping a GPU partition"), buf.String())
+}

@@ -215,17 +215,26 @@ func TestKernargWithoutAllowAccessFaultsOnSimulatedDriver(t *testing.T) {
 // on one GPU and dispatch on the other's queue, which the simulated GPU
 // faults (hipMalloc memory is mapped to its own GPU only), and would load
 // the other target's code objects.
+//
+// "partitioned" is one GPU split in two KFD nodes (an MI300X in DPX mode):
+// one PCI bus and device, functions 0 and 1. HIP 5.2.3 prints ".0" for
+// both (clr before 6.2), so the partitions pair in agent order, HIP's.
 func TestDeviceMatchingByPCILocationOnSimulatedDriver(t *testing.T) {
 	const gpus = "gfx90a@0000:83:00.0,gfx1030@0000:03:00.0"
 	for _, tc := range []struct {
-		name, visible string
-		targets       []string
+		name, gpus, visible string
+		targets             []string
 	}{
-		{"reversed", "1,0", []string{"gfx90a", "gfx1030"}},
-		{"filtered", "1", []string{"gfx1030"}},
+		{"reversed", gpus, "1,0", []string{"gfx90a", "gfx1030"}},
+		{"filtered", gpus, "1", []string{"gfx1030"}},
+		{"partitioned", "gfx90a@0000:83:00.0,gfx90a@0000:83:00.1", "", []string{"gfx90a", "gfx90a"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			childTest(t, gpus, []string{"HIP_VISIBLE_DEVICES=" + tc.visible}, func(t *testing.T) {
+			var env []string
+			if tc.visible != "" {
+				env = []string{"HIP_VISIBLE_DEVICES=" + tc.visible}
+			}
+			childTest(t, tc.gpus, env, func(t *testing.T) {
 				for _, p := range []Policy{DeviceSide, Unified} {
 					devs := openSimulatedROCm(t, p)
 					var targets []string

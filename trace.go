@@ -224,6 +224,27 @@ func (p *traceProc) deviceSpan(tl syncstate.Timeline, ticket uint64, start, end 
 	p.gpu[tl] = append(p.gpu[tl], gpuSpan{ticket: ticket, start: start.Sub(p.tr.start), end: end.Sub(p.tr.start)})
 }
 
+// segmentSpan is the device time of the op whose tickets are (from, to]
+// on a timeline whose spans g are in ticket order: from the first of its
+// packets to start to the last to end. A replayed segment is one op of
+// several packets, each timed on its own (queue.Replay); any other op is
+// one ticket. It needs the op's own last ticket.
+func segmentSpan(g []gpuSpan, from, to uint64) (gpuSpan, bool) {
+	n := sort.Search(len(g), func(i int) bool { return g[i].ticket > from })
+	var s gpuSpan
+	found, any := false, false
+	for ; n < len(g) && g[n].ticket <= to; n++ {
+		if !any || g[n].start < s.start {
+			s.start = g[n].start
+		}
+		any = true
+		s.end = max(s.end, g[n].end)
+		found = found || g[n].ticket == to
+	}
+	s.ticket = to
+	return s, found
+}
+
 type pendingOp struct {
 	skipped  int
 	devWaits []syncstate.Fence
@@ -704,15 +725,17 @@ func (p *traceProc) write(j *jsonWriter, flow *int) {
 		j.event(`"ph":"s","name":` + q(cat) + `,"cat":"flow","id":` + id + `,"pid":` + pid + `,"tid":` + src + `,"ts":` + us(ps.start+(ps.end-ps.start)/2))
 		j.event(`"ph":"f","bp":"e","name":` + q(cat) + `,"cat":"flow","id":` + id + `,"pid":` + pid + `,"tid":` + tid + `,"ts":` + us(at))
 	}
-	gpuOf := func(tl syncstate.Timeline, ticket uint64) (gpuSpan, bool) {
-		g := p.gpu[tl]
-		n := sort.Search(len(g), func(i int) bool { return g[i].ticket >= ticket })
-		if n < len(g) && g[n].ticket == ticket {
-			return g[n], true
-		}
-		return gpuSpan{}, false
-	}
+	prevTicket := map[syncstate.Timeline]uint64{}
 	for i, o := range p.ops {
+		from := prevTicket[o.tl]
+		if o.ticket > from {
+			prevTicket[o.tl] = o.ticket
+		}
+		if o.kind != driver.Replay {
+			// Tickets between ops are not the op's (the bridges' stream
+			// commands): only a replay's packets are all its own.
+			from = o.ticket - 1
+		}
 		host := strconv.Itoa(o.host)
 		tid := strconv.Itoa(p.tracks[o.tl])
 		f := syncstate.Fence{TL: o.tl, Ticket: o.ticket}
@@ -739,7 +762,7 @@ func (p *traceProc) write(j *jsonWriter, flow *int) {
 				flowFrom(k, tid, s.start+(s.end-s.start)/2, "device wait")
 			}
 		}
-		if g, ok := gpuOf(o.tl, o.ticket); ok {
+		if g, ok := segmentSpan(p.gpu[o.tl], from, o.ticket); ok {
 			// The device's own times, on the timeline's GPU track, with
 			// an arrow from the op's submission (where it went to the
 			// driver) to them.

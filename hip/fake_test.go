@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/ebitengine/purego"
+	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/internal/cmem"
 )
@@ -421,4 +422,36 @@ func TestFakeEventElapsedTime(t *testing.T) {
 	if _, err := l.EventElapsedTime(a, untimed); !errors.Is(err, &Error{Code: ErrorInvalidHandle}) {
 		t.Errorf("EventElapsedTime with a DisableTiming event = %v", err)
 	}
+}
+
+// HIP resolves a pointer it did not allocate (an HSA signal's value
+// address) through the calling thread's current device (clr
+// hip_memory.cpp, getMemoryObject), so the stream memory operations run
+// with the stream's device current, as hipModuleLaunchKernel does: from a
+// thread whose current device is another GPU's, the fake's lookup fails.
+func TestFakeStreamMemoryOpsOnTheStreamsDevice(t *testing.T) {
+	l := fakeLib(t)
+	register, err := purego.Dlsym(l.handle, "fakehip_register_foreign")
+	require.NoError(t, err)
+	s, err := l.StreamCreate(1, 0)
+	require.NoError(t, err)
+	defer l.StreamDestroy(s)
+	word := cmem.Alloc(8) // ROCr's memory, which HIP finds only from GPU 1
+	defer cmem.Free(word)
+	r, _, _ := purego.SyscallN(register, uintptr(word), 1)
+	require.Zero(t, int32(r))
+	defer purego.SyscallN(register, uintptr(word), ^uintptr(0)) // forget it before it is freed
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	other, err := l.StreamCreate(0, 0) // leaves GPU 0 current on this thread
+	require.NoError(t, err)
+	defer l.StreamDestroy(other)
+	cur, err := l.getDevice()
+	require.NoError(t, err)
+	require.Equal(t, 0, cur)
+	require.NoError(t, l.StreamWriteValue64(s, word, 7, 0))
+	require.Equal(t, uint64(7), *(*uint64)(word))
+	require.NoError(t, l.StreamWaitValue64(s, word, 7, StreamWaitValueEq, ^uint64(0)))
+	require.ErrorIs(t, l.StreamWaitValue64(other, word, 7, StreamWaitValueEq, ^uint64(0)), &Error{Code: ErrorInvalidValue},
+		"GPU 0's lookup does not find GPU 1's memory")
 }

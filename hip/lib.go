@@ -138,8 +138,10 @@ const (
 // foreign call of the same cost, and a cached per-thread value could be
 // changed behind our back by other C code on the thread. DeviceName and
 // DeviceAttribute pass the device as an argument to HIP and need no current
-// device. The stream calls (EventRecord, StreamWaitEvent, the async copies,
-// StreamWaitValue64, ...) act on the stream's own device; with the null
+// device. StreamWaitValue64 and StreamWriteValue64 make the stream's device
+// current too: HIP looks up a pointer it did not allocate through the
+// calling thread's current device. The other stream calls (EventRecord,
+// StreamWaitEvent, the async copies, ...) act on the stream's own device; with the null
 // stream (0) they would act on the calling thread's current device, which is
 // unspecified here, so always pass a stream from StreamCreate.
 type Lib struct {
@@ -739,15 +741,30 @@ func (l *Lib) ModuleLaunchKernel(f Function, grid, block [3]uint32, sharedMem ui
 
 // StreamWaitValue64 is hipStreamWaitValue64. ptr must be memory HIP knows
 // (from ExtMalloc with MallocSignalMemory, or host memory registered with
-// HIP), never Go memory: the GPU reads it after the call returns.
+// HIP), or, from HIP 5.6, memory ROCr allocated (an HSA signal's value
+// address), never Go memory: the GPU reads it after the call returns. The
+// stream's device is made current first: HIP resolves a pointer it did not
+// allocate through the calling thread's current device (clr
+// hipamd/src/hip_memory.cpp, getMemoryObject: the current device's arena
+// memory object, rocm-6.2), and on another device that lookup fails.
 func (l *Lib) StreamWaitValue64(s Stream, ptr unsafe.Pointer, value uint64, flags uint32, mask uint64) error {
-	return l.simple(symStreamWaitValue64, uintptr(s), uintptr(ptr), uintptr(value), uintptr(flags), uintptr(mask))
+	return l.onStreamDevice(symStreamWaitValue64, s, uintptr(s), uintptr(ptr), uintptr(value), uintptr(flags), uintptr(mask))
 }
 
-// StreamWriteValue64 is hipStreamWriteValue64 (flags reserved, 0). ptr as
-// for StreamWaitValue64.
+// StreamWriteValue64 is hipStreamWriteValue64 (flags reserved, 0). ptr and
+// the current device as for StreamWaitValue64.
 func (l *Lib) StreamWriteValue64(s Stream, ptr unsafe.Pointer, value uint64, flags uint32) error {
-	return l.simple(symStreamWriteValue64, uintptr(s), uintptr(ptr), uintptr(value), uintptr(flags))
+	return l.onStreamDevice(symStreamWriteValue64, s, uintptr(s), uintptr(ptr), uintptr(value), uintptr(flags))
+}
+
+// onStreamDevice runs fn with s's device current (when Lib made s; else on
+// whatever device the thread has), as ModuleLaunchKernel does.
+func (l *Lib) onStreamDevice(fn int, s Stream, args ...uintptr) error {
+	dev, known := l.idx.Load().streams[s]
+	if !known {
+		return l.simple(fn, args...)
+	}
+	return l.onDevice(dev, fn, args...)
 }
 
 // OnDevice runs fn on a locked OS thread with device current

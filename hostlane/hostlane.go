@@ -132,6 +132,16 @@ func (l *Lane) Completed() uint64 { return l.completed.Load() }
 // as a fault breaks a queue: later functions do not run.
 func (l *Lane) Failed(t uint64) error { return l.health.Failed(t) }
 
+// Break fails every function not yet complete with cause, as a fault
+// breaks a queue: those not started never run, nor do later ones. A
+// function already running finishes; waits for it return once it has. The
+// first failure is kept.
+func (l *Lane) Break(cause error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.health.Fail(l.completed.Load()+1, fmt.Errorf("hostlane: %s: %w", l.cfg.Name, cause))
+}
+
 // Err is the lane's failure, nil while it is healthy.
 func (l *Lane) Err() error { return l.health.Err() }
 

@@ -122,6 +122,9 @@ type Queue struct {
 	// timing, under mu, is the dispatch profiling EnableTiming turned on.
 	timing     *timing
 	timingLost atomic.Uint64
+	// replaySigs, under mu, holds a timed replay's per-packet signals
+	// while it is submitted (reused: no allocation per replay).
+	replaySigs []*Signal
 }
 
 // SetBridge lets the queue wait on the device for fences of other domains:

@@ -7,6 +7,7 @@ import (
 
 	"github.com/rocsync/rocsync/hsa"
 	"github.com/rocsync/rocsync/internal/testhooks"
+	"github.com/rocsync/rocsync/internal/traceopt"
 )
 
 // ErrRecordingReleased is returned by Replay after Release.
@@ -98,7 +99,8 @@ func (r *Recording) Release() error {
 // Replay submits the recording's packets as consecutive tickets and
 // returns the last one, the replay's fence. Every packet sets the barrier
 // bit, so the last one's completion signal, the only one, says that all
-// of them have completed; the earlier tickets share it. The ring gets all
+// of them have completed; the earlier tickets share it (with timing on,
+// each packet has a signal of its own, which holds its times). The ring gets all
 // packets before one doorbell store. A recording longer than the ring
 // holds (its size - 1) goes in parts of that many, each with its own
 // signal and doorbell. Like Dispatch it waits on the host for room (a
@@ -146,6 +148,29 @@ func (q *Queue) replayLocked(bodies [][hsa.PacketSize]byte, first []uint32) (uin
 	if err != nil {
 		return 0, err
 	}
+	// Timed, every packet gets a completion signal of its own: the
+	// packet processor writes a dispatch's start and end into the
+	// completion signal of that packet, where
+	// hsa_amd_profiling_get_dispatch_time reads them (ROCr
+	// src/core/runtime/amd_gpu_agent.cpp, GpuAgent::TranslateTime: the
+	// signal's start_ts and end_ts), so a shared signal holds the last
+	// packet's times only.
+	timed := traceopt.Enabled && q.timing != nil
+	if timed {
+		for i := uint64(1); i < n; i++ {
+			s, err := q.signals.Get()
+			if err != nil {
+				for _, s := range q.replaySigs {
+					s.Release()
+				}
+				clear(q.replaySigs)
+				q.replaySigs = q.replaySigs[:0]
+				sig.Release()
+				return 0, err
+			}
+			q.replaySigs = append(q.replaySigs, s)
+		}
+	}
 	idx := q.rt.QueueAddWriteIndexScacqScrel(q.hq, n)
 	for idx+n-1-q.readIndex >= uint64(q.hq.Size) {
 		q.readIndex = q.rt.QueueLoadReadIndexScacquire(q.hq)
@@ -154,6 +179,11 @@ func (q *Queue) replayLocked(bodies [][hsa.PacketSize]byte, first []uint32) (uin
 		}
 		if err := q.Err(); err != nil {
 			sig.Release()
+			for _, s := range q.replaySigs {
+				s.Release()
+			}
+			clear(q.replaySigs)
+			q.replaySigs = q.replaySigs[:0]
 			return 0, err
 		}
 	}
@@ -161,13 +191,21 @@ func (q *Queue) replayLocked(bodies [][hsa.PacketSize]byte, first []uint32) (uin
 		slot := hsa.Slot(q.hq, idx+i)
 		copy(slot[4:], bodies[i][4:])
 		e := q.slot(idx + i + 1)
-		if i+1 < n {
-			sig.Retain() // each ticket holds a reference, released as it retires
-		} else {
+		switch {
+		case i+1 == n:
 			*(*uint64)(unsafe.Pointer(&slot[hsa.DispatchOffCompletionSignal])) = uint64(sig.H)
+			e.sig = sig
+		case timed:
+			own := q.replaySigs[i]
+			*(*uint64)(unsafe.Pointer(&slot[hsa.DispatchOffCompletionSignal])) = uint64(own.H)
+			e.sig = own
+		default:
+			sig.Retain() // each ticket holds a reference, released as it retires
+			e.sig = sig
 		}
-		e.sig = sig
 	}
+	clear(q.replaySigs)
+	q.replaySigs = q.replaySigs[:0]
 	t := idx + n
 	q.lastTicket.Store(t)
 	for i := uint64(0); i < n; i++ {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rocsync/rocsync/hsa"
 	"github.com/rocsync/rocsync/internal/emu"
+	"github.com/rocsync/rocsync/kernels"
 	"github.com/rocsync/rocsync/queue"
 	"github.com/rocsync/rocsync/syncstate"
 )
@@ -96,4 +97,61 @@ func TestSystemClockAt(t *testing.T) {
 	require.Equal(t, h.Add(-5*time.Microsecond), c.At(500))
 	g := queue.SystemClock{Ticks: 0, Host: h, Frequency: 1_000_000_000}
 	require.Equal(t, h.Add(100*time.Hour+7), g.At(uint64(100*time.Hour)+7), "no overflow over long runs")
+}
+
+// A replayed recording's packets are timed each on its own: every ticket
+// of the replay is reported once, with times of its own packet, in queue
+// order and not overlapping. A replay that shared one completion signal
+// among its packets (the last one's) would report the last kernel's times
+// for every kernel.
+func TestReplayTimesEachPacket(t *testing.T) {
+	r := newRig(t, emu.Options{Hazards: true, MaxDelay: 300 * time.Microsecond, Seed: 9})
+	q := r.queue(t, "timed", 64)
+	var mu sync.Mutex
+	got := map[uint64]span{}
+	require.NoError(t, q.EnableTiming(func(ticket uint64, start, end time.Time) {
+		mu.Lock()
+		defer mu.Unlock()
+		_, dup := got[ticket]
+		require.False(t, dup, "ticket %d reported twice", ticket)
+		got[ticket] = span{start, end}
+	}))
+	buf, _ := r.m.HIP().Malloc(0, 64)
+	var ds []queue.Dispatch
+	for i := 0; i < 4; i++ {
+		var ka [kernels.KernargSize]byte
+		args := kernels.Args{Out: uint64(buf), Alpha: float64(i), N: 16}
+		args.Encode(ka[:], kernels.F32)
+		ds = append(ds, queue.Dispatch{KernelObject: r.fill, Grid: 16, Workgroup: 16, Kernarg: ka[:]})
+	}
+	rec, err := q.NewRecording(ds)
+	require.NoError(t, err)
+	defer rec.Release()
+	var tickets []uint64
+	for rep := 0; rep < 3; rep++ {
+		last, err := q.Replay(rec)
+		require.NoError(t, err)
+		for k := uint64(len(ds)) - 1; ; k-- {
+			tickets = append(tickets, last-k)
+			if k == 0 {
+				break
+			}
+		}
+	}
+	require.NoError(t, q.Drain())
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, got, len(tickets), "one report per replayed packet")
+	const tick = 10 * time.Nanosecond // the emulated clock's
+	var prev span
+	for i, ticket := range tickets {
+		s, ok := got[ticket]
+		require.True(t, ok, "ticket %d not reported", ticket)
+		require.False(t, s.end.Before(s.start))
+		if i > 0 {
+			require.False(t, s.start.Add(tick).Before(prev.end), "ticket %d starts before ticket %d ended: another packet's times", ticket, tickets[i-1])
+		}
+		prev = s
+	}
+	require.Empty(t, r.m.Hazards())
 }

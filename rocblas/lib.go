@@ -80,6 +80,7 @@ type Lib struct {
 	sym      [numSyms]uintptr
 	setDev   uintptr // hipSetDevice
 	errName  uintptr // hipGetErrorName, or 0
+	setWS    uintptr // rocblas_set_workspace, or 0
 
 	mu      sync.RWMutex
 	handles map[Handle]*handleState
@@ -161,6 +162,7 @@ func Open(hipMajor int) (*Lib, error) {
 		return nil, fmt.Errorf("rocblas: %s does not bring libamdhip64 (no hipSetDevice): %v", lib.Path, err)
 	}
 	l.errName, _ = purego.Dlsym(lib.Handle, "hipGetErrorName")
+	l.setWS, _ = purego.Dlsym(lib.Handle, "rocblas_set_workspace")
 	if err := cmem.Libc(); err != nil {
 		purego.Dlclose(lib.Handle)
 		return nil, err
@@ -339,6 +341,29 @@ func (l *Lib) GetStream(h Handle) (hip.Stream, error) {
 		return 0, err
 	}
 	return hip.Stream(*(*uintptr)(unsafe.Add(st.mem, 16))), nil
+}
+
+// ErrNoWorkspaceAPI is SetWorkspace's error where the library has no
+// rocblas_set_workspace.
+var ErrNoWorkspaceAPI = errors.New("rocblas: rocblas_set_workspace is missing")
+
+var _ WorkspaceSetter = (*Lib)(nil)
+
+// SetWorkspace is rocblas_set_workspace(h, addr, size), with the handle's
+// device current.
+func (l *Lib) SetWorkspace(h Handle, addr hip.DevicePtr, size uint64) error {
+	if l.setWS == 0 {
+		return ErrNoWorkspaceAPI
+	}
+	st, err := l.lock(symSetStream, h)
+	if err != nil {
+		return err
+	}
+	defer unlock(st)
+	if r := Status(uint32(st.call(l.setWS, uintptr(h), uintptr(addr), uintptr(size)))); r != StatusSuccess {
+		return &Error{Func: "rocblas_set_workspace", Status: r, Text: l.StatusString(r)}
+	}
+	return nil
 }
 
 // SetPointerMode is rocblas_set_pointer_mode. Sgemm and Dgemm take alpha and

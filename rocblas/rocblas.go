@@ -68,6 +68,21 @@ func (e *Error) Is(target error) bool {
 }
 
 // Library is the set of rocBLAS functions rocsync calls.
+// WorkspaceSetter is a Library that can give a handle a workspace of the
+// caller's (rocblas_set_workspace; addr 0 and size 0 give the handle back
+// to rocBLAS's own managed workspace). With one, rocBLAS never allocates
+// or frees workspace for the handle: a function that needs more than
+// size fails with StatusMemoryError. rocBLAS documents that graph capture
+// needs this (a workspace big enough before the capture) or stream-ordered
+// allocation (ROCBLAS_STREAM_ORDER_ALLOC): a captured function that grows
+// the managed workspace frees and reallocates it inside the capture, and
+// the nodes captured before keep pointing at the freed memory (rocBLAS
+// documentation, "Device memory allocation in rocBLAS" and the beta
+// features' "Graph support for rocBLAS").
+type WorkspaceSetter interface {
+	SetWorkspace(h Handle, addr hip.DevicePtr, size uint64) error
+}
+
 type Library interface {
 	CreateHandle(device int) (Handle, error)
 	DestroyHandle(h Handle) error

@@ -176,6 +176,10 @@ type Stream struct {
 
 	// timing, set once by EnableTiming, times every op (tracing).
 	timing atomic.Pointer[timing]
+
+	// evicted, once set, is why the runtime stream will never run again
+	// (see Evict).
+	evicted atomic.Pointer[error]
 }
 
 var _ syncstate.Timeline = (*Stream)(nil)
@@ -371,6 +375,56 @@ func (s *Stream) onFailure1(d deferred) {
 	s.mu.Unlock()
 }
 
+// Evict records that the runtime stream will never run again: after a GPU
+// VM fault KFD evicts every user queue of the process on that GPU, HIP's
+// included (amdgpu kfd_int_process_v9.c, event_interrupt_wq_v9 calls
+// kfd_dqm_evict_pasid), nothing restores them, and HIP is not told. Its
+// pending commands never complete, so a synchronize on the stream or an
+// event recorded on it never returns, and neither does hipStreamDestroy
+// (clr rocclr/platform/commandqueue.cpp, HostQueue::terminate, awaits the
+// last command). Every ticket not known complete fails with cause at
+// once, and counts as complete (nothing of it will run); waits return
+// the failure without asking the runtime; the stream takes no more work;
+// its events are never reused; and Close leaks the runtime stream
+// instead of destroying it (see Evicted). The first cause is kept.
+//
+// Evict takes no lock the stream holds across runtime calls: it runs on
+// ROCr's event thread (a system event handler), which a runtime call under
+// the stream's lock (hipStreamDestroy in Close) may be waiting for. The
+// failure is recorded at once; a goroutine counts the tickets complete and
+// recycles under the lock.
+func (s *Stream) Evict(cause error) {
+	err := fmt.Errorf("stream: %s evicted: %w", s.name, cause)
+	if !s.evicted.CompareAndSwap(nil, &err) {
+		return
+	}
+	s.health.Fail(s.completed.Load()+1, err)
+	go func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		last := s.lastTicket.Load()
+		if last > s.reached.Load() {
+			s.reached.Store(last)
+		}
+		if last > s.completed.Load() {
+			s.completed.Store(last)
+		}
+		// The marks' events are recorded on the stream and never
+		// reached: they leave the pool (recycleLocked drops them).
+		s.recycleLocked(false)
+	}()
+}
+
+// Evicted returns the error Evict recorded, or nil. A stream with one was
+// not destroyed by Close: its runtime stream is leaked, for hipStreamDestroy
+// on it would never return.
+func (s *Stream) Evicted() error {
+	if p := s.evicted.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
 // Health implements syncstate.HealthReporter.
 func (s *Stream) Health() *syncstate.Health { return &s.health }
 
@@ -505,7 +559,9 @@ func (s *Stream) recycleLocked(query bool) {
 		if m.refs > 0 {
 			break
 		}
-		s.events.put(m.ev)
+		if s.evicted.Load() == nil {
+			s.events.put(m.ev)
+		}
 	}
 	if k > 0 {
 		n := copy(s.marks, s.marks[k:])
@@ -741,6 +797,9 @@ func (s *Stream) blockingCall(whole bool, last uint64) *blockReq {
 // helper goroutine (blockwait.go), or polling when the stream has too many
 // abandoned calls; without, the blocking call itself.
 func (s *Stream) waitBound(b *syncstate.Bound, t uint64) error {
+	if s.evicted.Load() != nil {
+		return s.health.Failed(t) // an evicted stream is never waited for
+	}
 	if last, ok := s.wholeStream(t); ok {
 		// Ops another goroutine submits meanwhile may be waited for too,
 		// which is harmless; only tickets up to last are claimed done.
@@ -974,6 +1033,11 @@ func (s *Stream) Close() error {
 	if e := s.destroyTimingLocked(); e != nil && err == nil {
 		err = e // the drain reached every timing event
 	}
+	if s.s != 0 && s.evicted.Load() != nil {
+		// Leaked: destroying an evicted stream never returns (Evict).
+		s.destroyPending = false
+		s.s = 0
+	}
 	if s.s != 0 {
 		// hipStreamDestroy lets pending work finish, so after it every
 		// ticket is complete. A helper still in a synchronize of the
@@ -996,7 +1060,9 @@ func (s *Stream) Close() error {
 			held = append(held, m)
 			continue
 		}
-		s.events.put(m.ev)
+		if s.evicted.Load() == nil {
+			s.events.put(m.ev)
+		}
 	}
 	clear(s.marks[len(held):])
 	s.marks = held

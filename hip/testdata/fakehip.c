@@ -11,7 +11,9 @@
 //     checked from Go;
 //   - hipModuleLoadData keeps the image pointer and re-reads it later, like
 //     HIP's lazy code-object loading;
-//   - hipModuleLaunchKernel checks the extra array and the argument buffer.
+//   - hipModuleLaunchKernel checks the extra array and the argument buffer;
+//   - stream memory operations resolve memory HIP did not allocate through
+//     the calling thread's current device (fakehip_register_foreign).
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -210,8 +212,42 @@ hipError_t hipModuleLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz,
   return hipSuccess;
 }
 
+// Memory HIP did not allocate (an HSA signal's value address, ROCr's) is
+// resolved through the calling thread's current device (clr
+// hip_memory.cpp, getMemoryObject: the current device's arena memory
+// object); on another device the lookup fails. fakehip_register_foreign
+// (test-only) names such memory and the device whose lookup finds it;
+// memory not registered counts as HIP's own, found from any device.
+#define NFOREIGN 16
+static void* foreign_ptr[NFOREIGN];
+static int foreign_dev[NFOREIGN];
+int fakehip_register_foreign(void* p, int dev) { // dev < 0: forget p
+  for (int i = 0; i < NFOREIGN; i++) {
+    if (foreign_ptr[i] == p && dev < 0) {
+      for (; i + 1 < NFOREIGN; i++) {
+        foreign_ptr[i] = foreign_ptr[i + 1];
+        foreign_dev[i] = foreign_dev[i + 1];
+      }
+      foreign_ptr[NFOREIGN - 1] = NULL;
+      return 0;
+    }
+    if (dev >= 0 && (foreign_ptr[i] == NULL || foreign_ptr[i] == p)) {
+      foreign_ptr[i] = p;
+      foreign_dev[i] = dev;
+      return 0;
+    }
+  }
+  return -1;
+}
+static int lookup_ok(void* p) {
+  for (int i = 0; i < NFOREIGN && foreign_ptr[i]; i++)
+    if (foreign_ptr[i] == p) return foreign_dev[i] == cur;
+  return 1;
+}
+
 hipError_t hipStreamWaitValue64(void* s, void* ptr, uint64_t value, unsigned flags, uint64_t mask) {
   if (s && !is(s, MAGIC_STREAM)) return hipErrorInvalidHandle;
+  if (!lookup_ok(ptr)) return hipErrorInvalidValue;
   uint64_t v = *(volatile uint64_t*)ptr & mask;
   int ok;
   switch (flags) {
@@ -225,6 +261,7 @@ hipError_t hipStreamWaitValue64(void* s, void* ptr, uint64_t value, unsigned fla
 }
 hipError_t hipStreamWriteValue64(void* s, void* ptr, uint64_t value, unsigned flags) {
   if (s && !is(s, MAGIC_STREAM)) return hipErrorInvalidHandle;
+  if (!lookup_ok(ptr)) return hipErrorInvalidValue;
   if (flags != 0) return hipErrorInvalidValue;
   *(volatile uint64_t*)ptr = value;
   return hipSuccess;

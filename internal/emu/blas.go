@@ -22,8 +22,106 @@ var _ rocblas.Library = (*BLAS)(nil)
 
 type blasHandle struct {
 	dev    int
+	hipDev int // the HIP device number it was made on
 	stream hip.Stream
 	mode   rocblas.PointerMode
+	// The workspace: rocBLAS's own (managed: grown by the functions that
+	// need more, freeing the old one) unless the user set one
+	// (rocblas_set_workspace), which is never grown.
+	ws     hip.DevicePtr
+	wsSize uint64
+	user   bool
+}
+
+var _ rocblas.WorkspaceSetter = (*BLAS)(nil)
+
+// SetWorkspace is rocblas_set_workspace: addr and size become the
+// handle's workspace (freeing a managed one), or with 0 and 0 the handle
+// goes back to a managed workspace.
+func (b *BLAS) SetWorkspace(h rocblas.Handle, addr hip.DevicePtr, size uint64) error {
+	x, err := b.handle("rocblas_set_workspace", h)
+	if err != nil {
+		return err
+	}
+	if (addr == 0) != (size == 0) {
+		return b.err("rocblas_set_workspace", rocblas.StatusInvalidPointer)
+	}
+	b.mu.Lock()
+	old, managed := x.ws, !x.user
+	x.ws, x.wsSize, x.user = addr, size, addr != 0
+	b.mu.Unlock()
+	if managed && old != 0 {
+		return b.freeManaged(x, old)
+	}
+	return nil
+}
+
+// freeManaged frees a managed workspace: hipFree first synchronizes the
+// device's streams (clr hip_memory.cpp, ihipFree), the handle's among
+// them, unless it captures (nothing of it runs).
+func (b *BLAS) freeManaged(x *blasHandle, ws hip.DevicePtr) error {
+	b.mu.Lock()
+	stream := x.stream
+	b.mu.Unlock()
+	if s, err := b.m.hip.stream("hipFree", stream); err == nil {
+		s.mu.Lock()
+		capturing := s.capture != nil
+		s.mu.Unlock()
+		if !capturing {
+			_ = s.synchronize()
+		}
+	}
+	return b.m.hip.Free(x.hipDev, ws)
+}
+
+// gemmWorkspace is the workspace the emulated gemm needs: a split-K
+// partial-sum buffer of C's size per split, used when K is at least 8
+// times M and N (Tensile's GSU solutions need workspace of this kind);
+// none otherwise.
+func gemmWorkspace(m, n, k int32, es uint64) uint64 {
+	splits := int64(k) / (4 * int64(max(m, n, 1)))
+	if splits < 2 {
+		return 0
+	}
+	return uint64(m) * uint64(n) * es * uint64(splits)
+}
+
+// workspace returns the handle's workspace for a function needing need
+// bytes, growing a managed one as rocBLAS does: the old one is freed and
+// a bigger one allocated, after the stream has finished with it (the
+// reallocation synchronizes, rocBLAS documentation, "Device memory
+// allocation in rocBLAS"), except inside a capture, where nothing runs:
+// there the graph keeps the old address, freed. A user's workspace that is
+// too small is rocblas_status_memory_error.
+func (b *BLAS) workspace(fn string, x *blasHandle, need uint64) (hip.DevicePtr, error) {
+	if need == 0 {
+		return 0, nil
+	}
+	b.mu.Lock()
+	ws, size, user := x.ws, x.wsSize, x.user
+	b.mu.Unlock()
+	if size >= need {
+		return ws, nil
+	}
+	if user {
+		return 0, b.err(fn, rocblas.StatusMemoryError)
+	}
+	if ws != 0 {
+		if err := b.freeManaged(x, ws); err != nil {
+			return 0, b.err(fn, rocblas.StatusMemoryError)
+		}
+	}
+	nw, err := b.m.hip.Malloc(x.hipDev, need)
+	b.mu.Lock()
+	x.ws, x.wsSize = nw, need
+	if err != nil {
+		x.ws, x.wsSize = 0, 0
+	}
+	b.mu.Unlock()
+	if err != nil {
+		return 0, b.err(fn, rocblas.StatusMemoryError)
+	}
+	return nw, nil
 }
 
 var blasText = map[rocblas.Status]string{
@@ -56,7 +154,7 @@ func (b *BLAS) CreateHandle(hd int) (rocblas.Handle, error) {
 	}
 	b.next++
 	h := rocblas.Handle(b.next)
-	b.handles[h] = &blasHandle{dev: d}
+	b.handles[h] = &blasHandle{dev: d, hipDev: hd}
 	return h, nil
 }
 
@@ -71,12 +169,17 @@ func (b *BLAS) handle(fn string, h rocblas.Handle) (*blasHandle, error) {
 }
 
 func (b *BLAS) DestroyHandle(h rocblas.Handle) error {
-	if _, err := b.handle("rocblas_destroy_handle", h); err != nil {
+	x, err := b.handle("rocblas_destroy_handle", h)
+	if err != nil {
 		return err
 	}
 	b.mu.Lock()
 	delete(b.handles, h)
+	ws, managed := x.ws, !x.user
 	b.mu.Unlock()
+	if managed && ws != 0 {
+		return b.freeManaged(x, ws) // rocBLAS frees its workspace
+	}
 	return nil
 }
 
@@ -163,8 +266,14 @@ func (b *BLAS) gemm(fn string, es uint64, h rocblas.Handle, ta, tb rocblas.Opera
 	if err != nil {
 		return b.err(fn, rocblas.StatusInvalidHandle)
 	}
+	need := gemmWorkspace(m, n, k, es)
+	ws, err := b.workspace(fn, x, need)
+	if err != nil {
+		return err
+	}
 	return s.enqueue(cmd{kind: cmdGemm, what: fn, g: gemmArgs{es: es, ta: ta != rocblas.OperationNone, tb: tb != rocblas.OperationNone,
-		m: m, n: n, k: k, alpha: alpha, a: uint64(a), lda: lda, b: uint64(bm), ldb: ldb, beta: beta, c: uint64(c), ldc: ldc}})
+		m: m, n: n, k: k, alpha: alpha, a: uint64(a), lda: lda, b: uint64(bm), ldb: ldb, beta: beta, c: uint64(c), ldc: ldc,
+		ws: uint64(ws), wsSize: need}})
 }
 
 // gemmArgs is a gemm queued on a stream, carried by value so that
@@ -176,6 +285,7 @@ type gemmArgs struct {
 	alpha, beta   float64
 	a, b, c       uint64
 	lda, ldb, ldc int32
+	ws, wsSize    uint64 // the workspace it writes its partial sums to
 }
 
 // extent is the bytes a column-major rows×cols operand touches: the last
@@ -209,6 +319,15 @@ func (m *Machine) runGemm(dev int, g *gemmArgs, act *actor) error {
 	C, err := m.gpuSpan(dev, g.c, extent(g.m, g.n, g.ldc, g.es), true, act)
 	if err != nil {
 		return err
+	}
+	if g.wsSize > 0 {
+		// The partial sums go through the workspace: a captured gemm
+		// whose workspace was freed since faults here.
+		W, err := m.gpuSpan(dev, g.ws, g.wsSize, true, act)
+		if err != nil {
+			return err
+		}
+		clear(W)
 	}
 	if g.es == 4 {
 		gemmCol(g.ta, g.tb, int(g.m), int(g.n), int(g.k), float32(g.alpha),

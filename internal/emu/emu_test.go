@@ -303,6 +303,9 @@ func TestKernargNeedsAllowAccess(t *testing.T) {
 // and so does a gemm on another GPU's stream.
 func TestDeviceMemoryIsPrivateToItsGPU(t *testing.T) {
 	r := newRig(t, Options{Devices: 2})
+	// Two faults on one GPU: the second needs the GPU to run on after the
+	// first, which KFD's eviction would stop.
+	r.m.SetVMFaultEviction(false)
 	faults := handleFaults(t, r.h)
 	other, err := r.m.HIP().Malloc(1, 4)
 	require.NoError(t, err)

@@ -120,6 +120,12 @@ func (h *HIP) DeviceAttribute(d int, attr int32) (int32, error) {
 	return 0, hipErr("hipDeviceGetAttribute", hip.ErrorInvalidValue, fmt.Sprintf("attribute %d not emulated", attr))
 }
 
+// HIPVersionPCIFunction is the first HIP (ROCm 6.2.0; clr
+// hipamd/src/hip_device_runtime.cpp) whose hipDeviceGetPCIBusId prints the
+// PCI function (deviceTopology_.pcie.function, the agent's BDFID & 7, set in
+// rocclr/device/rocm/rocdevice.cpp); earlier ones print ".0".
+const HIPVersionPCIFunction = 60_200_000
+
 // DevicePCIBusID is hipDeviceGetPCIBusId: the GPU's PCI location.
 func (h *HIP) DevicePCIBusID(d int) (string, error) {
 	g, err := h.dev("hipDeviceGetPCIBusId", d)
@@ -127,7 +133,12 @@ func (h *HIP) DevicePCIBusID(d int) (string, error) {
 		return "", err
 	}
 	loc := h.m.devices[g].pci
-	return fmt.Sprintf("%04x:%02x:%02x.0", loc.domain, loc.bus, loc.device), nil
+	if h.m.hipVersion() < HIPVersionPCIFunction {
+		// HIP before 6.2 prints function 0 whatever the GPU's is (clr
+		// hipamd/src/hip_device_runtime.cpp, rocm-6.1.2).
+		return fmt.Sprintf("%04x:%02x:%02x.0", loc.domain, loc.bus, loc.device), nil
+	}
+	return fmt.Sprintf("%04x:%02x:%02x.%01x", loc.domain, loc.bus, loc.device, loc.function), nil
 }
 
 func (h *HIP) DeviceSynchronize(hd int) error {
@@ -253,8 +264,11 @@ type hstream struct {
 	seq    uint32
 	err    error // sticky: a failed command breaks the stream
 	closed bool
-	kaMu   sync.Mutex
-	kaFree []*kernargBuf // launch argument buffers not in use
+	// evicted: KFD evicted the stream's hardware queue (a VM fault on its
+	// GPU); nothing more runs or completes on it (SetVMFaultEviction).
+	evicted bool
+	kaMu    sync.Mutex
+	kaFree  []*kernargBuf // launch argument buffers not in use
 	// capture is the capture the stream takes part in (nil: none): its
 	// work is recorded into that graph instead of run.
 	capture *hcapture
@@ -271,6 +285,10 @@ func (h *HIP) StreamCreate(hd int, flags uint32) (hip.Stream, error) {
 		cmds: make(chan cmd, 4096)}
 	s.cond = sync.NewCond(&s.mu)
 	s.delay = h.m.newDelayer(s.agent)
+	// KFD creates the queues of an evicted process unmapped: they never
+	// run (kfd_device_queue_manager.c, create_queue_cpsch with
+	// qpd->evicted).
+	s.evicted = h.m.devices[d].evicted.Load()
 	h.streams[id] = s
 	h.mu.Unlock()
 	go s.run()
@@ -326,12 +344,30 @@ func (s *hstream) enqueue(c cmd) error {
 
 func (s *hstream) run() {
 	for c := range s.cmds {
+		if s.stalled() {
+			continue // never runs, never completes
+		}
 		s.exec(c)
 		s.mu.Lock()
+		if s.evicted && s.err == nil {
+			// Evicted while it ran: preempted, it never completes.
+			s.mu.Unlock()
+			continue
+		}
 		s.ran++
 		s.cond.Broadcast()
 		s.mu.Unlock()
 	}
+}
+
+// stalled says whether the stream's commands never run again: it was
+// evicted and had not failed itself. The stream whose own command faulted
+// keeps reporting that error, as a faulting HSA queue reports its own
+// queue error (HIP aborts on it, see the README's GPU faults section).
+func (s *hstream) stalled() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.evicted && s.err == nil
 }
 
 // actor is the clock of the next command: everything earlier on the
@@ -415,6 +451,9 @@ func (s *hstream) exec(c cmd) {
 		}
 	case cmdWaitValue:
 		for !waitValueMet(uint64(c.sig.v.Load()), c.value, c.flags, c.mask) {
+			if s.stalled() {
+				return
+			}
 			c.sig.wait(hsa.ConditionNe, c.sig.v.Load(), 5*time.Millisecond)
 		}
 		if a != nil {
@@ -791,6 +830,24 @@ func (h *HIP) Free(hd int, p hip.DevicePtr) error {
 	r, err := h.m.find(uint64(p), 1)
 	if err != nil || r.base != uint64(p) || r.device != d || r.freed {
 		return hipErr("hipFree", hip.ErrorInvalidValue, fmt.Sprintf("%#x is not a live allocation of device %d", uint64(p), d))
+	}
+	if h.m.devices[d].evicted.Load() {
+		// hipFree synchronizes every stream of the allocation's device
+		// first (clr hipamd/src/hip_memory.cpp, ihipFree: SyncAllStreams),
+		// which never returns once one of them is evicted with work
+		// pending. (Modelled only then, so that the hazard checker still
+		// sees frees that race with the streams.)
+		h.mu.Lock()
+		var ss []*hstream
+		for _, s := range h.streams {
+			if s.dev == d {
+				ss = append(ss, s)
+			}
+		}
+		h.mu.Unlock()
+		for _, s := range ss {
+			_ = s.synchronize()
+		}
 	}
 	if h.m.opts.Hazards {
 		h.m.report(r.shadow.freeCheck(r.base, r.base+r.size, h.m.hostActor("hipFree")))

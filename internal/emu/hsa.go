@@ -338,6 +338,11 @@ func (h *HSA) QueueCreate(a hsa.Agent, size uint32, typ hsa.QueueType, onError h
 	q := h.m.newQueue(d, id, size, onError)
 	h.mu.Lock()
 	h.queues[q.hq] = q
+	if h.m.devices[d].evicted.Load() {
+		// An evicted process's new queues are never mapped (see
+		// SetVMFaultEviction).
+		q.broken.Store(true)
+	}
 	h.mu.Unlock()
 	return q.hq, nil
 }

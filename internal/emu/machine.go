@@ -51,6 +51,13 @@ type Options struct {
 	// hipModuleLoadData and the HSA loader accept, and which memory the
 	// stream memory operations accept.
 	HIPVersion int
+	// Partitions, when above 1, makes every physical GPU that many KFD
+	// nodes (an MI300X in CPX, DPX, QPX or TPX mode): GPU agents
+	// i*Partitions to i*Partitions+Partitions-1 sit at one PCI domain, bus
+	// and device, told apart by the function bits only (KFD's
+	// kfd_topology.c sets location_id |= node_id for each partition).
+	// Devices counts partitions. 0 or 1: one node per GPU.
+	Partitions int
 	// HIPVisibleDevices lists, in HIP's order, the GPUs HIP presents (as
 	// HIP_VISIBLE_DEVICES does): HIP device i is GPU HIPVisibleDevices[i].
 	// nil presents every GPU in HSA's order.
@@ -159,6 +166,8 @@ type Machine struct {
 	gate sync.RWMutex // held by Hold; every op takes it for reading
 
 	faults atomic.Pointer[FaultInjector]
+	// noEviction turns KFD's eviction on a VM fault off (SetVMFaultEviction).
+	noEviction atomic.Bool
 
 	doorbells atomic.Uint64 // doorbell stores on every queue (DoorbellStores)
 
@@ -193,11 +202,12 @@ func (m *Machine) Live(addr uint64) bool {
 }
 
 type device struct {
-	index int
-	pci   pciLocation
-	next  uint64 // bump allocator for device addresses
-	used  uint64
-	mu    sync.Mutex
+	index   int
+	evicted atomic.Bool // a VM fault evicted its queues (SetVMFaultEviction)
+	pci     pciLocation
+	next    uint64 // bump allocator for device addresses
+	used    uint64
+	mu      sync.Mutex
 }
 
 // DefaultHIPVersion is the HIP release the emulator models by default: a
@@ -241,9 +251,12 @@ func New(o Options) *Machine {
 		o.MemoryPerDevice = 4 << 30
 	}
 	m := &Machine{opts: o, agents: 1, host: vclock{0}, epoch: time.Now()}
+	parts := max(o.Partitions, 1)
 	for i := 0; i < o.Devices; i++ {
-		// Spread over buses as on a multi-socket server.
-		loc := pciLocation{domain: uint32(i / 4), bus: 0x03 + 0x20*uint32(i%4)}
+		// Spread over buses as on a multi-socket server; the partitions
+		// of one GPU differ in the function only.
+		g := i / parts
+		loc := pciLocation{domain: uint32(g / 4), bus: 0x03 + 0x20*uint32(g%4), function: uint32(i % parts)}
 		m.devices = append(m.devices, &device{index: i, pci: loc, next: deviceBase + uint64(i)*deviceSpan})
 	}
 	m.hipDevices = hipOrder(o.HIPVisibleDevices, o.Devices)
@@ -554,7 +567,7 @@ func (m *Machine) Quiesce() {
 		m.hip.mu.Lock()
 		for _, s := range m.hip.streams {
 			s.mu.Lock()
-			if s.ran < s.queued {
+			if s.ran < s.queued && !s.evicted {
 				busy = true
 			}
 			s.mu.Unlock()

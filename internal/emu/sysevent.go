@@ -29,6 +29,52 @@ type sysEvents struct {
 	noQueueError atomic.Bool
 }
 
+// SetVMFaultEviction says whether a VM fault evicts every user queue of
+// the process on the faulting GPU, as KFD does (the default): amdgpu
+// kfd_int_process_v9.c, event_interrupt_wq_v9, calls kfd_dqm_evict_pasid
+// before kfd_signal_vm_fault_event, and nothing restores the queues. HSA
+// queues then stop without a queue error (only the faulting one reports
+// its own), and HIP's streams, whose hardware queues are evicted too, stop
+// where they are without HIP being told: their pending commands never
+// complete, so hipStreamSynchronize, hipEventSynchronize on a later record
+// and hipStreamDestroy (clr rocclr/platform/commandqueue.cpp,
+// HostQueue::terminate, awaits the last command) block for ever, and
+// queries answer hipErrorNotReady for ever. Off, a fault stops only the
+// faulting queue or stream, and the rest of the GPU runs on (tests show
+// with it which behaviour depends on eviction).
+func (m *Machine) SetVMFaultEviction(on bool) { m.noEviction.Store(!on) }
+
+// evict stops every queue and stream of GPU dev, as KFD's eviction does.
+func (m *Machine) evict(dev int) {
+	if m.noEviction.Load() || m.devices[dev].evicted.Swap(true) {
+		return
+	}
+	m.hsa.mu.Lock()
+	for _, q := range m.hsa.queues {
+		if q.dev == dev {
+			q.broken.Store(true)
+		}
+	}
+	m.hsa.mu.Unlock()
+	m.hip.mu.Lock()
+	var ss []*hstream
+	for _, s := range m.hip.streams {
+		if s.dev == dev {
+			ss = append(ss, s)
+		}
+	}
+	m.hip.mu.Unlock()
+	for _, s := range ss {
+		s.mu.Lock()
+		s.evicted = true
+		s.cond.Broadcast()
+		s.mu.Unlock()
+	}
+}
+
+// Evicted reports whether GPU dev's queues were evicted by a VM fault.
+func (m *Machine) Evicted(dev int) bool { return m.devices[dev].evicted.Load() }
+
 // SetVMFaultQueueErrors says whether a VM fault also reaches the faulting
 // HSA queue's error callback (HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION),
 // as on the simulated driver and with KFD's debugger interface (the
@@ -101,8 +147,10 @@ func (f *accessFault) Unwrap() error { return ErrNoAccess }
 // handlers run on another goroutine (ROCr's event thread), in order; if
 // none handled it, the process aborts with ROCr's message. It returns once
 // the handlers have run, so the faulting queue reports its own error after
-// the system event, as KFD evicts the queues after signalling the fault.
+// the system event. The GPU's queues are evicted first, as KFD does (see
+// SetVMFaultEviction).
 func (m *Machine) vmFault(f *accessFault) {
+	m.evict(f.dev)
 	ev := hsa.SystemEvent{Type: hsa.EventGPUMemoryFault, MemoryFault: hsa.MemoryFault{
 		Agent: gpuAgent(f.dev), Address: f.addr, Reason: hsa.MemoryFaultPageNotPresent}}
 	e := &m.hsa.events

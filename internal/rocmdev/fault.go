@@ -4,11 +4,26 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/rocsync/rocsync/hostlane"
 	"github.com/rocsync/rocsync/hsa"
 	"github.com/rocsync/rocsync/queue"
+	"github.com/rocsync/rocsync/stream"
 )
 
 // GPU memory faults.
+//
+// KFD evicts every user queue of the process on the faulting GPU (amdgpu
+// kfd_int_process_v9.c, event_interrupt_wq_v9: kfd_dqm_evict_pasid), HIP's
+// streams included, and nothing restores them: a HIP stream of that GPU
+// never completes its pending work, and hipStreamDestroy on it never
+// returns (clr HostQueue::terminate awaits the last command), nor does
+// hipFree of that GPU's memory (clr hipamd/src/hip_memory.cpp, ihipFree,
+// calls SyncAllStreams first) or rocblas_destroy_handle of a handle with a
+// workspace (which it hipFrees). So the fault also evicts every stream and
+// host lane of the device's tasks (stream.Evict, hostlane.Lane.Break):
+// their work fails at once with the fault; rocsync never host-waits on
+// them, and leaks, with a logged reason, the HIP streams, rocBLAS handles
+// and device memory it would otherwise destroy or free.
 //
 // A kernel that touches memory not mapped to its GPU is a VM fault. KFD
 // reports it through its memory event, which ROCr hands to the handlers of
@@ -61,23 +76,73 @@ func (r *faultRouter) handle(ev hsa.SystemEvent) bool {
 }
 
 // memoryFault breaks the device: the first fault is kept (later ones are
-// usually its consequences) and every queue is broken with it.
+// usually its consequences), and every queue, stream and host lane fails
+// with it.
 func (d *Device) memoryFault(f hsa.MemoryFault) {
 	err := fmt.Errorf("rocmdev: gpu%d: %w", d.index, &hsa.MemoryFaultError{Fault: f})
-	if !d.faultErr.CompareAndSwap(nil, &err) {
+	// Not d.queues' lock: Close holds it while draining the queues, which
+	// only this Break can end when the queue reports nothing itself.
+	d.madeMu.Lock()
+	if d.faultErr.Load() != nil {
+		d.madeMu.Unlock()
 		return
 	}
+	// Streams and lanes first, and the device's fault last: whoever
+	// learns of the fault, from a broken queue or from a refused
+	// submission, finds every timeline of the device failed.
+	for _, tl := range d.live {
+		tl.evict(err)
+	}
+	for _, q := range d.made {
+		q.Break(err)
+	}
+	d.faultErr.Store(&err)
+	d.madeMu.Unlock()
 	if d.rt.Log != nil {
 		d.rt.Log.Error().Int("gpu", d.index).Str("address", fmt.Sprintf("%#x", f.Address)).
 			Str("reason", f.Reason.String()).
 			Msg("rocsync: GPU memory access fault; the device's work fails from here on, reopen it to continue")
 	}
-	// Not d.queues' lock: Close holds it while draining the queues, which
-	// only this Break can end when the queue reports nothing itself.
+}
+
+// taskTimelines are a task's stream and host lane, which a fault evicts.
+type taskTimelines struct {
+	stream *stream.Stream
+	host   *hostlane.Lane
+}
+
+func (tl taskTimelines) evict(err error) {
+	tl.stream.Evict(err)
+	tl.host.Break(err)
+}
+
+// trackTask records a new task's stream and lane for memoryFault, or
+// evicts them at once when the fault came first.
+func (d *Device) trackTask(t *Task) {
+	tl := taskTimelines{stream: t.st.Stream, host: t.host}
 	d.madeMu.Lock()
 	defer d.madeMu.Unlock()
-	for _, q := range d.made {
-		q.Break(err)
+	if p := d.faultErr.Load(); p != nil {
+		tl.evict(*p)
+	}
+	if d.live == nil {
+		d.live = map[*Task]taskTimelines{}
+	}
+	d.live[t] = tl
+}
+
+// untrackTask forgets a closed task.
+func (d *Device) untrackTask(t *Task) {
+	d.madeMu.Lock()
+	delete(d.live, t)
+	d.madeMu.Unlock()
+}
+
+// leak logs what rocsync leaves undestroyed on a faulted GPU, and why.
+func (d *Device) leak(what string) {
+	if d.rt.Log != nil {
+		d.rt.Log.Warn().Int("gpu", d.index).Str("leaked", what).
+			Msg("rocsync: leaking a resource of a GPU whose queues a VM fault evicted: destroying or freeing it would wait for ever")
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/rocsync/rocsync/hip"
 	"github.com/rocsync/rocsync/internal/testhooks"
 	"github.com/rocsync/rocsync/queue"
+	"github.com/rocsync/rocsync/rocblas"
 )
 
 var (
@@ -35,7 +36,18 @@ type recorded struct {
 	call       func(stream uintptr) error
 	exec       hip.GraphExec // the instantiated graph, 0 without one
 	captureErr error
+	// workspace is the rocBLAS workspace the graph's library calls use,
+	// owned by the recording (see captureCalls); 0 without one.
+	workspace driver.DevicePtr
 }
+
+// CaptureWorkspace is the rocBLAS workspace a captured recording gives
+// its task's handle for the capture, in bytes: rocBLAS must not grow the
+// handle's own workspace inside a capture (rocblas.WorkspaceSetter), so
+// the capture runs with one of the recording's that is never grown. A
+// call needing more fails the capture (rocblas_status_memory_error), and
+// the recording replays its calls instead.
+var CaptureWorkspace uint64 = 32 << 20
 
 func (r *recorded) Ops() int { return r.ops }
 
@@ -43,12 +55,16 @@ func (r *recorded) Release() error {
 	if r.q != nil {
 		return r.q.Release()
 	}
+	var err error
 	if r.exec != 0 {
-		err := r.t.d.rt.HIP.(hip.GraphRuntime).GraphExecDestroy(r.exec)
+		err = r.t.d.rt.HIP.(hip.GraphRuntime).GraphExecDestroy(r.exec)
 		r.exec = 0
-		return err
 	}
-	return nil
+	if r.workspace != 0 {
+		err = errors.Join(err, r.t.d.Free(r.workspace))
+		r.workspace = 0
+	}
+	return err
 }
 
 // Graph implements driver.GraphRecorded: whether the recording replays
@@ -96,6 +112,29 @@ func (t *Task) captureCalls(r *recorded, calls []func(uintptr) error) (err error
 			return err
 		}
 		defer func() { err = errors.Join(err, blas.SetStream(t.st.BLAS, hip.Stream(t.st.Stream.Handle()))) }()
+		// A workspace sized before the capture, which rocBLAS never grows
+		// (its own would be freed and reallocated inside the capture, and
+		// the nodes captured before would use freed memory: rocBLAS
+		// documentation, "Graph support for rocBLAS"). It is the
+		// recording's, for the graph's life; the handle gets its own back
+		// after the capture.
+		if ws, ok := blas.(rocblas.WorkspaceSetter); ok {
+			p, err := hp.Malloc(t.d.hipIndex, CaptureWorkspace)
+			if err != nil {
+				return fmt.Errorf("rocmdev: the capture's rocBLAS workspace: %w", err)
+			}
+			if err := ws.SetWorkspace(t.st.BLAS, p, CaptureWorkspace); err != nil {
+				return errors.Join(fmt.Errorf("rocmdev: rocblas_set_workspace: %w", err), hp.Free(t.d.hipIndex, p))
+			}
+			defer func() {
+				err = errors.Join(err, ws.SetWorkspace(t.st.BLAS, 0, 0))
+				if err != nil || r.exec == 0 {
+					err = errors.Join(err, hp.Free(t.d.hipIndex, p))
+					return
+				}
+				r.workspace = driver.DevicePtr(p)
+			}()
+		}
 	}
 	if err := gr.StreamBeginCapture(cs, hip.StreamCaptureModeRelaxed); err != nil {
 		return err

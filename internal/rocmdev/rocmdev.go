@@ -12,6 +12,7 @@ import (
 
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -106,22 +107,57 @@ type gpu struct {
 
 // pciLocation identifies a GPU on PCIe: both runtimes report it, while
 // their device orders may differ (HIP_VISIBLE_DEVICES reorders and filters
-// HIP's devices, and HIP leaves out GPUs it fails to open).
-type pciLocation struct{ domain, bus, device uint32 }
+// HIP's devices, and HIP leaves out GPUs it fails to open). The function
+// tells apart the partitions of one GPU (an MI300X or MI300A in CPX, DPX,
+// QPX or TPX mode is several KFD nodes on one bus and device: amdgpu
+// kfd_topology.c, kfd_topology_add_device, sets location_id |= node_id
+// when the GPU has several nodes, and ROCr reports location_id as the
+// agent's BDFID).
+type pciLocation struct{ domain, bus, device, function uint32 }
 
 func (l pciLocation) String() string {
-	return fmt.Sprintf("%04x:%02x:%02x", l.domain, l.bus, l.device)
+	return fmt.Sprintf("%04x:%02x:%02x.%01x", l.domain, l.bus, l.device, l.function)
 }
 
+// slot is the location without the function: all HIP before 6.2 reports.
+func (l pciLocation) slot() pciLocation { l.function = 0; return l }
+
+// hipVersionPCIFunction is the first HIP whose hipDeviceGetPCIBusId prints
+// the PCI function (clr hipamd/src/hip_device_runtime.cpp, rocm-6.2.0:
+// "%04x:%02x:%02x.%01x" with deviceTopology_.pcie.function, which
+// rocclr/device/rocm/rocdevice.cpp sets to the agent's BDFID & 7); up to
+// rocm-6.1.2 it prints ".0" for every device.
+const hipVersionPCIFunction = 60_200_000
+
+// hipVisibilityVars reorder or filter HIP's devices relative to ROCr's GPU
+// agents (clr honours both); ROCR_VISIBLE_DEVICES filters the agents
+// themselves, for both runtimes alike.
+var hipVisibilityVars = []string{"HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"}
+
+// lookupEnv is os.LookupEnv (tests replace it).
+var lookupEnv = os.LookupEnv
+
 // matchHIPDevices pairs every GPU agent with the HIP device at the same
-// PCI domain, bus and device (a GPU is function 0). Agents HIP does not present are left out, with a
+// PCI domain, bus, device and function. Where HIP does not report the
+// function (before 6.2) and several agents share one bus and device (the
+// partitions of one GPU), they are paired in order: HIP makes its devices
+// from ROCr's GPU agents in ROCr's order (clr rocclr/device/rocm/
+// rocdevice.cpp, Device::init), unless HIP_VISIBLE_DEVICES or
+// CUDA_VISIBLE_DEVICES reorders them, when such agents are left out
+// rather than guessed. Agents HIP does not present are left out, with a
 // logged reason; no match at all is an error.
 func matchHIPDevices(rt Runtimes, agents []hsa.Agent) ([]gpu, error) {
 	n, err := rt.HIP.DeviceCount()
 	if err != nil {
 		return nil, fmt.Errorf("rocmdev: counting HIP devices: %w", err)
 	}
-	hipAt := map[pciLocation]int{}
+	withFunction := false
+	if v, err := rt.HIP.RuntimeVersion(); err == nil && v >= hipVersionPCIFunction {
+		withFunction = true
+	}
+	// hipAt lists the HIP devices at each location, in HIP's order; the
+	// location has no function unless HIP reports it.
+	hipAt := map[pciLocation][]int{}
 	for j := 0; j < n; j++ {
 		// hipDeviceGetPCIBusId, not the PCI attributes: HIP 5.2.3 refuses
 		// hipDeviceAttributePciDomainID (hipErrorInvalidValue).
@@ -130,16 +166,19 @@ func matchHIPDevices(rt Runtimes, agents []hsa.Agent) ([]gpu, error) {
 			return nil, fmt.Errorf("rocmdev: reading HIP device %d's PCI location: %w", j, err)
 		}
 		var loc pciLocation
-		var fn uint32
-		if _, err := fmt.Sscanf(id, "%x:%x:%x.%x", &loc.domain, &loc.bus, &loc.device, &fn); err != nil {
+		if _, err := fmt.Sscanf(id, "%x:%x:%x.%x", &loc.domain, &loc.bus, &loc.device, &loc.function); err != nil {
 			return nil, fmt.Errorf("rocmdev: HIP device %d's PCI bus id %q: %w", j, id, err)
 		}
-		if prev, dup := hipAt[loc]; dup {
-			return nil, fmt.Errorf("rocmdev: HIP devices %d and %d are both at PCI %s", prev, j, loc)
+		if !withFunction {
+			loc = loc.slot()
 		}
-		hipAt[loc] = j
+		if prev := hipAt[loc]; len(prev) > 0 && withFunction {
+			return nil, fmt.Errorf("rocmdev: HIP devices %d and %d are both at PCI %s", prev[0], j, loc)
+		}
+		hipAt[loc] = append(hipAt[loc], j)
 	}
-	var out []gpu
+	locs := make([]pciLocation, len(agents))
+	agentsAt := map[pciLocation]int{}
 	for i, a := range agents {
 		bdf, err := rt.HSA.AgentInfoUint32(a, hsa.AgentInfoBDFID)
 		if err != nil {
@@ -149,12 +188,44 @@ func matchHIPDevices(rt Runtimes, agents []hsa.Agent) ([]gpu, error) {
 		if err != nil {
 			return nil, fmt.Errorf("rocmdev: reading GPU agent %d's PCI domain: %w", i, err)
 		}
-		loc := pciLocation{domain: domain, bus: bdf >> 8 & 0xff, device: bdf >> 3 & 0x1f}
-		j, ok := hipAt[loc]
+		locs[i] = pciLocation{domain: domain, bus: bdf >> 8 & 0xff, device: bdf >> 3 & 0x1f, function: bdf & 7}
+		agentsAt[locs[i].slot()]++
+	}
+	reordered := ""
+	for _, v := range hipVisibilityVars {
+		if x, ok := lookupEnv(v); ok {
+			reordered = v + "=" + x
+			break
+		}
+	}
+	taken := map[pciLocation]int{} // by slot: HIP devices of it paired so far
+	var out []gpu
+	for i, a := range agents {
+		loc := locs[i]
+		key, why := loc, "rocsync: skipping a GPU that HIP does not present (HIP_VISIBLE_DEVICES, or HIP failed to open it)"
+		j, ok := -1, false
+		if withFunction {
+			if js := hipAt[key]; len(js) == 1 {
+				j, ok = js[0], true
+			}
+		} else {
+			key = loc.slot()
+			js := hipAt[key]
+			switch {
+			case agentsAt[key] == 1 && len(js) == 1:
+				j, ok = js[0], true
+			case len(js) == 0:
+			case reordered != "" || len(js) != agentsAt[key]:
+				why = "rocsync: skipping a GPU partition: HIP before 6.2 reports no PCI function, and with " +
+					"HIP's devices reordered or filtered (" + reordered + ") which partition is which HIP device is unknown"
+			default:
+				j, ok = js[taken[key]], true
+				taken[key]++
+			}
+		}
 		if !ok {
 			if rt.Log != nil {
-				rt.Log.Warn().Int("agent", i).Str("pci", loc.String()).
-					Msg("rocsync: skipping a GPU that HIP does not present (HIP_VISIBLE_DEVICES, or HIP failed to open it)")
+				rt.Log.Warn().Int("agent", i).Str("pci", loc.String()).Msg(why)
 			}
 			continue
 		}
@@ -274,6 +345,7 @@ type Device struct {
 	// the pool's list, whose lock Close holds while it drains.
 	madeMu sync.Mutex
 	made   []*queue.Queue
+	live   map[*Task]taskTimelines // open tasks' streams and lanes, which a fault evicts
 
 	kernelsOnce sync.Once
 	kernelsErr  error
@@ -365,7 +437,15 @@ func (d *Device) Malloc(size uint64) (driver.DevicePtr, error) {
 }
 
 // Free implements driver.Device.
-func (d *Device) Free(p driver.DevicePtr) error { return d.rt.HIP.Free(d.hipIndex, hip.DevicePtr(p)) }
+func (d *Device) Free(p driver.DevicePtr) error {
+	if d.Fault() != nil {
+		// hipFree first synchronizes every stream of the device (clr
+		// ihipFree, SyncAllStreams), and evicted ones never finish.
+		d.leak("device memory")
+		return nil
+	}
+	return d.rt.HIP.Free(d.hipIndex, hip.DevicePtr(p))
+}
 
 // CopyHtoD implements driver.Device.
 func (d *Device) CopyHtoD(dst driver.DevicePtr, src unsafe.Pointer, size uint64) error {
@@ -553,6 +633,7 @@ func (d *Device) NewTask(sinks syncstate.Sinks) (driver.Task, error) {
 	}
 	t.host = hostlane.New(hostlane.Config{Name: fmt.Sprintf("gpu%d/host%d", d.index, n), MaxPending: d.cfg.MaxInFlight,
 		WaitTimeout: d.cfg.WaitTimeout, Sinks: sinks, OnThrottle: d.cfg.OnThrottle})
+	d.trackTask(t)
 	if d.cfg.Policy != syncstate.Unified {
 		if t.st.Queue, err = d.queues.Acquire(); err != nil {
 			_ = t.Close()
@@ -729,13 +810,23 @@ func (t *Task) Close() error {
 		t.host = nil
 	}
 	if t.st.BLAS != 0 {
-		errs = append(errs, t.d.rt.BLAS.DestroyHandle(t.st.BLAS))
+		if t.d.Fault() != nil {
+			// rocblas_destroy_handle hipFrees the workspace, which waits
+			// for the evicted streams.
+			t.d.leak("rocBLAS handle")
+		} else {
+			errs = append(errs, t.d.rt.BLAS.DestroyHandle(t.st.BLAS))
+		}
 		t.st.BLAS = 0
 	}
 	if t.st.Stream != nil {
 		errs = append(errs, t.st.Stream.Close())
+		if t.st.Stream.Evicted() != nil {
+			t.d.leak("HIP stream " + t.st.Stream.Name())
+		}
 		t.st.Stream = nil
 	}
+	t.d.untrackTask(t)
 	if q := t.st.Queue; q != nil {
 		errs = append(errs, q.WaitHost(q.LastTicket()))
 		if q.Completed() < q.LastTicket() {

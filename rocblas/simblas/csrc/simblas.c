@@ -59,6 +59,8 @@ typedef struct handle {
 	rocblas_pointer_mode mode;
 	hipModule_t module;
 	hipFunction_t sgemm, dgemm;
+	void *workspace; /* rocblas_set_workspace's; simblas's gemm needs none */
+	size_t workspace_size;
 } *rocblas_handle;
 
 static rocblas_status check(rocblas_handle h)
@@ -141,6 +143,20 @@ EXPORT rocblas_status rocblas_get_stream(rocblas_handle h, hipStream_t *stream)
 	if (!stream)
 		return rocblas_status_invalid_pointer;
 	*stream = h->stream;
+	return rocblas_status_success;
+}
+
+/* rocblas_set_workspace: a user-owned workspace (addr and size both set),
+ * or back to rocBLAS's own (both 0); one without the other is invalid. */
+EXPORT rocblas_status rocblas_set_workspace(rocblas_handle h, void *addr, size_t size)
+{
+	rocblas_status s = check(h);
+	if (s != rocblas_status_success)
+		return s;
+	if ((addr == NULL) != (size == 0))
+		return rocblas_status_invalid_pointer;
+	h->workspace = addr;
+	h->workspace_size = size;
 	return rocblas_status_success;
 }
 
