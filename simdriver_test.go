@@ -105,24 +105,9 @@ func simblasEnv(t *testing.T) []string {
 		t.Skipf("building simblas: %v", err)
 	}
 	require.NoError(t, err, "building simblas")
-	return []string{"ROCM_PATH=" + root, evictionOff}
+	return []string{"ROCM_PATH=" + root}
 }
 
-// evictionOff switches off the simulated driver's eviction rule for
-// rocsync's own tests: on a VM fault KFD evicts every user queue of the
-// process on that GPU and restores none (amdgpu kfd_int_process_v9.c,
-// kfd_dqm_evict_pasid), HIP's included, and HIP 5.2.3's hipStreamDestroy then
-// waits forever for the marker it queues on the evicted queue (clr
-// HostQueue::terminate), so closing a rocsync Device after a fault hangs in
-// Stream.Close. With the rule off only the faulting queue stops, as on the
-// driver these tests were written against. The driver's own tests
-// (hsa/kfdsim, TestVMFaultEvictsEveryQueueOnTheGPU) enforce the rule; this
-// line goes when rocsync's close path no longer waits on a faulted GPU. With
-// the rule on, TestGPUMemoryFault(WithoutQueueError)OnSimulatedDriver fail
-// with "Close of gpu0 hung", and TestKernargWithoutAllowAccessFaults,
-// TestReplayKernargWithoutAllowAccessFaults, TestPeerMappingEnforced and
-// TestUserKernelsAndCopies (OnSimulatedDriver) hang in Stream.Close.
-const evictionOff = kfdsim.EnvRuleOff + "=evict"
 
 var childResult = regexp.MustCompile(`(?m)^\s*--- (PASS|FAIL|SKIP): (\S+)`)
 
