@@ -75,9 +75,14 @@ type Recording struct {
 	ops       int
 	segs      []replaySegment
 	operands  []access       // the union of the ops' operands, one per buffer, sorted by lock order
-	parts     []syncstate.Op // the operands, MaxOperands per part, added once by build and begun by every replay
-	staging   []unsafe.Pointer
-	last      syncstate.Fence // the newest replay's fence
+	parts     []syncstate.Op // the operands, MaxOperands per part, added once by build and begun by replays that take them
+	// grp is the operands' shared sync record: a replay that finds them
+	// as the last one left them records its fence there once, without
+	// taking any operand (nil when an operand is in another live
+	// recording's group: every replay then takes them all).
+	grp     *syncstate.Group
+	staging []unsafe.Pointer
+	last    syncstate.Fence // the newest replay's fence
 }
 
 var recordingIDs atomic.Uint64
@@ -305,6 +310,12 @@ func (r *Recording) build(ops []recordedOp, rops [][]access) error {
 			}
 		}
 	}
+	states := make([]*syncstate.State, len(r.operands))
+	writes := make([]bool, len(r.operands))
+	for i, x := range r.operands {
+		states[i], writes[i] = &x.b.st, x.access&Write != 0
+	}
+	r.grp = syncstate.NewGroup(replayName, states, writes)
 	for k := range r.segs {
 		seg := &r.segs[k]
 		seg.link.Name = replayName
@@ -382,24 +393,40 @@ func (r *Recording) Replay() error {
 	if tr != nil {
 		began0 = tr.now()
 	}
-	for i := range r.parts {
-		if err := r.parts[i].Begin(&d.engine, first, t.sinks); err != nil {
-			for j := range i {
-				r.parts[j].Abort()
+	// A replay that finds its operands as the last one left them begins
+	// on its group alone (see syncstate.Group); any other takes them all.
+	g := r.grp
+	fast := g != nil && g.BeginReplay(&d.engine, first, t.sinks)
+	if !fast {
+		for i := range r.parts {
+			if err := r.parts[i].Begin(&d.engine, first, t.sinks); err != nil {
+				for j := range i {
+					r.parts[j].Abort()
+				}
+				if tr != nil {
+					tr.opFailed(first, t.traceHost, began0)
+				}
+				if errors.Is(err, ErrHostWait) {
+					return err
+				}
+				return &Error{Op: name, Kind: ErrFault, Detail: "not submitted on " + first.Name(), Err: err}
 			}
-			if tr != nil {
-				tr.opFailed(first, t.traceHost, began0)
+		}
+		// Free refuses a pinned buffer, so once a replay has seen its
+		// operands unfreed (the one that settles the group) none is
+		// freed until Close.
+		for _, x := range r.operands {
+			if x.b.freed { // locked by the parts
+				r.abortParts()
+				return newErr(name, ErrFreed, "%v", x.who)
 			}
-			if errors.Is(err, ErrHostWait) {
-				return err
-			}
-			return &Error{Op: name, Kind: ErrFault, Detail: "not submitted on " + first.Name(), Err: err}
 		}
 	}
-	for _, x := range r.operands {
-		if x.b.freed { // locked by the parts
-			r.abortParts()
-			return newErr(name, ErrFreed, "%v", x.who)
+	fail := func(err error) {
+		if fast {
+			g.FailReplay(err)
+		} else {
+			r.failParts(err)
 		}
 	}
 	var f syncstate.Fence
@@ -419,7 +446,7 @@ func (r *Recording) Replay() error {
 				if tr != nil {
 					tr.opFailed(seg.tl, t.traceHost, began)
 				}
-				r.failParts(err)
+				fail(err)
 				return &Error{Op: name, Kind: ErrFault, Detail: "segment on " + seg.tl.Name(), Err: err}
 			}
 		}
@@ -448,7 +475,7 @@ func (r *Recording) Replay() error {
 			if k > 0 || seg.tl.Failed(^uint64(0)) != nil {
 				kind = ErrFault // earlier segments ran: what they write is unknown
 			}
-			r.failParts(err)
+			fail(err)
 			return &Error{Op: name, Kind: kind, Detail: "submitting to " + seg.tl.Name(), Err: err}
 		}
 		f = syncstate.Fence{TL: seg.tl, Ticket: ticket}
@@ -461,19 +488,31 @@ func (r *Recording) Replay() error {
 		lastBegan = began
 	}
 	r.last = f
-	var err error
-	for i := range r.parts {
-		if i < len(r.parts)-1 {
-			r.parts[i].RecordOn(f, name)
-			continue
-		}
-		if cerr := r.parts[i].CommitOn(f.TL, f.Ticket, t.sinks); cerr != nil {
-			var e *Error
-			if errors.As(cerr, &e) {
-				err = cerr
-			} else {
-				err = &Error{Op: name, Kind: ErrFault, Detail: "on " + f.TL.Name(), Err: cerr}
+	var cerr error
+	switch {
+	case fast:
+		g.CommitReplay(f)
+		cerr = d.engine.Committed(name, f, t.sinks)
+	case g != nil:
+		g.Settle(f)
+		r.abortParts()
+		cerr = d.engine.Committed(name, f, t.sinks)
+	default:
+		for i := range r.parts {
+			if i < len(r.parts)-1 {
+				r.parts[i].RecordOn(f, name)
+				continue
 			}
+			cerr = r.parts[i].CommitOn(f.TL, f.Ticket, t.sinks)
+		}
+	}
+	var err error
+	if cerr != nil {
+		var e *Error
+		if errors.As(cerr, &e) {
+			err = cerr
+		} else {
+			err = &Error{Op: name, Kind: ErrFault, Detail: "on " + f.TL.Name(), Err: cerr}
 		}
 	}
 	if tr != nil {
@@ -538,6 +577,10 @@ func (r *Recording) Close() error {
 // release unpins the operands and, with driver set, frees what the driver
 // and the recording allocated.
 func (r *Recording) release(driverToo bool) error {
+	if r.grp != nil {
+		r.grp.Unlink()
+		r.grp = nil
+	}
 	var errs []error
 	for _, x := range r.operands {
 		x.b.st.Lock()
