@@ -28,7 +28,9 @@ import (
 // else a counted host wait, as the eager crossing was), and records one
 // fence, the last segment's, on every operand (linkSegments orders every
 // segment after the first and the last after every other, so that fence
-// stands for the whole replay).
+// stands for the whole replay). The operands share a syncstate.Group, so
+// that a replay which finds them as the previous one left them records
+// that fence once, on the group, and touches none of them.
 
 // recordedOp is one op as submitted while recording.
 type recordedOp struct {
@@ -578,7 +580,7 @@ func (r *Recording) Close() error {
 // and the recording allocated.
 func (r *Recording) release(driverToo bool) error {
 	if r.grp != nil {
-		r.grp.Unlink()
+		r.grp.Unlink(driverToo)
 		r.grp = nil
 	}
 	var errs []error

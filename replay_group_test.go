@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -394,4 +395,147 @@ func runGroupInterleaving(t *testing.T, p Policy, seed uint64, mixed bool) {
 	}
 	require.Empty(t, d.Hazards(), "hazard checker fired after:\n%v", log)
 	f.close(t)
+}
+
+// A replay that skips its operands decides and counts what one that takes
+// them all does: the same sequence of replays and eager ops, on a device
+// where the recording has its group and on one where it has none (its
+// operands are in another recording's group), gives the same counts,
+// with the device held so that nothing completes in between (under
+// WaitAlways everything has completed instead).
+func TestReplayGroupCountsAsUngrouped(t *testing.T) {
+	for _, p := range []Policy{DeviceSide, Unified, DeviceBridge, WaitAlways} {
+		t.Run(p.String(), func(t *testing.T) {
+			var stats [2]Stats
+			for i, grouped := range []bool{true, false} {
+				d := openGroupDevice(t, p, 5)
+				f := newGroupFixture(t, d, false)
+				if !grouped {
+					// Re-record after another recording took the
+					// operands into its group.
+					require.NoError(t, f.rec.Close())
+					hog, err := f.b.Record(func() error {
+						for _, y := range f.ys {
+							if err := f.b.AddInto(y, y, f.xs[0]); err != nil {
+								return err
+							}
+						}
+						return f.b.AddInto(f.xs[1], f.xs[1], f.xs[1])
+					})
+					require.NoError(t, err)
+					defer func() { require.NoError(t, hog.Close()) }()
+					f.rec, err = f.a.Record(func() error {
+						for i, y := range f.ys {
+							if err := f.a.AddInto(y, y, f.xs[i%2]); err != nil {
+								return err
+							}
+						}
+						return nil
+					})
+					require.NoError(t, err)
+					require.Nil(t, f.rec.grp)
+				} else {
+					require.NotNil(t, f.rec.grp)
+				}
+				f.replay(t)
+				require.NoError(t, d.Synchronize())
+				before := f.a.Stats()
+				release := func() {}
+				if p != WaitAlways {
+					release = d.machine.Hold()
+				}
+				f.replay(t)
+				if grouped {
+					require.True(t, f.rec.grp.Settled(), "a replay after a replay skips the operands")
+				}
+				f.replay(t)
+				require.NoError(t, f.b.Fill(f.xs[0], 1)) // another queue writes an input
+				fillModel(f.model[f.xs[0]], 1)
+				f.replay(t)
+				f.replay(t)
+				require.NoError(t, f.a.Fill(f.ys[1], 2)) // the same queue writes an output
+				fillModel(f.model[f.ys[1]], 2)
+				f.replay(t)
+				f.replay(t)
+				stats[i] = f.a.Stats().Sub(before)
+				release()
+				for _, y := range f.ys {
+					f.check(t, y, "after the sequence")
+				}
+				require.NoError(t, d.Synchronize())
+				require.Empty(t, d.Hazards())
+				f.close(t)
+			}
+			require.Equal(t, stats[1], stats[0], "grouped (first) and ungrouped counts")
+			require.Positive(t, stats[0].SkippedWaits)
+		})
+	}
+}
+
+// A fault in a replay that skipped its operands reaches them as one in a
+// replay that took them would: the same errors, word for word, from the
+// next replay, from ops and read-backs of what it wrote and read, on a
+// device where the recording has its group and on one where it has none.
+func TestReplayGroupFaultAsUngrouped(t *testing.T) {
+	var outcomes [2][]string
+	for i, grouped := range []bool{true, false} {
+		d := openGroupDevice(t, DeviceSide, 9)
+		f := newGroupFixture(t, d, false)
+		if !grouped {
+			require.NoError(t, f.rec.Close())
+			hog, err := f.b.Record(func() error { return f.b.AddInto(f.ys[0], f.ys[0], f.xs[0]) })
+			require.NoError(t, err)
+			defer func() { require.NoError(t, hog.Close()) }()
+			f.rec, err = f.a.Record(func() error {
+				for i, y := range f.ys {
+					if err := f.a.AddInto(y, y, f.xs[i%2]); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			require.NoError(t, err)
+			require.Nil(t, f.rec.grp)
+		}
+		f.replay(t)
+		f.replay(t)
+		require.NoError(t, d.Synchronize())
+		if grouped {
+			require.True(t, f.rec.grp.Settled())
+		}
+		// The fourth add of the next replay faults.
+		var adds int
+		d.machine.SetFaultInjector(func(op string) bool {
+			if strings.Contains(op, "add") {
+				adds++
+				return adds == 4
+			}
+			return false
+		})
+		require.NoError(t, f.rec.Replay())
+		errText := func(err error) string {
+			if err == nil {
+				return "<nil>"
+			}
+			return err.Error()
+		}
+		out := []string{errText(f.a.Synchronize())}
+		d.machine.SetFaultInjector(nil)
+		out = append(out, errText(f.rec.Replay()))
+		out = append(out, errText(f.b.CopyInto(f.z, f.ys[5])), errText(f.b.CopyInto(f.z, f.xs[0])))
+		for _, x := range append(append([]*Array{}, f.ys...), f.xs...) {
+			_, err := x.Float32s()
+			out = append(out, errText(x.Err()), errText(err))
+		}
+		out = append(out, errText(f.b.Fill(f.ys[6], 1)), errText(f.b.Synchronize()))
+		_, err := f.ys[6].Float32s()
+		out = append(out, errText(err))
+		outcomes[i] = out
+		_ = f.rec.Close()
+		_ = f.a.Close()
+		_ = f.b.Close()
+	}
+	require.Equal(t, outcomes[1], outcomes[0], "grouped (first) and ungrouped outcomes")
+	require.NotEqual(t, "<nil>", outcomes[0][0], "the replay did not fault")
+	t.Log(strings.Join(outcomes[0], "\n"))
 }

@@ -81,14 +81,18 @@ func NewGroup(name string, states []*State, writes []bool) *Group {
 }
 
 // Unlink folds the group's replays into its members and unlinks them.
-// Call it once no replay can run any more.
-func (g *Group) Unlink() {
+// Call it once no replay can run any more. Without fold the members keep
+// what they hold (their device is closed: their timelines may be gone,
+// and nothing reads them any more).
+func (g *Group) Unlink(fold bool) {
 	for _, m := range g.members {
 		s := m.s
 		s.mu.Lock()
-		g.mu.Lock()
-		s.foldLocked(g)
-		g.mu.Unlock()
+		if fold {
+			g.mu.Lock()
+			s.foldLocked(g)
+			g.mu.Unlock()
+		}
 		s.grp, s.epoch = nil, 0
 		s.mu.Unlock()
 	}
@@ -224,4 +228,12 @@ func (g *Group) Settle(f Fence) {
 // waits for f, as Commit does.
 func (e *Engine) Committed(name string, f Fence, sinks Sinks) error {
 	return e.waitAlways(name, f, sinks)
+}
+
+// Settled reports whether the members are as the group's last replay
+// left them, so that the next replay may begin on the group alone.
+func (g *Group) Settled() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.settled
 }
