@@ -1,6 +1,7 @@
 package rocsync
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -538,4 +539,50 @@ func TestReplayGroupFaultAsUngrouped(t *testing.T) {
 	require.Equal(t, outcomes[1], outcomes[0], "grouped (first) and ungrouped outcomes")
 	require.NotEqual(t, "<nil>", outcomes[0][0], "the replay did not fault")
 	t.Log(strings.Join(outcomes[0], "\n"))
+}
+
+// Another goroutine's task reads the operands and rewrites the inputs
+// (with the values they hold) while the recording's task replays: every
+// access stays ordered (the hazard checker; Go's race detector under
+// -race) and the outputs end as the replays make them.
+func TestReplayGroupConcurrentTask(t *testing.T) {
+	for _, p := range []Policy{DeviceSide, Unified, SkipSameQueue} {
+		t.Run(p.String(), func(t *testing.T) {
+			d := openGroupDevice(t, p, 13)
+			f := newGroupFixture(t, d, false)
+			for _, x := range f.xs {
+				require.NoError(t, f.a.Fill(x, 1))
+				fillModel(f.model[x], 1)
+			}
+			const replays = 150
+			done := make(chan error, 1)
+			go func() {
+				rng := rand.New(rand.NewPCG(3, 4))
+				var err error
+				for i := 0; i < replays && err == nil; i++ {
+					switch rng.IntN(4) {
+					case 0:
+						err = f.b.Fill(f.xs[rng.IntN(2)], 1)
+					case 1:
+						err = f.b.CopyInto(f.z, f.ys[rng.IntN(len(f.ys))])
+					case 2:
+						_, err = f.ys[rng.IntN(len(f.ys))].Float32s()
+					default:
+						err = f.xs[rng.IntN(2)].Err()
+					}
+				}
+				done <- errors.Join(err, f.b.Synchronize())
+			}()
+			for range replays {
+				f.replay(t)
+			}
+			require.NoError(t, <-done)
+			require.NoError(t, d.Synchronize())
+			for _, y := range f.ys {
+				f.check(t, y, "after the replays")
+			}
+			require.Empty(t, d.Hazards())
+			f.close(t)
+		})
+	}
 }
