@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -320,9 +322,12 @@ func TestReplayGroupReadBackWaits(t *testing.T) {
 // Random interleavings of replays, eager ops of both tasks on the
 // operands, and read-backs, under every policy, compared with the model
 // after every read-back and at the end, with the hazard checker on.
+// ROCSYNC_REPLAY_GROUP_SEEDS=n runs n seeds instead of 6.
 func TestReplayGroupRandomInterleavings(t *testing.T) {
 	seeds := 6
-	if testing.Short() {
+	if v, err := strconv.Atoi(os.Getenv("ROCSYNC_REPLAY_GROUP_SEEDS")); err == nil && v > 0 {
+		seeds = v
+	} else if testing.Short() {
 		seeds = 2
 	}
 	for _, mixed := range []bool{false, true} {
