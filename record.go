@@ -424,13 +424,6 @@ func (r *Recording) Replay() error {
 			}
 		}
 	}
-	fail := func(err error) {
-		if fast {
-			g.FailReplay(err)
-		} else {
-			r.failParts(err)
-		}
-	}
 	var f syncstate.Fence
 	var lastBegan time.Duration // the last segment's, whose host slice ends after the commit
 	for k := range r.segs {
@@ -448,7 +441,7 @@ func (r *Recording) Replay() error {
 				if tr != nil {
 					tr.opFailed(seg.tl, t.traceHost, began)
 				}
-				fail(err)
+				r.failReplay(fast, err)
 				return &Error{Op: name, Kind: ErrFault, Detail: "segment on " + seg.tl.Name(), Err: err}
 			}
 		}
@@ -477,7 +470,7 @@ func (r *Recording) Replay() error {
 			if k > 0 || seg.tl.Failed(^uint64(0)) != nil {
 				kind = ErrFault // earlier segments ran: what they write is unknown
 			}
-			fail(err)
+			r.failReplay(fast, err)
 			return &Error{Op: name, Kind: kind, Detail: "submitting to " + seg.tl.Name(), Err: err}
 		}
 		f = syncstate.Fence{TL: seg.tl, Ticket: ticket}
@@ -530,6 +523,16 @@ func (r *Recording) abortParts() {
 	for i := range r.parts {
 		r.parts[i].Abort()
 	}
+}
+
+// failReplay fails a replay after it began, poisoning what it writes:
+// on its group if it began there (fast), else on its operands.
+func (r *Recording) failReplay(fast bool, err error) {
+	if fast {
+		r.grp.FailReplay(err)
+		return
+	}
+	r.failParts(err)
 }
 
 func (r *Recording) failParts(err error) {

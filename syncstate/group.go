@@ -146,14 +146,15 @@ func (s *State) fold(take bool, host int) {
 // where that gives what Begin on every member would: the group is
 // settled, no host holds a member, its newest replay ran on tl and
 // neither it nor a read-only member's writer is known to have failed, and
-// the engine neither observes decisions nor skips waits (those replays
-// take the members). Then the replay needs no wait, the skips are counted,
-// and BeginReplay returns true holding the group's lock: the caller
+// the engine neither observes decisions, nor asks before host waits
+// (sync-debug mode), nor skips waits (those replays take the members).
+// Then the replay needs no wait, the skips are counted, and BeginReplay
+// returns true holding the group's lock: the caller
 // submits the replay and ends it with CommitReplay or FailReplay.
 // Otherwise it returns false and changes nothing: the caller begins the
 // replay on every member as Ops, and ends it with Settle.
 func (g *Group) BeginReplay(e *Engine, tl Timeline, sinks Sinks) bool {
-	if e.DisableWaits || e.Observer != nil {
+	if e.DisableWaits || e.Observer != nil || e.OnHostWait != nil {
 		return false
 	}
 	g.mu.Lock()
