@@ -2,7 +2,10 @@ package rocsync
 
 import (
 	"errors"
+	"strconv"
 	"testing"
+
+	"github.com/rocsync/rocsync/syncstate"
 )
 
 // chainLen is the 99-op chain of issue 12's targets.
@@ -197,5 +200,103 @@ func BenchmarkGPUReplay(b *testing.B) {
 				must(b, t.Synchronize())
 			})
 		}
+	}
+}
+
+// replayOperandCounts are BenchmarkReplayOperands' sizes.
+var replayOperandCounts = []int{1, 10, 100, 1000}
+
+// BenchmarkReplayOperands/N times one replay of a recording whose
+// operands are N arrays, each read and written once (host functions of up
+// to MaxOperands arrays each, in one host-lane segment: one submission
+// whatever N), on the emulator under DeviceSide. The host lane is held
+// (busy in an eager host function) while a batch of 64 replays is
+// submitted, and the timer runs only then, so what is timed is the
+// replay's submission: its bookkeeping of the operands' sync states and
+// one queued function. ns/op should not grow with N.
+func BenchmarkReplayOperands(b *testing.B) {
+	for _, n := range replayOperandCounts {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			d := benchDevice(b, DeviceSide)
+			t := d.DefaultTask()
+			xs := make([]*Array, n)
+			for i := range xs {
+				var err error
+				xs[i], err = d.FromFloat32(1, 4, make([]float32, 4))
+				must(b, err)
+			}
+			rec, err := t.Record(func() error {
+				for i := 0; i < n; i += syncstate.MaxOperands {
+					var args []Arg
+					for _, x := range xs[i:min(n, i+syncstate.MaxOperands)] {
+						args = append(args, InOut(x))
+					}
+					if err := t.HostFunc(args, func(*HostAccess) error { return nil }); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			must(b, err)
+			defer func() { must(b, rec.Close()) }()
+			for range 64 {
+				must(b, rec.Replay())
+			}
+			must(b, t.Synchronize())
+			gate := make(chan struct{})
+			hold := func(*HostAccess) error { <-gate; return nil }
+			b.ReportAllocs()
+			b.ResetTimer()
+			for done := 0; done < b.N; {
+				b.StopTimer()
+				must(b, t.HostFunc(nil, hold))
+				b.StartTimer()
+				for i := 0; i < 64 && done < b.N; i++ {
+					must(b, rec.Replay())
+					done++
+				}
+				b.StopTimer()
+				gate <- struct{}{}
+				must(b, t.Synchronize())
+				b.StartTimer()
+			}
+			b.StopTimer()
+		})
+	}
+}
+
+// BenchmarkReplayOperandsScale/N replays N arrays each scaled in place
+// (x = 1·x: N AQL packets, one segment) with the emulated GPU held, as
+// BenchmarkReplayChain99; ns/op grows with N only by the packets' copy
+// into the ring (ns/packet is per operand).
+func BenchmarkReplayOperandsScale(b *testing.B) {
+	for _, n := range replayOperandCounts {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			d := benchDevice(b, DeviceSide)
+			t := d.DefaultTask()
+			xs := make([]*Array, n)
+			for i := range xs {
+				var err error
+				xs[i], err = d.FromFloat32(1, 4, make([]float32, 4))
+				must(b, err)
+			}
+			rec, err := t.Record(func() error {
+				for _, x := range xs {
+					if err := t.ScaleInto(x, 1, x); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			must(b, err)
+			defer func() { must(b, rec.Close()) }()
+			for range 8 {
+				must(b, rec.Replay())
+				must(b, t.Synchronize())
+			}
+			benchHeld(b, d, t, max(1, (benchQueue-24)/n), rec.Replay)
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/packet")
+			must(b, t.Synchronize())
+		})
 	}
 }

@@ -28,7 +28,9 @@ import (
 // else a counted host wait, as the eager crossing was), and records one
 // fence, the last segment's, on every operand (linkSegments orders every
 // segment after the first and the last after every other, so that fence
-// stands for the whole replay).
+// stands for the whole replay). The operands share a syncstate.Group, so
+// that a replay which finds them as the previous one left them records
+// that fence once, on the group, and touches none of them.
 
 // recordedOp is one op as submitted while recording.
 type recordedOp struct {
@@ -75,9 +77,14 @@ type Recording struct {
 	ops       int
 	segs      []replaySegment
 	operands  []access       // the union of the ops' operands, one per buffer, sorted by lock order
-	parts     []syncstate.Op // the operands, MaxOperands per part, added once by build and begun by every replay
-	staging   []unsafe.Pointer
-	last      syncstate.Fence // the newest replay's fence
+	parts     []syncstate.Op // the operands, MaxOperands per part, added once by build and begun by replays that take them
+	// grp is the operands' shared sync record: a replay that finds them
+	// as the last one left them records its fence there once, without
+	// taking any operand (nil when an operand is in another live
+	// recording's group: every replay then takes them all).
+	grp     *syncstate.Group
+	staging []unsafe.Pointer
+	last    syncstate.Fence // the newest replay's fence
 }
 
 var recordingIDs atomic.Uint64
@@ -309,6 +316,12 @@ func (r *Recording) build(ops []recordedOp, rops [][]access) error {
 			}
 		}
 	}
+	states := make([]*syncstate.State, len(r.operands))
+	writes := make([]bool, len(r.operands))
+	for i, x := range r.operands {
+		states[i], writes[i] = &x.b.st, x.access&Write != 0
+	}
+	r.grp = syncstate.NewGroup(replayName, states, writes)
 	for k := range r.segs {
 		seg := &r.segs[k]
 		seg.link.Name = replayName
@@ -393,21 +406,30 @@ func (r *Recording) Replay() error {
 	if tr != nil {
 		began0 = tr.now()
 	}
-	for i := range r.parts {
-		if err := r.parts[i].Begin(&d.engine, first, t.sinks); err != nil {
-			for j := range i {
-				r.parts[j].Abort()
+	// A replay that finds its operands as the last one left them begins
+	// on its group alone (see syncstate.Group); any other takes them all.
+	g := r.grp
+	fast := g != nil && g.BeginReplay(&d.engine, first, t.sinks)
+	if !fast {
+		for i := range r.parts {
+			if err := r.parts[i].Begin(&d.engine, first, t.sinks); err != nil {
+				for j := range i {
+					r.parts[j].Abort()
+				}
+				if tr != nil {
+					tr.opFailed(first, t.traceHost, began0)
+				}
+				return notSubmitted(name, first, err)
 			}
-			if tr != nil {
-				tr.opFailed(first, t.traceHost, began0)
-			}
-			return notSubmitted(name, first, err)
 		}
-	}
-	for _, x := range r.operands {
-		if x.b.freed { // locked by the parts
-			r.abortParts()
-			return newErr(name, ErrFreed, "%v", x.who)
+		// Free refuses a pinned buffer, so once a replay has seen its
+		// operands unfreed (the one that settles the group) none is
+		// freed until Close.
+		for _, x := range r.operands {
+			if x.b.freed { // locked by the parts
+				r.abortParts()
+				return newErr(name, ErrFreed, "%v", x.who)
+			}
 		}
 	}
 	var f syncstate.Fence
@@ -427,7 +449,7 @@ func (r *Recording) Replay() error {
 				if tr != nil {
 					tr.opFailed(seg.tl, t.traceHost, began)
 				}
-				r.failParts(err)
+				r.failReplay(fast, err)
 				return &Error{Op: name, Kind: ErrFault, Detail: "segment on " + seg.tl.Name(), Err: err}
 			}
 		}
@@ -441,7 +463,7 @@ func (r *Recording) Replay() error {
 		} else {
 			op.Kind, op.Lane, op.Func = driver.HostFunc, driver.LaneHost, seg.host
 		}
-		ticket, err := r.submitSegment(op, link)
+		ticket, err := r.submitSegment(op, link, fast)
 		if tr != nil {
 			if err != nil {
 				tr.opFailed(seg.tl, t.traceHost, began)
@@ -456,7 +478,7 @@ func (r *Recording) Replay() error {
 			if k > 0 || seg.tl.Failed(^uint64(0)) != nil {
 				kind = ErrFault // earlier segments ran: what they write is unknown
 			}
-			r.failParts(err)
+			r.failReplay(fast, err)
 			return &Error{Op: name, Kind: kind, Detail: "submitting to " + seg.tl.Name(), Err: err}
 		}
 		f = syncstate.Fence{TL: seg.tl, Ticket: ticket}
@@ -469,19 +491,31 @@ func (r *Recording) Replay() error {
 		lastBegan = began
 	}
 	r.last = f
-	var err error
-	for i := range r.parts {
-		if i < len(r.parts)-1 {
-			r.parts[i].RecordOn(f, name)
-			continue
-		}
-		if cerr := r.parts[i].CommitOn(f.TL, f.Ticket, t.sinks); cerr != nil {
-			var e *Error
-			if errors.As(cerr, &e) {
-				err = cerr
-			} else {
-				err = &Error{Op: name, Kind: waitKind(f, cerr), Detail: "on " + f.TL.Name(), Err: cerr}
+	var cerr error
+	switch {
+	case fast:
+		g.CommitReplay(f)
+		cerr = d.engine.Committed(name, f, t.sinks)
+	case g != nil:
+		g.Settle(f)
+		r.abortParts()
+		cerr = d.engine.Committed(name, f, t.sinks)
+	default:
+		for i := range r.parts {
+			if i < len(r.parts)-1 {
+				r.parts[i].RecordOn(f, name)
+				continue
 			}
+			cerr = r.parts[i].CommitOn(f.TL, f.Ticket, t.sinks)
+		}
+	}
+	var err error
+	if cerr != nil {
+		var e *Error
+		if errors.As(cerr, &e) {
+			err = cerr
+		} else {
+			err = &Error{Op: name, Kind: waitKind(f, cerr), Detail: "on " + f.TL.Name(), Err: cerr}
 		}
 	}
 	if tr != nil {
@@ -497,12 +531,12 @@ func (r *Recording) Replay() error {
 // may run library calls' functions on this goroutine. If one panics, the
 // replay fails before the panic goes on: what it writes is poisoned and
 // its operands are unlocked, as for an eager library call.
-func (r *Recording) submitSegment(op *driver.Op, link *syncstate.Op) (ticket uint64, err error) {
+func (r *Recording) submitSegment(op *driver.Op, link *syncstate.Op, fast bool) (ticket uint64, err error) {
 	returned := false
 	defer func() {
 		if !returned {
 			link.Abort()
-			r.failParts(errCallPanicked)
+			r.failReplay(fast, errCallPanicked)
 		}
 	}()
 	ticket, err = r.t.drv.Submit(op)
@@ -514,6 +548,16 @@ func (r *Recording) abortParts() {
 	for i := range r.parts {
 		r.parts[i].Abort()
 	}
+}
+
+// failReplay fails a replay after it began, poisoning what it writes:
+// on its group if it began there (fast), else on its operands.
+func (r *Recording) failReplay(fast bool, err error) {
+	if fast {
+		r.grp.FailReplay(err)
+		return
+	}
+	r.failParts(err)
 }
 
 func (r *Recording) failParts(err error) {
@@ -571,6 +615,10 @@ func (r *Recording) Close() error {
 // release unpins the operands and, with driver set, frees what the driver
 // and the recording allocated.
 func (r *Recording) release(driverToo bool) error {
+	if r.grp != nil {
+		r.grp.Unlink(driverToo)
+		r.grp = nil
+	}
 	var errs []error
 	for _, x := range r.operands {
 		x.b.st.Lock()

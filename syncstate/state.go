@@ -35,6 +35,12 @@ type State struct {
 	// array needs no allocation of its own in the common case (one or
 	// two timelines reading).
 	inline [2]Fence
+	// grp is the Group of the replayed op the State is an operand of, if
+	// any; gwrite says whether that op writes it, epoch how many of the
+	// group's replays the fields above have taken (see Group).
+	grp    *Group
+	gwrite bool
+	epoch  uint64
 }
 
 // NewState returns an empty State.
@@ -55,6 +61,7 @@ func (s *State) Init() {
 func (s *State) Writer() Fence {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.fold(false, 0)
 	return s.writer
 }
 
@@ -62,6 +69,7 @@ func (s *State) Writer() Fence {
 func (s *State) PendingFences(dst []Fence) []Fence {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.fold(false, 0)
 	return s.pendingLocked(dst)
 }
 
@@ -84,9 +92,21 @@ func (s *State) PendingCount() int {
 }
 
 // Lock and Unlock let the host take an array for itself (read-back, free):
-// no op can commit on it in between.
-func (s *State) Lock()   { s.mu.Lock() }
-func (s *State) Unlock() { s.mu.Unlock() }
+// no op can commit on it in between, nor a replay of its group run.
+func (s *State) Lock() {
+	s.mu.Lock()
+	s.fold(false, 1)
+}
+
+// Unlock ends Lock.
+func (s *State) Unlock() {
+	if g := s.grp; g != nil {
+		g.mu.Lock()
+		g.held--
+		g.mu.Unlock()
+	}
+	s.mu.Unlock()
+}
 
 // WriterLocked returns the writer while the caller holds the lock.
 func (s *State) WriterLocked() Fence { return s.writer }
@@ -164,6 +184,7 @@ func (s *State) PoisonLocked() error {
 func (s *State) Poison() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.fold(false, 0)
 	return s.PoisonLocked()
 }
 
@@ -551,15 +572,21 @@ func (o *Op) Commit(ticket uint64, sinks Sinks) error {
 		}
 	}
 	o.unlock()
-	if o.e.Policy == WaitAlways && !o.e.DisableWaits {
-		// OnHostWait allowed this wait in Begin.
-		sinks.HostWait(ReasonWaitAlways)
-		o.e.decided(o.Name, o.tl, f, HostWait, ReasonWaitAlways)
-		err := o.tl.WaitHost(ticket)
-		o.e.waited(o.tl, f, err)
-		return err
+	return o.e.waitAlways(o.Name, f, sinks)
+}
+
+// waitAlways is WaitAlways' host wait for f, the fence of op name just
+// recorded; other policies do nothing. OnHostWait allowed the wait in
+// Begin (a replay that skips Begin runs only without OnHostWait).
+func (e *Engine) waitAlways(name string, f Fence, sinks Sinks) error {
+	if e.Policy != WaitAlways || e.DisableWaits {
+		return nil
 	}
-	return nil
+	sinks.HostWait(ReasonWaitAlways)
+	e.decided(name, f.TL, f, HostWait, ReasonWaitAlways)
+	err := f.TL.WaitHost(f.Ticket)
+	e.waited(f.TL, f, err)
+	return err
 }
 
 // Abort unlocks the operands without recording anything.
@@ -574,6 +601,11 @@ func (o *Op) lock() {
 	}
 	for i := 0; i < o.n; i++ {
 		o.acc[i].s.mu.Lock()
+	}
+	for i := 0; i < o.n; i++ {
+		if o.acc[i].s.grp != nil {
+			o.acc[i].s.fold(true, 0)
+		}
 	}
 	o.locked = true
 }

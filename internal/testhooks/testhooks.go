@@ -26,3 +26,13 @@ var ForceHIPCapture atomic.Bool
 // recorded calls in order (no hipGraph), for benchmarks that compare the
 // two on the real HIP.
 var SkipHIPCapture atomic.Bool
+
+// SkipGroupFold makes a replayed recording's operands ignore the replays
+// recorded on their group (syncstate.Group) when read: an op after a
+// replay that did not take its operands is not ordered after it.
+var SkipGroupFold atomic.Bool
+
+// SkipGroupUnsettle makes an op that takes a replayed recording's operand
+// leave the group settled: the next replay then skips the operands and is
+// not ordered after that op.
+var SkipGroupUnsettle atomic.Bool
