@@ -295,3 +295,28 @@ func TestDeviceBridgeHostWaitsBlock(t *testing.T) {
 	requireClose(t, wantZ, gotZ, 1e-4)
 	requireClose(t, reference.MatMul(wantZ, hx, 16), gotW, 1e-4)
 }
+
+// Close may run beside a task's first launch, which loads the kernels: the
+// load and Close's unload are ordered, so the executable never outlives
+// the device, whichever comes first.
+func TestCloseRacesFirstKernelLoad(t *testing.T) {
+	for _, p := range []Policy{DeviceSide, Unified} {
+		for i := 0; i < 50; i++ {
+			d := openEmu(t, p, EmulatorOptions{})[0]
+			x, err := d.FromFloat32(1, 2, []float32{1, 2})
+			require.NoError(t, err)
+			task := d.DefaultTask()
+			done := make(chan error, 1)
+			go func() {
+				_, err := task.Mul(x, x)
+				done <- err
+			}()
+			require.NoError(t, d.Close())
+			if err := <-done; err != nil {
+				require.ErrorIs(t, err, ErrClosed)
+			}
+			require.Zero(t, d.machine.HSA().LiveExecutables(), "%v run %d: executable loaded after Close", p, i)
+			require.Zero(t, d.machine.HIP().LiveModules(), "%v run %d: HIP module loaded after Close", p, i)
+		}
+	}
+}
