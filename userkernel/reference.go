@@ -23,6 +23,11 @@ type ReferenceFunc func(g Geometry, args []Arg, mem Memory) error
 // is registered for a kernel.
 var ErrNoReference = errors.New("userkernel: no reference implementation for the kernel")
 
+// ErrReferencePanic is matched (errors.Is) when a kernel's reference
+// panicked: Run turns the panic into the launch's error, as a GPU turns a
+// faulting kernel into a failed launch, so the process lives on.
+var ErrReferencePanic = errors.New("userkernel: the kernel's reference panicked")
+
 // References maps kernel names to Go reference implementations. The
 // emulator cannot execute GPU code: it runs rocsync's own kernels by name
 // from Go references (package kernels), and it can run a user kernel the
@@ -51,8 +56,10 @@ func (r *References) Register(name string, f ReferenceFunc) error {
 	return nil
 }
 
-// Run executes k's reference over the argument block of one dispatch.
-func (r *References) Run(k *Kernel, g Geometry, block []byte, mem Memory) error {
+// Run executes k's reference over the argument block of one dispatch. Its
+// error names the kernel and wraps the cause: ErrNoReference, the
+// reference's own error, or ErrReferencePanic with the panic's value.
+func (r *References) Run(k *Kernel, g Geometry, block []byte, mem Memory) (err error) {
 	r.mu.RLock()
 	f, ok := r.m[k.Name]
 	r.mu.RUnlock()
@@ -66,5 +73,13 @@ func (r *References) Run(k *Kernel, g Geometry, block []byte, mem Memory) error 
 	if err != nil {
 		return err
 	}
-	return f(g, args, mem)
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("kernel %s: %w: %v", k.Name, ErrReferencePanic, p)
+		}
+	}()
+	if err := f(g, args, mem); err != nil {
+		return fmt.Errorf("kernel %s: reference failed: %w", k.Name, err)
+	}
+	return nil
 }

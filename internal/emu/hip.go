@@ -46,6 +46,14 @@ var hipNames = map[hip.ErrorCode]string{
 	hip.ErrorNotSupported: "hipErrorNotSupported", hip.ErrorSharedObjectInitFailed: "hipErrorSharedObjectInitFailed",
 }
 
+// causedErr is a runtime error whose cause the emulator knows and a real
+// runtime would not report: its message is the runtime's (which quotes the
+// cause), and errors.Is and errors.As reach both.
+type causedErr struct{ err, cause error }
+
+func (e *causedErr) Error() string   { return e.err.Error() }
+func (e *causedErr) Unwrap() []error { return []error{e.err, e.cause} }
+
 func hipErr(fn string, c hip.ErrorCode, detail string) error {
 	n := hipNames[c]
 	t := n
@@ -381,7 +389,7 @@ func (s *hstream) exec(c cmd) {
 				code = hip.ErrorIllegalAddress
 			}
 			s.mu.Lock()
-			s.err = hipErr(c.what, code, err.Error())
+			s.err = &causedErr{hipErr(c.what, code, err.Error()), err}
 			// The failed command has ended: what it touched before it
 			// faulted happens before whatever observes the stream's error.
 			if a != nil {
