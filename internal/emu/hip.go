@@ -181,6 +181,9 @@ type cmd struct {
 	// direct: a call HIP does not capture, which runs on the stream even
 	// while it captures (hipModuleLaunchKernel before HIP 5.3).
 	direct bool
+	// graph: a hipGraphLaunch, whose nodes the fault injector is asked
+	// about as they run.
+	graph bool
 }
 
 // copyArgs is an asynchronous copy: the command carries its operands, so
@@ -378,7 +381,7 @@ func (s *hstream) exec(c cmd) {
 		s.m.waitGate()
 		s.delay.sleep()
 		var err error
-		if s.m.injectFault(c.what) {
+		if !c.graph && s.m.injectFault(c.what) {
 			err = errors.New(injectedFault + " in " + c.what)
 		} else {
 			err = s.work(&c, a)
