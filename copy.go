@@ -2,6 +2,8 @@ package rocsync
 
 import (
 	"context"
+	"errors"
+	"runtime"
 	"sync"
 	"unsafe"
 
@@ -73,6 +75,11 @@ type stagingPool struct {
 func (p *stagingPool) take(d *Device, op string, size uint64) (*stagingSlot, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if hm, ok := d.drv.(driver.HostMemory); ok && len(p.slots) > maxStaging {
+		if err := p.pruneLocked(hm, op); err != nil {
+			return nil, err
+		}
+	}
 	for _, s := range p.slots {
 		if !s.busy && s.size >= size && (s.fence.IsZero() || done(s.fence, true) || testhooks.SkipStagingWait.Load()) {
 			s.busy = true
@@ -165,6 +172,25 @@ func allocStaging(hm driver.HostMemory, op string, size uint64) (unsafe.Pointer,
 func freeStaging(hm driver.HostMemory, op string, p unsafe.Pointer) error {
 	if err := hm.HostFree(p); err != nil {
 		return &Error{Op: op, Kind: ErrUnavailable, Detail: "freeing pinned staging memory", Err: err}
+	}
+	return nil
+}
+
+// pruneLocked frees idle slots past maxStaging whose last copy has
+// completed: downloads not yet waited for take the pool past its bound,
+// and once they are waited for or released it shrinks back. The caller
+// holds mu.
+func (p *stagingPool) pruneLocked(hm driver.HostMemory, op string) error {
+	for i := 0; len(p.slots) > maxStaging && i < len(p.slots); {
+		s := p.slots[i]
+		if s.busy || !(s.fence.IsZero() || done(s.fence, true)) {
+			i++
+			continue
+		}
+		if err := freeStaging(hm, op, s.p); err != nil {
+			return err
+		}
+		p.slots = append(p.slots[:i], p.slots[i+1:]...)
 	}
 	return nil
 }
@@ -326,6 +352,12 @@ type Pending struct {
 // once the returned Pending's Wait returns nil, and must not be touched
 // before. A large download is several copy ops on the library stream; Wait
 // copies each part out of staging memory as soon as its copy completes.
+//
+// The download holds pinned staging memory until Wait returns or the
+// Pending is released: by Release, or, for a Pending dropped without
+// either, by the garbage collector (a finalizer), so downloads nobody
+// waits for do not pin memory until the device closes. Released staging
+// memory is reused only once the download's copies have completed.
 func (t *Task) Download(src Operand, dst []byte) (*Pending, error) {
 	const name = "Download"
 	if err := t.check(name); err != nil {
@@ -368,7 +400,33 @@ func (t *Task) Download(src Operand, dst []byte) (*Pending, error) {
 			}
 		}
 	}
+	runtime.SetFinalizer(p, (*Pending).Release)
 	return p, nil
+}
+
+// errReleased is Wait's answer after Release.
+var errReleased = errors.New("the download was released")
+
+// Release gives the download up: its staging memory goes back to the
+// device's pool (reused once the copies complete), the destination is
+// not written, and Wait then returns an ErrInvalid error. After Wait has
+// returned (anything but ErrTimeout), Release does nothing. A Pending
+// dropped without Wait or Release is released by the garbage collector.
+func (p *Pending) Release() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done {
+		return
+	}
+	p.done = true
+	p.err = &Error{Op: "Wait", Kind: ErrInvalid, Detail: "download of " + p.who.String(), Err: errReleased}
+	runtime.SetFinalizer(p, nil)
+	if p.dev.enter("Release") == nil { // a closed device freed its staging and events
+		p.unpin()
+		p.dev.staging.put(p.slot, p.fence)
+		p.dev.leave()
+	}
+	p.slot, p.dst = nil, nil
 }
 
 // unpin releases the pinned events of the chunks not yet copied out.
@@ -459,6 +517,7 @@ func (p *Pending) Wait(ctx context.Context) error {
 		p.unpin()
 	}
 	p.done = true
+	runtime.SetFinalizer(p, nil)
 	p.dev.staging.put(p.slot, p.fence)
 	p.slot, p.dst = nil, nil
 	return p.err

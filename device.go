@@ -549,8 +549,19 @@ func (d *Device) CloseContext(ctx context.Context) error {
 	// pendingFrees); with the queues and streams destroyed, and their
 	// failed work settled, it can go back now.
 	errs = append(errs, d.frees.poll(d, false, true))
-	errs = append(errs, d.reduce.release(d), d.cache.trim(d.drv), d.staging.free(d), d.peer.free(d), d.drv.Close(), d.trace.detach())
-	if err := errors.Join(errs...); err != nil {
+	errs = append(errs, d.reduce.release(d), d.cache.trim(d.drv), d.staging.free(d), d.peer.free(d), d.drv.Close())
+	err := errors.Join(errs...)
+	// The trace is written last, to the user's writer or file: its
+	// failure is an I/O error of the trace, not of the device (closed by
+	// now), nor bad input.
+	if terr := d.trace.detach(); terr != nil {
+		kind := ErrUnavailable
+		if err != nil {
+			kind = kindOf(err)
+		}
+		return &Error{Op: "Close", Kind: kind, Detail: "closed " + d.String() + ", but writing its trace failed", Err: errors.Join(err, terr)}
+	}
+	if err != nil {
 		return &Error{Op: "Close", Kind: kindOf(err), Detail: "closing " + d.String(), Err: err}
 	}
 	return nil

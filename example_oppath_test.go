@@ -3,9 +3,12 @@ package rocsync_test
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
+	"testing"
 
 	"github.com/rs/zerolog"
 
@@ -52,7 +55,9 @@ kernel void saxpy(global float* y, global const float* x, float a, uint n) {
 }`)
 	saxpy, err := dev.LoadKernel(src, "saxpy")
 	if err != nil {
-		panic(err)
+		// Without clang (userkernel.ErrNoCompiler) and no cached build.
+		fmt.Println(err)
+		return
 	}
 	t := dev.DefaultTask()
 	x, _ := dev.FromFloat32(1, 4, []float32{1, 2, 3, 4})
@@ -65,10 +70,50 @@ kernel void saxpy(global float* y, global const float* x, float a, uint n) {
 	// A mistake is a typed error, not a GPU fault: n is a uint, not a float.
 	err = t.Launch(saxpy, userkernel.Grid1D(4, 64), rocsync.InOut(y), rocsync.In(x), rocsync.F32(2), rocsync.F32(4))
 	fmt.Println(err)
-	// Output:
+	// It prints (TestExampleUserKernelOutput runs it, skipping where no
+	// compiler is found, which an example with an Output comment cannot):
+	//
 	// <nil>
 	// [12 14 16 18]
 	// rocsync: Launch: invalid argument: saxpy: userkernel: kernel saxpy argument 3 (n): kind mismatch: want 4-byte integer scalar (uint), got float32 4
+}
+
+const exampleUserKernelOutput = `<nil>
+[12 14 16 18]
+rocsync: Launch: invalid argument: saxpy: userkernel: kernel saxpy argument 3 (n): kind mismatch: want 4-byte integer scalar (uint), got float32 4
+`
+
+// Example_userKernel needs clang to build the kernel: it runs here, as a
+// test, so that a machine without clang skips it with the reason instead
+// of failing (or, before, panicking and taking the test binary down).
+func TestExampleUserKernelOutput(t *testing.T) {
+	if _, err := userkernel.NewBuilder(userkernel.Options{NoDiskCache: true}).Build(exampleSAXPY(t), userkernel.Device{ISA: "gfx90a"}); errors.Is(err, userkernel.ErrNoCompiler) {
+		t.Skip("Example_userKernel needs clang for OpenCL:", err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout := os.Stdout
+	os.Stdout = w
+	Example_userKernel()
+	os.Stdout = stdout
+	_ = w.Close()
+	got, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != exampleUserKernelOutput {
+		t.Fatalf("Example_userKernel printed\n%s\nwant\n%s", got, exampleUserKernelOutput)
+	}
+}
+
+func exampleSAXPY(t *testing.T) *userkernel.Source {
+	src, err := userkernel.OpenCL(`kernel void saxpy(global float* y, global const float* x, float a, uint n) { }`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src
 }
 
 // A library call runs the user's own function on the task's raw HIP

@@ -185,3 +185,40 @@ func TestHIPGraphReplayAllocatesNothing(t *testing.T) {
 	require.Zero(t, allocs)
 	require.NoError(t, rec.Close())
 }
+
+// A graph replay asks the fault injector about the ops inside it, as the
+// eager ops are asked, never about hipGraphLaunch: a fault injected into
+// the recorded kernel fails the replay with ErrFault.
+func TestHIPGraphReplayInjectsFaultsIntoItsOps(t *testing.T) {
+	var log bytes.Buffer
+	d := openHIPGraphEmulator(t, 0, &log)
+	tk := d.DefaultTask()
+	x, err := d.FromFloat32(2, 2, []float32{1, 2, 3, 4})
+	require.NoError(t, err)
+	y, err := d.Empty(2, 2, Float32)
+	require.NoError(t, err)
+	rec, err := tk.Record(func() error { return tk.MulInto(y, x, x) })
+	require.NoError(t, err)
+	graphs, _ := rec.Graphs()
+	require.Equal(t, 1, graphs)
+	asked := make(chan string, 64)
+	d.machine.SetFaultInjector(func(op string) bool {
+		select {
+		case asked <- op:
+		default:
+		}
+		return op == "rocsync_mul_f32"
+	})
+	require.NoError(t, rec.Replay())
+	_, err = y.Float32s()
+	require.ErrorIs(t, err, ErrFault)
+	d.machine.SetFaultInjector(nil)
+	close(asked)
+	var ops []string
+	for op := range asked {
+		ops = append(ops, op)
+	}
+	require.Contains(t, ops, "rocsync_mul_f32")
+	require.NotContains(t, ops, "hipGraphLaunch")
+	require.NoError(t, rec.Close())
+}

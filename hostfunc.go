@@ -51,9 +51,18 @@ func (t *Task) HostFunc(operands []Arg, fn func(h *HostAccess) error) error {
 	// kept past its function's return stays dead (ended).
 	h := &HostAccess{dev: t.dev}
 	accs := t.operands[:0]
+operands:
 	for i, a := range operands {
 		if a.who == nil {
 			return newErr(name, ErrInvalid, "operand %d is a scalar: a host function takes buffers and arrays", i)
+		}
+		// One buffer named twice (In(x), Out(x)) is one operand with both
+		// accesses, as ordering treats it.
+		for j := range accs {
+			if accs[j].b == a.buf {
+				accs[j].access |= a.access
+				continue operands
+			}
 		}
 		if len(accs) == cap(accs) {
 			return newErr(name, ErrInvalid, "more than %d operands", cap(accs))

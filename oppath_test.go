@@ -532,3 +532,52 @@ func TestUserKernelWithoutReferenceFaults(t *testing.T) {
 	_, err = x.Float32s()
 	require.NoError(t, err, "what the kernel only read is sound")
 }
+
+// A user kernel that fails on the emulator fails its launch under every
+// policy, HSA queues included, with the kernel and the cause in the error:
+// a missing reference (userkernel.ErrNoReference), the reference's own
+// error, or a panic in it, which must not take the process down.
+func TestUserKernelFailureNamesKernelAndCause(t *testing.T) {
+	boom := errors.New("boom in the reference")
+	cases := []struct {
+		name string
+		ref  userkernel.ReferenceFunc
+		is   error
+		text string
+	}{
+		{"missing", nil, userkernel.ErrNoReference, "no reference"},
+		{"error", func(userkernel.Geometry, []userkernel.Arg, userkernel.Memory) error { return boom }, boom, "boom"},
+		{"panic", func(_ userkernel.Geometry, args []userkernel.Arg, _ userkernel.Memory) error {
+			_ = args[len(args)+1] // index out of range
+			return nil
+		}, userkernel.ErrReferencePanic, "index out of range"},
+	}
+	for _, p := range allPolicies {
+		for _, c := range cases {
+			t.Run(p.String()+"/"+c.name, func(t *testing.T) {
+				refs := &userkernel.References{}
+				if c.ref != nil {
+					require.NoError(t, refs.Register("saxpy", c.ref))
+				}
+				nop := zerolog.Nop()
+				d, err := Open(Options{Backend: Emulator, Policy: p, Logger: &nop,
+					KernelBuilder: userkernel.NewBuilder(userkernel.Options{CacheDir: t.TempDir()}),
+					Emulator:      EmulatorOptions{HazardChecker: true, MaxDelay: 30 * time.Microsecond, Seed: 3, KernelReferences: refs}})
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = d.Close() })
+				k := loadSAXPY(t, d)
+				y, err := d.FromFloat32(1, 4, []float32{1, 2, 3, 4})
+				require.NoError(t, err)
+				x, err := d.FromFloat32(1, 4, []float32{1, 2, 3, 4})
+				require.NoError(t, err)
+				if err = d.DefaultTask().Launch(k, userkernel.Grid1D(4, 64), InOut(y), In(x), F32(2), U32(4)); err == nil {
+					_, err = y.Float32s()
+				}
+				require.ErrorIs(t, err, ErrFault)
+				require.ErrorIs(t, err, c.is)
+				require.ErrorContains(t, err, "saxpy")
+				require.ErrorContains(t, err, c.text)
+			})
+		}
+	}
+}

@@ -3,6 +3,7 @@ package rocsync
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"unsafe"
 
@@ -301,12 +302,19 @@ func (t *Task) copyStaged(name string, dst, src Operand, d, s *buffer) error {
 }
 
 // peerTask returns the device's internal task for the first halves of
-// staged copies out of it, making it the first time.
+// staged copies out of it, making it the first time, and again once the
+// last one broke: a failed copy leaves its stream's error sticky (HIP and
+// CUDA streams, HSA queues alike), which would fail every later copy out
+// of the device. The failure was reported to the copies that had it.
 func (d *Device) peerTask(op string) (*Task, error) {
 	d.peer.taskMu.Lock()
 	defer d.peer.taskMu.Unlock()
-	if d.peer.task != nil {
-		return d.peer.task, nil
+	if t := d.peer.task; t != nil {
+		if t.timeline(driver.LaneLibrary).Failed(math.MaxUint64) == nil {
+			return t, nil
+		}
+		d.peer.task = nil
+		_ = t.Close()
 	}
 	t, err := d.NewTask()
 	if err != nil {

@@ -546,3 +546,52 @@ func TestCopyPeerBothWaysWhileClosing(t *testing.T) {
 		require.Empty(t, devs[0].Hazards())
 	}
 }
+
+// One failed staged copy does not break copies out of its source device
+// for good: the internal task that ran the failed first half is replaced,
+// and later copies on a healthy task arrive whole, under every policy.
+func TestStagedPeerCopyRecoversAfterAFault(t *testing.T) {
+	for _, p := range syncstate.Policies {
+		t.Run(p.String(), func(t *testing.T) {
+			nop := zerolog.Nop()
+			o := Options{Backend: Emulator, Policy: p, Logger: &nop,
+				Emulator: EmulatorOptions{Devices: 2, HazardChecker: true, MaxDelay: 30 * time.Microsecond, Seed: 13}}
+			noPeerAccess(&o)
+			devs, err := OpenAll(o)
+			require.NoError(t, err)
+			defer func() {
+				for _, d := range devs {
+					_ = d.Close() // the faulted task's queue or stream reports its fault
+				}
+			}()
+			src, err := devs[1].FromFloat32(1, 4, []float32{1, 2, 3, 4})
+			require.NoError(t, err)
+			tk, err := devs[0].NewTask()
+			require.NoError(t, err)
+			dst, err := devs[0].Empty(1, 4, Float32)
+			require.NoError(t, err)
+			devs[1].machine.SetFaultInjector(func(op string) bool { return op == "hipMemcpyAsync(DtoH)" })
+			err = tk.CopyPeer(dst, src)
+			if err == nil {
+				_, err = dst.Float32s()
+			}
+			require.ErrorIs(t, err, ErrFault)
+			devs[1].machine.SetFaultInjector(nil)
+			_ = tk.Close() // broken if it waited on the device for the failed half
+			for i := range 3 {
+				tk2, err := devs[0].NewTask()
+				require.NoError(t, err)
+				dst2, err := devs[0].Empty(1, 4, Float32)
+				require.NoError(t, err)
+				require.NoError(t, tk2.CopyPeer(dst2, src), "copy %d", i)
+				got, err := dst2.Float32s()
+				require.NoError(t, err, "copy %d", i)
+				require.Equal(t, []float32{1, 2, 3, 4}, got, "copy %d", i)
+				require.NoError(t, tk2.Close())
+			}
+			for _, d := range devs {
+				require.Empty(t, d.Hazards())
+			}
+		})
+	}
+}

@@ -151,7 +151,9 @@ func (r *Recording) Graphs() (graphs int, fallbacks []error) {
 // recording has touched, and a nested Record. An Upload records the bytes
 // it was given: every replay uploads those. fn's error, or an op the
 // recording cannot hold, ends Record with that error and nothing recorded;
-// a panic in fn goes on, the task no longer recording.
+// a panic in fn, or in a library call's function (which Record runs once
+// to capture it), goes on, the task no longer recording and the operands
+// released.
 func (t *Task) Record(fn func() error) (*Recording, error) {
 	const name = "Record"
 	if err := t.check(name); err != nil {
@@ -171,16 +173,18 @@ func (t *Task) Record(fn func() error) (*Recording, error) {
 	r.recording.Store(true)
 	t.rec = &recorder{r: r}
 	t.end() // fn's ops use the task in turn
-	returned := false
+	// done is false while a panic can pass: in fn, or in a library call's
+	// function, which the build runs once to capture it. The panic goes
+	// on (as does a Goexit), the task eager and the operands unpinned.
+	done := false
 	defer func() {
-		if !returned { // fn panicked (the panic goes on) or ended its goroutine
+		if !done {
 			t.swapRec(nil)
 			r.recording.Store(false)
 			_ = r.release(!t.dev.closed.Load())
 		}
 	}()
 	err := fn()
-	returned = true
 	rec := t.swapRec(nil)
 	r.recording.Store(false)
 	if err == nil && t.closed.Load() {
@@ -192,6 +196,7 @@ func (t *Task) Record(fn func() error) (*Recording, error) {
 	if err == nil {
 		err = r.build(rec.ops, rec.operands)
 	}
+	done = true
 	if err != nil {
 		_ = r.release(!t.dev.closed.Load())
 		return nil, asError(name, err)

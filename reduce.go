@@ -35,13 +35,20 @@ type reduceWorkspace struct {
 }
 
 // take returns a workspace of at least size bytes; the caller holds mu.
+// A workspace whose last reduction failed is replaced by a new zeroed one:
+// the reduction may have stopped with partial sums in it, and a reduction
+// that never ran (its input failed) poisoned it all the same, so every
+// later one would fail as depending on it.
 func (w *reduceWorkspace) takeLocked(d *Device, size uint64) (*buffer, error) {
-	if w.buf != nil && w.buf.size >= size {
+	if w.buf != nil && w.buf.size >= size && w.buf.st.Poison() == nil {
 		return w.buf, nil
 	}
 	n := uint64(4096)
 	for n < size {
 		n *= 2
+	}
+	if w.buf != nil {
+		n = max(n, w.buf.size)
 	}
 	b := new(buffer)
 	if err := d.allocBuffer("Sum", b, n); err != nil {

@@ -2,6 +2,7 @@ package rocsync
 
 import (
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/rs/zerolog"
@@ -199,4 +200,53 @@ func TestSumZeroCheckOver10kLaunches(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []float32{4999}, got)
 	require.Empty(t, d.Hazards())
+}
+
+// One fault does not disable large Sums for good: a Sum whose input
+// failed (it never ran: the workspace is still zero), and a reduction
+// kernel that itself faulted (the workspace may be dirty), leave later
+// Sums of healthy inputs, on new tasks, correct, with the zero check on
+// and the hazard checker clean.
+func TestSumRecoversAfterAFault(t *testing.T) {
+	for _, faulted := range []string{"rocsync_mul_f32", "rocsync_sum_all_f32"} {
+		for _, p := range allPolicies {
+			t.Run(faulted+"/"+p.String(), func(t *testing.T) {
+				nop := zerolog.Nop()
+				d, err := Open(Options{Backend: Emulator, Policy: p, Logger: &nop, CheckReductionWorkspace: true,
+					Emulator: EmulatorOptions{HazardChecker: true, MaxDelay: 30 * time.Microsecond, Seed: 7}})
+				require.NoError(t, err)
+				defer d.Close() // reports the faulted queue
+				tk, err := d.NewTask()
+				require.NoError(t, err)
+				in, err := d.FromFloat32(1, 10000, seq(10000, func(int) float32 { return 1 }))
+				require.NoError(t, err)
+				out, err := d.Empty(1, 1, Float32)
+				require.NoError(t, err)
+				faultOn(d, faulted)
+				x, err := tk.Mul(in, in)
+				if err == nil {
+					err = tk.Sum(out, x, SumAll)
+				}
+				if err == nil {
+					_, err = out.Float32s()
+				}
+				require.ErrorIs(t, err, ErrFault)
+				d.machine.SetFaultInjector(nil)
+				require.ErrorIs(t, tk.Synchronize(), ErrFault)
+				require.ErrorIs(t, tk.Close(), ErrFault)
+				for range 2 {
+					tk2, err := d.NewTask()
+					require.NoError(t, err)
+					out2, err := d.Empty(1, 1, Float32)
+					require.NoError(t, err)
+					require.NoError(t, tk2.Sum(out2, in, SumAll))
+					got, err := out2.Float32s()
+					require.NoError(t, err)
+					require.Equal(t, []float32{10000}, got)
+					require.NoError(t, tk2.Close())
+				}
+				require.Empty(t, d.Hazards())
+			})
+		}
+	}
 }

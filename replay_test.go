@@ -582,3 +582,34 @@ func TestRecordPanicLeavesTaskEager(t *testing.T) {
 	require.Equal(t, []float32{1, 4, 9, 16}, got)
 	require.NoError(t, x.Free(), "not pinned")
 }
+
+// A panic in a library call's function, which Record runs once to capture
+// it, goes on like one in fn: the operands are released (Free succeeds),
+// no capture is left open and the task works eagerly afterwards.
+func TestRecordLibraryCallPanicReleasesOperands(t *testing.T) {
+	for _, p := range allPolicies {
+		t.Run(p.String(), func(t *testing.T) {
+			d := openStrict(t, p)
+			tk := d.DefaultTask()
+			x, err := d.FromFloat32(2, 2, []float32{1, 2, 3, 4})
+			require.NoError(t, err)
+			y, err := d.FromFloat32(2, 2, []float32{1, 2, 3, 4})
+			require.NoError(t, err)
+			require.PanicsWithValue(t, "library boom", func() {
+				_, _ = tk.Record(func() error {
+					if err := tk.MulInto(y, y, y); err != nil {
+						return err
+					}
+					return tk.LibraryCall([]Arg{InOut(x)}, func(uintptr) error { panic("library boom") })
+				})
+			})
+			require.NoError(t, tk.MulInto(y, y, y)) // runs now
+			got, err := y.Float32s()
+			require.NoError(t, err)
+			require.Equal(t, []float32{1, 4, 9, 16}, got)
+			require.NoError(t, x.Free(), "not pinned")
+			require.NoError(t, y.Free(), "not pinned")
+			require.NoError(t, d.Close())
+		})
+	}
+}

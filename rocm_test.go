@@ -346,3 +346,28 @@ func TestPartitionsLeftOutWhenHIPReordersThemUnseen(t *testing.T) {
 	require.ErrorIs(t, err, ErrUnavailable)
 	require.Equal(t, 2, strings.Count(buf.String(), "skipping a GPU partition"), buf.String())
 }
+
+// Close may run beside a task's first launch, which loads the kernels: the
+// load and Close's unload are ordered, so the executable never outlives
+// the device, whichever comes first.
+func TestCloseRacesFirstKernelLoad(t *testing.T) {
+	for _, p := range []Policy{DeviceSide, Unified} {
+		for i := 0; i < 50; i++ {
+			d := openEmu(t, p, EmulatorOptions{})[0]
+			x, err := d.FromFloat32(1, 2, []float32{1, 2})
+			require.NoError(t, err)
+			task := d.DefaultTask()
+			done := make(chan error, 1)
+			go func() {
+				_, err := task.Mul(x, x)
+				done <- err
+			}()
+			require.NoError(t, d.Close())
+			if err := <-done; err != nil {
+				require.ErrorIs(t, err, ErrClosed)
+			}
+			require.Zero(t, d.machine.HSA().LiveExecutables(), "%v run %d: executable loaded after Close", p, i)
+			require.Zero(t, d.machine.HIP().LiveModules(), "%v run %d: HIP module loaded after Close", p, i)
+		}
+	}
+}

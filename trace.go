@@ -535,7 +535,7 @@ func (p *traceProc) detach() error {
 	last := p.tr.open == 0
 	p.tr.mu.Unlock()
 	if last {
-		return p.tr.Flush()
+		return p.tr.write()
 	}
 	return nil
 }
@@ -545,6 +545,15 @@ func (p *traceProc) detach() error {
 // flush their trace themselves when the last of them recording into it
 // closes.
 func (tr *Trace) Flush() error {
+	if err := tr.write(); err != nil {
+		return &Error{Op: "Trace.Flush", Kind: ErrInvalid, Err: err}
+	}
+	return nil
+}
+
+// write is Flush's work; its error is the writer's or the file system's,
+// with what was being written.
+func (tr *Trace) write() error {
 	if tr == nil {
 		return nil
 	}
@@ -552,16 +561,17 @@ func (tr *Trace) Flush() error {
 	defer tr.mu.Unlock()
 	if tr.path == "" {
 		bw := bufio.NewWriter(tr.w)
-		if err := tr.writeLocked(bw); err != nil {
-			return &Error{Op: "Trace.Flush", Kind: ErrInvalid, Detail: "writing the trace", Err: err}
+		err := tr.writeLocked(bw)
+		if err == nil {
+			err = bw.Flush()
 		}
-		if err := bw.Flush(); err != nil {
-			return &Error{Op: "Trace.Flush", Kind: ErrInvalid, Detail: "writing the trace", Err: err}
+		if err != nil {
+			return fmt.Errorf("writing the trace: %w", err)
 		}
 		return nil
 	}
 	if err := tr.writeFileLocked(); err != nil {
-		return &Error{Op: "Trace.Flush", Kind: ErrInvalid, Detail: "writing the trace to " + tr.path, Err: err}
+		return fmt.Errorf("writing the trace to %s: %w", tr.path, err)
 	}
 	return nil
 }

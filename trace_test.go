@@ -157,6 +157,27 @@ func TestTraceWriteErrors(t *testing.T) {
 	require.ErrorIs(t, d.Close(), errWrite)
 }
 
+// A trace that cannot be written at Close does not make Close look like
+// bad input: the device closed (a later op is ErrClosed, a second Close
+// nil), and the error says so and wraps the writer's.
+func TestCloseWithFailedTraceWriteClosesTheDevice(t *testing.T) {
+	nop := zerolog.Nop()
+	d, err := Open(Options{Backend: Emulator, Logger: &nop, Trace: NewTrace(failingWriter{})})
+	require.NoError(t, err)
+	x, err := d.FromFloat32(1, 4, make([]float32, 4))
+	require.NoError(t, err)
+	_, err = d.DefaultTask().Mul(x, x)
+	require.NoError(t, err)
+	err = d.Close()
+	require.ErrorIs(t, err, errWrite)
+	require.NotErrorIs(t, err, ErrInvalid)
+	require.NotErrorIs(t, err, ErrTimeout, "ErrTimeout would mean the device stayed open")
+	require.ErrorContains(t, err, "trace")
+	_, err = d.DefaultTask().Mul(x, x)
+	require.ErrorIs(t, err, ErrClosed)
+	require.NoError(t, d.Close())
+}
+
 var errWrite = errors.New("disk full")
 
 type failingWriter struct{}

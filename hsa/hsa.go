@@ -198,6 +198,15 @@ type Queue struct {
 // callback). It is called from a runtime thread.
 type QueueErrorFunc func(status Status)
 
+// QueueErrorCauser is implemented by a runtime that knows more about a
+// queue error than its status: the emulator knows which kernel failed and
+// why (a user kernel's reference that is missing, failed or panicked).
+// ROCr's queue callback (hsa_queue_create) reports the status alone.
+type QueueErrorCauser interface {
+	// QueueErrorCause is the reason behind the queue's first error, or nil.
+	QueueErrorCause(q *Queue) error
+}
+
 // Runtime is the set of HSA functions rocsync calls. Method names follow the
 // C functions; the memory-order suffix is part of the name where C has
 // several variants, because callers rely on the ordering.

@@ -202,7 +202,13 @@ func New(rt hsa.Runtime, c Config) (*Queue, error) {
 }
 
 func (q *Queue) onError(s hsa.Status) {
-	q.setBroken(&hsa.Error{Func: "queue", Status: s, Text: q.rt.StatusString(s)}, nil)
+	var err error = &hsa.Error{Func: "queue", Status: s, Text: q.rt.StatusString(s)}
+	if c, ok := q.rt.(hsa.QueueErrorCauser); ok {
+		if cause := c.QueueErrorCause(q.hq); cause != nil {
+			err = fmt.Errorf("%w: %w", err, cause)
+		}
+	}
+	q.setBroken(err, nil)
 }
 
 // Break marks the queue broken by a failure reported outside it: a GPU

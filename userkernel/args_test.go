@@ -329,3 +329,34 @@ func TestUnoptimisedKernelNamesTheServiceItNeeds(t *testing.T) {
 		}
 	}
 }
+
+// A .maxntid whose product passes 2^32 bounds nothing below the hardware's
+// maximum: the product is not taken modulo 2^32 (65536·65536 would be 0).
+func TestPTXMaxntidProductOverflow(t *testing.T) {
+	ptx := `.version 7.8
+.target sm_80
+.address_size 64
+.visible .entry big(.param .u32 big_param_0)
+.maxntid 65536, 65536, 1
+{
+	ret;
+}`
+	src, err := PTX([]byte(ptx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := src.pickPrebuilt(Device{ISA: "sm_90"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := img.Kernel("big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.MaxWorkgroupSize != 1024 {
+		t.Fatalf("MaxWorkgroupSize %d, want the hardware's 1024", k.MaxWorkgroupSize)
+	}
+	if err := k.Pack(make([]byte, k.ArgsSize), Grid1D(256, 256), []Arg{Uint32(1)}); err != nil {
+		t.Fatalf("a 256-item workgroup: %v", err)
+	}
+}

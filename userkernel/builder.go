@@ -16,7 +16,10 @@ import (
 // Options configure a Builder. The zero value is ready to use.
 type Options struct {
 	// CacheDir is the on-disk cache's directory. Empty means
-	// $ROCSYNC_KERNEL_CACHE, else os.UserCacheDir()/rocsync/kernels.
+	// $ROCSYNC_KERNEL_CACHE, else os.UserCacheDir()/rocsync/kernels. It
+	// is made (mode 0700) if missing; an existing one must be a directory
+	// of this user's, and keeps its mode: the entries go in a private
+	// subdirectory of it (v1, mode 0700).
 	CacheDir string
 	// NoDiskCache compiles without reading or writing the on-disk cache.
 	NoDiskCache bool

@@ -56,8 +56,11 @@ func (c *diskCache) entryPath(key string) string {
 }
 
 // ensureDir creates dir with mode 0700 if needed and checks that it is a
-// directory (not a link) owned by this user, tightening a wider mode.
-func ensureDir(dir string) error {
+// directory (not a link) owned by this user. A directory of rocsync's own
+// (below the root) that is wider is tightened; the root is the user's (it
+// may be an existing directory they share), so its mode is left alone:
+// the entries live below it, in rocsync's private subdirectories.
+func ensureDir(dir string, own bool) error {
 	if err := os.MkdirAll(dir, dirMode); err != nil {
 		return fmt.Errorf("%w: %w", ErrCache, err)
 	}
@@ -71,7 +74,7 @@ func ensureDir(dir string) error {
 	if !ownedByUs(fi) {
 		return fmt.Errorf("%w: %s is owned by another user", ErrCache, dir)
 	}
-	if fi.Mode().Perm() != dirMode {
+	if own && fi.Mode().Perm() != dirMode {
 		if err := os.Chmod(dir, dirMode); err != nil {
 			return fmt.Errorf("%w: %w", ErrCache, err)
 		}
@@ -82,8 +85,8 @@ func ensureDir(dir string) error {
 // ensureDirs checks the root, the layout directory and the key's
 // directory.
 func (c *diskCache) ensureDirs(key string) error {
-	for _, d := range []string{c.root, filepath.Join(c.root, cacheLayout), filepath.Join(c.root, cacheLayout, key[:2])} {
-		if err := ensureDir(d); err != nil {
+	for i, d := range []string{c.root, filepath.Join(c.root, cacheLayout), filepath.Join(c.root, cacheLayout, key[:2])} {
+		if err := ensureDir(d, i > 0); err != nil {
 			return err
 		}
 	}

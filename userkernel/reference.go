@@ -23,6 +23,11 @@ type ReferenceFunc func(g Geometry, args []Arg, mem Memory) error
 // is registered for a kernel.
 var ErrNoReference = errors.New("userkernel: no reference implementation for the kernel")
 
+// ErrReferencePanic is matched (errors.Is) when a kernel's reference
+// panicked: Run turns the panic into the launch's error, as a GPU turns a
+// faulting kernel into a failed launch, so the process lives on.
+var ErrReferencePanic = errors.New("userkernel: the kernel's reference panicked")
+
 // References maps kernel names to Go reference implementations. The
 // emulator cannot execute GPU code: it runs rocsync's own kernels by name
 // from Go references (package kernels), and it can run a user kernel the
@@ -55,8 +60,10 @@ func (r *References) Register(name string, f ReferenceFunc) error {
 // geometry g (as the dispatch packet gives it). The reference gets the
 // geometry as the kernel reads it (Kernel.ObservedGeometry); hidden
 // arguments that do not describe the dispatch are an error matching
-// ErrHiddenArgs, and the reference does not run.
-func (r *References) Run(k *Kernel, g Geometry, block []byte, mem Memory) error {
+// ErrHiddenArgs, and the reference does not run. Its error names the
+// kernel and wraps the cause: ErrNoReference, ErrHiddenArgs, the
+// reference's own error, or ErrReferencePanic with the panic's value.
+func (r *References) Run(k *Kernel, g Geometry, block []byte, mem Memory) (err error) {
 	r.mu.RLock()
 	f, ok := r.m[k.Name]
 	r.mu.RUnlock()
@@ -65,13 +72,21 @@ func (r *References) Run(k *Kernel, g Geometry, block []byte, mem Memory) error 
 	}
 	// The reference sees the geometry the kernel reads: from the hidden
 	// arguments where its metadata lists them.
-	g, err := k.ObservedGeometry(g, block)
+	g, err = k.ObservedGeometry(g, block)
 	if err != nil {
-		return err
+		return fmt.Errorf("kernel %s: %w", k.Name, err)
 	}
 	args, err := k.Unpack(make([]Arg, 0, len(k.Params)), block)
 	if err != nil {
 		return err
 	}
-	return f(g, args, mem)
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("kernel %s: %w: %v", k.Name, ErrReferencePanic, p)
+		}
+	}()
+	if err := f(g, args, mem); err != nil {
+		return fmt.Errorf("kernel %s: reference failed: %w", k.Name, err)
+	}
+	return nil
 }

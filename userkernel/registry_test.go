@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 
@@ -178,5 +179,19 @@ func TestRegistryRetriesAFailedLoad(t *testing.T) {
 	}
 	if _, err := r.Kernel(saxpy(t), "saxpy"); err != nil || len(l.loads) != 2 {
 		t.Errorf("second load: %v, loads %v", err, l.loads)
+	}
+}
+
+// A reference that panics fails its run with ErrReferencePanic, naming the
+// kernel and the panic, instead of taking the process down.
+func TestRunRecoversReferencePanic(t *testing.T) {
+	var refs References
+	k := &Kernel{Name: "k", MaxWorkgroupSize: 64}
+	if err := refs.Register("k", func(Geometry, []Arg, Memory) error { panic("oops") }); err != nil {
+		t.Fatal(err)
+	}
+	err := refs.Run(k, Geometry{Dims: 1, Grid: [3]uint32{1, 1, 1}, Workgroup: [3]uint32{1, 1, 1}}, nil, nil)
+	if !errors.Is(err, ErrReferencePanic) || !strings.Contains(err.Error(), "kernel k") || !strings.Contains(err.Error(), "oops") {
+		t.Fatalf("Run: %v", err)
 	}
 }

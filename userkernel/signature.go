@@ -3,6 +3,7 @@ package userkernel
 import (
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
 	"strconv"
 	"strings"
@@ -417,7 +418,7 @@ func ptxKernel(name, params, tuning string, t Target) (*Kernel, error) {
 	k.ExplicitArgsSize = k.ArgsSize
 	for _, m := range ptxTuneRE.FindAllStringSubmatch(tuning, -1) {
 		var dims [3]uint32
-		items := uint32(1)
+		items := uint64(1) // three uint32 factors: the product can pass 2^32
 		for i := range 3 {
 			dims[i] = 1
 			if m[2+i] != "" {
@@ -427,12 +428,12 @@ func ptxKernel(name, params, tuning string, t Target) (*Kernel, error) {
 				}
 				dims[i] = uint32(n)
 			}
-			items *= dims[i]
+			items = min(items*uint64(dims[i]), math.MaxUint32)
 		}
 		if m[1] == "reqntid" {
 			k.ReqdWorkgroupSize = dims
 		}
-		k.MaxWorkgroupSize = min(k.MaxWorkgroupSize, items)
+		k.MaxWorkgroupSize = min(k.MaxWorkgroupSize, uint32(items))
 	}
 	return k, nil
 }

@@ -222,10 +222,18 @@ func (d *Device) CopyDtoH(dst unsafe.Pointer, src driver.DevicePtr, size uint64)
 }
 
 // Close releases the events, the module and the primary context; the tasks
-// must be closed first.
+// must be closed first. Close may run beside a task's first launch: it holds the kernel lock
+// while it unloads, so a load in progress finishes first and is unloaded,
+// and a later one finds the device closed and loads nothing.
 func (d *Device) Close() error {
+	d.kmu.Lock()
+	defer d.kmu.Unlock()
+	d.kerr = errClosed
 	return errors.Join(d.events.Destroy(), d.freeLaneWords(), d.b.close())
 }
+
+// errClosed is a kernel load's answer after Close.
+var errClosed = errors.New("cudadev: device closed")
 
 // function returns the kernel for op and dt, loading the module on first
 // use.

@@ -416,7 +416,9 @@ func (f *emuBackend) loadModule(ptx []byte) error {
 	if len(ptx) == 0 || ptx[len(ptx)-1] != 0 {
 		return fmt.Errorf("emu: the PTX is not NUL-terminated")
 	}
+	f.mu.Lock()
 	f.loaded = true
+	f.mu.Unlock()
 	return nil
 }
 
@@ -714,6 +716,7 @@ func (f *emuBackend) close() error {
 	if len(f.streams) != 0 {
 		return fmt.Errorf("emu: %d streams left open", len(f.streams))
 	}
+	f.loaded = false // cuModuleUnload
 	return nil
 }
 

@@ -48,6 +48,14 @@ var hipNames = map[hip.ErrorCode]string{
 	hip.ErrorNotSupported:         "hipErrorNotSupported", hip.ErrorSharedObjectInitFailed: "hipErrorSharedObjectInitFailed",
 }
 
+// causedErr is a runtime error whose cause the emulator knows and a real
+// runtime would not report: its message is the runtime's (which quotes the
+// cause), and errors.Is and errors.As reach both.
+type causedErr struct{ err, cause error }
+
+func (e *causedErr) Error() string   { return e.err.Error() }
+func (e *causedErr) Unwrap() []error { return []error{e.err, e.cause} }
+
 func hipErr(fn string, c hip.ErrorCode, detail string) error {
 	n := hipNames[c]
 	t := n
@@ -186,6 +194,9 @@ type cmd struct {
 	// direct: a call HIP does not capture, which runs on the stream even
 	// while it captures (hipModuleLaunchKernel before HIP 5.3).
 	direct bool
+	// graph: a hipGraphLaunch, whose nodes the fault injector is asked
+	// about as they run.
+	graph bool
 }
 
 // copyArgs is an asynchronous copy: the command carries its operands, so
@@ -410,7 +421,7 @@ func (s *hstream) exec(c cmd) {
 		s.m.waitGate()
 		s.delay.sleep()
 		var err error
-		if s.m.injectFault(c.what) {
+		if !c.graph && s.m.injectFault(c.what) {
 			err = errors.New(injectedFault + " in " + c.what)
 		} else {
 			err = s.work(&c, a)
@@ -421,7 +432,7 @@ func (s *hstream) exec(c cmd) {
 				code = hip.ErrorIllegalAddress
 			}
 			s.mu.Lock()
-			s.err = hipErr(c.what, code, err.Error())
+			s.err = &causedErr{hipErr(c.what, code, err.Error()), err}
 			// The failed command has ended: what it touched before it
 			// faulted happens before whatever observes the stream's error.
 			if a != nil {

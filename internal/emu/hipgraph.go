@@ -335,6 +335,12 @@ func (h *HIP) GraphInstantiate(g hip.Graph) (hip.GraphExec, error) {
 		for i := range x.nodes {
 			n := &x.nodes[i]
 			var err error
+			// The fault injector is asked about each node as it runs, as
+			// for the same op launched on its own: hipGraphLaunch itself
+			// is only the submission.
+			if h.m.injectFault(n.what) {
+				return fmt.Errorf("graph node %d (%s): %s in %s", i, n.what, injectedFault, n.what)
+			}
 			switch n.kind {
 			case cmdGemm:
 				err = h.m.runGemm(x.dev, &n.g, a)
@@ -399,5 +405,5 @@ func (h *HIP) GraphLaunch(e hip.GraphExec, id hip.Stream) error {
 		return err
 	}
 	h.graphs.launches.Add(1)
-	return s.enqueue(cmd{kind: cmdWork, what: fn, direct: true, fn: gr.run})
+	return s.enqueue(cmd{kind: cmdWork, what: fn, direct: true, graph: true, fn: gr.run})
 }

@@ -359,6 +359,17 @@ func (h *HSA) QueueDestroy(hq *hsa.Queue) error {
 	return nil
 }
 
+// QueueErrorCause implements hsa.QueueErrorCauser: why the queue first
+// failed, which ROCr's callback cannot say.
+func (h *HSA) QueueErrorCause(hq *hsa.Queue) error {
+	if c := (*queue)(hq.Handle).cause.Load(); c != nil {
+		return *c
+	}
+	return nil
+}
+
+var _ hsa.QueueErrorCauser = (*HSA)(nil)
+
 func (h *HSA) QueueLoadReadIndexScacquire(hq *hsa.Queue) uint64 {
 	return (*queue)(hq.Handle).read.Load()
 }

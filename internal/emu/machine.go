@@ -90,7 +90,8 @@ type Options struct {
 // FaultInjector decides whether an op faults. op names it: the kernel
 // symbol for an HSA dispatch or a HIP launch (e.g. "rocsync_mul_f32"),
 // "rocblas_sgemm"/"rocblas_dgemm" for a gemm, the HIP call for other
-// stream work ("hipMemcpyDtoDAsync"). It is called from emulator
+// stream work ("hipMemcpyDtoDAsync"); a hipGraphLaunch is not asked
+// about, each of its nodes is, as it runs. It is called from emulator
 // goroutines, possibly concurrently, just before the op would run.
 //
 // A faulting HSA dispatch behaves like a memory fault on hardware: its

@@ -48,6 +48,7 @@ type queue struct {
 
 	inflight  sync.WaitGroup // dispatches running without the barrier bit
 	broken    atomic.Bool
+	cause     atomic.Pointer[error] // why the queue first failed (QueueErrorCause)
 	stopping  atomic.Bool
 	waitingOn atomic.Pointer[signal] // the signal a barrier is blocked on
 	profiling atomic.Bool            // hsa_amd_profiling_set_profiler_enabled
@@ -165,6 +166,13 @@ func (q *queue) process() {
 // runs, the failing packet's signal is never decremented, and nothing after
 // it is processed.
 func (q *queue) fail(status hsa.Status, why string) {
+	q.failErr(status, errors.New(why))
+}
+
+// failErr is fail with the reason as an error, which the queue's
+// QueueErrorCause reports beside the status.
+func (q *queue) failErr(status hsa.Status, cause error) {
+	q.cause.CompareAndSwap(nil, &cause)
 	q.broken.Store(true)
 	if status == hsa.StatusErrorMemoryApertureViolation && q.m.hsa.events.noQueueError.Load() {
 		return // evicted without a queue error: only the system event reports it
@@ -172,7 +180,6 @@ func (q *queue) fail(status hsa.Status, why string) {
 	if q.onError != nil {
 		go q.onError(status)
 	}
-	_ = why
 }
 
 // execute runs one packet; it returns false when the queue was destroyed
@@ -308,7 +315,7 @@ func (q *queue) dispatch(p *hsa.DispatchPacket, a *actor) {
 		err = q.m.runKernel(q.dev, k, args, grid, a)
 	}
 	if err != nil {
-		q.fail(faultStatus(err), err.Error())
+		q.failErr(faultStatus(err), err)
 		return
 	}
 	q.profileEnd(p.CompletionSignal)

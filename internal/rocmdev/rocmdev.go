@@ -347,7 +347,11 @@ type Device struct {
 	made   []*queue.Queue
 	live   map[*Task]taskTimelines // open tasks' streams and lanes, which a fault evicts
 
-	kernelsOnce sync.Once
+	// kernelsMu orders the first kernel load against Close's unload: a load
+	// that finds the device closed loads nothing, and Close unloads only
+	// what a finished load left. kernelsDone is the lock-free fast path.
+	kernelsMu   sync.Mutex
+	kernelsDone atomic.Bool
 	kernelsErr  error
 	kernelObjs  [kernels.NumOps][2]driver.Kernel
 	codeObjects struct{ hsa, hip kernels.CodeObjectVersion } // what loaded; hip is 0 unless Unified
@@ -463,7 +467,10 @@ func (d *Device) Close() error {
 	if d.closed.Swap(true) {
 		return nil
 	}
-	err := errors.Join(d.queues.Close(), d.signals.Destroy(), d.bridgeSignals.Destroy(), d.destroyExported(), d.events.Destroy(), d.unloadKernels(), d.unloadUserModules())
+	d.kernelsMu.Lock()
+	unload := d.unloadKernels()
+	d.kernelsMu.Unlock()
+	err := errors.Join(d.queues.Close(), d.signals.Destroy(), d.bridgeSignals.Destroy(), d.destroyExported(), d.events.Destroy(), unload, d.unloadUserModules())
 	if d.faults != nil {
 		d.faults.remove(d)
 	}
@@ -474,11 +481,28 @@ func (d *Device) Close() error {
 }
 
 // loadKernels loads the code object for the GPU's ISA once and looks up
-// every kernel object.
+// every kernel object. A device closed first loads nothing: Close may run
+// beside a task's first launch, and what a load made after Close's unload
+// would stay loaded.
 func (d *Device) loadKernels() error {
-	d.kernelsOnce.Do(func() { d.kernelsErr = d.doLoadKernels() })
+	if d.kernelsDone.Load() {
+		return d.kernelsErr
+	}
+	d.kernelsMu.Lock()
+	defer d.kernelsMu.Unlock()
+	if d.kernelsDone.Load() {
+		return d.kernelsErr
+	}
+	if d.closed.Load() {
+		return errDeviceClosed
+	}
+	d.kernelsErr = d.doLoadKernels()
+	d.kernelsDone.Store(true)
 	return d.kernelsErr
 }
+
+// errDeviceClosed is a kernel load's answer after Close.
+var errDeviceClosed = errors.New("rocmdev: device closed")
 
 // unloadKernels destroys the executable, then its reader, and unloads the
 // HIP module. The queues are drained first, so no kernel still runs.
