@@ -68,6 +68,9 @@ type Queue struct {
 	rt          hsa.Runtime
 	agent       hsa.Agent
 	hq          *hsa.Queue
+	// created is hq as QueueCreate returned it, for the error callback,
+	// which the runtime calls from its own thread while Close may clear hq.
+	created atomic.Pointer[hsa.Queue]
 	name        string
 	signals     *SignalPool
 	kernargPool hsa.MemoryPool
@@ -175,6 +178,7 @@ func New(rt hsa.Runtime, c Config) (*Queue, error) {
 		return nil, err
 	}
 	q.hq = hq
+	q.created.Store(hq)
 	q.mask = uint64(hq.Size - 1)
 	q.inflight = make([]entry, hq.Size)
 	q.maxInFlight = uint64(hq.Size - 1)
@@ -204,8 +208,10 @@ func New(rt hsa.Runtime, c Config) (*Queue, error) {
 func (q *Queue) onError(s hsa.Status) {
 	var err error = &hsa.Error{Func: "queue", Status: s, Text: q.rt.StatusString(s)}
 	if c, ok := q.rt.(hsa.QueueErrorCauser); ok {
-		if cause := c.QueueErrorCause(q.hq); cause != nil {
-			err = fmt.Errorf("%w: %w", err, cause)
+		if hq := q.created.Load(); hq != nil {
+			if cause := c.QueueErrorCause(hq); cause != nil {
+				err = fmt.Errorf("%w: %w", err, cause)
+			}
 		}
 	}
 	q.setBroken(err, nil)
