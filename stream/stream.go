@@ -540,6 +540,11 @@ func (s *Stream) Completed() uint64 {
 // runtime only when query is set), returns the events nobody holds to the
 // pool, and runs the deferred work that is now due.
 func (s *Stream) recycleLocked(query bool) {
+	// A failed query is acted on after the walk: failLocked settles the
+	// stream and recycles the marks itself, which must not happen under
+	// this walk (it would put an event twice and cut past the marks).
+	var queryErr error
+	var queryTicket uint64
 	k := 0
 	for ; k < len(s.marks); k++ {
 		m := &s.marks[k]
@@ -549,7 +554,7 @@ func (s *Stream) recycleLocked(query bool) {
 			}
 			ok, err := s.api.EventQuery(m.ev)
 			if err != nil {
-				s.failLocked(err, m.ticket)
+				queryErr, queryTicket = err, m.ticket
 			}
 			if err != nil || !ok {
 				break
@@ -598,6 +603,9 @@ func (s *Stream) recycleLocked(query bool) {
 		}
 		clear(s.after[len(kept):])
 		s.after = kept
+	}
+	if queryErr != nil {
+		s.failLocked(queryErr, queryTicket)
 	}
 }
 
