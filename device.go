@@ -194,14 +194,22 @@ func open(o Options, all bool) ([]*Device, error) {
 		}
 		log.Info().Str("backend", "cuda").Msg("rocsync: using the CUDA driver and cuBLAS, as requested")
 	case Auto:
+		// AMD first (rocsync's own platform), then NVIDIA, then the
+		// emulator; the choice is logged at info level.
 		fam, err = openROCm(o, log)
-		if err != nil {
-			rocmErr := err
-			fam, err = openEmulator(o, log)
-			logFallback(&log, rocmErr)
-		} else {
+		if err == nil {
 			log.Info().Str("backend", "rocm").Msg("rocsync: using the real ROCm stack")
+			break
 		}
+		rocmErr := err
+		fam, err = openCUDA(o)
+		if err == nil {
+			logCUDAChosen(&log, rocmErr)
+			break
+		}
+		cudaErr := err
+		fam, err = openEmulator(o, log)
+		logFallback(&log, rocmErr, cudaErr)
 	default:
 		return nil, newErr("Open", ErrInvalid, "unknown backend %d", uint8(o.Backend))
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/rocsync/rocsync/cuda"
 	"github.com/rocsync/rocsync/hip"
 	"github.com/rocsync/rocsync/hsa"
 	"github.com/rocsync/rocsync/internal/dl"
@@ -206,15 +207,21 @@ func (d *Device) debugHostWait(op string, f syncstate.Fence, r Reason) {
 
 var _ zerolog.LevelWriter = slogWriter{}
 
-// logFallback says, in one line, that Auto uses the emulator because ROCm
-// did not work. Finding no AMD GPU, or no ROCm, is the normal case on such
-// a machine (info; the runtime's own words only at debug level); ROCm
-// failing on a machine that has it is a warning.
-func logFallback(log *zerolog.Logger, rocmErr error) {
+// logFallback says, in one line, that Auto uses the emulator because
+// neither ROCm nor CUDA worked. Finding no AMD GPU, or no ROCm, with no
+// NVIDIA driver or GPU either, is the normal case on such a machine (info;
+// the runtimes' own words only at debug level); ROCm or CUDA failing on a
+// machine that has it is a warning.
+func logFallback(log *zerolog.Logger, rocmErr, cudaErr error) {
 	var e *zerolog.Event
 	msg := "rocsync: no AMD GPU found, using the emulated AMD device"
 	warn := false
 	switch {
+	case !quietCUDAFailure(cudaErr):
+		// NVIDIA's driver is there but did not start: say why at every
+		// level, with ROCm's reason beside it.
+		e, warn = log.Warn().Err(cudaErr).AnErr("rocm", rocmErr), true
+		msg = "rocsync: no AMD GPU found and the CUDA driver failed to start, using the emulated AMD device"
 	case errors.Is(rocmErr, hsa.ErrNoGPU) || errors.Is(rocmErr, hip.ErrNoDevice):
 		e = log.Info()
 	case errors.Is(rocmErr, dl.ErrNotFound):
@@ -229,7 +236,24 @@ func logFallback(log *zerolog.Logger, rocmErr error) {
 		return
 	}
 	if !warn && log.GetLevel() <= zerolog.DebugLevel {
-		e = e.AnErr("reason", rocmErr)
+		e = e.AnErr("reason", rocmErr).AnErr("cuda", cudaErr)
 	}
 	e.Str("backend", "emulator").Msg(msg)
+}
+
+// quietCUDAFailure reports whether Auto's CUDA attempt failed the
+// ordinary way, with no NVIDIA driver or no NVIDIA GPU: not worth a
+// warning on a machine that never had one.
+func quietCUDAFailure(err error) bool {
+	return err == nil || errors.Is(err, cuda.ErrNoDriver) || errors.Is(err, cuda.ErrNoDevice)
+}
+
+// logCUDAChosen logs Auto's choice of NVIDIA's driver, ROCm's reason at
+// debug level.
+func logCUDAChosen(log *zerolog.Logger, rocmErr error) {
+	e := log.Info().Str("backend", "cuda")
+	if log.GetLevel() <= zerolog.DebugLevel {
+		e = e.AnErr("rocm", rocmErr)
+	}
+	e.Msg("rocsync: no AMD GPU found, using the CUDA driver and cuBLAS")
 }

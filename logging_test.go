@@ -3,14 +3,20 @@ package rocsync
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/rocsync/rocsync/cublas"
+	"github.com/rocsync/rocsync/cuda"
 )
 
 // mixedProgram runs a kernel, a gemm reading it (a boundary crossing), a
@@ -228,3 +234,54 @@ func (s *syncBuffer) Reset() {
 }
 
 var _ = context.Background
+
+// envAutoChild makes a child of TestAutoPicksCUDAAfterROCm open Auto and
+// print the backend it got.
+const envAutoChild = "ROCSYNC_AUTO_TEST_CHILD"
+
+// Auto tries ROCm, then CUDA, then the emulator: with no AMD GPU and an
+// NVIDIA driver that works (the fake libcuda's two GPUs), it opens CUDA
+// and says so at info level; with a driver that is not there, it falls
+// back to the emulator in one quiet line; with one that fails to start,
+// it warns with the reason. The fake library is loaded in children only,
+// so no other test of this process sees it.
+func TestAutoPicksCUDAAfterROCm(t *testing.T) {
+	if os.Getenv(envAutoChild) == "1" {
+		var buf bytes.Buffer
+		d, err := Open(Options{LogLevel: LogInfo, LogWriter: &buf})
+		if err != nil {
+			fmt.Printf("auto: open failed: %v\n", err)
+			return
+		}
+		fmt.Printf("auto: backend=%s\n%s", d.Backend(), buf.String())
+		require.NoError(t, d.Close())
+		return
+	}
+	if gpuRun() {
+		t.Skip("running on the hardware suite")
+	}
+	p := buildFakeCUDA(t)
+	run := func(libcuda string, extra ...string) string {
+		env := append(os.Environ(), envAutoChild+"=1", "ROCSYNC_LOG=", cuda.EnvLibCUDA+"="+libcuda, cublas.EnvLibCUBLAS+"="+p.CUBLAS)
+		cmd := exec.Command(os.Args[0], "-test.run=^TestAutoPicksCUDAAfterROCm$", "-test.count=1")
+		cmd.Env = append(env, extra...)
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "child:\n%s", out)
+		return string(out)
+	}
+	out := run(p.CUDA)
+	if strings.Contains(out, "backend=rocm") {
+		t.Skip("ROCm works here: Auto takes it first")
+	}
+	require.Contains(t, out, "auto: backend=cuda", out)
+	require.Contains(t, out, "using the CUDA driver and cuBLAS", out)
+
+	out = run("/nonexistent/libcuda.so.1")
+	require.Contains(t, out, "auto: backend=emulator", out)
+	require.Regexp(t, `(no AMD GPU found|ROCm is not installed), using the emulated AMD device`, out)
+	require.NotContains(t, out, "WRN", "no NVIDIA driver is the ordinary case")
+
+	out = run("libc.so.6") // a library that is no CUDA driver: it fails to start
+	require.Contains(t, out, "auto: backend=emulator", out)
+	require.Contains(t, out, "the CUDA driver failed to start", out)
+}

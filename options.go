@@ -39,8 +39,9 @@ func ParsePolicy(s string) (Policy, error) {
 type Backend uint8
 
 const (
-	// Auto uses the real ROCm stack when it is present and works, and the
-	// emulator otherwise.
+	// Auto uses the real ROCm stack when it is present and works, else
+	// NVIDIA's CUDA driver when it is present and works, and the emulator
+	// otherwise; Open logs the choice at info level.
 	Auto Backend = iota
 	// Emulator always uses the embedded emulated AMD device.
 	Emulator
@@ -116,7 +117,7 @@ type EmulatorOptions struct {
 // Options configure Open.
 type Options struct {
 	// Backend chooses what to drive (default Auto: real ROCm if it works,
-	// else the emulator).
+	// else CUDA if it works, else the emulator).
 	Backend Backend
 	// Policy defaults to DeviceSide (the zero value).
 	Policy Policy

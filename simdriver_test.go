@@ -108,7 +108,6 @@ func simblasEnv(t *testing.T) []string {
 	return []string{"ROCM_PATH=" + root}
 }
 
-
 var childResult = regexp.MustCompile(`(?m)^\s*--- (PASS|FAIL|SKIP): (\S+)`)
 
 // logChildSummary logs how many of the child's tests passed and which were

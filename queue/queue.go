@@ -65,12 +65,12 @@ type entry struct {
 
 // Queue is one HSA queue with its completion tracking.
 type Queue struct {
-	rt          hsa.Runtime
-	agent       hsa.Agent
-	hq          *hsa.Queue
+	rt    hsa.Runtime
+	agent hsa.Agent
+	hq    *hsa.Queue
 	// created is hq as QueueCreate returned it, for the error callback,
 	// which the runtime calls from its own thread while Close may clear hq.
-	created atomic.Pointer[hsa.Queue]
+	created     atomic.Pointer[hsa.Queue]
 	name        string
 	signals     *SignalPool
 	kernargPool hsa.MemoryPool
