@@ -35,6 +35,9 @@ func TestAutoFallsBackToEmulatorAndSaysWhy(t *testing.T) {
 	if hasKFD() {
 		t.Skip("this machine has /dev/kfd")
 	}
+	// Auto's second choice, NVIDIA's driver, is hidden: this is the
+	// machine with neither GPU (TestAutoPicksCUDAAfterROCm has the other).
+	t.Setenv(cuda.EnvLibCUDA, "/nonexistent/libcuda.so.1")
 	var buf bytes.Buffer
 	log := zerolog.New(&buf)
 	d, err := Open(Options{Logger: &log})

@@ -58,6 +58,7 @@ func TestDefaultLoggingIsQuiet(t *testing.T) {
 // RESOURCES, /dev/kfd) only at debug level.
 func TestAutoFallbackIsOneLine(t *testing.T) {
 	t.Setenv("ROCSYNC_LOG", "")
+	t.Setenv(cuda.EnvLibCUDA, "/nonexistent/libcuda.so.1") // no NVIDIA driver either
 	var buf bytes.Buffer
 	d, err := Open(Options{LogLevel: LogInfo, LogWriter: &buf})
 	require.NoError(t, err)
