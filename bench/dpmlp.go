@@ -68,7 +68,13 @@ type dpResult struct {
 	// all-reduce, or a gradient read before it is written, moves a large
 	// fraction of them differently.
 	RelMeanDiffW1 float64 `json:"rel_mean_diff_w1"`
-	Checksum      float64 `json:"checksum"`
+	// FirstStepRelMeanDiffW1 is RelMeanDiffW1 after the first step, the
+	// quantity checkDP bounds: float32 noise has had one step to act, so
+	// the bound does not depend on how many steps ran (after 100 steps at
+	// batch 8192, hidden 4096 the mean difference reached 4.6e-2 of the
+	// movement under every policy, WaitAlways included).
+	FirstStepRelMeanDiffW1 float64 `json:"first_step_rel_mean_diff_w1"`
+	Checksum               float64 `json:"checksum"`
 }
 
 // dpRun is the data-parallel mlp on n devices under one policy.
@@ -222,26 +228,31 @@ func runDP(cfg config) ([]dpResult, error) {
 	start := w1Start.specs[w1Start.w1].init
 	for _, pol := range cfg.policies {
 		var base *dpResult
-		var ref []float32
-		var moved, movedMean float64
+		var ref, ref1 []float32
+		var moved, movedMean, moved1 float64
 		for _, n := range counts {
 			prog.running(fmt.Sprintf("%s %d devices %s", dpProgram, n, pol))
-			res, w, err := runDPOne(cfg, pol, n, prog)
+			res, w, w1, err := runDPOne(cfg, pol, n, prog)
 			if err != nil {
 				return nil, fmt.Errorf("%s on %d devices under %s: %w", dpProgram, n, pol, err)
 			}
 			if n == 1 {
-				ref = w[0]
+				ref, ref1 = w[0], w1[0]
 				res.Efficiency = 1
 				moved = maxAbsDiff(start, ref)
 				movedMean = meanAbsDiff(start, ref)
+				moved1 = meanAbsDiff(start, ref1)
 			} else if base != nil && res.StepMedian > 0 {
 				res.Efficiency = base.StepMedian / (float64(n) * res.StepMedian)
 			}
-			var meanDiff float64
-			for _, wi := range w {
+			var meanDiff, meanDiff1 float64
+			for i, wi := range w {
 				res.MaxDiffW1 = max(res.MaxDiffW1, maxAbsDiff(ref, wi))
 				meanDiff = max(meanDiff, meanAbsDiff(ref, wi))
+				meanDiff1 = max(meanDiff1, meanAbsDiff(ref1, w1[i]))
+			}
+			if moved1 > 0 {
+				res.FirstStepRelMeanDiffW1 = meanDiff1 / moved1
 			}
 			if moved > 0 {
 				res.RelDiffW1 = res.MaxDiffW1 / moved
@@ -287,12 +298,13 @@ func meanAbsDiff(a, b []float32) float64 {
 }
 
 // runDPOne measures one device count under one policy and returns every
-// device's W1 after the last step.
-func runDPOne(cfg config, pol rocsync.Policy, n int, prog *progress) (dpResult, [][]float32, error) {
+// device's W1 after the last step and after the first.
+func runDPOne(cfg config, pol rocsync.Policy, n int, prog *progress) (dpResult, [][]float32, [][]float32, error) {
 	r, err := newDPRun(cfg, pol, n)
 	if err != nil {
-		return dpResult{}, nil, err
+		return dpResult{}, nil, nil, err
 	}
+	var first [][]float32
 	res := dpResult{Program: dpProgram, Policy: pol.String(), Backend: r.devs[0].Backend(), Devices: n, Batch: cfg.mlp.batch,
 		Iterations: cfg.iters, Warmup: cfg.warmup}
 	steps := make([]float64, 0, cfg.iters)
@@ -301,22 +313,27 @@ func runDPOne(cfg config, pol rocsync.Policy, n int, prog *progress) (dpResult, 
 		h0, d0 := r.waits()
 		t0 := time.Now()
 		if err := r.step(); err != nil {
-			return res, nil, errors.Join(err, r.close())
+			return res, nil, nil, errors.Join(err, r.close())
 		}
 		h1, d1 := r.waits()
 		if err := r.synchronize(); err != nil {
-			return res, nil, errors.Join(err, r.close())
+			return res, nil, nil, errors.Join(err, r.close())
 		}
 		if i >= cfg.warmup {
 			steps = append(steps, measure.Micros(time.Since(t0)))
 			waits += h1 - h0
 			device += d1 - d0
 		}
+		if i == 0 {
+			if first, err = r.w1(); err != nil { // after the step's time and waits
+				return res, nil, nil, errors.Join(err, r.close())
+			}
+		}
 		prog.step()
 	}
 	w, err := r.w1()
 	if err != nil {
-		return res, nil, errors.Join(err, r.close())
+		return res, nil, nil, errors.Join(err, r.close())
 	}
 	it := float64(cfg.iters)
 	res.StepMedian, res.StepP90 = measure.Quantile(steps, 0.5), measure.Quantile(steps, 0.9)
@@ -325,26 +342,44 @@ func runDPOne(cfg config, pol rocsync.Policy, n int, prog *progress) (dpResult, 
 		res.SamplesPerSecond = float64(cfg.mlp.batch) / (res.StepMedian / 1e6)
 	}
 	res.Checksum = measure.Checksum(w[0])
-	return res, w, r.close()
+	return res, w, first, r.close()
 }
 
-// dpRelTolerance bounds RelMeanDiffW1: float32 noise amplified by Adam
-// moves a small fraction of the elements differently, so the mean
-// difference stays well below the mean movement (measured on two H200s:
-// 1.1e-4 at the default sizes after 220 steps, 4.5e-3 at batch 8192,
-// in 1024, hidden 4096, out 1024 after 35 steps, WaitAlways the same as
-// every other policy); a missing all-reduce moves most elements
-// differently (0.57 of the movement:
-// TestDataParallelMLPWithoutAllReduceDiffers).
-const dpRelTolerance = 5e-2
+// dpRelTolerance bounds FirstStepRelMeanDiffW1. After one step Adam has
+// moved every element by about the learning rate in its gradient's sign,
+// so the shards' other summation order moves only the elements whose
+// gradient is within float32 rounding of zero the other way: measured on
+// four H200s at batch 8192, in 1024, hidden 4096, out 1024 (with the
+// default sizes, a few times 1e-5 of the movement). A missing all-reduce
+// moves most elements by a shard's gradient instead
+// (TestDataParallelMLPWithoutAllReduceDiffers). Later steps are not
+// bounded against the 1-device run: its trajectory and the shards'
+// drift apart by float32 noise alone (4.6e-2 of the mean movement after
+// 100 steps at the realistic size, WaitAlways included); they are
+// checked across policies instead, which compute the same arithmetic.
+const dpRelTolerance = 1e-2
 
-// checkDP fails when a data-parallel run's parameters differ from the
-// 1-device run's beyond float tolerance.
+// checkDP fails when a data-parallel run's parameters after the first
+// step differ from the 1-device run's beyond float tolerance, or when two
+// policies at one device count end with different parameters: every
+// policy computes the same arithmetic in the same order, so a difference
+// is an ordering fault (a wait removed), as bench's checksums show for
+// the other programs.
 func checkDP(rs []dpResult) error {
+	first := map[int]dpResult{}
 	for _, r := range rs {
-		if !(r.RelMeanDiffW1 <= dpRelTolerance) { // NaN fails too
-			return fmt.Errorf("%s on %d devices under %s: W1 differs from the 1-device run by %.2g of its movement on average (largest difference %g; tolerance %g)",
-				r.Program, r.Devices, r.Policy, r.RelMeanDiffW1, r.MaxDiffW1, dpRelTolerance)
+		if !(r.FirstStepRelMeanDiffW1 <= dpRelTolerance) { // NaN fails too
+			return fmt.Errorf("%s on %d devices under %s: W1 after the first step differs from the 1-device run's by %.2g of its movement on average (tolerance %g)",
+				r.Program, r.Devices, r.Policy, r.FirstStepRelMeanDiffW1, dpRelTolerance)
+		}
+		f, ok := first[r.Devices]
+		if !ok {
+			first[r.Devices] = r
+			continue
+		}
+		if r.Checksum != f.Checksum {
+			return fmt.Errorf("%s on %d devices: W1 under %s (checksum %v) differs from W1 under %s (%v)",
+				r.Program, r.Devices, r.Policy, r.Checksum, f.Policy, f.Checksum)
 		}
 	}
 	return nil
@@ -357,14 +392,14 @@ func printDPTable(out io.Writer, cfg config, rs []dpResult) {
 		dpProgram, cfg.mlp)
 	fmt.Fprintln(w, "Step: every device's step submitted, the all-reduces, Synchronize on every device (µs).")
 	fmt.Fprintln(w, "Host waits: made while submitting one step, over all devices. Efficiency: T1/(N·TN).")
-	fmt.Fprintln(w, "|ΔW1|: the largest difference from the 1-device run's W1; rel.: over how far that run moved W1;")
-	fmt.Fprintln(w, "mean rel.: the mean difference over the mean movement (the checked one, tolerance 5e-2).")
+	fmt.Fprintln(w, "|ΔW1|: the largest difference from the 1-device run's W1 after the last step; rel.: over how far that run moved W1;")
+	fmt.Fprintln(w, "mean rel.: the mean difference over the mean movement; step 1: the same after the first step (checked, tolerance 1e-2).")
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "policy\tdevices\tstep median\tp90\thost waits\tdevice waits\tsamples/s\tefficiency\t|ΔW1|\trel.\tmean rel.\t\n")
+	fmt.Fprintf(tw, "policy\tdevices\tstep median\tp90\thost waits\tdevice waits\tsamples/s\tefficiency\t|ΔW1|\trel.\tmean rel.\tstep 1\t\n")
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.2f\t%.2f\t%.0f\t%.2f\t%.1e\t%.1e\t%.1e\t\n", r.Policy, r.Devices, r.StepMedian, r.StepP90,
-			r.HostWaitsPerStep, r.DeviceWaitsPerStep, r.SamplesPerSecond, r.Efficiency, r.MaxDiffW1, r.RelDiffW1, r.RelMeanDiffW1)
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.2f\t%.2f\t%.0f\t%.2f\t%.1e\t%.1e\t%.1e\t%.1e\t\n", r.Policy, r.Devices, r.StepMedian, r.StepP90,
+			r.HostWaitsPerStep, r.DeviceWaitsPerStep, r.SamplesPerSecond, r.Efficiency, r.MaxDiffW1, r.RelDiffW1, r.RelMeanDiffW1, r.FirstStepRelMeanDiffW1)
 	}
 	tw.Flush()
 	if len(rs) > 0 && rs[0].Backend == "emulator" {
