@@ -349,13 +349,14 @@ func runDPOne(cfg config, pol rocsync.Policy, n int, prog *progress) (dpResult, 
 // moved every element by about the learning rate in its gradient's sign,
 // so the shards' other summation order moves only the elements whose
 // gradient is within float32 rounding of zero the other way: measured on
-// four H200s at batch 8192, in 1024, hidden 4096, out 1024 (with the
-// default sizes, a few times 1e-5 of the movement). A missing all-reduce
-// moves most elements by a shard's gradient instead
-// (TestDataParallelMLPWithoutAllReduceDiffers). Later steps are not
+// two H200s, 3.7e-7 of the movement at batch 8192, in 1024, hidden 4096,
+// out 1024 and 4.7e-8 at the default sizes. A missing all-reduce moves
+// most elements by a shard's gradient instead (0.55 of the movement:
+// TestDataParallelMLPWithoutAllReduceDiffers). Later steps are not
 // bounded against the 1-device run: its trajectory and the shards'
-// drift apart by float32 noise alone (4.6e-2 of the mean movement after
-// 100 steps at the realistic size, WaitAlways included); they are
+// drift apart by float32 noise alone (at the realistic size 4.5e-3 of the
+// mean movement after 35 steps, 4.6e-2 after 100, 0.10 after 200,
+// WaitAlways included); they are
 // checked across policies instead, which compute the same arithmetic.
 const dpRelTolerance = 1e-2
 
