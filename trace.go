@@ -142,7 +142,8 @@ type traceOp struct {
 	lane       driver.Lane
 	tl         syncstate.Timeline
 	ticket     uint64
-	host       int // host track id
+	tickets    uint64 // how many tickets, ending at ticket, the op took
+	host       int    // host track id
 	begin, end time.Duration
 	issued     time.Duration // when it went to the driver
 	skipped    int
@@ -359,7 +360,10 @@ func (p *traceProc) opSubmitted(op *driver.Op, name string, tl syncstate.Timelin
 	now := p.now()
 	p.tr.mu.Lock()
 	defer p.tr.mu.Unlock()
-	o := traceOp{name: name, kind: op.Kind, lane: op.Lane, tl: tl, ticket: ticket, host: host, begin: begin, issued: issued, end: now}
+	o := traceOp{name: name, kind: op.Kind, lane: op.Lane, tl: tl, ticket: ticket, tickets: 1, host: host, begin: begin, issued: issued, end: now}
+	if op.Kind == driver.Replay && op.Recorded != nil {
+		o.tickets = driver.ReplayTickets(op.Recorded)
+	}
 	if len(p.throttles) != 0 {
 		p.endThrottles(begin, now, host)
 	}
@@ -735,17 +739,11 @@ func (p *traceProc) write(j *jsonWriter, flow *int) {
 		j.event(`"ph":"s","name":` + q(cat) + `,"cat":"flow","id":` + id + `,"pid":` + pid + `,"tid":` + src + `,"ts":` + us(ps.start+(ps.end-ps.start)/2))
 		j.event(`"ph":"f","bp":"e","name":` + q(cat) + `,"cat":"flow","id":` + id + `,"pid":` + pid + `,"tid":` + tid + `,"ts":` + us(at))
 	}
-	prevTicket := map[syncstate.Timeline]uint64{}
 	for i, o := range p.ops {
-		from := prevTicket[o.tl]
-		if o.ticket > from {
-			prevTicket[o.tl] = o.ticket
-		}
-		if o.kind != driver.Replay {
-			// Tickets between ops are not the op's (the bridges' stream
-			// commands): only a replay's packets are all its own.
-			from = o.ticket - 1
-		}
+		// The op's own tickets only: those before it on its timeline
+		// belong to other ops (device waits' barrier packets and stream
+		// commands, another task's ops on a shared queue).
+		from := o.ticket - min(o.tickets, o.ticket)
 		host := strconv.Itoa(o.host)
 		tid := strconv.Itoa(p.tracks[o.tl])
 		f := syncstate.Fence{TL: o.tl, Ticket: o.ticket}

@@ -18,6 +18,22 @@ type Recorded interface {
 	Release() error
 }
 
+// TicketsRecorded is a Recorded whose replay takes more than one ticket
+// of its timeline: an HSA queue segment takes one per AQL packet. A
+// Recorded without it takes one (a stream's graph launch or its calls
+// in one submission).
+type TicketsRecorded interface {
+	Tickets() uint64
+}
+
+// ReplayTickets is how many tickets a replay of r takes.
+func ReplayTickets(r Recorded) uint64 {
+	if tr, ok := r.(TicketsRecorded); ok {
+		return max(tr.Tickets(), 1)
+	}
+	return 1
+}
+
 // GraphRecorded is a Recorded that may replay as one runtime graph (a
 // CUDA graph, a hipGraph). Graph reports whether it does and, if capture
 // was tried and failed, why (the recording then replays its calls in

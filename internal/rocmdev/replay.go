@@ -51,6 +51,15 @@ var CaptureWorkspace uint64 = 32 << 20
 
 func (r *recorded) Ops() int { return r.ops }
 
+// Tickets implements driver.TicketsRecorded: an HSA queue segment takes a
+// ticket per packet; a stream segment takes one.
+func (r *recorded) Tickets() uint64 {
+	if r.q != nil {
+		return uint64(r.q.Packets())
+	}
+	return 1
+}
+
 func (r *recorded) Release() error {
 	if r.q != nil {
 		return r.q.Release()
