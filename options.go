@@ -38,6 +38,18 @@ func ParsePolicy(s string) (Policy, error) {
 // Backend chooses what Open drives.
 type Backend uint8
 
+// ParseBackend parses a backend name as Backend's String prints it
+// ("auto", "emulator", "rocm", "cuda"); anything else is an ErrInvalid
+// error naming the choices.
+func ParseBackend(s string) (Backend, error) {
+	for _, b := range []Backend{Auto, Emulator, ROCm, CUDA} {
+		if s == b.String() {
+			return b, nil
+		}
+	}
+	return 0, newErr("ParseBackend", ErrInvalid, "unknown backend %q (want auto, emulator, rocm or cuda)", s)
+}
+
 const (
 	// Auto uses the real ROCm stack when it is present and works, else
 	// NVIDIA's CUDA driver when it is present and works, and the emulator

@@ -421,17 +421,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if cfg.cpuProfileHz <= 0 || cfg.cpuProfileHz > 10000 {
 		return cfg, errors.New("-cpuprofile-hz must be in 1..10000")
 	}
-	switch backend {
-	case "auto":
-		cfg.backend = rocsync.Auto
-	case "emulator":
-		cfg.backend = rocsync.Emulator
-	case "rocm":
-		cfg.backend = rocsync.ROCm
-	case "cuda":
-		cfg.backend = rocsync.CUDA
-	default:
-		return cfg, fmt.Errorf("unknown backend %q (want auto, emulator, rocm or cuda)", backend)
+	var err error
+	if cfg.backend, err = rocsync.ParseBackend(backend); err != nil {
+		return cfg, err
 	}
 	if cfg.devices < 1 {
 		return cfg, errors.New("-devices must be at least 1")

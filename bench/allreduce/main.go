@@ -127,17 +127,8 @@ func parse(args []string, stderr io.Writer) (config, error) {
 		return cfg, err
 	}
 	var err error
-	switch backend {
-	case "auto":
-		cfg.backend = rocsync.Auto
-	case "emulator":
-		cfg.backend = rocsync.Emulator
-	case "rocm":
-		cfg.backend = rocsync.ROCm
-	case "cuda":
-		cfg.backend = rocsync.CUDA
-	default:
-		return cfg, fmt.Errorf("unknown backend %q (want auto, emulator, rocm or cuda)", backend)
+	if cfg.backend, err = rocsync.ParseBackend(backend); err != nil {
+		return cfg, err
 	}
 	if cfg.policy, err = rocsync.ParsePolicy(policy); err != nil {
 		return cfg, err
