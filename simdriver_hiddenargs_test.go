@@ -31,7 +31,7 @@ func TestHIPKernelsHiddenArgsOnSimulatedDriver(t *testing.T) {
 	}
 	if !kfdsim.InChild(t) {
 		parentOfSimulatedDriver(t)
-		out := kfdsim.Run(t, simulatedSuiteRuns[0].gpus, t.Name(), kfdsim.Options{Env: simblasEnv(t)})
+		out := kfdsim.Run(t, simulatedSuiteRuns[0].gpus, t.Name(), kfdsim.Options{Release: simRelease(t), Env: simblasEnv(t)})
 		logChildSummary(t, out)
 		return
 	}

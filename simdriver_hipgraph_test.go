@@ -152,7 +152,7 @@ func TestHIPGraphTimingOnSimulatedDriver(t *testing.T) {
 			t.Skip("a benchmark: set ROCSYNC_SIMDRIVER_TIMING=1")
 		}
 		parentOfSimulatedDriver(t)
-		out := kfdsim.Run(t, simulatedSuiteRuns[0].gpus, t.Name(), kfdsim.Options{Env: simblasEnv(t)})
+		out := kfdsim.Run(t, simulatedSuiteRuns[0].gpus, t.Name(), kfdsim.Options{Release: simRelease(t), Env: simblasEnv(t)})
 		for _, l := range strings.Split(out, "\n") {
 			if strings.Contains(l, "timing:") {
 				t.Log(strings.TrimSpace(l))
