@@ -55,11 +55,14 @@ var acceptanceSuite = []struct {
 }
 
 // TestROCmSuiteOnSimulatedDriver runs the acceptance suite on the ROCm
-// backend over Debian's real libhsa-runtime64 and libamdhip64 5.2.3, on the
+// backend over Debian's real libhsa-runtime64 and libamdhip64, on the
 // simulated kernel driver, once per simulated GPU target: the parent builds
-// the thunk and simblas and re-runs this test binary as a child with
-// LD_LIBRARY_PATH, KFDSIM_GPUS and ROCM_PATH set; the child registers the
-// Go shader executor before rocsync opens HSA and runs the suite.
+// the driver and simblas and re-runs this test binary as a child with
+// KFDSIM_GPUS and ROCM_PATH set; the child registers the Go shader executor
+// before rocsync opens HSA and runs the suite. The release is 5.2.3 (the
+// host's libraries) unless ROCSYNC_KFDSIM_ROCM names trixie (ROCr 6.1.2,
+// HIP 5.7.1) or sid (ROCr and HIP 6.4.3): then the child runs inside that
+// release's root, through its loader (simRelease).
 func TestROCmSuiteOnSimulatedDriver(t *testing.T) {
 	for _, run := range simulatedSuiteRuns {
 		t.Run(run.name, func(t *testing.T) {
