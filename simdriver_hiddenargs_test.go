@@ -31,7 +31,7 @@ func TestHIPKernelsHiddenArgsOnSimulatedDriver(t *testing.T) {
 	}
 	if !kfdsim.InChild(t) {
 		parentOfSimulatedDriver(t)
-		out := kfdsim.Run(t, simulatedSuiteRuns[0].gpus, t.Name(), kfdsim.Options{Env: simblasEnv(t)})
+		out := kfdsim.Run(t, simulatedSuiteRuns[0].gpus, t.Name(), kfdsim.Options{Release: simRelease(t), Env: simblasEnv(t)})
 		logChildSummary(t, out)
 		return
 	}
@@ -57,11 +57,23 @@ func TestHIPKernelsHiddenArgsOnSimulatedDriver(t *testing.T) {
 			require.Greater(t, after.Runs, before.Runs)
 			require.Equal(t, before.Unknown, after.Unknown, "the executor ran every kernel: %v", e.LastRefusal())
 			require.Equal(t, before.Faults, after.Faults)
+			// v5 and v6 load where the release's runtimes take them
+			// (kernels.ROCrAccepts, and kernels.HIPAccepts under
+			// Unified): neither on 5.2.3; v5 on trixie (ROCr 6.1.2,
+			// HIP 5.7.1); v5 and v6 on sid (6.4.3). A loaded one runs
+			// the whole program.
+			rocr, hipVersion := simulatedRuntimeVersions(t)
 			for _, v := range []kernels.CodeObjectVersion{kernels.CodeObjectV5, kernels.CodeObjectV6} {
+				accepted := kernels.ROCrAccepts(rocr, v) && (p != Unified || kernels.HIPAccepts(hipVersion, v))
+				if accepted {
+					hiddenArgsProgram(t, d, objects[v], seen)
+					require.NoError(t, d.Synchronize())
+					continue
+				}
 				src, err := userkernel.CodeObjects(objects[v])
 				require.NoError(t, err)
 				_, err = d.LoadKernel(src, "geom")
-				require.ErrorIs(t, err, userkernel.ErrTarget, "%s on ROCm 5.2.3", v)
+				require.ErrorIs(t, err, userkernel.ErrTarget, "%s on ROCr %v, HIP %d", v, rocr, hipVersion)
 				require.ErrorIs(t, err, ErrInvalid)
 			}
 		})

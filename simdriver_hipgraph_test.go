@@ -3,6 +3,8 @@
 package rocsync
 
 import (
+	"fmt"
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -11,9 +13,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rocsync/rocsync/hip"
+	"github.com/rocsync/rocsync/hsa"
 	"github.com/rocsync/rocsync/hsa/kfdsim"
 	"github.com/rocsync/rocsync/internal/rocmdev"
 	"github.com/rocsync/rocsync/internal/testhooks"
+	"github.com/rocsync/rocsync/kernels"
 )
 
 // hipGraph replay on Debian's real HIP 5.2.3 over the simulated driver.
@@ -55,8 +60,11 @@ func TestHIPGraphReplayOnSimulatedDriver(t *testing.T) {
 		require.NoError(t, rec.Close())
 		testhooks.ForceHIPCapture.Store(false)
 
-		// Kernels and gemm: not captured on HIP 5.2, replayed in order.
-		x, err := d.FromFloat32(4, 4, randMatrix(4, 4))
+		// Kernels and gemm: not captured on HIP before 5.3, replayed in
+		// order; one hipGraph from HIP 5.3 on, whose hipModuleLaunchKernel
+		// is captured (hip.HIPVersionModuleLaunchCaptured).
+		xs := randMatrix(4, 4)
+		x, err := d.FromFloat32(4, 4, xs)
 		require.NoError(t, err)
 		y, err := d.Empty(4, 4, Float32)
 		require.NoError(t, err)
@@ -70,12 +78,31 @@ func TestHIPGraphReplayOnSimulatedDriver(t *testing.T) {
 		})
 		require.NoError(t, err)
 		graphs, fallbacks = rec.Graphs()
-		require.Zero(t, graphs)
-		require.Len(t, fallbacks, 1)
-		require.ErrorIs(t, fallbacks[0], rocmdev.ErrNotCaptured)
-		require.ErrorContains(t, fallbacks[0], "HIP 50221153 does not capture hipModuleLaunchKernel")
-		t.Logf("fallback: %v", fallbacks[0])
+		_, hipVersion := simulatedRuntimeVersions(t)
+		if hipVersion < hip.HIPVersionModuleLaunchCaptured {
+			require.Zero(t, graphs)
+			require.Len(t, fallbacks, 1)
+			require.ErrorIs(t, fallbacks[0], rocmdev.ErrNotCaptured)
+			require.ErrorContains(t, fallbacks[0], fmt.Sprintf("HIP %d does not capture hipModuleLaunchKernel", hipVersion))
+			t.Logf("fallback: %v", fallbacks[0])
+		} else {
+			require.Empty(t, fallbacks, "HIP %d captures hipModuleLaunchKernel", hipVersion)
+			require.Equal(t, 1, graphs, "the kernel and the gemm are one hipGraph on HIP %d", hipVersion)
+		}
+		require.NoError(t, tk.Fill(z, 0))
 		require.NoError(t, rec.Replay())
+		got, err = z.Float32s()
+		require.NoError(t, err)
+		// z = (x∘x)·x
+		for i := range 4 {
+			for j := range 4 {
+				var want float64
+				for k := range 4 {
+					want += float64(xs[4*i+k]) * float64(xs[4*i+k]) * float64(xs[4*k+j])
+				}
+				require.InDelta(t, want, float64(got[4*i+j]), 1e-3*(1+math.Abs(want)), "z[%d,%d] after the replay", i, j)
+			}
+		}
 		require.NoError(t, rec.Close())
 	})
 }
@@ -98,6 +125,11 @@ func TestHIPGraphLacksModuleLaunchOnHIP52OnSimulatedDriver(t *testing.T) {
 		require.NoError(t, err)
 		y, err := d.FromFloat32(1, 4, []float32{0, 0, 0, 0})
 		require.NoError(t, err)
+		_, hipVersion := simulatedRuntimeVersions(t)
+		if hipVersion >= hip.HIPVersionModuleLaunchCaptured {
+			hipGraphHasModuleLaunch(t, d, x, y)
+			return
+		}
 		rec, err := tk.Record(func() error { return tk.MulInto(y, x, x) })
 		require.NoError(t, err)
 		graphs, fallbacks := rec.Graphs()
@@ -152,7 +184,7 @@ func TestHIPGraphTimingOnSimulatedDriver(t *testing.T) {
 			t.Skip("a benchmark: set ROCSYNC_SIMDRIVER_TIMING=1")
 		}
 		parentOfSimulatedDriver(t)
-		out := kfdsim.Run(t, simulatedSuiteRuns[0].gpus, t.Name(), kfdsim.Options{Env: simblasEnv(t)})
+		out := kfdsim.Run(t, simulatedSuiteRuns[0].gpus, t.Name(), kfdsim.Options{Release: simRelease(t), Env: simblasEnv(t)})
 		for _, l := range strings.Split(out, "\n") {
 			if strings.Contains(l, "timing:") {
 				t.Log(strings.TrimSpace(l))
@@ -219,4 +251,59 @@ func TestHIPGraphTimingOnSimulatedDriver(t *testing.T) {
 		slices.Sort(ts)
 		t.Logf("timing: %s: median %v per 99-copy chain (%v per copy); rounds %v", mode, ts[len(ts)/2], ts[len(ts)/2]/chainLen, ts)
 	}
+}
+
+// hipGraphHasModuleLaunch is TestHIPGraphLacksModuleLaunchOnHIP52's
+// counterpart on HIP 5.3 and later, which capture hipModuleLaunchKernel
+// (hip.HIPVersionModuleLaunchCaptured): the kernel and simblas's gemm do
+// not run at capture, the graph holds them, and each replay computes.
+func hipGraphHasModuleLaunch(t *testing.T, d *Device, x, y *Array) {
+	tk := d.DefaultTask()
+	rec, err := tk.Record(func() error { return tk.MulInto(y, x, x) })
+	require.NoError(t, err)
+	graphs, fallbacks := rec.Graphs()
+	require.Equal(t, 1, graphs, "%v", fallbacks)
+	got, err := y.Float32s()
+	require.NoError(t, err)
+	require.Equal(t, []float32{0, 0, 0, 0}, got, "the kernel did not run at capture")
+	require.NoError(t, rec.Replay())
+	got, err = y.Float32s()
+	require.NoError(t, err)
+	require.Equal(t, []float32{1, 4, 9, 16}, got, "the graph holds the kernel")
+	require.NoError(t, rec.Close())
+
+	a, err := d.FromFloat32(2, 2, []float32{1, 2, 3, 4})
+	require.NoError(t, err)
+	c, err := d.FromFloat32(2, 2, []float32{0, 0, 0, 0})
+	require.NoError(t, err)
+	rec, err = tk.Record(func() error { return tk.MatMulInto(c, a, a, false, false) })
+	require.NoError(t, err)
+	graphs, fallbacks = rec.Graphs()
+	require.Equal(t, 1, graphs, "%v", fallbacks)
+	got, err = c.Float32s()
+	require.NoError(t, err)
+	require.Equal(t, []float32{0, 0, 0, 0}, got, "the gemm did not run at capture")
+	require.NoError(t, rec.Replay())
+	got, err = c.Float32s()
+	require.NoError(t, err)
+	require.Equal(t, []float32{7, 10, 15, 22}, got, "the graph holds the gemm")
+	require.NoError(t, rec.Close())
+}
+
+// simulatedRuntimeVersions are the ROCr and HIP versions of the release
+// the child runs (kernels.ROCrVersion from hsa_system_get_info's build
+// version, hipRuntimeGetVersion).
+func simulatedRuntimeVersions(t *testing.T) (kernels.ROCrVersion, int) {
+	t.Helper()
+	h, err := hsa.Open()
+	require.NoError(t, err)
+	build, err := h.BuildVersion()
+	require.NoError(t, err)
+	rocr, err := kernels.ParseROCrBuildVersion(build)
+	require.NoError(t, err, "%q", build)
+	rt, err := hip.Open()
+	require.NoError(t, err)
+	v, err := rt.RuntimeVersion()
+	require.NoError(t, err)
+	return rocr, v
 }

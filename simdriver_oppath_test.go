@@ -107,7 +107,7 @@ func inWholeSimulatedChild(t *testing.T) bool {
 		return true
 	}
 	parentOfSimulatedDriver(t)
-	out := kfdsim.Run(t, simulatedSuiteRuns[0].gpus, t.Name(), kfdsim.Options{Env: simblasEnv(t)})
+	out := kfdsim.Run(t, simulatedSuiteRuns[0].gpus, t.Name(), kfdsim.Options{Release: simRelease(t), Env: simblasEnv(t)})
 	logChildSummary(t, out)
 	if os.Getenv(kfdsim.EnvRequired) == "1" && strings.Contains(out, "--- SKIP") {
 		t.Fatalf("the child skipped part of the program (no clang for OpenCL?):\n%s", out)
@@ -272,7 +272,7 @@ func TestOpSetAcceptanceOnSimulatedDriver(t *testing.T) {
 func TestSignalHandshakeOnSimulatedDriver(t *testing.T) {
 	if !kfdsim.InChild(t) {
 		parentOfSimulatedDriver(t)
-		out := kfdsim.Run(t, simulatedSuiteRuns[0].gpus, t.Name(), kfdsim.Options{Env: simblasEnv(t)})
+		out := kfdsim.Run(t, simulatedSuiteRuns[0].gpus, t.Name(), kfdsim.Options{Release: simRelease(t), Env: simblasEnv(t)})
 		logChildSummary(t, out)
 		return
 	}

@@ -34,7 +34,7 @@ func TestCopyPeerOnSimulatedDriver(t *testing.T) {
 		t.Run("p2p="+p2p, func(t *testing.T) {
 			if !kfdsim.InChild(t) {
 				parentOfSimulatedDriver(t)
-				out := kfdsim.Run(t, gpus, t.Name(), kfdsim.Options{Env: append(simblasEnv(t), "HIP_VISIBLE_DEVICES=1,0", "KFDSIM_P2P="+p2p)})
+				out := kfdsim.Run(t, gpus, t.Name(), kfdsim.Options{Release: simRelease(t), Env: append(simblasEnv(t), "HIP_VISIBLE_DEVICES=1,0", "KFDSIM_P2P="+p2p)})
 				for _, l := range strings.Split(out, "\n") {
 					if strings.Contains(l, "peer access") || strings.Contains(l, "dispatches=") {
 						t.Log(strings.TrimSpace(l))

@@ -7,6 +7,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -54,11 +55,14 @@ var acceptanceSuite = []struct {
 }
 
 // TestROCmSuiteOnSimulatedDriver runs the acceptance suite on the ROCm
-// backend over Debian's real libhsa-runtime64 and libamdhip64 5.2.3, on the
+// backend over Debian's real libhsa-runtime64 and libamdhip64, on the
 // simulated kernel driver, once per simulated GPU target: the parent builds
-// the thunk and simblas and re-runs this test binary as a child with
-// LD_LIBRARY_PATH, KFDSIM_GPUS and ROCM_PATH set; the child registers the
-// Go shader executor before rocsync opens HSA and runs the suite.
+// the driver and simblas and re-runs this test binary as a child with
+// KFDSIM_GPUS and ROCM_PATH set; the child registers the Go shader executor
+// before rocsync opens HSA and runs the suite. The release is 5.2.3 (the
+// host's libraries) unless ROCSYNC_KFDSIM_ROCM names trixie (ROCr 6.1.2,
+// HIP 5.7.1) or sid (ROCr and HIP 6.4.3): then the child runs inside that
+// release's root, through its loader (simRelease).
 func TestROCmSuiteOnSimulatedDriver(t *testing.T) {
 	for _, run := range simulatedSuiteRuns {
 		t.Run(run.name, func(t *testing.T) {
@@ -67,15 +71,17 @@ func TestROCmSuiteOnSimulatedDriver(t *testing.T) {
 				return
 			}
 			parentOfSimulatedDriver(t)
-			out := kfdsim.Run(t, run.gpus, t.Name(), kfdsim.Options{Env: simblasEnv(t)})
+			out := kfdsim.Run(t, run.gpus, t.Name(), kfdsim.Options{Release: simRelease(t), Env: simblasEnv(t)})
 			logChildSummary(t, out)
 		})
 	}
 }
 
 // parentOfSimulatedDriver skips where the parent must not start children:
-// inside a child, on hardware, or where Debian's ROCm libraries are not
-// installed (a failure instead with ROCSYNC_KFDSIM_REQUIRED=1, as in CI).
+// inside a child, on hardware, or where the ROCm release the children run
+// (simRelease) is not there: Debian's ROCm 5.2.3 libraries not installed,
+// or a release's root that cannot be fetched (a failure instead with
+// ROCSYNC_KFDSIM_REQUIRED=1, as in CI).
 func parentOfSimulatedDriver(t *testing.T) {
 	t.Helper()
 	switch suiteOn() {
@@ -84,23 +90,48 @@ func parentOfSimulatedDriver(t *testing.T) {
 	case onHardware:
 		t.Skip("ROCSYNC_GPU=1: the suite runs on the real GPU instead")
 	}
-	for _, open := range []func() error{
-		func() error { _, err := hsa.Open(); return err },
-		func() error { _, err := hip.Open(); return err },
-	} {
-		err := open()
-		if errors.Is(err, dl.ErrNotFound) && os.Getenv(kfdsim.EnvRequired) != "1" {
-			t.Skipf("Debian's ROCm 5.2.3 libraries are not installed: %v (set %s=1 to make this a failure)", err, kfdsim.EnvRequired)
+	if simRelease(t).Root == nil {
+		for _, open := range []func() error{
+			func() error { _, err := hsa.Open(); return err },
+			func() error { _, err := hip.Open(); return err },
+		} {
+			err := open()
+			if errors.Is(err, dl.ErrNotFound) && os.Getenv(kfdsim.EnvRequired) != "1" {
+				t.Skipf("Debian's ROCm 5.2.3 libraries are not installed: %v (set %s=1 to make this a failure)", err, kfdsim.EnvRequired)
+			}
+			require.NoError(t, err)
 		}
-		require.NoError(t, err)
 	}
 	kfdsim.LibraryOrSkip(t)
 }
 
-// simblasEnv builds the test-only rocBLAS and returns ROCM_PATH for it.
+var simReleaseOnce struct {
+	sync.Mutex
+	done bool
+	rel  kfdsim.Release
+}
+
+// simRelease is the ROCm release the simulated-driver children run, named
+// by ROCSYNC_KFDSIM_ROCM: 5.2.3 (the host's libraries, the default),
+// trixie (ROCr 6.1.2, HIP 5.7.1) or sid (ROCr and HIP 6.4.3), each of the
+// latter two in its private root (kfdsim.SelectedRelease). It is looked up
+// once per test binary.
+func simRelease(t *testing.T) kfdsim.Release {
+	t.Helper()
+	simReleaseOnce.Lock()
+	defer simReleaseOnce.Unlock()
+	if !simReleaseOnce.done {
+		simReleaseOnce.rel = kfdsim.SelectedRelease(t)
+		simReleaseOnce.done = true
+	}
+	return simReleaseOnce.rel
+}
+
+// simblasEnv builds the test-only rocBLAS for the release's HIP and
+// returns ROCM_PATH for it.
 func simblasEnv(t *testing.T) []string {
 	t.Helper()
-	root, err := simblas.Build("")
+	root, err := simblas.BuildFor("", simRelease(t).HIPMajor)
 	if errors.Is(err, simblas.ErrToolMissing) && os.Getenv(kfdsim.EnvRequired) != "1" {
 		t.Skipf("building simblas: %v", err)
 	}
@@ -171,7 +202,7 @@ func childTest(t *testing.T, spec string, env []string, body func(t *testing.T))
 		return
 	}
 	parentOfSimulatedDriver(t)
-	kfdsim.Run(t, spec, t.Name(), kfdsim.Options{Env: append(simblasEnv(t), env...)})
+	kfdsim.Run(t, spec, t.Name(), kfdsim.Options{Release: simRelease(t), Env: append(simblasEnv(t), env...)})
 }
 
 // openSimulatedROCm opens the ROCm backend over the simulated driver.

@@ -37,7 +37,7 @@ func TestGPUMemoryFaultOnSimulatedDriver(t *testing.T) {
 		return
 	}
 	parentOfSimulatedDriver(t)
-	out := kfdsim.Run(t, twoSimulatedGPUs, t.Name(), kfdsim.Options{Env: simblasEnv(t)})
+	out := kfdsim.Run(t, twoSimulatedGPUs, t.Name(), kfdsim.Options{Release: simRelease(t), Env: simblasEnv(t)})
 	require.NotContains(t, out, "Memory access fault by GPU", "ROCr's abort path ran")
 	if testing.Verbose() {
 		t.Log(out)
@@ -60,7 +60,7 @@ func TestGPUMemoryFaultWithoutQueueErrorOnSimulatedDriver(t *testing.T) {
 	}
 	parentOfSimulatedDriver(t)
 	out := kfdsim.Run(t, twoSimulatedGPUs, t.Name(),
-		kfdsim.Options{Env: append(simblasEnv(t), kfdsim.EnvVMFaultQueueError+"=0")})
+		kfdsim.Options{Release: simRelease(t), Env: append(simblasEnv(t), kfdsim.EnvVMFaultQueueError+"=0")})
 	require.Contains(t, out, "rocmdev: gpu0: hsa: GPU memory access fault", "the read-back's error")
 	require.NotContains(t, out, "queue error: hsa: queue", "the queue reported the fault after all")
 	require.NotContains(t, out, "Memory access fault by GPU", "ROCr's abort path ran")

@@ -2,12 +2,15 @@ package kfdsim
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/rocsync/rocsync/hsa/kfdsim/rocmroot"
 )
 
 func buildOrSkip(t *testing.T, dir string) string {
@@ -145,6 +148,19 @@ func TestChildEnv(t *testing.T) {
 			t.Errorf("%s set twice in %v", k, env)
 		}
 		seen[k] = true
+	}
+	// Inside a release's root the loader preloads the driver (--preload):
+	// no LD_PRELOAD of it, and KFDSIM_ROCM names the release's ROCr.
+	env = childEnv(parent, "/cache/k", "gfx90a", "TestX",
+		Options{Release: Release{Name: "sid", Root: &rocmroot.Root{Dir: "/r"}, KFD: "6.4", HIPMajor: 6}})
+	if !slices.Contains(env, EnvROCm+"=6.4") || slices.Contains(env, "LD_PRELOAD=/cache/k/"+LibraryName+":/opt/x.so") {
+		t.Errorf("in a root: %v", env)
+	}
+	if _, err := LookupRelease(context.Background(), "bookworm"); !errors.Is(err, ErrUnknownRelease) {
+		t.Errorf("LookupRelease(bookworm) = %v, want ErrUnknownRelease", err)
+	}
+	if r, err := LookupRelease(context.Background(), ""); err != nil || r.Name != "5.2.3" || r.Root != nil || r.HIPMajor != 5 {
+		t.Errorf("LookupRelease(\"\") = %+v, %v", r, err)
 	}
 	env = childEnv([]string{"HSA_ENABLE_SDMA=0"}, "/cache/k", "gfx90a", "TestX", Options{SDMA: true})
 	if !slices.Contains(env, "HSA_ENABLE_SDMA=1") || !slices.Contains(env, "LD_PRELOAD=/cache/k/"+LibraryName) {

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rocsync/rocsync/hsa/kfdsim/rocmroot"
 )
 
 // Environment variables of the child processes.
@@ -58,6 +60,12 @@ type Options struct {
 	SDMA bool
 	// Env is added last (KEY=VALUE), overriding inherited values.
 	Env []string
+	// Release is the ROCm user space the child runs; the zero value is
+	// the host's libraries with the driver's default KFD release. With a
+	// Root, the child runs inside it (rocmroot.Root.Command: the root's
+	// loader and libraries, the simulated driver as --preload instead of
+	// LD_PRELOAD); KFD sets KFDSIM_ROCM.
+	Release Release
 }
 
 // LibraryOrSkip returns the simulated driver's directory, skipping t where this machine
@@ -95,9 +103,14 @@ func Command(t testing.TB, spec, testName string, opts Options) *exec.Cmd {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), ChildTimeout)
 	t.Cleanup(cancel)
-	cmd := exec.CommandContext(ctx, exe, "-test.run="+strings.Join(parts, "/"), "-test.v", "-test.count=1",
-		"-test.timeout="+(ChildTimeout-5*time.Second).String())
-	cmd.Env = childEnv(os.Environ(), dir, spec, testName, opts)
+	args := []string{"-test.run=" + strings.Join(parts, "/"), "-test.v", "-test.count=1",
+		"-test.timeout=" + (ChildTimeout - 5*time.Second).String()}
+	env := childEnv(os.Environ(), dir, spec, testName, opts)
+	if r := opts.Release.Root; r != nil {
+		return r.Command(ctx, rocmroot.RunOptions{Preload: []string{filepath.Join(dir, LibraryName)}, Env: env}, exe, args...)
+	}
+	cmd := exec.CommandContext(ctx, exe, args...)
+	cmd.Env = env
 	return cmd
 }
 
@@ -113,6 +126,14 @@ func childEnv(parent []string, dir, spec, testName string, opts Options) []strin
 		}
 	}
 	set["LD_PRELOAD"] = pre
+	if opts.Release.Root != nil {
+		// The root's loader preloads the driver (--preload); LD_PRELOAD
+		// would reach the host tools the child starts.
+		delete(set, "LD_PRELOAD")
+	}
+	if opts.Release.KFD != "" {
+		set[EnvROCm] = opts.Release.KFD
+	}
 	set["HSA_ENABLE_SDMA"] = "0"
 	if opts.SDMA {
 		set["HSA_ENABLE_SDMA"] = "1"

@@ -90,8 +90,12 @@
 // access to another's memory, and HIP's peer access works), KFDSIM_RULE_OFF
 // (rules to switch off, comma separated: evict, access; for tests that show
 // a rule matters), and, for the Go side, ROCSYNC_KFDSIM_CHILD (set in child
-// test processes) and ROCSYNC_KFDSIM_REQUIRED=1 (CI: a machine that cannot
-// build the library fails instead of skipping).
+// test processes), ROCSYNC_KFDSIM_REQUIRED=1 (CI: a machine that cannot
+// build the library fails instead of skipping) and ROCSYNC_KFDSIM_ROCM
+// (EnvRelease: the release children run, 5.2.3 on the host's libraries by
+// default, or trixie or sid inside the release's root from rocmroot, started
+// through the root's loader with the driver as --preload and KFDSIM_ROCM
+// set to the release's ROCr: see Release and Options.Release).
 //
 // # What the simulated GPU enforces
 //

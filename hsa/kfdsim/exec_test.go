@@ -571,6 +571,107 @@ func TestExecRunsHIPBlitKernels(t *testing.T) {
 	}
 }
 
+// HIP 6.4.3's blit kernels whose layouts differ from 5.2.3's run by their
+// own layout (testdata/hipblit64.cl): copyBuffer and fillBufferAligned
+// loop over chunks up to an end address, streamOpsWrite has no size.
+func TestExecRunsHIP64BlitKernels(t *testing.T) {
+	hs := buildHarness(t)
+	base, _, kds := hs.loadImage(buildCL(t, filepath.Join("testdata", "hipblit64.cl")), nodeMask)
+	karg, _ := hs.mem(256, nodeMask)
+	const n = 4096
+	src, _ := hs.mem(n, nodeMask)
+	dst, _ := hs.mem(n, nodeMask)
+	pattern, _ := hs.mem(64, nodeMask)
+	s := bytesAt(src, n)
+	for i := range s {
+		s[i] = byte(i*7 + 3)
+	}
+	le := binary.LittleEndian
+	k := bytesAt(karg, 256)
+	run := func(name string, grid uint32) int {
+		return hs.dispatch(base+kds[name], karg, [3]uint32{grid, 1, 1}, [3]uint16{64, 1, 1})
+	}
+	d := bytesAt(dst, n)
+	copyArgs := func(src, dst, size uint64, remainder, aligned uint32, end uint64, chunk uint32) {
+		clear(k)
+		le.PutUint64(k[0:], src)
+		le.PutUint64(k[8:], dst)
+		le.PutUint64(k[16:], size)
+		le.PutUint32(k[24:], remainder)
+		le.PutUint32(k[28:], aligned)
+		le.PutUint64(k[32:], end)
+		le.PutUint32(k[40:], chunk)
+	}
+	// 1000 bytes from src+16 to dst+32 as 62 uint4s and a 8-byte remainder,
+	// 64 work-items striding by 64 elements.
+	clear(d)
+	copyArgs(src+16, dst+32, 1000, 8, 16, dst+32+992, 64)
+	if r := run("__amd_rocclr_copyBuffer", 64); r != execOK || string(d[32:1032]) != string(s[16:1016]) || d[1032] != 0 || d[31] != 0 {
+		t.Errorf("copyBuffer uint4: %d", r)
+	}
+	// uint elements, a grid of 8 striding by 16: elements 8..15 of each
+	// 16 are never reached, as on hardware.
+	clear(d)
+	copyArgs(src, dst, 128, 0, 4, dst+128, 16)
+	if r := run("__amd_rocclr_copyBuffer", 8); r != execOK {
+		t.Fatalf("copyBuffer strided: %d", r)
+	}
+	for i := range 32 {
+		want := le.Uint32(s[4*i:])
+		if i%16 >= 8 {
+			want = 0
+		}
+		if got := le.Uint32(d[4*i:]); got != want {
+			t.Fatalf("copyBuffer strided: element %d = %#x, want %#x", i, got, want)
+		}
+	}
+	// A stride of 0 with work to do would never end: refused.
+	copyArgs(src, dst, 128, 0, 4, dst+128, 0)
+	if r := run("__amd_rocclr_copyBuffer", 8); r != execUnknownKernel {
+		t.Errorf("copyBuffer with next_chunk 0: %d, want KFDSIM_UNKNOWN_KERNEL", r)
+	}
+	// Past the end of dst: a fault.
+	copyArgs(src, dst+n-64, 128, 0, 4, dst+n-64+128, 64)
+	if r := run("__amd_rocclr_copyBuffer", 64); r != execFault {
+		t.Errorf("copyBuffer past the end of dst: %d, want KFDSIM_FAULT", r)
+	}
+	// fillBufferAligned: a 2-element pattern of uints from dst+12 to
+	// dst+12+48, 3 work-items striding by 6 elements.
+	clear(d)
+	le.PutUint32(bytesAt(pattern, 8), 0xaaaaaaaa)
+	le.PutUint32(bytesAt(pattern, 8)[4:], 0xbbbbbbbb)
+	clear(k)
+	le.PutUint64(k[0:], dst+12)
+	le.PutUint64(k[8:], pattern)
+	le.PutUint32(k[16:], 2)
+	le.PutUint32(k[20:], 4)
+	le.PutUint64(k[24:], dst+12+48)
+	le.PutUint32(k[32:], 6)
+	if r := run("__amd_rocclr_fillBufferAligned", 3); r != execOK {
+		t.Fatalf("fillBufferAligned: %d", r)
+	}
+	for i := range 20 {
+		want := uint32(0)
+		if i >= 3 && i < 15 {
+			want = 0xaaaaaaaa
+			if (i-3)%2 == 1 {
+				want = 0xbbbbbbbb
+			}
+		}
+		if got := le.Uint32(d[4*i:]); got != want {
+			t.Fatalf("fillBufferAligned dword %d = %#x, want %#x", i, got, want)
+		}
+	}
+	// streamOpsWrite of 6.4.3, 32-bit.
+	clear(d)
+	clear(k)
+	le.PutUint64(k[0:], dst+4)
+	le.PutUint64(k[16:], 0x55667788)
+	if r := run("__amd_rocclr_streamOpsWrite", 1); r != execOK || le.Uint32(d[4:]) != 0x55667788 || d[8] != 0 {
+		t.Errorf("streamOpsWrite: %d", r)
+	}
+}
+
 // A blit kernel whose metadata disagrees with HIP 5.2.3's signature is
 // refused rather than misread.
 func TestExecRefusesHIPBlitWithOtherLayout(t *testing.T) {

@@ -261,7 +261,11 @@ func TestBarrierAndChainAcrossQueues(t *testing.T) {
 }
 
 // AMD vendor packets: a PM4 indirect buffer (ROCr's cache flush) completes;
-// an unknown vendor format stops the queue with INVALID_PACKET_FORMAT.
+// a barrier-value packet with no signal completes without waiting (HIP
+// 5.7 and later queue one as a marker when a command has no dependency:
+// clr rocvirtual.cpp, VirtualGPU::dispatchBarrierValuePacket leaves the
+// signal 0); an unknown vendor format stops the queue with
+// INVALID_PACKET_FORMAT.
 func TestVendorPackets(t *testing.T) {
 	if !runInChild(t, twoGPUs) {
 		return
@@ -282,6 +286,15 @@ func TestVendorPackets(t *testing.T) {
 	r.submit(q, p)
 	if ok, st, bad := r.waitOrError(done, qe, 10*time.Second); !ok {
 		t.Fatalf("PM4 IB packet did not complete (queue error %v %#x)", bad, st)
+	}
+	marker := r.signal(1)
+	var bv packet
+	bv.put16(0, hsa.Header(hsa.PacketTypeVendor, true, hsa.FenceScopeSystem, hsa.FenceScopeSystem))
+	bv.put16(2, 2) // HSA_AMD_PACKET_TYPE_BARRIER_VALUE; signal, value, mask, cond 0
+	bv.put64(56, uint64(marker))
+	r.submit(q, bv)
+	if ok, st, bad := r.waitOrError(marker, qe, 10*time.Second); !ok {
+		t.Fatalf("barrier-value packet without a signal did not complete (queue error %v %#x)", bad, st)
 	}
 	bad := r.signal(1)
 	p.put16(2, 7) // no such AMD vendor format

@@ -177,3 +177,23 @@ func TestKFDIoctlsOfROCm6(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 }
+
+// The DRM nodes of two GPUs are card0, card1, renderD128 and renderD129,
+// and no card128: libdrm 2.4.12x and later type a render fd by which of
+// /dev/dri/card<minor> and /dev/dri/renderD<minor> exists (xf86drm.c,
+// drmGetMinorType), so trixie's and sid's libdrm took renderD128 for a
+// primary node and failed amdgpu_device_initialize (testdata/drm_nodes.c).
+func TestDRMNodesAsLibdrmTypesThem(t *testing.T) {
+	dir := kfdsim.LibraryOrSkip(t)
+	bin := filepath.Join(t.TempDir(), "drm_nodes")
+	build := exec.Command("gcc", "-Wall", "-Werror", "-o", bin, filepath.Join("testdata", "drm_nodes.c"))
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", build, err, out)
+	}
+	cmd := exec.Command(bin)
+	cmd.Env = []string{"LD_PRELOAD=" + filepath.Join(dir, kfdsim.LibraryName), kfdsim.EnvGPUs + "=" + twoGPUs}
+	out, err := cmd.CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "ok" {
+		t.Fatalf("%v\n%s", err, out)
+	}
+}

@@ -27,6 +27,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/rocsync/rocsync/hsa/kfdsim/rocmroot"
 	"github.com/rocsync/rocsync/internal/diskcache"
 )
 
@@ -36,9 +37,26 @@ var librarySource []byte
 //go:embed gemm.cl
 var gemmSource []byte
 
-// Soname is the soname of the built library: the one rocsync's rocblas
-// binding looks for next to HIP 5 (rocBLAS 2.x, ROCm 5.5 and older).
+// Soname is the soname of the library Build makes: the one rocsync's
+// rocblas binding looks for next to HIP 5 (rocBLAS 2.x, ROCm 5.5 and older).
 const Soname = "librocblas.so.0"
+
+// SonameFor is the soname of the library BuildFor makes for the HIP of
+// soname major hipMajor: rocBLAS's soname for that ROCm line, the one
+// rocsync's rocblas binding pairs with it (librocblas.so.0 for HIP 5,
+// librocblas.so.4 for HIP 6, librocblas.so.5 for HIP 7), or "" for another
+// major.
+func SonameFor(hipMajor int) string {
+	switch hipMajor {
+	case 5:
+		return Soname
+	case 6:
+		return "librocblas.so.4"
+	case 7:
+		return "librocblas.so.5"
+	}
+	return ""
+}
 
 // Targets are the GPUs the gemm code objects are built for.
 var Targets = []string{"gfx908", "gfx90a", "gfx1030"}
@@ -61,7 +79,7 @@ var gemmFlags = []string{"-x", "cl", "-cl-std=CL2.0", "-O3", "-Wall", "-Werror",
 	"--target=amdgcn-amd-amdhsa", "-nogpulib", "-mcode-object-version=4"}
 
 var libFlags = []string{"-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared",
-	"-fvisibility=hidden", "-Wl,-soname," + Soname}
+	"-fvisibility=hidden"}
 
 const manifestName = "manifest"
 
@@ -75,7 +93,20 @@ var buildMu sync.Mutex
 // is created atomically (built under a temporary name, then renamed), with
 // mode 0700, and its manifest of file hashes is verified on every use: a
 // corrupt entry is rebuilt, never loaded.
-func Build(cacheDir string) (string, error) {
+func Build(cacheDir string) (string, error) { return BuildFor(cacheDir, 5) }
+
+// BuildFor is Build for the HIP of soname major hipMajor (5, 6 or 7): the
+// library is root/lib/SonameFor(hipMajor), linked against
+// libamdhip64.so.<hipMajor>, so that it loads next to that HIP, inside a
+// release's root (hsa/kfdsim/rocmroot) as well. It links against a stub of
+// that soname, not the installed HIP: the host has HIP 5 only. The tools
+// run with rocmroot.HostEnv's environment, so that a program running
+// inside a root can build.
+func BuildFor(cacheDir string, hipMajor int) (string, error) {
+	soname := SonameFor(hipMajor)
+	if soname == "" {
+		return "", fmt.Errorf("simblas: no rocBLAS soname for HIP %d", hipMajor)
+	}
 	buildMu.Lock()
 	defer buildMu.Unlock()
 	cc, clang, lld := tool("CC", "gcc"), tool("CLANG", "clang-22"), tool("LLD", "ld.lld-22")
@@ -84,7 +115,9 @@ func Build(cacheDir string) (string, error) {
 		if _, err := exec.LookPath(t); err != nil {
 			return "", fmt.Errorf("%w: %s: %v", ErrToolMissing, t, err)
 		}
-		out, err := exec.Command(t, "--version").Output()
+		cmd := exec.Command(t, "--version")
+		cmd.Env = rocmroot.HostEnv(os.Environ())
+		out, err := cmd.Output()
 		if err != nil {
 			return "", fmt.Errorf("simblas: %s --version: %v", t, err)
 		}
@@ -101,18 +134,18 @@ func Build(cacheDir string) (string, error) {
 	h := sha256.New()
 	for _, part := range [][]byte{librarySource, gemmSource,
 		[]byte(strings.Join(gemmFlags, " ")), []byte(strings.Join(libFlags, " ")),
-		[]byte(strings.Join(Targets, " ")), []byte(strings.Join(versions, "\x00"))} {
+		[]byte(strings.Join(Targets, " ")), []byte(strings.Join(versions, "\x00")), []byte(soname)} {
 		fmt.Fprintf(h, "%d:", len(part))
 		h.Write(part)
 	}
-	return diskcache.Get(cacheDir, hex.EncodeToString(h.Sum(nil))[:32], entryManifest(), func(dir string) error {
-		return build(dir, cc, clang, lld)
+	return diskcache.Get(cacheDir, hex.EncodeToString(h.Sum(nil))[:32], entryManifest(soname), func(dir string) error {
+		return build(dir, cc, clang, lld, hipMajor, soname)
 	})
 }
 
-// build compiles everything into dir: co/<gfx>.hsaco, lib/librocblas.so.0,
+// build compiles everything into dir: co/<gfx>.hsaco, lib/<soname>,
 // and the manifest.
-func build(dir, cc, clang, lld string) error {
+func build(dir, cc, clang, lld string, hipMajor int, soname string) error {
 	work := filepath.Join(dir, "work")
 	for _, d := range []string{work, filepath.Join(dir, "co"), filepath.Join(dir, "lib")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -161,8 +194,19 @@ func build(dir, cc, clang, lld string) error {
 	if err := os.WriteFile(libPath, librarySource, 0o600); err != nil {
 		return fmt.Errorf("simblas: %w", err)
 	}
-	so := filepath.Join(dir, "lib", Soname)
-	args := append(append([]string{}, libFlags...), "-o", so, libPath, tablePath, "-lamdhip64")
+	// The stub gives the library its NEEDED libamdhip64.so.<hipMajor>; the
+	// symbols come from the HIP loaded at run time.
+	stubSrc := filepath.Join(work, "stub.c")
+	if err := os.WriteFile(stubSrc, []byte("void simblas_hip_stub(void) {}\n"), 0o600); err != nil {
+		return fmt.Errorf("simblas: %w", err)
+	}
+	hipSoname := fmt.Sprintf("libamdhip64.so.%d", hipMajor)
+	if err := run(cc, "-shared", "-fPIC", "-Wl,-soname,"+hipSoname, "-o", filepath.Join(work, "libamdhip64.so"), stubSrc); err != nil {
+		return err
+	}
+	so := filepath.Join(dir, "lib", soname)
+	args := append(append([]string{}, libFlags...), "-Wl,-soname,"+soname, "-o", so, libPath, tablePath,
+		"-L"+work, "-Wl,--no-as-needed", "-lamdhip64")
 	if err := run(cc, args...); err != nil {
 		return err
 	}
@@ -173,7 +217,9 @@ func build(dir, cc, clang, lld string) error {
 }
 
 func run(name string, args ...string) error {
-	out, err := exec.Command(name, args...).CombinedOutput()
+	cmd := exec.Command(name, args...)
+	cmd.Env = rocmroot.HostEnv(os.Environ())
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("simblas: %s %s: %v\n%s", name, strings.Join(args, " "), err, out)
 	}
@@ -181,8 +227,8 @@ func run(name string, args ...string) error {
 }
 
 // entryManifest lists the files of a cache entry, relative to its root.
-func entryManifest() diskcache.Manifest {
-	files := []string{filepath.Join("lib", Soname)}
+func entryManifest(soname string) diskcache.Manifest {
+	files := []string{filepath.Join("lib", soname)}
 	for _, gfx := range Targets {
 		files = append(files, filepath.Join("co", gfx+".hsaco"))
 	}

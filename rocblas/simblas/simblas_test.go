@@ -5,11 +5,13 @@ import (
 	"debug/elf"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -247,5 +249,39 @@ func TestBindingLoadsSimblas(t *testing.T) {
 	err = lib.DestroyHandle(rocblas.Handle(0x1234))
 	if err == nil {
 		t.Error("destroying an unknown handle succeeded")
+	}
+}
+
+// Each HIP major gets the rocBLAS soname rocsync's binding pairs with it
+// (rocblas.Sonames), linked against that HIP's soname, so that the library
+// loads inside a release's root where only libamdhip64.so.6 exists (sid).
+func TestBuildForEachHIPMajor(t *testing.T) {
+	dir := t.TempDir()
+	for _, major := range []int{5, 6} {
+		root, err := simblas.BuildFor(dir, major)
+		if errors.Is(err, simblas.ErrToolMissing) {
+			t.Skip(err)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		soname := simblas.SonameFor(major)
+		if !slices.Contains(rocblas.Sonames[major], soname) {
+			t.Errorf("HIP %d: soname %s is not one the binding looks for (%v)", major, soname, rocblas.Sonames[major])
+		}
+		f, err := elf.Open(filepath.Join(root, "lib", soname))
+		if err != nil {
+			t.Fatal(err)
+		}
+		needed, _ := f.DynString(elf.DT_NEEDED)
+		sn, _ := f.DynString(elf.DT_SONAME)
+		f.Close()
+		want := fmt.Sprintf("libamdhip64.so.%d", major)
+		if !slices.Contains(needed, want) || len(sn) != 1 || sn[0] != soname {
+			t.Errorf("HIP %d: NEEDED %v SONAME %v, want %s and %s", major, needed, sn, want, soname)
+		}
+	}
+	if _, err := simblas.BuildFor(dir, 4); err == nil {
+		t.Error("BuildFor(4) succeeded: there is no rocBLAS for HIP 4")
 	}
 }

@@ -254,10 +254,15 @@ static int process_packet(kfdsim_queue *q, uint8_t *slot, uint16_t header)
 			memcpy(&value, slot + 16, 8);
 			memcpy(&mask, slot + 24, 8);
 			memcpy(&cond, slot + 32, 4);
-			if (sig == 0 || cond > HSA_SIGNAL_CONDITION_GTE) {
+			if (cond > HSA_SIGNAL_CONDITION_GTE) {
 				kfdsim_queue_fault(q, KFDSIM_QERR_INVALID_VENDOR, "malformed barrier-value packet");
 				return -1;
 			}
+			/* No signal: nothing to wait for. HIP 5.7 and later queue
+			 * such a packet as a marker when a command has no
+			 * dependency (clr rocvirtual.cpp,
+			 * VirtualGPU::dispatchBarrierValuePacket). */
+			if (sig == 0) break;
 			backoff b = {0, 0};
 			for (;;) {
 				int64_t v;

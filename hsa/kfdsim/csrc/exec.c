@@ -906,6 +906,86 @@ static int run_stream_ops_wait(const kfdsim_dispatch *d, const uint8_t *k)
 	}
 }
 
+/* ---- HIP 6.4.3's blit program (clr rocblitcl.cpp, the source string in
+ * libamdhip64.so.6) ------------------------------------------------------ */
+
+/* __amd_rocclr_copyBuffer(src, dst, size, remainder, aligned_size, end_ptr,
+ * next_chunk) of HIP 6.x: src and dst already include the origins; work-item
+ * id copies element id, id+next_chunk, ... (16-byte elements when
+ * aligned_size == 16, else 4-byte) while the element's destination address
+ * is below end_ptr; work-item 0 then copies the last `remainder` bytes of
+ * [0, size) byte by byte. Element j is reached iff j % next_chunk < the grid
+ * size. A next_chunk of 0 with work to do would spin forever on hardware:
+ * refused. */
+static int run_copy_buffer_64(const kfdsim_dispatch *d, const uint8_t *k)
+{
+	uint64_t src = rd64(k), dst = rd64(k + 8), size = rd64(k + 16);
+	uint32_t remainder = rd32(k + 24), aligned = rd32(k + 28);
+	uint64_t end = rd64(k + 32), chunk = rd32(k + 40);
+	uint64_t e = aligned == 16 ? 16 : 4, grid = global_size(d, 0);
+	uint64_t n = end > dst ? (end - dst + e - 1) / e : 0; /* elements below end_ptr */
+	if (n && grid && chunk == 0) {
+		complain(d, "__amd_rocclr_copyBuffer with next_chunk 0 never ends", NULL);
+		return KFDSIM_UNKNOWN_KERNEL;
+	}
+	if (grid == 0)
+		return KFDSIM_OK;
+	if (chunk <= grid) {
+		int r = checked_copy(d, dst, src, n * e);
+		if (r != KFDSIM_OK)
+			return r;
+	} else {
+		for (uint64_t base = 0; base < n; base += chunk) {
+			uint64_t m = n - base < grid ? n - base : grid;
+			int r = checked_copy(d, dst + base * e, src + base * e, m * e);
+			if (r != KFDSIM_OK)
+				return r;
+		}
+	}
+	if (remainder != 0) {
+		if (remainder > size)
+			return KFDSIM_FAULT; /* size - remainder wraps: far out of range */
+		return checked_copy(d, dst + size - remainder, src + size - remainder, remainder);
+	}
+	return KFDSIM_OK;
+}
+
+/* __amd_rocclr_fillBufferAligned(buf, pattern, pattern_size, alignment,
+ * end_ptr, next_chunk) of HIP 6.x: elements are `alignment` bytes (16, 8, 4
+ * or 2; 1 otherwise); work-item id writes the pattern_size-element pattern
+ * at element id*pattern_size, then next_chunk elements further on, while
+ * the element's address is below end_ptr. */
+static int run_fill_buffer_aligned_64(const kfdsim_dispatch *d, const uint8_t *k)
+{
+	uint64_t buf = rd64(k), pattern = rd64(k + 8);
+	uint64_t psize = rd32(k + 16), alignment = rd32(k + 20);
+	uint64_t end = rd64(k + 24), chunk = rd32(k + 32);
+	uint64_t e = alignment == 16 || alignment == 8 || alignment == 4 || alignment == 2 ? alignment : 1;
+	uint64_t grid = global_size(d, 0), pbytes = psize * e;
+	if (grid == 0 || end <= buf)
+		return KFDSIM_OK;
+	if (chunk == 0 || pbytes == 0 || pbytes > (1ull << 20)) {
+		complain(d, "__amd_rocclr_fillBufferAligned with an impossible pattern or chunk", NULL);
+		return KFDSIM_UNKNOWN_KERNEL;
+	}
+	const uint8_t *pat = gpu_ptr(d->gpu_node, pattern, pbytes, false);
+	if (pat == NULL)
+		return KFDSIM_FAULT;
+	for (uint64_t id = 0; id < grid; id++) {
+		/* the kernel's id is an int: ids past 2^31 wrap */
+		uint64_t at = (uint64_t)(int64_t)(int32_t)id * psize;
+		for (uint64_t a = buf + at * e; a >= buf && a < end; a += chunk * e) {
+			uint8_t *t = gpu_ptr(d->gpu_node, a, pbytes, true);
+			if (t == NULL)
+				return KFDSIM_FAULT;
+			memcpy(t, pat, pbytes);
+		}
+		if (buf + at * e >= end)
+			break; /* later work-items start further on */
+	}
+	return KFDSIM_OK;
+}
+
 #define P8(o) { (o), 8 }
 #define P4(o) { (o), 4 }
 #define V32(o) { (o), 32 }
@@ -927,15 +1007,23 @@ static const hip_blit hip_blits[] = {
 	  { P8(0), P8(8), P8(16), P8(24) } },
 	{ "__amd_rocclr_streamOpsWait", run_stream_ops_wait, 5,
 	  { P8(0), P8(8), P8(16), P8(24), P8(32) } },
+	/* HIP 6.4.3 (its blit source in libamdhip64.so.6): copyBuffer and
+	 * fillBufferAligned loop over chunks and take the end address;
+	 * streamOpsWrite has no size argument. The others are as above. */
+	{ "__amd_rocclr_copyBuffer", run_copy_buffer_64, 7,
+	  { P8(0), P8(8), P8(16), P4(24), P4(28), P8(32), P4(40) } },
+	{ "__amd_rocclr_fillBufferAligned", run_fill_buffer_aligned_64, 6,
+	  { P8(0), P8(8), P4(16), P4(20), P8(24), P4(32) } },
+	{ "__amd_rocclr_streamOpsWrite", run_stream_ops_write, 3,
+	  { P8(0), P8(8), P8(16) } },
 };
 
 static int run_hip_blit(const kfdsim_dispatch *d, const image *img, const char *name)
 {
-	const hip_blit *b = NULL;
+	bool known = false;
 	for (size_t i = 0; i < sizeof hip_blits / sizeof hip_blits[0]; i++)
-		if (strcmp(hip_blits[i].name, name) == 0)
-			b = &hip_blits[i];
-	if (!b) {
+		known = known || strcmp(hip_blits[i].name, name) == 0;
+	if (!known) {
 		complain(d, "HIP blit kernel the simulated GPU does not implement", name);
 		return KFDSIM_UNKNOWN_KERNEL;
 	}
@@ -948,11 +1036,19 @@ static int run_hip_blit(const kfdsim_dispatch *d, const image *img, const char *
 		complain(d, "no usable metadata note for this kernel in its code object", name);
 		return KFDSIM_UNKNOWN_KERNEL;
 	}
-	bool same = n == b->nargs;
-	for (unsigned i = 0; same && i < n; i++)
-		same = got[i].offset == b->args[i].offset && got[i].size == b->args[i].size;
-	if (!same) {
-		complain(d, "argument layout in the metadata note differs from HIP 5.2.3's", name);
+	/* The kernel of this name whose layout the metadata note has: each
+	 * HIP release's blit source is its own. */
+	const hip_blit *b = NULL;
+	for (size_t i = 0; b == NULL && i < sizeof hip_blits / sizeof hip_blits[0]; i++) {
+		const hip_blit *c = &hip_blits[i];
+		bool same = strcmp(c->name, name) == 0 && n == c->nargs;
+		for (unsigned j = 0; same && j < n; j++)
+			same = got[j].offset == c->args[j].offset && got[j].size == c->args[j].size;
+		if (same)
+			b = c;
+	}
+	if (!b) {
+		complain(d, "argument layout in the metadata note is none of HIP 5.2.3's, 5.7.1's or 6.4.3's", name);
 		return KFDSIM_UNKNOWN_KERNEL;
 	}
 	const arg_meta *last = &b->args[b->nargs - 1];

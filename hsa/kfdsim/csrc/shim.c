@@ -160,10 +160,16 @@ static uint32_t device_of(const char *path, int *card)
 	}
 	if (kfdsim_config_ensure() != 0) return 0;
 	for (int i = 0; i < kfdsim_num_gpus; i++)
-		if ((!is_card && kfdsim_gpus[i].render_minor == m) ||
-		    (is_card && ((unsigned)i == m || kfdsim_gpus[i].render_minor == m))) {
-			/* A card node exists to stat (libdrm 2.4.134 stats
-			 * /dev/dri/card<render minor>), not to open. */
+		if ((!is_card && kfdsim_gpus[i].render_minor == m) || (is_card && (unsigned)i == m)) {
+			/* GPU i's primary node is card<i> (minor i), its render
+			 * node renderD<128+i>; there is no card<128+i>. libdrm
+			 * 2.4.12x and later (xf86drm.c drmGetMinorType) type a
+			 * node by which of /dev/dri/card<minor> and
+			 * /dev/dri/renderD<minor> exists, in that order, and
+			 * amdgpu_device_initialize asks the kernel for the
+			 * client's authentication (DRM_IOCTL_GET_CLIENT) unless
+			 * the fd is a render node. A card node exists to stat,
+			 * not to open. */
 			if (is_card) {
 				if (card) *card = (int)m;
 				return 0;

@@ -13,6 +13,7 @@
 //	hsa_init=0x<status>
 //	hipGetDeviceCount=<hipError_t> count=<n>
 //	hipRuntimeGetVersion=<hipError_t> version=<n>
+//	hsa ... / hip ...  (-ops: each step of hsaOps and hipOps, ops.go)
 //
 // For checking how it was started (-self, -mapped, -host, -reexec):
 //
@@ -53,6 +54,7 @@ func main() {
 	var mapped, host libs
 	flag.Var(&mapped, "mapped", "print where a library (by file name prefix) is mapped from (repeatable)")
 	flag.Var(&host, "host", "run a host tool through rocmroot.HostCommand (repeatable)")
+	ops := flag.Bool("ops", false, "make the first calls of an HSA and a HIP program through rocsync's bindings (queue, barrier packet, signal wait; hipMalloc, hipMemcpy, a stream) and exit 1 if one fails")
 	reexec := flag.Bool("reexec", false, "start this probe again through rocmroot.SelfCommand with -self and the -mapped flags")
 	flag.Parse()
 
@@ -147,6 +149,14 @@ func main() {
 		fmt.Printf("hipRuntimeGetVersion=%d version=%d\n", e, v)
 		e = getCount(&n)
 		fmt.Printf("hipGetDeviceCount=%d count=%d\n", e, n)
+	}
+	if *ops {
+		if !hsaOps() {
+			failed = true
+		}
+		if !hipOps() {
+			failed = true
+		}
 	}
 	if failed {
 		os.Exit(1)
