@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -35,7 +35,12 @@ func probeBinary(t *testing.T) string {
 			return
 		}
 		probe.path = filepath.Join(probe.dir, "rocmprobe")
-		cmd := HostCommand(context.Background(), filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", probe.path, "./cmd/rocmprobe")
+		goTool, err := exec.LookPath("go")
+		if err != nil {
+			probe.err = fmt.Errorf("building cmd/rocmprobe: %w", err)
+			return
+		}
+		cmd := HostCommand(context.Background(), goTool, "build", "-o", probe.path, "./cmd/rocmprobe")
 		cmd.Env = append(cmd.Env, "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			probe.err = fmt.Errorf("go build ./cmd/rocmprobe: %v\n%s", err, out)
