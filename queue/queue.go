@@ -335,8 +335,12 @@ func (q *Queue) Failed(t uint64) error {
 	// A ticket the queue's own break failed reports the break as it stands
 	// now: a queue error and a system event's cause may arrive in either
 	// order, and the waiter should learn both.
-	if from := q.brokenFrom.Load(); from != 0 && t >= from {
-		if p := q.brokenErr.Load(); p != nil {
+	if p := q.brokenErr.Load(); p != nil {
+		// Past the newest ticket nothing can succeed once the break is
+		// published, even before it has failed the packets in flight
+		// (setBroken publishes first): a submission the broken queue
+		// refuses is the device's fault.
+		if from := q.brokenFrom.Load(); (from != 0 && t >= from) || t > q.lastTicket.Load() {
 			return *p
 		}
 	}
