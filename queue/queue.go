@@ -247,11 +247,14 @@ func (q *Queue) setBroken(queueErr, external error) {
 	default:
 		err = fmt.Errorf("%w on %s: %w", ErrQueueBroken, q.name, q.queueErr)
 	}
-	q.brokenErr.Store(&err)
-	q.brokenMu.Unlock()
 	if first {
+		// The packets in flight fail (brokenFrom, the health record)
+		// before the break is published: whoever sees the break then
+		// learns from Failed which tickets it failed.
 		q.failInFlight(err)
 	}
+	q.brokenErr.Store(&err)
+	q.brokenMu.Unlock()
 }
 
 // failInFlight fails the packets not yet complete when the queue broke.
