@@ -29,10 +29,11 @@ type rankWorkers struct {
 const workerSpin = 50 * time.Microsecond
 
 type rankWorker struct {
+	rank     int           // the local rank whose parts it runs
 	posted   atomic.Uint64 // the newest job's number
 	finished atomic.Uint64 // the newest finished job's number
-	job      func()        // written before posted, read after it
-	stop     bool          // written before posted, read after it
+	// job is written before posted and read after it; nil stops the worker.
+	job func(rank int)
 	// sleeping says the worker parks on wake; a poster that sees it sends a
 	// token (stale tokens are harmless: every receive re-checks posted).
 	sleeping atomic.Bool
@@ -45,7 +46,7 @@ type rankWorker struct {
 func newRankWorkers(n int) *rankWorkers {
 	ws := &rankWorkers{w: make([]*rankWorker, n)}
 	for i := range ws.w {
-		w := &rankWorker{wake: make(chan struct{}, 1), done: make(chan struct{}, 1)}
+		w := &rankWorker{rank: i + 1, wake: make(chan struct{}, 1), done: make(chan struct{}, 1)}
 		ws.w[i] = w
 		go w.loop()
 	}
@@ -63,12 +64,11 @@ func (w *rankWorker) loop() {
 			}
 			w.sleeping.Store(false)
 		}
-		if w.stop {
+		if w.job == nil {
 			w.finish(seq)
 			return
 		}
-		w.job()
-		w.job = nil
+		w.job(w.rank)
 		w.finish(seq)
 	}
 }
@@ -83,9 +83,10 @@ func (w *rankWorker) finish(seq uint64) {
 	}
 }
 
-// post hands the worker its next job.
-func (w *rankWorker) post(job func(), stop bool) uint64 {
-	w.job, w.stop = job, stop
+// post hands the worker its next job (nil: stop). Only the goroutine
+// that runs the communicator's collectives posts.
+func (w *rankWorker) post(job func(rank int)) {
+	w.job = job
 	seq := w.posted.Load() + 1
 	w.posted.Store(seq)
 	if w.sleeping.Load() {
@@ -94,11 +95,11 @@ func (w *rankWorker) post(job func(), stop bool) uint64 {
 		default:
 		}
 	}
-	return seq
 }
 
-// await returns once job seq has finished.
-func (w *rankWorker) await(seq uint64) {
+// await returns once the job posted last has finished.
+func (w *rankWorker) await() {
+	seq := w.posted.Load()
 	if spinUntil(func() bool { return w.finished.Load() >= seq }) {
 		return
 	}
@@ -131,21 +132,20 @@ func spinUntil(cond func() bool) bool {
 // error of its rank, not a crash of the process from a goroutine the
 // caller cannot recover.
 func (ws *rankWorkers) run(part func(i int)) {
-	seqs := make([]uint64, len(ws.w))
-	for k, w := range ws.w {
-		i := k + 1
-		seqs[k] = w.post(func() { part(i) }, false)
+	for _, w := range ws.w {
+		w.post(part)
 	}
 	part(0)
-	for k, w := range ws.w {
-		w.await(seqs[k])
+	for _, w := range ws.w {
+		w.await()
 	}
 }
 
 // close ends the workers' goroutines.
 func (ws *rankWorkers) close() {
 	for _, w := range ws.w {
-		w.await(w.post(nil, true))
+		w.post(nil)
+		w.await()
 	}
 }
 
