@@ -24,7 +24,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -418,7 +417,7 @@ func printTable(w io.Writer, rs []result) {
 		rs[0].Backend, rs[0].Devices, rs[0].Shape, rs[0].Batch, rs[0].Rounds)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "bytes per rank\tµs per all-reduce\tp90\tbus GB/s\thost waits\t\n")
-	for _, r := range slices.Clone(rs) {
+	for _, r := range rs {
 		fmt.Fprintf(tw, "%d\t%.1f\t%.1f\t%.1f\t%d\t\n", r.Bytes, r.MedianUS, r.P90US, r.BusGBps, r.HostWaits)
 	}
 	tw.Flush()
