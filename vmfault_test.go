@@ -122,14 +122,24 @@ func TestGPUMemoryFaultIsAnError(t *testing.T) {
 		if p == Unified {
 			continue
 		}
-		t.Run(p.String(), func(t *testing.T) {
-			devs := openEmu(t, p, EmulatorOptions{Devices: 2})
-			m := devs[0].machine
-			gpuMemoryFault(t, devs, m.Hold)
-			require.Zero(t, m.HSA().SystemEventHandlers(), "the handler is retired with the runtime")
-			require.Zero(t, m.HSA().InitCount())
-			require.Empty(t, devs[1].Hazards())
-		})
+		// Either report of the fault may come first on ROCr 6.x (see
+		// emu's SetVMFaultQueueErrorFirst): the error names the fault and
+		// its address whatever the order.
+		for _, queueErrorFirst := range []bool{false, true} {
+			name := p.String() + "/event_first"
+			if queueErrorFirst {
+				name = p.String() + "/queue_error_first"
+			}
+			t.Run(name, func(t *testing.T) {
+				devs := openEmu(t, p, EmulatorOptions{Devices: 2})
+				m := devs[0].machine
+				m.SetVMFaultQueueErrorFirst(queueErrorFirst)
+				gpuMemoryFault(t, devs, m.Hold)
+				require.Zero(t, m.HSA().SystemEventHandlers(), "the handler is retired with the runtime")
+				require.Zero(t, m.HSA().InitCount())
+				require.Empty(t, devs[1].Hazards())
+			})
+		}
 	}
 }
 

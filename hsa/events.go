@@ -111,9 +111,17 @@ var ErrMemoryFault = errors.New("GPU memory access fault")
 // callback gives the same fault where the queue reports one.
 type MemoryFaultError struct {
 	Fault MemoryFault
+	// OnlyQueueError says no system event named the fault: a queue
+	// reported StatusErrorMemoryApertureViolation and no event followed,
+	// so Fault holds the agent alone.
+	OnlyQueueError bool
 }
 
 func (e *MemoryFaultError) Error() string {
+	if e.OnlyQueueError {
+		return fmt.Sprintf("hsa: %v: agent %#x, address unknown (a queue reported a memory aperture violation and no system event followed)",
+			ErrMemoryFault, uint64(e.Fault.Agent))
+	}
 	return fmt.Sprintf("hsa: %v: agent %#x accessed address %#x (%v)",
 		ErrMemoryFault, uint64(e.Fault.Agent), e.Fault.Address, e.Fault.Reason)
 }

@@ -108,6 +108,12 @@ type Queue struct {
 	brokenMu    sync.Mutex
 	queueErr    error
 	externalErr error
+	// published, under brokenMu, says brokenErr is set: a queue error
+	// held for its outside cause (OnMemoryViolation) is recorded but not
+	// yet published.
+	published bool
+	// onMemoryViolation is Config.OnMemoryViolation.
+	onMemoryViolation func(q *Queue)
 	// brokenFrom is the first ticket the break failed (0: not broken).
 	brokenFrom atomic.Uint64
 	// release completes a broken queue's failed packets' signals (see
@@ -164,6 +170,15 @@ type Config struct {
 	// Place identifies the device the queue runs on (syncstate.Placed;
 	// 0: unknown).
 	Place uint64
+	// OnMemoryViolation, when set, is told of a queue error with
+	// HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION that arrives before any
+	// outside cause, and the queue holds that error back until Break
+	// brings the cause: the same VM fault also arrives as a system event,
+	// which names the address, and on ROCr 6.x either report may come
+	// first (both are async signal handlers of ROCr's event thread). The
+	// callee must make sure Break follows; it runs on a runtime thread
+	// and must not block.
+	OnMemoryViolation func(q *Queue)
 }
 
 // New creates the HSA queue and its kernarg ring.
@@ -172,7 +187,7 @@ func New(rt hsa.Runtime, c Config) (*Queue, error) {
 		return nil, fmt.Errorf("queue: size %d is not a power of two", c.Size)
 	}
 	q := &Queue{rt: rt, agent: c.Agent, name: c.Name, signals: c.Signals, sinks: c.Sinks, kernargPool: c.KernargPool, timeout: c.WaitTimeout,
-		onThrottle: c.OnThrottle, place: c.Place}
+		onThrottle: c.OnThrottle, place: c.Place, onMemoryViolation: c.OnMemoryViolation}
 	hq, err := rt.QueueCreate(c.Agent, c.Size, hsa.QueueTypeSingle, q.onError)
 	if err != nil {
 		return nil, err
@@ -214,7 +229,23 @@ func (q *Queue) onError(s hsa.Status) {
 			}
 		}
 	}
+	if s == hsa.StatusErrorMemoryApertureViolation && q.onMemoryViolation != nil && q.holdQueueError(err) {
+		q.onMemoryViolation(q)
+		return
+	}
 	q.setBroken(err, nil)
+}
+
+// holdQueueError records the queue's own error without publishing it,
+// unless the queue is broken already (then the caller publishes it).
+func (q *Queue) holdQueueError(err error) bool {
+	q.brokenMu.Lock()
+	defer q.brokenMu.Unlock()
+	if q.published || q.queueErr != nil {
+		return false
+	}
+	q.queueErr = err
+	return true
 }
 
 // Break marks the queue broken by a failure reported outside it: a GPU
@@ -231,7 +262,8 @@ func (q *Queue) Break(cause error) { q.setBroken(nil, cause) }
 // The first report, whichever kind, also fails the packets in flight.
 func (q *Queue) setBroken(queueErr, external error) {
 	q.brokenMu.Lock()
-	first := q.queueErr == nil && q.externalErr == nil
+	first := !q.published
+	q.published = true
 	if q.queueErr == nil {
 		q.queueErr = queueErr
 	}

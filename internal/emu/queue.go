@@ -178,7 +178,12 @@ func (q *queue) failErr(status hsa.Status, cause error) {
 		return // evicted without a queue error: only the system event reports it
 	}
 	if q.onError != nil {
-		go q.onError(status)
+		go func() {
+			q.onError(status)
+			if status == hsa.StatusErrorMemoryApertureViolation {
+				q.m.hsa.events.queueErrorReported(q.dev)
+			}
+		}()
 	}
 }
 

@@ -3,6 +3,7 @@ package rocmdev
 import (
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/rocsync/rocsync/hostlane"
 	"github.com/rocsync/rocsync/hsa"
@@ -36,6 +37,41 @@ import (
 // of that device (queue.Break) with an error naming the fault: every wait
 // on the device returns it within one bounded signal wait, and the device
 // accepts no more work. Other devices are unaffected.
+
+// The same fault also reaches the faulting queue's error callback as
+// HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION where the queue reports one,
+// and ROCr 6.x handles the queue's exception and KFD's memory event as two
+// async signals of its event thread, in no set order (seen on sid's ROCr
+// 6.4.3 over the simulated driver: the queue error came first in 2 runs
+// of 6). A queue error first would break the queue with an error that
+// names neither the fault nor the address, and leave the device's other
+// timelines running until the event. So a queue holds such an error back
+// (queue.Config.OnMemoryViolation) and the device waits for the event:
+// memoryFault then breaks every timeline with the fault and the queue's
+// error together. If no event comes within memoryViolationGrace, the
+// device breaks with a fault of unknown address, as the event would have.
+
+// memoryViolationGrace bounds how long a memory violation reported by a
+// queue waits for the system event that names its address. ROCr raises
+// the event from the same interrupt as the queue's exception (amdgpu
+// kfd_int_process_v9.c, event_interrupt_wq_v9), so it arrives within
+// milliseconds; the bound only matters for a runtime that never
+// raises it.
+var memoryViolationGrace = 2 * time.Second
+
+// memoryViolation is queue.Config.OnMemoryViolation: q holds a memory
+// violation back until the device's fault breaks it.
+func (d *Device) memoryViolation(q *queue.Queue) {
+	if p := d.faultErr.Load(); p != nil {
+		q.Break(*p)
+		return
+	}
+	d.violationOnce.Do(func() {
+		time.AfterFunc(memoryViolationGrace, func() {
+			d.memoryFaultFrom(hsa.MemoryFault{Agent: d.agent}, true)
+		})
+	})
+}
 
 // faultRouter is the system event handler of one Open: it finds the
 // device of the faulting agent.
@@ -78,8 +114,12 @@ func (r *faultRouter) handle(ev hsa.SystemEvent) bool {
 // memoryFault breaks the device: the first fault is kept (later ones are
 // usually its consequences), and every queue, stream and host lane fails
 // with it.
-func (d *Device) memoryFault(f hsa.MemoryFault) {
-	err := fmt.Errorf("rocmdev: gpu%d: %w", d.index, &hsa.MemoryFaultError{Fault: f})
+func (d *Device) memoryFault(f hsa.MemoryFault) { d.memoryFaultFrom(f, false) }
+
+// memoryFaultFrom is memoryFault; fromQueue says only a queue reported
+// the fault (memoryViolation's grace ran out), so its address is unknown.
+func (d *Device) memoryFaultFrom(f hsa.MemoryFault, fromQueue bool) {
+	err := fmt.Errorf("rocmdev: gpu%d: %w", d.index, &hsa.MemoryFaultError{Fault: f, OnlyQueueError: fromQueue})
 	// Not d.queues' lock: Close holds it while draining the queues, which
 	// only this Break can end when the queue reports nothing itself.
 	d.madeMu.Lock()

@@ -135,3 +135,48 @@ func TestFaultDuringCloseEndsTheDrain(t *testing.T) {
 		t.Fatal("Close hung: the fault handler could not break the queue it drains")
 	}
 }
+
+// eventSwallower registers a handler that claims every event without
+// passing it on: rocmdev's handler never hears of a fault, as where a
+// runtime reports it through the queue alone.
+type eventSwallower struct{ hsa.Runtime }
+
+func (s eventSwallower) RegisterSystemEventHandler(hsa.SystemEventFunc) (func(), error) {
+	return s.Runtime.RegisterSystemEventHandler(func(hsa.SystemEvent) bool { return true })
+}
+
+// A queue that reports a memory violation holds it back for the system
+// event that names the address; if none comes within the grace, the
+// device breaks anyway, every timeline of it, with a fault whose address
+// is unknown, and the queue's own error in the chain.
+func TestMemoryViolationWithoutSystemEventBreaksTheDevice(t *testing.T) {
+	defer rocmdev.SetMemoryViolationGrace(50 * time.Millisecond)()
+	m := emu.New(emu.Options{})
+	m.SetVMFaultQueueErrorFirst(true)
+	rt := runtimes(m)
+	rt.HSA = eventSwallower{m.HSA()}
+	devs := openAll(t, m, rt)
+	d := devs[0].(*rocmdev.Device)
+	other, err := d.NewTask(syncstate.Sinks{})
+	require.NoError(t, err)
+	testhooks.SkipKernargAllowAccess.Store(true)
+	task, err := d.NewTask(syncstate.Sinks{})
+	testhooks.SkipKernargAllowAccess.Store(false)
+	require.NoError(t, err)
+	out, err := d.Malloc(64)
+	require.NoError(t, err)
+	ticket, err := driver.LaunchBuiltin(d, task, new(driver.Op), kernels.Fill, kernels.F32, kernels.Args{Out: uint64(out), N: 16, Alpha: 1})
+	require.NoError(t, err)
+	err = task.Timeline(driver.LaneKernel).WaitHost(ticket)
+	require.ErrorIs(t, err, hsa.ErrMemoryFault)
+	require.ErrorIs(t, err, &hsa.Error{Func: "queue", Status: hsa.StatusErrorMemoryApertureViolation}, "the queue's own report is kept")
+	var mf *hsa.MemoryFaultError
+	require.ErrorAs(t, err, &mf)
+	require.True(t, mf.OnlyQueueError)
+	require.Contains(t, err.Error(), "address unknown")
+	require.ErrorIs(t, d.Fault(), hsa.ErrMemoryFault, "the whole device is broken")
+	require.ErrorIs(t, other.(*rocmdev.Task).HSAQueue().Err(), hsa.ErrMemoryFault, "the device's other queues too")
+	require.NoError(t, other.Close())
+	require.ErrorIs(t, task.Close(), hsa.ErrMemoryFault)
+	require.ErrorIs(t, d.Close(), hsa.ErrMemoryFault)
+}

@@ -346,6 +346,9 @@ type Device struct {
 	madeMu sync.Mutex
 	made   []*queue.Queue
 	live   map[*Task]taskTimelines // open tasks' streams and lanes, which a fault evicts
+	// violationOnce starts the grace timer of the first queue error that
+	// reported a memory violation before the system event (memoryViolation).
+	violationOnce sync.Once
 
 	// kernelsMu orders the first kernel load against Close's unload: a load
 	// that finds the device closed loads nothing, and Close unloads only
@@ -407,7 +410,8 @@ func newDevice(rt Runtimes, cfg driver.DeviceConfig, index int, agent hsa.Agent,
 	d.queues = tls.QueuePool{Max: cfg.MaxQueues, Create: func(i int) (*queue.Queue, error) {
 		q, err := queue.New(rt.HSA, queue.Config{Name: fmt.Sprintf("gpu%d/hsa-q%d", index, i), Agent: agent,
 			Size: cfg.QueueSize, KernargPool: kernarg, Signals: d.signals, Sinks: syncstate.Sinks{cfg.Stats},
-			WaitTimeout: cfg.WaitTimeout, MaxInFlight: cfg.MaxInFlight, OnThrottle: cfg.OnThrottle, Place: d.place})
+			WaitTimeout: cfg.WaitTimeout, MaxInFlight: cfg.MaxInFlight, OnThrottle: cfg.OnThrottle, Place: d.place,
+			OnMemoryViolation: d.memoryViolation})
 		if err == nil && bridge {
 			q.SetBridge(d.hipToHSA)
 		}
