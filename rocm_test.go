@@ -14,6 +14,7 @@ import (
 	"github.com/rocsync/rocsync/internal/reference"
 	"github.com/rocsync/rocsync/internal/testhooks"
 	"github.com/rocsync/rocsync/queue"
+	"github.com/rocsync/rocsync/syncstate"
 )
 
 // openEmu opens every emulated GPU with the checker and delays on.
@@ -261,10 +262,9 @@ func TestDeviceBridgeByHIPVersion(t *testing.T) {
 	}
 }
 
-// Under DeviceBridge the completion signals stay interrupt signals, so a
-// read-back blocks instead of polling (ROCr busy-waits on the
-// non-interrupt signals that have a value address); only the bridge's own
-// GPU-only signals carry value addresses.
+// Under DeviceBridge a read-back blocks instead of polling (ROCr
+// busy-waits on the non-interrupt signals that have a value address): on
+// the interrupt signal of the marker the queue submits for it.
 func TestDeviceBridgeHostWaitsBlock(t *testing.T) {
 	d := openStrict(t, DeviceBridge)
 	emulatorOnly(t, d, "counts busy host waits")
@@ -294,6 +294,43 @@ func TestDeviceBridgeHostWaitsBlock(t *testing.T) {
 	wantZ := reference.Mul(reference.MatMul(hx, hx, 16), hx)
 	requireClose(t, wantZ, gotZ, 1e-4)
 	requireClose(t, reference.MatMul(wantZ, hx, 16), gotW, 1e-4)
+}
+
+// Only a packet a host blocks on raises an interrupt: 1,000 dispatches
+// and a read-back cost one end-of-pipe interrupt, not 1,001, under every
+// policy that puts kernels on HSA queues (WaitAlways one more per host
+// wait it makes), and no host wait makes ROCr poll.
+func TestDispatchesRaiseNoInterrupts(t *testing.T) {
+	for _, p := range syncstate.Policies {
+		if p == Unified {
+			continue // rocsync's kernels run on HIP streams
+		}
+		t.Run(p.String(), func(t *testing.T) {
+			d := openStrict(t, p)
+			emulatorOnly(t, d, "counts interrupts")
+			tk := d.DefaultTask()
+			x, err := d.FromFloat32(1, 4, []float32{1, 2, 3, 4})
+			require.NoError(t, err)
+			y, err := tk.Add(x, x)
+			require.NoError(t, err)
+			h := d.machine.HSA()
+			before, busyBefore, stats := h.Interrupts(), h.BusyHostWaits(), d.Stats()
+			for range 1000 {
+				require.NoError(t, tk.AddInto(y, y, x))
+			}
+			waits := d.Stats().Sub(stats).HostWaitsTotal() // WaitAlways: one per op
+			got, err := y.Float32s()
+			require.NoError(t, err)
+			require.Equal(t, []float32{1002, 2004, 3006, 4008}, got)
+			// WaitAlways's read-back finds the work done: its last op waited.
+			require.LessOrEqual(t, h.Interrupts()-before, waits+1,
+				"interrupts for 1,000 dispatches, %d host waits among them, and one read-back", waits)
+			if p != WaitAlways {
+				require.EqualValues(t, 1, h.Interrupts()-before, "interrupts for 1,000 dispatches and one read-back")
+			}
+			require.Equal(t, busyBefore, h.BusyHostWaits(), "a host wait polled a non-interrupt signal")
+		})
+	}
 }
 
 // A partitioned GPU (an MI300X in CPX mode: several KFD nodes on one PCI

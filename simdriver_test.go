@@ -278,3 +278,36 @@ func TestDeviceMatchingByPCILocationOnSimulatedDriver(t *testing.T) {
 		})
 	}
 }
+
+// Only packets a host blocks on raise end-of-pipe interrupts on the
+// simulated driver, which raises one per completed packet whose
+// completion signal has an event mailbox, as the CP does: 1,000
+// dispatches and a read-back raise a handful (the read-back's marker and
+// HIP's copy), not one per dispatch.
+func TestDispatchInterruptsOnSimulatedDriver(t *testing.T) {
+	childTest(t, simulatedSuiteRuns[0].gpus, nil, func(t *testing.T) {
+		nop := zerolog.Nop()
+		d, err := Open(Options{Backend: ROCm, Policy: DeviceSide, Logger: &nop})
+		require.NoError(t, err)
+		defer d.Close()
+		tk := d.DefaultTask()
+		x, err := d.FromFloat32(1, 4, []float32{1, 2, 3, 4})
+		require.NoError(t, err)
+		y, err := tk.Add(x, x)
+		require.NoError(t, err)
+		_, err = y.Float32s()
+		require.NoError(t, err)
+		before, err := kfdsim.EOPInterrupts("")
+		require.NoError(t, err)
+		for range 1000 {
+			require.NoError(t, tk.AddInto(y, y, x))
+		}
+		got, err := y.Float32s()
+		require.NoError(t, err)
+		require.Equal(t, []float32{1002, 2004, 3006, 4008}, got)
+		after, err := kfdsim.EOPInterrupts("")
+		require.NoError(t, err)
+		t.Logf("1,000 dispatches and a read-back raised %d end-of-pipe interrupts", after-before)
+		require.LessOrEqual(t, after-before, uint64(10))
+	})
+}

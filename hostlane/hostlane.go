@@ -155,6 +155,27 @@ func (l *Lane) CanWaitDevice(syncstate.Domain) bool { return true }
 // stream) is pinned now: the GPU work submitted after the function may
 // wait for it, and a wait that took that work in would never end.
 func (l *Lane) WaitDevice(fences []syncstate.Fence) error {
+	if err := l.waitDevice(fences); err != nil {
+		return err
+	}
+	// Outside l.mu: a queue takes its own lock to arm, and calls into
+	// lanes under it.
+	for _, f := range fences {
+		if w, ok := f.TL.(WakeArmer); ok {
+			w.ArmWake(f.Ticket)
+		}
+	}
+	return nil
+}
+
+// WakeArmer is a timeline that prepares, at submission, a blocking host
+// wait that comes later (queue.Queue: the marker with an interrupt signal
+// goes in while the fence is still its newest packet).
+type WakeArmer interface {
+	ArmWake(ticket uint64)
+}
+
+func (l *Lane) waitDevice(fences []syncstate.Fence) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, f := range fences {

@@ -70,9 +70,14 @@ type Queue struct {
 	hq    *hsa.Queue
 	// created is hq as QueueCreate returned it, for the error callback,
 	// which the runtime calls from its own thread while Close may clear hq.
-	created     atomic.Pointer[hsa.Queue]
-	name        string
-	signals     *SignalPool
+	created atomic.Pointer[hsa.Queue]
+	name    string
+	signals *SignalPool
+	// wake, when set, holds the interrupt signals of the markers a host
+	// waiter blocks on (Config.WakeSignals); wakeTicket, under mu, is the
+	// newest such marker's ticket (0: none).
+	wake        *SignalPool
+	wakeTicket  uint64
 	kernargPool hsa.MemoryPool
 	kernarg     unsafe.Pointer
 	sinks       syncstate.Sinks
@@ -156,6 +161,22 @@ type Config struct {
 	Size        uint32 // ring size in packets, a power of two
 	KernargPool hsa.MemoryPool
 	Signals     *SignalPool
+	// WakeSignals, when set, are interrupt signals (hsa_amd_signal_create
+	// with no GPU-only attribute), and Signals are GPU-only ones: then no
+	// packet raises an end-of-pipe interrupt except a marker submitted
+	// for a host that blocks (WaitHost). Unset, every packet's completion
+	// signal comes from Signals and a host blocks on it directly.
+	//
+	// Why: the packet processor raises an interrupt for a completion
+	// signal that has an event mailbox, and ROCr gives one to every
+	// interrupt signal (InterruptSignal; a GPU-only signal is a
+	// BusyWaitSignal without one, core/runtime/default_signal.cpp), so a
+	// dispatch per interrupt signal costs an interrupt and the driver's
+	// event work. A host waiting on a GPU-only signal makes ROCr poll
+	// (BusyWaitSignal::WaitRelaxed), so rocsync never does: it blocks on
+	// a marker's interrupt signal, or polls the value itself where it
+	// cannot submit one (the ring is full).
+	WakeSignals *SignalPool
 	Sinks       syncstate.Sinks
 	// WaitTimeout bounds every host wait (0: none); past it the wait
 	// returns a *syncstate.TimeoutError naming the fence.
@@ -186,7 +207,7 @@ func New(rt hsa.Runtime, c Config) (*Queue, error) {
 	if c.Size == 0 || c.Size&(c.Size-1) != 0 {
 		return nil, fmt.Errorf("queue: size %d is not a power of two", c.Size)
 	}
-	q := &Queue{rt: rt, agent: c.Agent, name: c.Name, signals: c.Signals, sinks: c.Sinks, kernargPool: c.KernargPool, timeout: c.WaitTimeout,
+	q := &Queue{rt: rt, agent: c.Agent, name: c.Name, signals: c.Signals, wake: c.WakeSignals, sinks: c.Sinks, kernargPool: c.KernargPool, timeout: c.WaitTimeout,
 		onThrottle: c.OnThrottle, place: c.Place, onMemoryViolation: c.OnMemoryViolation}
 	hq, err := rt.QueueCreate(c.Agent, c.Size, hsa.QueueTypeSingle, q.onError)
 	if err != nil {
@@ -452,6 +473,69 @@ func (q *Queue) signalFor(t uint64) *Signal {
 	return e.sig
 }
 
+// wakeSignalFor returns a retained signal that completes once ticket t
+// has, for a host to block on, or nil when t is already complete. Without
+// WakeSignals it is t's own signal. With them it is the interrupt signal
+// of the marker right after t (armWakeLocked), or t's own GPU-only signal,
+// which waitSignal then polls.
+func (q *Queue) wakeSignalFor(t uint64) *Signal {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if t <= q.completed.Load() {
+		return nil
+	}
+	if t > q.lastTicket.Load() {
+		panic(fmt.Sprintf("queue: %s: ticket %d not submitted (last %d)", q.name, t, q.lastTicket.Load()))
+	}
+	e := q.slot(t)
+	if q.wake != nil && q.armWakeLocked(t) {
+		e = q.slot(t + 1)
+	}
+	e.sig.Retain()
+	return e.sig
+}
+
+// ArmWake prepares a blocking host wait for ticket t that comes later
+// (a host lane's dependency, known when its function is submitted): where
+// t is still the newest packet, the marker goes in now, while it waits
+// for nothing else.
+func (q *Queue) ArmWake(t uint64) {
+	if q.wake == nil || t <= q.completed.Load() {
+		return
+	}
+	q.mu.Lock()
+	if t <= q.lastTicket.Load() {
+		q.armWakeLocked(t)
+	}
+	q.mu.Unlock()
+}
+
+// armWakeLocked makes sure ticket t+1 is a marker with an interrupt
+// signal, if it can be, and says whether it is. Only right after t: a
+// marker completes after every packet before it, and a packet after t may
+// wait for the very host that waits for t (a barrier-AND on a host lane's
+// signal, or a user's signal); a marker behind it would never complete.
+// Only where the ring has room (a marker must not cost a throttle wait)
+// and the queue takes work.
+func (q *Queue) armWakeLocked(t uint64) bool {
+	if q.wakeTicket == t+1 && t+1 > q.completed.Load() {
+		return true
+	}
+	if t != q.lastTicket.Load() || t-q.completed.Load() >= q.maxInFlight || q.Err() != nil {
+		return false
+	}
+	sig, err := q.wake.Get()
+	if err != nil {
+		return false
+	}
+	mt, err := q.markerLocked(sig)
+	if err != nil {
+		return false
+	}
+	q.wakeTicket = mt
+	return true
+}
+
 // WaitHost implements syncstate.Timeline.
 func (q *Queue) WaitHost(t uint64) error { return q.WaitHostContext(context.Background(), t) }
 
@@ -461,7 +545,7 @@ func (q *Queue) WaitHostContext(ctx context.Context, t uint64) error {
 	if t <= q.completed.Load() {
 		return q.Failed(t)
 	}
-	s := q.signalFor(t)
+	s := q.wakeSignalFor(t)
 	if s == nil {
 		return q.Failed(t)
 	}
@@ -476,6 +560,10 @@ func (q *Queue) WaitHostContext(ctx context.Context, t uint64) error {
 // retireEvery is how many submissions may pass between two retires.
 const retireEvery = 16
 
+// pollSpin is how long a wait on a GPU-only signal spins before it sleeps
+// between loads.
+const pollSpin = 50 * time.Microsecond
+
 // waitTimeoutHint bounds each blocking wait so a broken queue, whose
 // signals never complete, is noticed instead of hanging forever.
 const waitTimeoutHint = 10_000_000
@@ -486,8 +574,25 @@ const waitTimeoutHint = 10_000_000
 // that will never signal ends.
 func (q *Queue) waitSignal(ctx context.Context, s *Signal, t uint64) error {
 	b := syncstate.Bound{Ctx: ctx, Timeout: q.timeout}
+	poll := !s.interrupt()
+	var pause syncstate.Backoff
+	spinUntil := time.Time{}
 	for {
-		if q.rt.SignalWaitScacquire(s.H, hsa.ConditionLt, 1, waitTimeoutHint, hsa.WaitStateBlocked) < 1 {
+		if poll {
+			if q.rt.SignalLoadScacquire(s.H) < 1 {
+				return q.Failed(t)
+			}
+			// Spin for the first pollSpin (most waits end within it: a
+			// sleep lasts far longer than asked on some VMs), then sleep
+			// between loads.
+			if spinUntil.IsZero() {
+				spinUntil = time.Now().Add(pollSpin)
+			}
+			if time.Now().Before(spinUntil) {
+				continue
+			}
+			pause.Sleep()
+		} else if q.rt.SignalWaitScacquire(s.H, hsa.ConditionLt, 1, waitTimeoutHint, hsa.WaitStateBlocked) < 1 {
 			return q.Failed(t)
 		}
 		if q.timeout > 0 && b.Start.IsZero() {
@@ -627,6 +732,10 @@ func (q *Queue) BarrierAnd(deps [hsa.BarrierAndMaxDependencies]*Signal) (uint64,
 func (q *Queue) Marker(sig *Signal) (uint64, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	return q.markerLocked(sig)
+}
+
+func (q *Queue) markerLocked(sig *Signal) (uint64, error) {
 	idx, sig, err := q.reserveWithLocked(sig)
 	if err != nil {
 		return 0, err

@@ -17,6 +17,13 @@ type Signal struct {
 	pool *SignalPool
 }
 
+// interrupt says whether a host may block on s: ROCr serves a blocking
+// wait on a GPU-only signal by polling. A foreign signal is waited as
+// given.
+func (s *Signal) interrupt() bool {
+	return s.pool == nil || s.pool.attributes&(hsa.SignalAttrAMDGPUOnly|hsa.SignalAttrIPC) == 0
+}
+
 // Retain adds a reference.
 func (s *Signal) Retain() { s.refs.Add(1) }
 

@@ -66,3 +66,23 @@ func Allocated(libPath string, addr uintptr) (bool, error) {
 	var rec [40]byte // kfdsim_alloc: base, size, home_node, mapped_mask, flags
 	return uint8(cmem.Call(lookup, addr, uintptr(unsafe.Pointer(&rec[0])))) != 0, nil
 }
+
+// EOPInterrupts is how many end-of-pipe interrupts the simulated command
+// processors of this process's simulated driver (libPath, or ShimSoname
+// when empty) have raised for AQL packets: one per completed packet whose
+// completion signal has an event mailbox (an interrupt signal).
+func EOPInterrupts(libPath string) (uint64, error) {
+	if libPath == "" {
+		libPath = ShimSoname
+	}
+	h, err := purego.Dlopen(libPath, purego.RTLD_NOW|purego.RTLD_LOCAL)
+	if err != nil {
+		return 0, fmt.Errorf("%w: dlopen %s: %v", ErrNoThunk, libPath, err)
+	}
+	defer purego.Dlclose(h)
+	fn, err := purego.Dlsym(h, "kfdsim_eop_interrupts")
+	if err != nil {
+		return 0, fmt.Errorf("%w: %s has no kfdsim_eop_interrupts: %v", ErrNoThunk, libPath, err)
+	}
+	return uint64(cmem.Call(fn)), nil
+}

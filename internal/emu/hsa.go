@@ -28,8 +28,13 @@ type HSA struct {
 
 	storageFaults []string
 	busyWaits     atomic.Uint64
+	interrupts    atomic.Uint64
 	events        sysEvents
 }
+
+// Interrupts counts the end-of-pipe interrupts AQL packets raised: one per
+// packet whose completion signal is an interrupt signal.
+func (h *HSA) Interrupts() uint64 { return h.interrupts.Load() }
 
 // BusyHostWaits counts host waits on non-interrupt signals, which ROCr
 // serves by polling instead of blocking.

@@ -267,6 +267,11 @@ func (q *queue) complete(sig hsa.Signal, a *actor) {
 	}
 	if sig != 0 {
 		if s := q.m.signal(sig); s != nil {
+			if s.interrupt {
+				// The packet processor writes an interrupt signal's event
+				// mailbox and raises an end-of-pipe interrupt.
+				q.m.hsa.interrupts.Add(1)
+			}
 			s.addFrom(-1, vc)
 		}
 	}

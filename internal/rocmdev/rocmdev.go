@@ -319,7 +319,10 @@ type Device struct {
 	agent    hsa.Agent
 	hipIndex int // the same GPU's HIP device number
 	isa      string
-	signals  *queue.SignalPool
+	signals  *queue.SignalPool // GPU-only: packets' completion signals
+	// wakeSignals are interrupt signals, for the markers a blocking host
+	// waits on.
+	wakeSignals *queue.SignalPool
 	// bridgeSignals are GPU-only signals, which have a value address for
 	// HIP's stream memory operations (DeviceBridge).
 	bridgeSignals *queue.SignalPool
@@ -398,18 +401,22 @@ func newDevice(rt Runtimes, cfg driver.DeviceConfig, index int, agent hsa.Agent,
 	}
 	d.bridge = bridge
 	d.hostToStream, _ = bridgeSupported(rt.HIP)
-	// Completion signals are interrupt signals, whatever the policy: the
-	// host blocks on them instead of polling. HIP needs a signal's value
-	// address, which hsa_amd_signal_value_pointer gives only for
-	// non-interrupt (busy-wait) signals; the bridge takes those from a pool
-	// of its own, used only at crossings and waited on by the GPU only.
-	d.signals = queue.NewSignalPool(rt.HSA, 0)
+	// Completion signals are GPU-only, whatever the policy: a packet
+	// whose signal is an interrupt signal raises an end-of-pipe interrupt
+	// (see queue.Config.WakeSignals). A host that blocks does so on the
+	// interrupt signal of a marker the queue submits for it. HIP needs a
+	// signal's value address, which hsa_amd_signal_value_pointer gives
+	// only for non-interrupt (busy-wait) signals; the bridge takes those
+	// from a pool of its own, used only at crossings and waited on by the
+	// GPU only.
+	d.signals = queue.NewSignalPool(rt.HSA, hsa.SignalAttrAMDGPUOnly)
+	d.wakeSignals = queue.NewSignalPool(rt.HSA, 0)
 	d.bridgeSignals = queue.NewSignalPool(rt.HSA, hsa.SignalAttrAMDGPUOnly)
 	d.streamAPI = stream.HIP(rt.HIP, hipIndex)
 	d.events = stream.NewEventPool(d.streamAPI)
 	d.queues = tls.QueuePool{Max: cfg.MaxQueues, Create: func(i int) (*queue.Queue, error) {
 		q, err := queue.New(rt.HSA, queue.Config{Name: fmt.Sprintf("gpu%d/hsa-q%d", index, i), Agent: agent,
-			Size: cfg.QueueSize, KernargPool: kernarg, Signals: d.signals, Sinks: syncstate.Sinks{cfg.Stats},
+			Size: cfg.QueueSize, KernargPool: kernarg, Signals: d.signals, WakeSignals: d.wakeSignals, Sinks: syncstate.Sinks{cfg.Stats},
 			WaitTimeout: cfg.WaitTimeout, MaxInFlight: cfg.MaxInFlight, OnThrottle: cfg.OnThrottle, Place: d.place,
 			OnMemoryViolation: d.memoryViolation})
 		if err == nil && bridge {
@@ -431,7 +438,7 @@ func (d *Device) Target() string { return d.isa }
 
 // SignalsCreated implements driver.Device.
 func (d *Device) SignalsCreated() uint64 {
-	return d.signals.Created() + d.bridgeSignals.Created()
+	return d.signals.Created() + d.wakeSignals.Created() + d.bridgeSignals.Created()
 }
 
 // EventsCreated implements driver.Device.
@@ -474,7 +481,7 @@ func (d *Device) Close() error {
 	d.kernelsMu.Lock()
 	unload := d.unloadKernels()
 	d.kernelsMu.Unlock()
-	err := errors.Join(d.queues.Close(), d.signals.Destroy(), d.bridgeSignals.Destroy(), d.destroyExported(), d.events.Destroy(), unload, d.unloadUserModules())
+	err := errors.Join(d.queues.Close(), d.signals.Destroy(), d.wakeSignals.Destroy(), d.bridgeSignals.Destroy(), d.destroyExported(), d.events.Destroy(), unload, d.unloadUserModules())
 	if d.faults != nil {
 		d.faults.remove(d)
 	}
@@ -951,7 +958,7 @@ func (s *completeSignal) Run() { (*queue.Signal)(s).Complete() }
 func (s *releaseSignal) Run()  { (*queue.Signal)(s).Release() }
 
 // hsaToHIP bridges an HSA fence to a HIP stream. The producer's completion
-// signals are interrupt signals, which have no value address, so a marker
+// signals are pooled and reset on reuse, so a marker
 // packet on the producer queue completes a GPU-only signal once the queue
 // has got that far (packets complete in order), and the stream waits with
 // hipStreamWaitValue64 until that signal reads 0. The signal stays

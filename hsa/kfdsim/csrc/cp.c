@@ -101,6 +101,16 @@ void kfdsim_queue_fault(kfdsim_queue *q, int64_t error_code, const char *why)
 	}
 }
 
+/* End-of-pipe interrupts raised for AQL packets: one per completion signal
+ * with an event mailbox (ROCr's InterruptSignal; a GPU-only signal has
+ * none), the cost a dispatch pays in interrupts and KFD event work. */
+static uint64_t eop_interrupts;
+
+__attribute__((visibility("default"))) uint64_t kfdsim_eop_interrupts(void)
+{
+	return __atomic_load_n(&eop_interrupts, __ATOMIC_RELAXED);
+}
+
 /* Completes a signal the way the CP's end-of-pipe does. Returns 0, or -1
  * after faulting the queue. */
 static int complete_signal(kfdsim_queue *q, uint64_t handle, uint64_t start_ts)
@@ -121,7 +131,10 @@ static int complete_signal(kfdsim_queue *q, uint64_t handle, uint64_t start_ts)
 		 * write into the events page raises the interrupt. */
 		if (!kfdsim_gpu_access(q->node, mb, 8, true)) return -1;
 		__atomic_store_n((uint64_t *)(uintptr_t)mb, (uint64_t)s->event_id, __ATOMIC_RELEASE);
-		if (kfdsim_is_mailbox(mb, NULL)) kfdsim_event_fire(s->event_id);
+		if (kfdsim_is_mailbox(mb, NULL)) {
+			__atomic_add_fetch(&eop_interrupts, 1, __ATOMIC_RELAXED);
+			kfdsim_event_fire(s->event_id);
+		}
 	}
 	return 0;
 }
