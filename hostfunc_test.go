@@ -10,7 +10,6 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/rocsync/rocsync/internal/cudadev"
 	"github.com/rocsync/rocsync/syncstate"
 )
 
@@ -304,85 +303,6 @@ func TestHostFuncBounded(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, float32(40), got[0])
 	require.Empty(t, d.Hazards())
-}
-
-// kernelLaneWaitsForHost says whether, where the suite runs, the kernel
-// lane waits for a host function on the device under p: HSA queues always
-// can (a signal the lane completes); a HIP stream (the kernel lane under
-// Unified) only from HIP 5.6 on, as DeviceBridge; CUDA streams where the
-// driver has 64-bit stream memory operations (cuStreamWaitValue64).
-func kernelLaneWaitsForHost(t *testing.T, p Policy, d *Device) bool {
-	switch {
-	case !deviceWaitsForHost(p):
-		return false
-	case suiteOn() == onEmulator:
-		return true
-	case gpuBackend() == CUDA:
-		cd, ok := d.drv.(*cudadev.Device)
-		return ok && cd.HostWaitsOnDevice() == nil
-	case gpuBackend() != ROCm:
-		return false
-	case p == Unified:
-		return deviceBridgeOnDevice(t)
-	}
-	return true
-}
-
-// A host function orders GPU work on every backend the suite runs on (the
-// simulated driver's real ROCr and HIP included): a kernel writes x, the
-// function computes y from x, and a kernel and a gemm read y. Where the
-// kernel lane waits for the function on the device, the function is held
-// until the kernel after it is submitted, and the submitter must not wait.
-func TestHostFuncOrdersGPUWork(t *testing.T) {
-	for _, p := range syncstate.Policies {
-		t.Run(p.String(), func(t *testing.T) {
-			d := openStrict(t, p)
-			tk, err := d.NewTask()
-			require.NoError(t, err)
-			defer tk.Close()
-			const n = 8
-			x, err := tk.Full(n, n, Float32, 3)
-			require.NoError(t, err)
-			y, err := d.Empty(n, n, Float32)
-			require.NoError(t, err)
-			gate := make(chan struct{})
-			held := kernelLaneWaitsForHost(t, p, d)
-			if !held {
-				close(gate)
-			}
-			require.NoError(t, tk.HostFunc([]Arg{In(x), Out(y)}, func(h *HostAccess) error {
-				<-gate
-				v, err := h.Float32s(x)
-				if err != nil {
-					return err
-				}
-				for i := range v {
-					v[i] = v[i]*v[i] + float32(i)
-				}
-				return h.SetFloat32s(y, v)
-			}))
-			before := tk.Stats()
-			z, err := tk.Mul(y, y)
-			require.NoError(t, err)
-			if held {
-				require.Equal(t, before.HostWaits, tk.Stats().HostWaits, "the submitter waited for the host function")
-				close(gate)
-			}
-			id, err := d.FromFloat32(n, n, seq(n*n, func(i int) float32 { return b2f(i/n == i%n) }))
-			require.NoError(t, err)
-			w, err := tk.MatMul(y, id, false, false)
-			require.NoError(t, err)
-			gotZ, err := z.Float32s()
-			require.NoError(t, err)
-			gotW, err := w.Float32s()
-			require.NoError(t, err)
-			for i := range gotZ {
-				want := float32(9 + i)
-				require.Equal(t, want*want, gotZ[i], "z[%d]", i)
-				require.Equal(t, want, gotW[i], "w[%d]", i)
-			}
-		})
-	}
 }
 
 // One array named twice, In(x) and Out(x), is one operand read and
