@@ -9,6 +9,7 @@ import (
 
 	"github.com/rocsync/rocsync"
 	"github.com/rocsync/rocsync/internal/conformance"
+	"github.com/rocsync/rocsync/internal/testhooks"
 )
 
 // internals are what the suites reach inside rocsync (export_test.go).
@@ -65,6 +66,20 @@ var backends = map[string]*conformance.Backend{
 			"ReadBackWaitsForWriterOnly":     noKernelQueueHold,
 		},
 	},
+	// The CUDA driver over its Go emulator (internal/cudadev/emulator.go),
+	// which runs work only when the host blocks on it: a device is always
+	// held, so its Hold holds nothing.
+	"cuda emulator": {
+		Name:      "cuda emulator",
+		Options:   rocsync.Options{Backend: rocsync.CUDA, LogLevel: rocsync.LogOff},
+		Hold:      func(*testing.T, *rocsync.Device) func() { return func() {} },
+		Internals: internals,
+		Unsupported: map[string]string{
+			"HazardCheckerFiresWithoutWaits": noHazardChecker,
+			"FreeWithoutCache":               noAllocTable,
+			"QueuePoolSharesQueues":          "CUDA streams are not pooled HSA queues",
+		},
+	},
 	// A real AMD GPU (ROCSYNC_GPU=1).
 	"rocm": {
 		Name:       "rocm",
@@ -101,6 +116,12 @@ func backend(t *testing.T, name string) *conformance.Backend {
 }
 
 func TestConformanceOnEmulator(t *testing.T) { conformance.Run(t, backend(t, "emulator")) }
+
+func TestConformanceOnCUDAEmulator(t *testing.T) {
+	testhooks.Switches.CUDAEmulator.Store(true)
+	t.Cleanup(func() { testhooks.Switches.CUDAEmulator.Store(false) })
+	conformance.Run(t, backend(t, "cuda emulator"))
+}
 
 // TestConformanceOnHardware runs the suites on the GPU of this machine
 // with ROCSYNC_GPU=1: ROCSYNC_BACKEND picks rocm (the default) or cuda.
