@@ -1,7 +1,6 @@
 package rocsync_test
 
 import (
-	"os"
 	"testing"
 	"time"
 
@@ -9,6 +8,7 @@ import (
 
 	"github.com/rocsync/rocsync"
 	"github.com/rocsync/rocsync/internal/conformance"
+	"github.com/rocsync/rocsync/internal/testenv"
 	"github.com/rocsync/rocsync/internal/testhooks"
 )
 
@@ -126,11 +126,11 @@ func TestConformanceOnCUDAEmulator(t *testing.T) {
 // TestConformanceOnHardware runs the suites on the GPU of this machine
 // with ROCSYNC_GPU=1: ROCSYNC_BACKEND picks rocm (the default) or cuda.
 func TestConformanceOnHardware(t *testing.T) {
-	if os.Getenv("ROCSYNC_GPU") != "1" {
+	if !testenv.OnGPU() {
 		t.Skip("set ROCSYNC_GPU=1 to run on this machine's GPU")
 	}
 	name := "rocm"
-	if os.Getenv("ROCSYNC_BACKEND") == "cuda" {
+	if testenv.OnCUDA() {
 		name = "cuda"
 	}
 	conformance.Run(t, backend(t, name))

@@ -1,7 +1,6 @@
 package rocsync
 
 import (
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/rocsync/rocsync/hip"
 	"github.com/rocsync/rocsync/hsa/kfdsim"
 	"github.com/rocsync/rocsync/internal/testcheck"
+	"github.com/rocsync/rocsync/internal/testenv"
 )
 
 const n128 = 128
@@ -27,7 +27,7 @@ const n128 = 128
 func gpuRun() bool { return suiteOn() != onEmulator }
 
 func gpuBackend() Backend {
-	if suiteOn() == onHardware && os.Getenv("ROCSYNC_BACKEND") == "cuda" {
+	if suiteOn() == onHardware && testenv.OnCUDA() {
 		return CUDA
 	}
 	return ROCm
@@ -161,7 +161,7 @@ func suiteOn() suiteTarget {
 	switch {
 	case kfdsim.IsChild():
 		return onSimulatedDriver
-	case os.Getenv("ROCSYNC_GPU") == "1":
+	case testenv.OnGPU():
 		return onHardware
 	}
 	return onEmulator
