@@ -1,6 +1,7 @@
 package rocsync_test
 
 import (
+	"maps"
 	"testing"
 	"time"
 
@@ -31,6 +32,7 @@ const (
 	// Holding the simulated driver stops HIP's copies too, which a real
 	// GPU runs beside a busy compute queue.
 	noKernelQueueHold = "needs the emulator: it holds the emulated device's kernel queues only"
+	noHSAQueues       = "CUDA streams are not pooled HSA queues"
 )
 
 // backends is every implementation the conformance suites run on, each
@@ -77,35 +79,37 @@ var backends = map[string]*conformance.Backend{
 		Unsupported: map[string]string{
 			"HazardCheckerFiresWithoutWaits": noHazardChecker,
 			"FreeWithoutCache":               noAllocTable,
-			"QueuePoolSharesQueues":          "CUDA streams are not pooled HSA queues",
+			"QueuePoolSharesQueues":          noHSAQueues,
 		},
 	},
 	// A real AMD GPU (ROCSYNC_GPU=1).
 	"rocm": {
-		Name:       "rocm",
-		Options:    rocsync.Options{Backend: rocsync.ROCm, LogLevel: rocsync.LogOff},
-		HIPVersion: rocsync.HIPRuntimeVersion,
-		Internals:  internals,
-		Unsupported: map[string]string{
-			"HazardCheckerFiresWithoutWaits": noHazardChecker,
-			"FreeWithPendingWork":            noHold,
-			"FreeWithoutCache":               noAllocTable,
-			"ReadBackWaitsForWriterOnly":     noKernelQueueHold,
-		},
+		Name:        "rocm",
+		Options:     rocsync.Options{Backend: rocsync.ROCm, LogLevel: rocsync.LogOff},
+		HIPVersion:  rocsync.HIPRuntimeVersion,
+		Internals:   internals,
+		Unsupported: onHardware(nil),
 	},
 	// A real NVIDIA GPU (ROCSYNC_GPU=1 ROCSYNC_BACKEND=cuda).
 	"cuda": {
-		Name:      "cuda",
-		Options:   rocsync.Options{Backend: rocsync.CUDA, LogLevel: rocsync.LogOff},
-		Internals: internals,
-		Unsupported: map[string]string{
-			"HazardCheckerFiresWithoutWaits": noHazardChecker,
-			"FreeWithPendingWork":            noHold,
-			"FreeWithoutCache":               noAllocTable,
-			"ReadBackWaitsForWriterOnly":     noKernelQueueHold,
-			"QueuePoolSharesQueues":          "CUDA streams are not pooled HSA queues",
-		},
+		Name:        "cuda",
+		Options:     rocsync.Options{Backend: rocsync.CUDA, LogLevel: rocsync.LogOff},
+		Internals:   internals,
+		Unsupported: onHardware(map[string]string{"QueuePoolSharesQueues": noHSAQueues}),
 	},
+}
+
+// onHardware is what no real GPU can run (it has no emulator instruments
+// and cannot be held), with more.
+func onHardware(more map[string]string) map[string]string {
+	m := map[string]string{
+		"HazardCheckerFiresWithoutWaits": noHazardChecker,
+		"FreeWithPendingWork":            noHold,
+		"FreeWithoutCache":               noAllocTable,
+		"ReadBackWaitsForWriterOnly":     noKernelQueueHold,
+	}
+	maps.Copy(m, more)
+	return m
 }
 
 func backend(t *testing.T, name string) *conformance.Backend {

@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync"
+	"github.com/rocsync/rocsync/internal/testcheck"
 	"github.com/rocsync/rocsync/syncstate"
 )
 
@@ -34,21 +35,6 @@ func (be *Backend) kernelLaneWaitsForHost(t *testing.T, p rocsync.Policy, d *roc
 // device under p (else the submitter host-waits for it).
 func deviceWaitsForHost(p rocsync.Policy) bool {
 	return p == rocsync.DeviceSide || p == rocsync.Unified || p == rocsync.DeviceBridge
-}
-
-func seq(n int, f func(i int) float32) []float32 {
-	out := make([]float32, n)
-	for i := range out {
-		out[i] = f(i)
-	}
-	return out
-}
-
-func b2f(b bool) float32 {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // A host function orders GPU work on every backend the suite runs on (the
@@ -91,7 +77,7 @@ func HostFuncOrdersGPUWork(t *testing.T, be *Backend) {
 				require.Equal(t, before.HostWaits, tk.Stats().HostWaits, "the submitter waited for the host function")
 				close(gate)
 			}
-			id, err := d.FromFloat32(n, n, seq(n*n, func(i int) float32 { return b2f(i/n == i%n) }))
+			id, err := d.FromFloat32(n, n, testcheck.Seq(n*n, func(i int) float32 { return testcheck.B2F(i/n == i%n) }))
 			require.NoError(t, err)
 			w, err := tk.MatMul(y, id, false, false)
 			require.NoError(t, err)

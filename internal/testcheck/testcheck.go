@@ -60,3 +60,20 @@ func NoErr(t *testing.T, err error) bool {
 	}
 	return true
 }
+
+// Seq is the n values f(0), …, f(n-1).
+func Seq(n int, f func(i int) float32) []float32 {
+	out := make([]float32, n)
+	for i := range out {
+		out[i] = f(i)
+	}
+	return out
+}
+
+// B2F is 1 for true and 0 for false.
+func B2F(b bool) float32 {
+	if b {
+		return 1
+	}
+	return 0
+}
