@@ -42,7 +42,8 @@ type Backend struct {
 
 	// Hold keeps every queue of the device from starting more work until
 	// the returned function is called; nil where the device cannot be
-	// held (hardware).
+	// held (hardware). A device that runs work only when the host blocks
+	// on it (the CUDA emulator) is always held: its Hold does nothing.
 	Hold func(t *testing.T, d *rocsync.Device) func()
 	// BusyHold is how long busy holds the device through Hold.
 	BusyHold time.Duration
@@ -173,8 +174,9 @@ func openChecked(t *testing.T, b *Backend, p rocsync.Policy, checkHazards bool, 
 	return d
 }
 
-// held says whether busy holds b's devices (the emulator and the simulated
-// driver), which makes a crossing always find its producer pending.
+// held says whether busy holds b's devices (the emulators and the
+// simulated driver), which makes a crossing always find its producer
+// pending.
 func (b *Backend) held() bool { return b.Hold != nil }
 
 // busy keeps tk's kernel timeline busy for a while, so that work
