@@ -66,6 +66,10 @@ var backends = map[string]*conformance.Backend{
 			"HazardCheckerFiresWithoutWaits": noHazardChecker,
 			"FreeWithoutCache":               noAllocTable,
 			"ReadBackWaitsForWriterOnly":     noKernelQueueHold,
+			// HIP before 5.3 does not capture kernel launches into a
+			// hipGraph, so a recording keeps its calls (rocmdev/replay.go)
+			// and Record does not run a library call's function.
+			"RecordLibraryCallPanicReleasesOperands": "HIP before 5.3 records a library call without running it: no panic at Record",
 		},
 	},
 	// The CUDA driver over its Go emulator (internal/cudadev/emulator.go),

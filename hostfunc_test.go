@@ -9,8 +9,6 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
-
-	"github.com/rocsync/rocsync/syncstate"
 )
 
 // deviceWaitsForHost says whether GPU ops wait for the host lane on the
@@ -303,39 +301,4 @@ func TestHostFuncBounded(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, float32(40), got[0])
 	require.Empty(t, d.Hazards())
-}
-
-// One array named twice, In(x) and Out(x), is one operand read and
-// written, as ordering treats it: the function may read and write it, the
-// host lane stays healthy, and the GPU work around it is ordered.
-func TestHostFuncAliasedOperandsMerge(t *testing.T) {
-	for _, p := range syncstate.Policies {
-		t.Run(p.String(), func(t *testing.T) {
-			d := openStrict(t, p)
-			tk := d.DefaultTask()
-			const n = 4
-			x, err := tk.Full(n, n, Float32, 3)
-			require.NoError(t, err)
-			for range 2 {
-				require.NoError(t, tk.HostFunc([]Arg{In(x), Out(x)}, func(h *HostAccess) error {
-					v, err := h.Float32s(x)
-					if err != nil {
-						return err
-					}
-					for i := range v {
-						v[i] += 1
-					}
-					return h.SetFloat32s(x, v)
-				}))
-				require.NoError(t, tk.MulInto(x, x, x))
-			}
-			got, err := x.Float32s()
-			require.NoError(t, err)
-			for i, v := range got {
-				require.Equal(t, float32(17*17), v, "element %d", i) // ((3+1)²+1)²
-			}
-			require.NoError(t, d.Synchronize())
-			require.Empty(t, d.Hazards())
-		})
-	}
 }

@@ -113,6 +113,10 @@ var Suites = []Suite{
 	{"QueuePoolSharesQueues", QueuePoolSharesQueues},
 	{"SignalsAndEventsArePooled", SignalsAndEventsArePooled},
 	{"HostFuncOrdersGPUWork", HostFuncOrdersGPUWork},
+	{"HostFuncAliasedOperandsMerge", HostFuncAliasedOperandsMerge},
+	{"RecordErrors", RecordErrors},
+	{"RecordPanicLeavesTaskEager", RecordPanicLeavesTaskEager},
+	{"RecordLibraryCallPanicReleasesOperands", RecordLibraryCallPanicReleasesOperands},
 }
 
 // Run runs every suite on b, each as a subtest named by the suite; a suite

@@ -93,3 +93,38 @@ func HostFuncOrdersGPUWork(t *testing.T, be *Backend) {
 		})
 	}
 }
+
+// One array named twice, In(x) and Out(x), is one operand read and
+// written, as ordering treats it: the function may read and write it, the
+// host lane stays healthy, and the GPU work around it is ordered.
+func HostFuncAliasedOperandsMerge(t *testing.T, be *Backend) {
+	for _, p := range syncstate.Policies {
+		t.Run(p.String(), func(t *testing.T) {
+			d := open(t, be, p)
+			tk := d.DefaultTask()
+			const n = 4
+			x, err := tk.Full(n, n, rocsync.Float32, 3)
+			require.NoError(t, err)
+			for range 2 {
+				require.NoError(t, tk.HostFunc([]rocsync.Arg{rocsync.In(x), rocsync.Out(x)}, func(h *rocsync.HostAccess) error {
+					v, err := h.Float32s(x)
+					if err != nil {
+						return err
+					}
+					for i := range v {
+						v[i] += 1
+					}
+					return h.SetFloat32s(x, v)
+				}))
+				require.NoError(t, tk.MulInto(x, x, x))
+			}
+			got, err := x.Float32s()
+			require.NoError(t, err)
+			for i, v := range got {
+				require.Equal(t, float32(17*17), v, "element %d", i) // ((3+1)²+1)²
+			}
+			require.NoError(t, d.Synchronize())
+			require.Empty(t, d.Hazards())
+		})
+	}
+}
