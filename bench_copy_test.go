@@ -3,7 +3,6 @@ package rocsync
 import (
 	"context"
 	"fmt"
-	"os"
 	"testing"
 	"unsafe"
 
@@ -12,6 +11,7 @@ import (
 	"github.com/rocsync/rocsync/cuda"
 	"github.com/rocsync/rocsync/driver"
 	"github.com/rocsync/rocsync/hip"
+	"github.com/rocsync/rocsync/internal/testenv"
 	"github.com/rocsync/rocsync/syncstate"
 )
 
@@ -43,7 +43,7 @@ import (
 // (the sub-benchmark names say which).
 func BenchmarkCopyBandwidth(b *testing.B) {
 	backend, name := Emulator, "emulator"
-	if os.Getenv("ROCSYNC_GPU") == "1" && os.Getenv("ROCSYNC_BACKEND") == "cuda" {
+	if testenv.OnCUDA() {
 		backend, name = CUDA, "cuda"
 	}
 	nop := zerolog.Nop()

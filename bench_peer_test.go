@@ -3,7 +3,6 @@ package rocsync
 import (
 	"errors"
 	"fmt"
-	"os"
 	"testing"
 	"unsafe"
 
@@ -12,12 +11,13 @@ import (
 
 	"github.com/rocsync/rocsync/cuda"
 	"github.com/rocsync/rocsync/hip"
+	"github.com/rocsync/rocsync/internal/testenv"
 )
 
 // peerBenchBackend is the CUDA driver with ROCSYNC_GPU=1
 // ROCSYNC_BACKEND=cuda, the emulator (two GPUs) otherwise.
 func peerBenchBackend() (Backend, string) {
-	if os.Getenv("ROCSYNC_GPU") == "1" && os.Getenv("ROCSYNC_BACKEND") == "cuda" {
+	if testenv.OnCUDA() {
 		return CUDA, "cuda"
 	}
 	return Emulator, "emulator"

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rocsync/rocsync/internal/testenv"
 	"github.com/rocsync/rocsync/syncstate"
 )
 
@@ -165,10 +166,10 @@ func TestRunAheadCapPingPong(t *testing.T) {
 // ROCSYNC_MILLION=1 for the full count.
 func TestMillionOpsBoundedResources(t *testing.T) {
 	n := 20_000
-	if os.Getenv("ROCSYNC_MILLION") == "1" {
+	if os.Getenv(testenv.Million) == "1" {
 		n = 1_000_000
 	}
-	if v, err := strconv.Atoi(os.Getenv("ROCSYNC_OPS")); err == nil && v > 0 {
+	if v, err := strconv.Atoi(os.Getenv(testenv.Ops)); err == nil && v > 0 {
 		n = v
 	}
 	for _, p := range syncstate.Policies {

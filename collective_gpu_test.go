@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rocsync/rocsync/internal/testenv"
 	"github.com/rocsync/rocsync/nccl"
 )
 
@@ -20,7 +21,7 @@ import (
 
 func collGPUOn(t *testing.T) {
 	t.Helper()
-	if os.Getenv("ROCSYNC_GPU") != "1" || os.Getenv("ROCSYNC_BACKEND") != "cuda" {
+	if !testenv.OnCUDA() {
 		t.Skip("set ROCSYNC_GPU=1 ROCSYNC_BACKEND=cuda to run collectives through NCCL on NVIDIA GPUs")
 	}
 }

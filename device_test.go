@@ -12,7 +12,6 @@ import (
 	"github.com/rocsync/rocsync/cuda"
 	"github.com/rocsync/rocsync/hsa"
 	"github.com/rocsync/rocsync/internal/dl"
-	"github.com/rocsync/rocsync/internal/rocmdev"
 	"github.com/rocsync/rocsync/kernels"
 )
 
@@ -62,57 +61,6 @@ func TestUnsupportedGPUNamesItsTarget(t *testing.T) {
 	require.ErrorIs(t, err, kernels.ErrUnsupportedTarget)
 	require.ErrorContains(t, err, "gfx803")
 	require.ErrorContains(t, err, "gfx90a")
-}
-
-// More tasks than queues share the pool's queues, and stay correct.
-func TestQueuePoolSharesQueues(t *testing.T) {
-	d := openStrict(t, DeviceSide, func(o *Options) { o.MaxQueues = 2 })
-	if d.Backend() == "cuda" {
-		t.Skip("CUDA streams are not pooled HSA queues")
-	}
-	x, err := d.FromFloat32(4, 4, make([]float32, 16))
-	require.NoError(t, err)
-	var tasks []*Task
-	for i := 0; i < 5; i++ {
-		tk, err := d.NewTask()
-		require.NoError(t, err)
-		tasks = append(tasks, tk)
-		require.NoError(t, tk.Fill(x, float64(i)))
-	}
-	require.Len(t, d.drv.(*rocmdev.Device).Queues(), 2)
-	got, err := x.Float32s()
-	require.NoError(t, err)
-	require.Equal(t, float32(4), got[0])
-	for _, tk := range tasks {
-		require.NoError(t, tk.Close())
-	}
-}
-
-// Steady state creates no signals and no events: both are pooled.
-func TestSignalsAndEventsArePooled(t *testing.T) {
-	d := openStrict(t, DeviceSide)
-	a, _ := d.NewTask()
-	b, _ := d.NewTask()
-	x, err := d.FromFloat32(8, 8, make([]float32, 64))
-	require.NoError(t, err)
-	y, _ := d.Empty(8, 8, Float32)
-	round := func() {
-		require.NoError(t, a.Fill(x, 1))
-		require.NoError(t, b.AddInto(y, x, x)) // HSA→HSA crossing
-		require.NoError(t, a.MatMulInto(x, y, y, false, false))
-		require.NoError(t, b.MatMulInto(y, x, x, false, false)) // HIP→HIP crossing
-		require.NoError(t, d.Synchronize())
-	}
-	for i := 0; i < 5; i++ {
-		round()
-	}
-	sig, ev := d.SignalsCreated(), d.EventsCreated()
-	for i := 0; i < 20; i++ {
-		round()
-	}
-	require.Equal(t, sig, d.SignalsCreated())
-	require.Equal(t, ev, d.EventsCreated())
-	require.NotZero(t, d.Stats().EventsRecorded)
 }
 
 func TestClosedDeviceRejectsOps(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rocsync/rocsync/driver"
 	"github.com/rocsync/rocsync/hip"
+	"github.com/rocsync/rocsync/internal/testcheck"
 	"github.com/rocsync/rocsync/rocblas"
 	"github.com/rocsync/rocsync/userkernel"
 )
@@ -74,13 +75,10 @@ func loadSAXPY(t *testing.T, d *Device) *Kernel {
 	return k
 }
 
-func seq(n int, f func(i int) float32) []float32 {
-	out := make([]float32, n)
-	for i := range out {
-		out[i] = f(i)
-	}
-	return out
-}
+var (
+	seq = testcheck.Seq
+	b2f = testcheck.B2F
+)
 
 // uploadAndAccumulate uploads 20 host patterns in turn into an n×n array
 // x, overwriting each host slice as soon as its upload returns, and
@@ -154,13 +152,6 @@ func TestUserKernelSAXPY(t *testing.T) {
 			require.Empty(t, d.Hazards())
 		})
 	}
-}
-
-func b2f(b bool) float32 {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // Declaring SAXPY's output as read-only leaves its write out of y's sync

@@ -277,8 +277,8 @@ func TestReplayGroupBrokenIsCaught(t *testing.T) {
 		hook      interface{ Store(bool) }
 		scenarios []string
 	}{
-		{&testhooks.SkipGroupFold, []string{"other-queue-reads-output", "other-queue-overwrites-output", "other-queue-overwrites-input"}},
-		{&testhooks.SkipGroupUnsettle, []string{"replay-reads-other-queues-write", "replay-overwrites-other-queues-read", "replay-overwrites-other-queues-write"}},
+		{&testhooks.Switches.SkipGroupFold, []string{"other-queue-reads-output", "other-queue-overwrites-output", "other-queue-overwrites-input"}},
+		{&testhooks.Switches.SkipGroupUnsettle, []string{"replay-reads-other-queues-write", "replay-overwrites-other-queues-read", "replay-overwrites-other-queues-write"}},
 	}
 	for _, br := range breaks {
 		for i, sc := range groupScenarios {

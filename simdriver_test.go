@@ -23,51 +23,27 @@ import (
 
 // The simulated GPUs of each run. PCI locations are given so that the two
 // GPUs of the matching run enumerate in a known order (see
-// TestROCmSuiteOnSimulatedDriver).
+// OnSimulatedGPUs).
 var simulatedSuiteRuns = []struct{ name, gpus string }{
 	{"gfx90a", "gfx90a@0000:83:00.0"},
 	{"gfx1030", "gfx1030@0000:03:00.0"},
 }
 
-// acceptanceSuite is what a simulated-driver child runs: every acceptance
-// test (each skips what needs the emulator's instruments, saying why, as on
-// hardware) and the device tests that apply to the ROCm backend.
-var acceptanceSuite = []struct {
-	name string
-	fn   func(*testing.T)
-}{
-	{"SeedPrograms", TestSeedPrograms},
-	{"WriteAfterRead", TestWriteAfterRead},
-	{"AliasingRecordsOneFence", TestAliasingRecordsOneFence},
-	{"TwoTasksSharingArrays", TestTwoTasksSharingArrays},
-	{"HazardCheckerFiresWithoutWaits", TestHazardCheckerFiresWithoutWaits},
-	{"DeviceBridgeBothWays", TestDeviceBridgeBothWays},
-	{"FreeWithPendingWork", TestFreeWithPendingWork},
-	{"FreeWithoutCache", TestFreeWithoutCache},
-	{"BadInput", TestBadInput},
-	{"UnifiedHasNoBoundary", TestUnifiedHasNoBoundary},
-	{"EveryKernelMatchesReference", TestEveryKernelMatchesReference},
-	{"MatMulTransposes", TestMatMulTransposes},
-	{"ReadBackWaitsForWriterOnly", TestReadBackWaitsForWriterOnly},
-	{"QueuePoolSharesQueues", TestQueuePoolSharesQueues},
-	{"SignalsAndEventsArePooled", TestSignalsAndEventsArePooled},
-	{"HostFuncOrdersGPUWork", TestHostFuncOrdersGPUWork},
-}
-
-// TestROCmSuiteOnSimulatedDriver runs the acceptance suite on the ROCm
-// backend over Debian's real libhsa-runtime64 and libamdhip64, on the
-// simulated kernel driver, once per simulated GPU target: the parent builds
-// the driver and simblas and re-runs this test binary as a child with
-// KFDSIM_GPUS and ROCM_PATH set; the child registers the Go shader executor
-// before rocsync opens HSA and runs the suite. The release is 5.2.3 (the
-// host's libraries) unless ROCSYNC_KFDSIM_ROCM names trixie (ROCr 6.1.2,
-// HIP 5.7.1) or sid (ROCr and HIP 6.4.3): then the child runs inside that
-// release's root, through its loader (simRelease).
-func TestROCmSuiteOnSimulatedDriver(t *testing.T) {
+// OnSimulatedGPUs runs body on the ROCm backend over Debian's real
+// libhsa-runtime64 and libamdhip64, on the simulated kernel driver, once
+// per simulated GPU target of simulatedSuiteRuns, each a subtest named by
+// the target: the parent builds the driver and simblas and re-runs this
+// test binary as a child with KFDSIM_GPUS and ROCM_PATH set; the child
+// registers the Go shader executor before rocsync opens HSA and runs body.
+// The release is 5.2.3 (the host's libraries) unless ROCSYNC_KFDSIM_ROCM
+// names trixie (ROCr 6.1.2, HIP 5.7.1) or sid (ROCr and HIP 6.4.3): then
+// the child runs inside that release's root, through its loader
+// (simRelease).
+func OnSimulatedGPUs(t *testing.T, body func(t *testing.T)) {
 	for _, run := range simulatedSuiteRuns {
 		t.Run(run.name, func(t *testing.T) {
 			if kfdsim.InChild(t) {
-				runSuiteInChild(t)
+				runSuiteInChild(t, body)
 				return
 			}
 			parentOfSimulatedDriver(t)
@@ -166,14 +142,12 @@ func logChildSummary(t *testing.T, out string) {
 // runSuiteInChild registers the Go executor (rocsync's kernels and
 // simblas's gemms, by name) with the thunk ROCr is about to load, before
 // any test opens HSA, then runs the suite.
-func runSuiteInChild(t *testing.T) {
+func runSuiteInChild(t *testing.T, suite func(t *testing.T)) {
 	e, err := kfdsim.RegisterExecutor("")
 	require.NoError(t, err)
 	defer e.Close()
 	start := time.Now()
-	for _, tc := range acceptanceSuite {
-		t.Run(tc.name, tc.fn)
-	}
+	suite(t)
 	st := e.Stats()
 	t.Logf("executor stats: %d kernels run, %d faults, %d unknown (%v)", st.Runs, st.Faults, st.Unknown, time.Since(start))
 	require.NotZero(t, st.Runs, "no kernel reached the simulated GPU")

@@ -37,6 +37,7 @@ import (
 	"github.com/rocsync/rocsync/cublas"
 	"github.com/rocsync/rocsync/cuda"
 	"github.com/rocsync/rocsync/driver"
+	"github.com/rocsync/rocsync/internal/testhooks"
 	"github.com/rocsync/rocsync/kernels"
 	"github.com/rocsync/rocsync/stream"
 	"github.com/rocsync/rocsync/syncstate"
@@ -65,8 +66,13 @@ func Open(cfg driver.DeviceConfig) ([]driver.Device, error) {
 // its ordinal. Without the driver the error matches cuda.ErrNoDriver; with
 // no GPU, cuda.ErrNoDevice. A missing cuBLAS is not an error: Gemm then
 // fails with ErrNoBLAS and everything else works. A device's primary
-// context is retained only when the device is first used.
+// context is retained only when the device is first used. With the test
+// switch testhooks.Switches.CUDAEmulator on, it returns one device of the
+// Go emulator (emulator.go) instead.
 func OpenFunc(configFor func(index int) driver.DeviceConfig) ([]driver.Device, error) {
+	if testhooks.Switches.CUDAEmulator.Load() {
+		return openEmulated(configFor)
+	}
 	lib, err := cuda.Open()
 	if err != nil {
 		return nil, err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rocsync/rocsync/driver"
 	"github.com/rocsync/rocsync/internal/cudadev/fakelib"
+	"github.com/rocsync/rocsync/internal/testenv"
 	"github.com/rocsync/rocsync/kernels"
 	"github.com/rocsync/rocsync/syncstate"
 )
@@ -20,7 +21,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func gpuEnabled() bool { return os.Getenv("ROCSYNC_GPU") == "1" }
+func gpuEnabled() bool { return testenv.OnGPU() }
 
 // A backendKind opens a Device for a policy: "emu" (the Go emulation,
 // always), "cfake" (the real bindings over the fake C libraries, with gcc)

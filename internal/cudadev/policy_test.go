@@ -28,7 +28,7 @@ type program struct {
 var programs = []program{
 	{
 		// The seed's three programs: the waits match the emulator's
-		// (rocsync's TestSeedPrograms), and Unified and DeviceBridge
+		// (conformance.SeedPrograms), and Unified and DeviceBridge
 		// never wait on the host.
 		name: "matmul",
 		run: func(h *harness, x *harr) *harr {

@@ -17,7 +17,9 @@ import (
 )
 
 // emuBackend is a backend that emulates a CUDA device in Go, to test the
-// timelines, the policies and the results without a GPU.
+// timelines, the policies and the results without a GPU: this package's
+// tests open it directly, and the root package's conformance suites open
+// it through OpenFunc with testhooks.Switches.CUDAEmulator on.
 //
 // The device is lazy and adversarial: enqueued work runs only when the
 // host blocks on it (cuEventSynchronize, cuStreamSynchronize, Close), and
@@ -748,4 +750,14 @@ func (f *emuBackend) liveMem() []uint64 {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
 	return out
+}
+
+// openEmulated returns one emulated CUDA device (an H100's compute
+// capability, 9.0), configured by configFor(0), in place of the driver's.
+func openEmulated(configFor func(index int) driver.DeviceConfig) ([]driver.Device, error) {
+	d, err := newDevice(newEmu(), configFor(0), 0, "emulated GPU", 9, 0)
+	if err != nil {
+		return nil, err
+	}
+	return []driver.Device{d}, nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/rocsync/rocsync/cublas"
 	"github.com/rocsync/rocsync/cuda"
 	"github.com/rocsync/rocsync/internal/cudadev"
+	"github.com/rocsync/rocsync/internal/testenv"
 	"github.com/rocsync/rocsync/userkernel"
 )
 
@@ -70,7 +71,7 @@ func TestFillKernelCache(t *testing.T) {
 // has no clang). The hazard checker is the emulator's: TestOpSetAcceptance
 // runs the same program with it.
 func TestOpSetAcceptanceCUDA(t *testing.T) {
-	if os.Getenv("ROCSYNC_GPU") != "1" || os.Getenv("ROCSYNC_BACKEND") != "cuda" {
+	if !testenv.OnCUDA() {
 		t.Skip("set ROCSYNC_GPU=1 ROCSYNC_BACKEND=cuda to run on an NVIDIA GPU")
 	}
 	blas, err := cublas.Open()

@@ -2,7 +2,6 @@ package rocsync
 
 import (
 	"context"
-	"os"
 	"testing"
 
 	"github.com/rs/zerolog"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/rocsync/rocsync/cublas"
 	"github.com/rocsync/rocsync/cuda"
+	"github.com/rocsync/rocsync/internal/testenv"
 	"github.com/rocsync/rocsync/userkernel"
 )
 
@@ -59,7 +59,7 @@ $L__BB0_2:
 
 func openCUDAOpPath(t *testing.T, p Policy) *Device {
 	t.Helper()
-	if os.Getenv("ROCSYNC_GPU") != "1" || os.Getenv("ROCSYNC_BACKEND") != "cuda" {
+	if !testenv.OnCUDA() {
 		t.Skip("set ROCSYNC_GPU=1 ROCSYNC_BACKEND=cuda to run on an NVIDIA GPU")
 	}
 	nop := zerolog.Nop()
