@@ -40,9 +40,6 @@ func TestReadmeIsShort(t *testing.T) {
 // Every relative link of the README and docs/ names a file that exists, and
 // every #anchor a heading of that file.
 func TestDocsLinksResolve(t *testing.T) {
-	// docs/testing.md is written with the conformance suite; until that
-	// lands, links to it may dangle.
-	pending := map[string]bool{"docs/testing.md": true}
 	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
 	var bad []string
 	for _, file := range docFiles(t) {
@@ -59,9 +56,7 @@ func TestDocsLinksResolve(t *testing.T) {
 				path = filepath.ToSlash(filepath.Clean(filepath.Join(filepath.Dir(file), path)))
 			}
 			if _, err := os.Stat(path); err != nil {
-				if !pending[path] {
-					bad = append(bad, file+": "+target+" (no such file)")
-				}
+				bad = append(bad, file+": "+target+" (no such file)")
 				continue
 			}
 			if anchor != "" && strings.HasSuffix(path, ".md") && !headingAnchors(t, path)[anchor] {
