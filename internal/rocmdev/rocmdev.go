@@ -743,11 +743,21 @@ func (t *Task) Submit(op *driver.Op) (uint64, error) {
 		if call == nil {
 			return 0, fmt.Errorf("%w: library call of no function", driver.ErrUnsupported)
 		}
+		// The user's code may copy between host and device on the stream.
+		if err := t.awaitHostDeps(); err != nil {
+			return 0, err
+		}
 		return t.st.Stream.Submit(call)
 	case driver.CopyHtoD:
+		if err := t.awaitHostDeps(); err != nil {
+			return 0, err
+		}
 		dst, src, n := hip.DevicePtr(op.Dst), op.Host, op.Size
 		return t.st.Stream.Submit(func(s uintptr) error { return hp.MemcpyHtoDAsync(dst, src, n, hip.Stream(s)) })
 	case driver.CopyDtoH:
+		if err := t.awaitHostDeps(); err != nil {
+			return 0, err
+		}
 		dst, src, n := op.Host, hip.DevicePtr(op.Src), op.Size
 		return t.st.Stream.Submit(func(s uintptr) error { return hp.MemcpyDtoHAsync(dst, src, n, hip.Stream(s)) })
 	case driver.CopyDtoD:
@@ -761,6 +771,9 @@ func (t *Task) Submit(op *driver.Op) (uint64, error) {
 	case driver.Replay:
 		return t.replay(op)
 	case driver.CopyPeer:
+		if err := t.awaitHostDeps(); err != nil {
+			return 0, err
+		}
 		return t.submitPeerCopy(op)
 	case driver.SignalExport:
 		return t.exportSignal(op.Signal)
@@ -768,6 +781,40 @@ func (t *Task) Submit(op *driver.Op) (uint64, error) {
 		return t.importSignal(op.Signal)
 	}
 	return 0, fmt.Errorf("%w: %v", driver.ErrUnsupported, op.Kind)
+}
+
+// awaitHostDeps waits on the host for the host functions the task's stream
+// waits for on the device (directly, or through the queues and streams it
+// waits for), before a copy between host and device memory or between
+// GPUs, or a library call that may make one, goes on the stream: each is a
+// boundary host wait, counted.
+//
+// HIP does such a copy through ROCr's copy queue of its direction (an SDMA
+// engine, or a blit-kernel queue), one per GPU, shared by every stream and
+// by synchronous hipMemcpy, with the stream's pending work as the copy's
+// dependency (clr rocblit.cpp, KernelBlitManager::copyBuffer and
+// DmaBlitManager::hsaCopy; ROCr amd_gpu_agent.cpp, GpuAgent::InitDma; a
+// dependency is a barrier-AND packet on the blit queue, amd_blit_kernel.cpp
+// BlitKernel::SubmitLinearCopyCommand, or poll packets on the SDMA ring).
+// Queued there behind a stream that waits for a host function, it blocks
+// that queue until the function has returned, and the function's own
+// synchronous copies (HostAccess) wait behind it: both hang. Kernels and
+// device-to-device copies run on the stream's own hardware queue and keep
+// waiting on the device.
+func (t *Task) awaitHostDeps() error {
+	var buf [4]syncstate.Fence
+	live := t.st.Stream.HostDeps().Live(buf[:0])
+	for _, f := range live {
+		t.sinks.HostWait(syncstate.ReasonBoundary)
+		err := f.TL.WaitHost(f.Ticket)
+		if err != nil && f.Ticket > f.TL.Completed() {
+			return syncstate.WaitError(f, err)
+		}
+		// A failed function is complete too: the copy does not depend on
+		// it through the stream, only what reads its output does (that
+		// op's own dependency reports the failure).
+	}
+	return nil
 }
 
 // gemm runs rocBLAS on the task's stream.
