@@ -310,6 +310,12 @@ func (h *HIP) StreamCreate(hd int, flags uint32) (hip.Stream, error) {
 	return id, nil
 }
 
+// StreamCreateWithPriority is hipStreamCreateWithPriority: the emulator
+// has no hardware queues to share, so the priority changes nothing.
+func (h *HIP) StreamCreateWithPriority(hd int, flags uint32, priority int) (hip.Stream, error) {
+	return h.StreamCreate(hd, flags)
+}
+
 func (h *HIP) stream(fn string, id hip.Stream) (*hstream, error) {
 	h.init()
 	h.mu.Lock()
@@ -928,6 +934,32 @@ func (h *HIP) MemcpyDtoH(d int, dst unsafe.Pointer, src hip.DevicePtr, size uint
 	}
 	copy(unsafe.Slice((*byte)(dst), size), b)
 	return nil
+}
+
+// MemcpyWithStream is hipMemcpyWithStream: a synchronous copy made on the
+// stream, after its earlier work.
+func (h *HIP) MemcpyWithStream(dst, src unsafe.Pointer, size uint64, kind uint32, sid hip.Stream) error {
+	const fn = "hipMemcpyWithStream"
+	s, err := h.stream(fn, sid)
+	if err != nil {
+		return err
+	}
+	hd := -1
+	for i, m := range h.m.hipDevices {
+		if m == s.dev {
+			hd = i
+		}
+	}
+	if err := s.synchronize(); err != nil {
+		return err
+	}
+	switch kind {
+	case hip.MemcpyHostToDevice:
+		return h.MemcpyHtoD(hd, hip.DevicePtr(uintptr(dst)), src, size)
+	case hip.MemcpyDeviceToHost:
+		return h.MemcpyDtoH(hd, dst, hip.DevicePtr(uintptr(src)), size)
+	}
+	return hipErr(fn, hip.ErrorInvalidValue, "kind")
 }
 
 // behindCopies is a synchronous copy's wait for the asynchronous copies of

@@ -9,6 +9,7 @@ package rocmdev
 
 import (
 	"github.com/rocsync/rocsync/hostlane"
+	"github.com/rocsync/rocsync/internal/cmem"
 
 	"errors"
 	"fmt"
@@ -369,6 +370,11 @@ type Device struct {
 	userMu      sync.Mutex
 	userModules []*userModule // user kernels' code, by handle-1
 
+	// syncS is the stream of synchronous copies (syncStream).
+	syncOnce sync.Once
+	syncS    hip.Stream
+	syncErr  error
+
 	reductions driver.ReductionCache    // reduce.go
 	peers      driver.PeerMemo[*Device] // peer.go
 }
@@ -457,12 +463,41 @@ func (d *Device) Free(p driver.DevicePtr) error {
 
 // CopyHtoD implements driver.Device.
 func (d *Device) CopyHtoD(dst driver.DevicePtr, src unsafe.Pointer, size uint64) error {
-	return d.rt.HIP.MemcpyHtoD(d.hipIndex, hip.DevicePtr(dst), src, size)
+	s, err := d.syncStream()
+	if err != nil {
+		return err
+	}
+	return d.rt.HIP.MemcpyWithStream(cmem.Ptr(uintptr(dst)), src, size, hip.MemcpyHostToDevice, s)
 }
 
 // CopyDtoH implements driver.Device.
 func (d *Device) CopyDtoH(dst unsafe.Pointer, src driver.DevicePtr, size uint64) error {
-	return d.rt.HIP.MemcpyDtoH(d.hipIndex, dst, hip.DevicePtr(src), size)
+	s, err := d.syncStream()
+	if err != nil {
+		return err
+	}
+	return d.rt.HIP.MemcpyWithStream(dst, cmem.Ptr(uintptr(src)), size, hip.MemcpyDeviceToHost, s)
+}
+
+// syncStream is the stream of the device's synchronous copies (host
+// functions' HostAccess, read-backs), made at the first: a high-priority
+// one. HIP puts streams on a few hardware queues (GPU_MAX_HW_QUEUES, 4 by
+// default), shared once there are more streams, and hipMemcpy's null stream
+// takes the least used (clr rocdevice.cpp, Device::acquireQueue); HIP 6.x
+// copies through blit kernels on that queue. A host function's copy queued
+// there behind a stream that waits for the function on the device would
+// never run (seen with GPU_MAX_HW_QUEUES=1 on HIP 6.4.3). clr keeps a pool
+// of hardware queues per priority, and rocsync's own streams are of normal
+// priority, so this stream's queue is never one of theirs; it waits for
+// nothing itself.
+func (d *Device) syncStream() (hip.Stream, error) {
+	d.syncOnce.Do(func() {
+		d.syncS, d.syncErr = d.rt.HIP.StreamCreateWithPriority(d.hipIndex, hip.StreamNonBlocking, hip.StreamPriorityHigh)
+		if d.syncErr != nil {
+			d.syncErr = fmt.Errorf("rocmdev: creating the stream of synchronous copies: %w", d.syncErr)
+		}
+	})
+	return d.syncS, d.syncErr
 }
 
 // Close releases the queues and pools, and the device's share of the HSA
@@ -475,6 +510,15 @@ func (d *Device) Close() error {
 	unload := d.unloadKernels()
 	d.kernelsMu.Unlock()
 	err := errors.Join(d.queues.Close(), d.signals.Destroy(), d.bridgeSignals.Destroy(), d.destroyExported(), d.events.Destroy(), unload, d.unloadUserModules())
+	d.syncOnce.Do(func() {}) // none is made after Close
+	if d.syncS != 0 {
+		if d.Fault() != nil {
+			d.leak("HIP stream of synchronous copies") // destroying an evicted stream never returns
+		} else {
+			err = errors.Join(err, d.rt.HIP.StreamDestroy(d.syncS))
+		}
+		d.syncS = 0
+	}
 	if d.faults != nil {
 		d.faults.remove(d)
 	}
