@@ -14,6 +14,8 @@
 // "gfx90a,gfx1030", "gfx942/cpx", "gfx90a@0000:83:00.0"). -sdma copies with
 // the simulated SDMA engines instead of ROCr's blit kernels. -debug traces
 // every ioctl, queue packet and fault to standard error (KFDSIM_DEBUG=1).
+// -simblas gives the program simblas as rocBLAS (ROCM_PATH): a rocBLAS
+// whose gemm is a kernel the simulated GPU runs.
 //
 // The simulated GPU runs ROCr's and HIP's own kernels (blits, fills, stream
 // memory operations) by name; any other kernel faults its queue, as an
@@ -32,6 +34,7 @@ import (
 	"os/signal"
 
 	"github.com/rocsync/rocsync/hsa/kfdsim"
+	"github.com/rocsync/rocsync/rocblas/simblas"
 )
 
 func main() {
@@ -39,8 +42,9 @@ func main() {
 	gpus := flag.String("gpus", "gfx90a", "simulated GPUs (the GPU spec of package kfdsim)")
 	sdma := flag.Bool("sdma", false, "copy with the simulated SDMA engines (HSA_ENABLE_SDMA=1)")
 	debug := flag.Bool("debug", false, "trace every ioctl, queue packet and fault to standard error")
+	blas := flag.Bool("simblas", false, "give the program simblas as rocBLAS (ROCM_PATH; needs clang and lld)")
 	flag.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: simrun [-rocm 5.2.3|6.1.2|6.4.3] [-gpus SPEC] [-sdma] [-debug] -- PROGRAM [ARGS...]")
+		fmt.Fprintln(os.Stderr, "usage: simrun [-rocm 5.2.3|6.1.2|6.4.3] [-gpus SPEC] [-sdma] [-debug] [-simblas] -- PROGRAM [ARGS...]")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -60,6 +64,13 @@ func main() {
 	o := kfdsim.ProgramOptions{GPUs: *gpus, SDMA: *sdma}
 	if *debug {
 		o.Env = append(o.Env, "KFDSIM_DEBUG=1")
+	}
+	if *blas {
+		root, err := simblas.BuildFor("", rel.HIPMajor)
+		if err != nil {
+			fail(err)
+		}
+		o.Env = append(o.Env, "ROCM_PATH="+root)
 	}
 	cmd, err := kfdsim.ProgramCommand(ctx, rel, o, flag.Arg(0), flag.Args()[1:]...)
 	if err != nil {
