@@ -15,7 +15,12 @@ import (
 // submitter never waits for it, and ops after it on the GPU wait for it on
 // the device where the runtime lets them (a signal the lane completes; see
 // the README's op set). CUDA streams wait for it on the host by default
-// (driver.DeviceConfig.StreamWaitsForHostLanes).
+// (driver.DeviceConfig.StreamWaitsForHostLanes). On ROCm a copy between
+// host and device memory or between GPUs, or a library call, on a stream
+// that waits for a host function on the device first waits for that
+// function on the host (a boundary wait): HIP hands such copies to ROCr's
+// copy queue of their direction, which every stream shares, and one queued
+// behind the function would block the function's own copies.
 
 // HostFunc runs fn on the task's host lane once the work it depends on has
 // completed: the last writers of what operands says it reads (In, InOut),

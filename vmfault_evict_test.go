@@ -18,9 +18,10 @@ import (
 // and whose hipStreamDestroy never returns (clr HostQueue::terminate); the
 // emulator models both. After a kernel faults, the device's rocBLAS call,
 // copy and DeviceBridge crossing each fail with the fault well within
-// WaitTimeout (the side task's work sits on its stream behind a host
-// function when the fault comes, and nothing it waits for fails: only the
-// eviction says it never runs), Close returns the fault promptly, and the
+// WaitTimeout (the side task's rocBLAS call sits on its stream behind a
+// host function when the fault comes, and its download waits for that
+// function on the host; nothing they wait for fails: only the eviction
+// says they never run), Close returns the fault promptly, and the
 // other GPU works on. With the emulator's eviction off the streams would
 // run on, and rocsync fails their work all the same: what it does must not
 // depend on whether the driver evicted them.
@@ -67,8 +68,19 @@ func vmFaultEvicts(t *testing.T, evict bool) {
 	gemm, err := side.MatMul(h, h, false, false)
 	require.NoError(t, err)
 	buf := make([]float32, 4)
-	download, err := side.DownloadFloat32(h, buf)
-	require.NoError(t, err)
+	// The download waits on the host for the host function before it goes
+	// on the stream: behind the stream's device-side wait it would hold
+	// ROCr's device-to-host copy queue, which the function's own copy needs
+	// (rocmdev, Task.awaitHostDeps). So it is submitted from a goroutine.
+	type submitted struct {
+		pd  *Pending
+		err error
+	}
+	download := make(chan submitted, 1)
+	go func() {
+		pd, err := side.DownloadFloat32(h, buf)
+		download <- submitted{pd, err}
+	}()
 
 	// The faulting kernel: its queue's kernarg ring is not mapped to the
 	// GPU. Then a crossing: rocBLAS on the task's stream reads its output.
@@ -95,7 +107,13 @@ func vmFaultEvicts(t *testing.T, evict bool) {
 		require.Less(t, took, waitTimeout/4, "%s waited out the timeout", what)
 	}
 	within("the rocBLAS call", func() error { _, err := gemm.Float32s(); return err })
-	within("the download", func() error { return download.Wait(context.Background()) })
+	within("the download", func() error {
+		r := <-download
+		if r.err != nil {
+			return r.err
+		}
+		return r.pd.Wait(context.Background())
+	})
 	within("the crossing", func() error {
 		if crossErr != nil {
 			return crossErr

@@ -114,6 +114,14 @@ const (
 	MallocSignalMemory      uint32 = 2
 )
 
+// StreamPriorityHigh is clr's hip::Stream::Priority::High
+// (hipamd/src/hip_internal.hpp), the greatest priority
+// hipDeviceGetStreamPriorityRange reports; hipStreamCreateWithPriority
+// takes any value at or below it as high. clr keeps a pool of hardware
+// queues per priority (rocdevice.cpp, Device::acquireQueue), so a
+// high-priority stream never shares a hardware queue with normal ones.
+const StreamPriorityHigh = -1
+
 // Runtime is the set of HIP functions rocsync calls. HIP's current device is
 // per OS thread; every method that acts on a device takes it explicitly so
 // that implementations can make the call correct on whatever thread runs it.
@@ -131,6 +139,12 @@ type Runtime interface {
 	RuntimeVersion() (int, error)
 
 	StreamCreate(device int, flags uint32) (Stream, error)
+	// StreamCreateWithPriority is hipStreamCreateWithPriority
+	// (StreamPriorityHigh: a stream of the high-priority hardware queues).
+	StreamCreateWithPriority(device int, flags uint32, priority int) (Stream, error)
+	// MemcpyWithStream is hipMemcpyWithStream: a synchronous copy made
+	// on s (kind MemcpyHostToDevice or MemcpyDeviceToHost).
+	MemcpyWithStream(dst, src unsafe.Pointer, size uint64, kind uint32, s Stream) error
 	StreamDestroy(s Stream) error
 	StreamSynchronize(s Stream) error
 	// StreamQuery returns nil when all work is done, or an *Error with

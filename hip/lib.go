@@ -61,6 +61,8 @@ const (
 	symDeviceCanAccessPeer
 	symDeviceEnablePeerAccess
 	symMemcpyPeerAsync
+	symStreamCreateWithPriority
+	symMemcpyWithStream
 	numSyms
 )
 
@@ -109,6 +111,9 @@ var BoundSymbols = []string{
 	symDeviceCanAccessPeer:    "hipDeviceCanAccessPeer",
 	symDeviceEnablePeerAccess: "hipDeviceEnablePeerAccess",
 	symMemcpyPeerAsync:        "hipMemcpyPeerAsync",
+
+	symStreamCreateWithPriority: "hipStreamCreateWithPriority",
+	symMemcpyWithStream:         "hipMemcpyWithStream",
 }
 
 // Sonames tries the HIP runtime of ROCm 7, 6 and 5, newest first.
@@ -422,6 +427,22 @@ func (l *Lib) StreamCreate(device int, flags uint32) (Stream, error) {
 	return s, nil
 }
 
+// StreamCreateWithPriority is hipStreamCreateWithPriority on device.
+func (l *Lib) StreamCreateWithPriority(device int, flags uint32, priority int) (Stream, error) {
+	if device < 0 {
+		return 0, l.errorFor(symSetDevice, ErrorInvalidDevice)
+	}
+	v, err := l.outCall(device, symStreamCreateWithPriority, uintptr(flags), uintptr(int64(priority)))
+	if err != nil {
+		return 0, err
+	}
+	s := Stream(v)
+	l.mu.Lock()
+	l.updateIndex(func(x *devIndex) { x.streams[s] = device })
+	l.mu.Unlock()
+	return s, nil
+}
+
 // StreamDestroy is hipStreamDestroy.
 func (l *Lib) StreamDestroy(s Stream) error {
 	if err := l.simple(symStreamDestroy, uintptr(s)); err != nil {
@@ -520,6 +541,15 @@ func (l *Lib) memcpy(device int, dst, src unsafe.Pointer, size uint64, kind uint
 	}
 	r, _, _ := purego.SyscallN(l.sym[symMemcpy], uintptr(dst), uintptr(src), uintptr(size), uintptr(kind))
 	return l.check(symMemcpy, r)
+}
+
+// MemcpyWithStream is hipMemcpyWithStream: a copy made on stream s (after
+// its earlier work), returning once it is done (clr hip_memory.cpp: it is
+// ihipMemcpy with isHostAsync false). The host side may be Go memory, as
+// with memcpy.
+func (l *Lib) MemcpyWithStream(dst, src unsafe.Pointer, size uint64, kind uint32, s Stream) error {
+	r, _, _ := purego.SyscallN(l.sym[symMemcpyWithStream], uintptr(dst), uintptr(src), uintptr(size), uintptr(kind), uintptr(s))
+	return l.check(symMemcpyWithStream, r)
 }
 
 // MemcpyHtoD is the synchronous hipMemcpy host to device.

@@ -108,6 +108,8 @@ type Queue struct {
 	// health says which tickets failed: from the queue's own fault on, or
 	// behind a barrier that waited for a fence that failed.
 	health syncstate.Health
+	// hostDeps are the host functions the queue waits for on the device.
+	hostDeps syncstate.HostDeps
 	// brokenMu guards the two reports brokenErr is made of: the queue's
 	// own error callback and a cause reported outside it (Break).
 	brokenMu    sync.Mutex
@@ -629,6 +631,10 @@ func (q *Queue) CanWaitDevice(d syncstate.Domain) bool {
 // Place implements syncstate.Placed.
 func (q *Queue) Place() uint64 { return q.place }
 
+// HostDeps implements syncstate.HostDepender: the host functions the queue
+// waits for on the device, directly or through what it waits for.
+func (q *Queue) HostDeps() *syncstate.HostDeps { return &q.hostDeps }
+
 // CanWaitPeer implements syncstate.Placed: HSA signals are system-wide, so
 // a barrier-AND packet waits for another GPU's queue's completion signal
 // as for its own; the bridges' signals are system-wide too.
@@ -640,6 +646,7 @@ func (q *Queue) WaitDevice(fences []syncstate.Fence) error {
 	var sigs [16]*Signal
 	n := 0
 	for _, f := range fences {
+		q.hostDeps.Note(f)
 		var s *Signal
 		if p, ok := f.TL.(*Queue); ok {
 			s = p.signalFor(f.Ticket)

@@ -150,6 +150,8 @@ type Stream struct {
 	// (learned from the runtime at a query or wait), or behind a device
 	// wait for a fence that failed.
 	health syncstate.Health
+	// hostDeps are the host functions the stream waits for on the device.
+	hostDeps syncstate.HostDeps
 	// reached is, once the stream's own error is known, the newest ticket
 	// the runtime reported reached. A broken stream skips its commands,
 	// its device waits included, so reaching a ticket says nothing about
@@ -973,6 +975,10 @@ func (s *Stream) CanWaitDevice(d syncstate.Domain) bool {
 // Place implements syncstate.Placed.
 func (s *Stream) Place() uint64 { return s.place }
 
+// HostDeps implements syncstate.HostDepender: the host functions the
+// stream waits for on the device, directly or through what it waits for.
+func (s *Stream) HostDeps() *syncstate.HostDeps { return &s.hostDeps }
+
 // CanWaitPeer implements syncstate.Placed: hipStreamWaitEvent and
 // cuStreamWaitEvent accept an event of another device (the event is
 // recorded with its own device's API on its own stream), so a stream waits
@@ -986,6 +992,7 @@ func (s *Stream) CanWaitPeer(d syncstate.Domain) bool { return s.CanWaitDevice(d
 func (s *Stream) WaitDevice(fences []syncstate.Fence) error {
 	for _, f := range fences {
 		s.health.AddUpstream(s.name, f, s.lastTicket.Load()+1)
+		s.hostDeps.Note(f)
 		if f.TL.Domain() == syncstate.DomainHost {
 			if s.hostBridge == nil {
 				return fmt.Errorf("stream: %s cannot wait on the device for the host lane %s", s.name, f.TL.Name())

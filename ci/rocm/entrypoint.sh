@@ -10,14 +10,22 @@
 # Without one: go test ./... on the emulator, and a clear message that the
 # hardware suite was skipped. Nothing is written to $ARTIFACTS then.
 #
-# Usage: entrypoint.sh [--no-gpu | --require-gpu]
+# Usage: entrypoint.sh [--no-gpu | --require-gpu | --gpu]
 #   --no-gpu       take the no-GPU path even when a GPU is there (our CI)
 #   --require-gpu  fail, rather than fall back to the emulator, when no GPU is
 #                  found (the self-hosted AMD runner)
+#   --gpu          take the GPU path without looking for a GPU: one that only
+#                  the test and bench programs see, such as the simulated
+#                  driver's behind ROCSYNC_GO_EXEC (our CI)
 # Environment:
 #   ARTIFACTS             where results go (default /artifacts)
 #   ROCSYNC_CI_TEST_PKGS  space-separated packages to test (default ./...)
+#   ROCSYNC_CI_TEST_FLAGS extra flags for go test on the GPU path (e.g.
+#                         "-run TestSeedPrograms")
 #   ROCSYNC_BENCH_FLAGS   extra flags for the bench run (e.g. "-iters 50")
+#   ROCSYNC_GO_EXEC       a program that starts the test binaries and the
+#                         bench (go's -exec), e.g. "simrun -rocm 6.4.3
+#                         -gpus gfx90a -simblas --" (hsa/kfdsim/cmd/simrun)
 #
 # Exits non-zero on any failure.
 set -euo pipefail
@@ -29,6 +37,7 @@ while (($#)); do
   case "$1" in
     --no-gpu) mode=no-gpu ;;
     --require-gpu) mode=require-gpu ;;
+    --gpu) mode=gpu ;;
     -h | --help) usage; exit 0 ;;
     *) echo "entrypoint: unknown argument: $1" >&2; usage >&2; exit 2 ;;
   esac
@@ -44,6 +53,11 @@ artifacts=${ARTIFACTS:-/artifacts}
 read -r -a pkgs <<<"${ROCSYNC_CI_TEST_PKGS:-./...}"
 ((${#pkgs[@]})) || pkgs=(./...)
 read -r -a bench_flags <<<"${ROCSYNC_BENCH_FLAGS:-}"
+read -r -a test_flags <<<"${ROCSYNC_CI_TEST_FLAGS:-}"
+go_exec=()
+if [[ -n ${ROCSYNC_GO_EXEC:-} ]]; then
+  go_exec=(-exec "$ROCSYNC_GO_EXEC")
+fi
 
 log() { printf '\n== %s\n' "$*"; }
 
@@ -102,15 +116,15 @@ with_gpu() {
     grep -E '^[[:space:]]*(Name:[[:space:]]+gfx|Marketing Name:)' "$artifacts/rocminfo.txt" || true
   fi
 
-  log "ROCSYNC_GPU=1 go test ${pkgs[*]}"
-  ROCSYNC_GPU=1 go test -count=1 "${pkgs[@]}" 2>&1 | tee "$artifacts/test.log"
+  log "ROCSYNC_GPU=1 go test ${go_exec[*]} ${test_flags[*]} ${pkgs[*]}"
+  ROCSYNC_GPU=1 go test -count=1 "${go_exec[@]}" "${test_flags[@]}" "${pkgs[@]}" 2>&1 | tee "$artifacts/test.log"
 
   log "go run ./bench -backend rocm -json-file $artifacts/bench.json -plot $artifacts/bench.png"
   tmp=$(mktemp -d) # global: the EXIT trap runs after this function returns
   trap 'rm -rf "$tmp"' EXIT
   # One run gives the table (stdout, kept in bench.txt), the JSON and the
   # chart; files go through $tmp so a failure leaves no half-written one.
-  go run ./bench -backend rocm "${bench_flags[@]}" -json-file "$tmp/bench.json" -plot "$tmp/bench.png" |
+  go run "${go_exec[@]}" ./bench -backend rocm "${bench_flags[@]}" -json-file "$tmp/bench.json" -plot "$tmp/bench.png" |
     tee "$artifacts/bench.txt"
   mv "$tmp/bench.json" "$tmp/bench.png" "$artifacts/"
 
@@ -123,7 +137,9 @@ if [[ $mode == no-gpu ]]; then
   exit 0
 fi
 
-if why=$(gpu_reason); then
+if [[ $mode == gpu ]]; then
+  with_gpu
+elif why=$(gpu_reason); then
   with_gpu
 elif [[ $mode == require-gpu ]]; then
   echo "entrypoint: --require-gpu, but no usable AMD GPU: $why" >&2

@@ -23,6 +23,28 @@
 // sees are given by a spec such as "gfx90a@0000:83:00.0,gfx1030@0000:03:00.0"
 // (grammar below).
 //
+// # Running any program on it (cmd/simrun)
+//
+// simrun runs any program, not only rocsync's tests, over the simulated
+// driver with a chosen ROCm release and GPU spec, building the driver and
+// fetching the release's libraries as needed (ProgramCommand):
+//
+//	go run ./hsa/kfdsim/cmd/simrun -rocm 6.4.3 -gpus gfx90a -- PROGRAM ARGS...
+//	go run ./hsa/kfdsim/cmd/simrun -rocm 5.2.3 -gpus gfx90a,gfx1030 -- rocminfo
+//	go run ./hsa/kfdsim/cmd/simrun -rocm 6.1.2 -gpus gfx942/cpx -debug -- ./myprog
+//
+// -rocm 5.2.3 uses the host's libraries (Debian bookworm's packages);
+// 6.1.2 (or trixie: ROCr 6.1.2, HIP 5.7.1) and 6.4.3 (or sid) run PROGRAM
+// inside the release's private root through the root's loader, so that it
+// and every library it loads come from that release. A C or C++ program
+// must be able to run against the root's glibc (Debian's own builds can).
+// The simulated GPU runs ROCr's and HIP's own kernels (blits, fills,
+// stream memory operations) by name; a kernel of the program's own faults
+// its queue, as on a GPU that cannot run it, unless the program is Go and
+// registers an executor (RegisterExecutor). What runs is the real
+// runtimes' code: their ioctls, memory rights, queue and signal protocols
+// and fault handling; not the GPU's ISA, timing or caches.
+//
 // # The kernel interface (csrc/shim.c, kfd.c, sysfs.c)
 //
 // The library interposes the C library's file calls (open, openat, fopen,

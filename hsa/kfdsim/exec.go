@@ -134,6 +134,25 @@ func RegisterExecutor(libPath string) (*Executor, error) {
 	return e, nil
 }
 
+// rtldNoload is glibc's RTLD_NOLOAD: dlopen only finds a library already
+// loaded.
+const rtldNoload = 0x4
+
+// RegisterExecutorIfLoaded registers an Executor when this process runs
+// over the simulated driver (the driver is already loaded: preloaded, as
+// simrun and the test children do), and returns nil, nil otherwise. A
+// program that should run rocsync's kernels wherever it finds the
+// simulated driver (the bench, the hardware test suite under
+// cmd/simrun) calls it first thing, before HSA is initialised.
+func RegisterExecutorIfLoaded() (*Executor, error) {
+	h, err := purego.Dlopen(ShimSoname, purego.RTLD_NOW|purego.RTLD_LOCAL|rtldNoload)
+	if err != nil {
+		return nil, nil
+	}
+	defer purego.Dlclose(h)
+	return RegisterExecutor("")
+}
+
 // Close unregisters the Executor (when it is still the registered one) and
 // releases its reference to the thunk.
 func (e *Executor) Close() error {

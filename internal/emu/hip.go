@@ -197,6 +197,10 @@ type cmd struct {
 	// graph: a hipGraphLaunch, whose nodes the fault injector is asked
 	// about as they run.
 	graph bool
+	// eng is the copy queue an asynchronous copy between host and device
+	// memory goes through, and place its place there (copyEngine).
+	eng   *copyEngine
+	place uint64
 }
 
 // copyArgs is an asynchronous copy: the command carries its operands, so
@@ -306,6 +310,12 @@ func (h *HIP) StreamCreate(hd int, flags uint32) (hip.Stream, error) {
 	return id, nil
 }
 
+// StreamCreateWithPriority is hipStreamCreateWithPriority: the emulator
+// has no hardware queues to share, so the priority changes nothing.
+func (h *HIP) StreamCreateWithPriority(hd int, flags uint32, priority int) (hip.Stream, error) {
+	return h.StreamCreate(hd, flags)
+}
+
 func (h *HIP) stream(fn string, id hip.Stream) (*hstream, error) {
 	h.init()
 	h.mu.Lock()
@@ -347,6 +357,9 @@ func (s *hstream) enqueue(c cmd) error {
 		cp.add(c)
 		return nil
 	}
+	if c.eng != nil {
+		c.place = c.eng.take()
+	}
 	s.queued++
 	s.mu.Unlock()
 	s.cmds <- c
@@ -356,9 +369,17 @@ func (s *hstream) enqueue(c cmd) error {
 func (s *hstream) run() {
 	for c := range s.cmds {
 		if s.stalled() {
+			if c.eng != nil {
+				// The copy never runs; ROCr's queue is the evicted
+				// process's too, so nothing waits behind it.
+				c.eng.give(c.place)
+			}
 			continue // never runs, never completes
 		}
 		s.exec(c)
+		if c.eng != nil {
+			c.eng.give(c.place)
+		}
 		s.mu.Lock()
 		if s.evicted && s.err == nil {
 			// Evicted while it ran: preempted, it never completes.
@@ -896,6 +917,9 @@ func (h *HIP) MemcpyHtoD(d int, dst hip.DevicePtr, src unsafe.Pointer, size uint
 	if err != nil || size == 0 {
 		return err
 	}
+	if err := h.behindCopies("hipMemcpy(HtoD)", d, copyHtoD); err != nil {
+		return err
+	}
 	copy(b, unsafe.Slice((*byte)(src), size))
 	return nil
 }
@@ -905,7 +929,49 @@ func (h *HIP) MemcpyDtoH(d int, dst unsafe.Pointer, src hip.DevicePtr, size uint
 	if err != nil || size == 0 {
 		return err
 	}
+	if err := h.behindCopies("hipMemcpy(DtoH)", d, copyDtoH); err != nil {
+		return err
+	}
 	copy(unsafe.Slice((*byte)(dst), size), b)
+	return nil
+}
+
+// MemcpyWithStream is hipMemcpyWithStream: a synchronous copy made on the
+// stream, after its earlier work.
+func (h *HIP) MemcpyWithStream(dst, src unsafe.Pointer, size uint64, kind uint32, sid hip.Stream) error {
+	const fn = "hipMemcpyWithStream"
+	s, err := h.stream(fn, sid)
+	if err != nil {
+		return err
+	}
+	hd := -1
+	for i, m := range h.m.hipDevices {
+		if m == s.dev {
+			hd = i
+		}
+	}
+	if err := s.synchronize(); err != nil {
+		return err
+	}
+	switch kind {
+	case hip.MemcpyHostToDevice:
+		return h.MemcpyHtoD(hd, hip.DevicePtr(uintptr(dst)), src, size)
+	case hip.MemcpyDeviceToHost:
+		return h.MemcpyDtoH(hd, dst, hip.DevicePtr(uintptr(src)), size)
+	}
+	return hipErr(fn, hip.ErrorInvalidValue, "kind")
+}
+
+// behindCopies is a synchronous copy's wait for the asynchronous copies of
+// its direction on HIP device d queued before it (copyEngine).
+func (h *HIP) behindCopies(fn string, d int, dir int) error {
+	idx, err := h.dev(fn, d)
+	if err != nil {
+		return err
+	}
+	if err := h.m.devices[idx].copies[dir].waitBehind(fn, h.m.copyEngineWait()); err != nil {
+		return hipErr(fn, hip.ErrorLaunchFailure, err.Error())
+	}
 	return nil
 }
 
@@ -1229,15 +1295,15 @@ func (h *HIP) HostFree(p unsafe.Pointer) error {
 // (hipHostMalloc); pageable Go memory is refused, as the copy would read
 // it after the call returned.
 func (h *HIP) MemcpyHtoDAsync(dst hip.DevicePtr, src unsafe.Pointer, size uint64, sid hip.Stream) error {
-	return h.copyAsync("hipMemcpyAsync(HtoD)", uint64(dst), uint64(uintptr(src)), size, sid)
+	return h.copyAsync("hipMemcpyAsync(HtoD)", copyHtoD, uint64(dst), uint64(uintptr(src)), size, sid)
 }
 
 // MemcpyDtoHAsync is hipMemcpyAsync device to host, into pinned memory.
 func (h *HIP) MemcpyDtoHAsync(dst unsafe.Pointer, src hip.DevicePtr, size uint64, sid hip.Stream) error {
-	return h.copyAsync("hipMemcpyAsync(DtoH)", uint64(uintptr(dst)), uint64(src), size, sid)
+	return h.copyAsync("hipMemcpyAsync(DtoH)", copyDtoH, uint64(uintptr(dst)), uint64(src), size, sid)
 }
 
-func (h *HIP) copyAsync(what string, dst, src, size uint64, sid hip.Stream) error {
+func (h *HIP) copyAsync(what string, dir int, dst, src, size uint64, sid hip.Stream) error {
 	s, err := h.stream("hipMemcpyAsync", sid)
 	if err != nil {
 		return err
@@ -1250,7 +1316,7 @@ func (h *HIP) copyAsync(what string, dst, src, size uint64, sid hip.Stream) erro
 			return hipErr("hipMemcpyAsync", hip.ErrorInvalidValue, err.Error())
 		}
 	}
-	return s.enqueue(cmd{kind: cmdCopy, what: what, cp: copyArgs{dst: dst, src: src, size: size}})
+	return s.enqueue(cmd{kind: cmdCopy, what: what, cp: copyArgs{dst: dst, src: src, size: size}, eng: &s.m.devices[s.dev].copies[dir]})
 }
 
 // fillHidden writes the hidden arguments a kernel's metadata lists into its

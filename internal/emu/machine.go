@@ -44,6 +44,10 @@ type Options struct {
 	MaxDelay time.Duration
 	// Seed seeds the random delays.
 	Seed uint64
+	// CopyEngineWait bounds how long a synchronous hipMemcpy waits behind
+	// the asynchronous copies of its direction queued before it (see
+	// copyEngine) before it fails as a deadlock; 0 means 20 s.
+	CopyEngineWait time.Duration
 	// HIPVersion is the HIP release modelled, in hipRuntimeGetVersion's
 	// encoding (major*10_000_000 + minor*100_000 + patch; HIP 5.2.3 is
 	// 50_221_153). 0 means DefaultHIPVersion. HIP and ROCr are taken to be
@@ -209,6 +213,9 @@ type device struct {
 	next    uint64 // bump allocator for device addresses
 	used    uint64
 	mu      sync.Mutex
+	// copies are ROCr's copy queues of the GPU: host to device, device to
+	// host.
+	copies [2]copyEngine
 }
 
 // DefaultHIPVersion is the HIP release the emulator models by default: a

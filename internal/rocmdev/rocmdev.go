@@ -9,6 +9,7 @@ package rocmdev
 
 import (
 	"github.com/rocsync/rocsync/hostlane"
+	"github.com/rocsync/rocsync/internal/cmem"
 
 	"errors"
 	"fmt"
@@ -372,6 +373,11 @@ type Device struct {
 	userMu      sync.Mutex
 	userModules []*userModule // user kernels' code, by handle-1
 
+	// syncS is the stream of synchronous copies (syncStream).
+	syncOnce sync.Once
+	syncS    hip.Stream
+	syncErr  error
+
 	reductions driver.ReductionCache    // reduce.go
 	peers      driver.PeerMemo[*Device] // peer.go
 }
@@ -464,12 +470,41 @@ func (d *Device) Free(p driver.DevicePtr) error {
 
 // CopyHtoD implements driver.Device.
 func (d *Device) CopyHtoD(dst driver.DevicePtr, src unsafe.Pointer, size uint64) error {
-	return d.rt.HIP.MemcpyHtoD(d.hipIndex, hip.DevicePtr(dst), src, size)
+	s, err := d.syncStream()
+	if err != nil {
+		return err
+	}
+	return d.rt.HIP.MemcpyWithStream(cmem.Ptr(uintptr(dst)), src, size, hip.MemcpyHostToDevice, s)
 }
 
 // CopyDtoH implements driver.Device.
 func (d *Device) CopyDtoH(dst unsafe.Pointer, src driver.DevicePtr, size uint64) error {
-	return d.rt.HIP.MemcpyDtoH(d.hipIndex, dst, hip.DevicePtr(src), size)
+	s, err := d.syncStream()
+	if err != nil {
+		return err
+	}
+	return d.rt.HIP.MemcpyWithStream(dst, cmem.Ptr(uintptr(src)), size, hip.MemcpyDeviceToHost, s)
+}
+
+// syncStream is the stream of the device's synchronous copies (host
+// functions' HostAccess, read-backs), made at the first: a high-priority
+// one. HIP puts streams on a few hardware queues (GPU_MAX_HW_QUEUES, 4 by
+// default), shared once there are more streams, and hipMemcpy's null stream
+// takes the least used (clr rocdevice.cpp, Device::acquireQueue); HIP 6.x
+// copies through blit kernels on that queue. A host function's copy queued
+// there behind a stream that waits for the function on the device would
+// never run (seen with GPU_MAX_HW_QUEUES=1 on HIP 6.4.3). clr keeps a pool
+// of hardware queues per priority, and rocsync's own streams are of normal
+// priority, so this stream's queue is never one of theirs; it waits for
+// nothing itself.
+func (d *Device) syncStream() (hip.Stream, error) {
+	d.syncOnce.Do(func() {
+		d.syncS, d.syncErr = d.rt.HIP.StreamCreateWithPriority(d.hipIndex, hip.StreamNonBlocking, hip.StreamPriorityHigh)
+		if d.syncErr != nil {
+			d.syncErr = fmt.Errorf("rocmdev: creating the stream of synchronous copies: %w", d.syncErr)
+		}
+	})
+	return d.syncS, d.syncErr
 }
 
 // Close releases the queues and pools, and the device's share of the HSA
@@ -482,6 +517,15 @@ func (d *Device) Close() error {
 	unload := d.unloadKernels()
 	d.kernelsMu.Unlock()
 	err := errors.Join(d.queues.Close(), d.signals.Destroy(), d.wakeSignals.Destroy(), d.bridgeSignals.Destroy(), d.destroyExported(), d.events.Destroy(), unload, d.unloadUserModules())
+	d.syncOnce.Do(func() {}) // none is made after Close
+	if d.syncS != 0 {
+		if d.Fault() != nil {
+			d.leak("HIP stream of synchronous copies") // destroying an evicted stream never returns
+		} else {
+			err = errors.Join(err, d.rt.HIP.StreamDestroy(d.syncS))
+		}
+		d.syncS = 0
+	}
 	if d.faults != nil {
 		d.faults.remove(d)
 	}
@@ -750,11 +794,21 @@ func (t *Task) Submit(op *driver.Op) (uint64, error) {
 		if call == nil {
 			return 0, fmt.Errorf("%w: library call of no function", driver.ErrUnsupported)
 		}
+		// The user's code may copy between host and device on the stream.
+		if err := t.awaitHostDeps(); err != nil {
+			return 0, err
+		}
 		return t.st.Stream.Submit(call)
 	case driver.CopyHtoD:
+		if err := t.awaitHostDeps(); err != nil {
+			return 0, err
+		}
 		dst, src, n := hip.DevicePtr(op.Dst), op.Host, op.Size
 		return t.st.Stream.Submit(func(s uintptr) error { return hp.MemcpyHtoDAsync(dst, src, n, hip.Stream(s)) })
 	case driver.CopyDtoH:
+		if err := t.awaitHostDeps(); err != nil {
+			return 0, err
+		}
 		dst, src, n := op.Host, hip.DevicePtr(op.Src), op.Size
 		return t.st.Stream.Submit(func(s uintptr) error { return hp.MemcpyDtoHAsync(dst, src, n, hip.Stream(s)) })
 	case driver.CopyDtoD:
@@ -768,6 +822,9 @@ func (t *Task) Submit(op *driver.Op) (uint64, error) {
 	case driver.Replay:
 		return t.replay(op)
 	case driver.CopyPeer:
+		if err := t.awaitHostDeps(); err != nil {
+			return 0, err
+		}
 		return t.submitPeerCopy(op)
 	case driver.SignalExport:
 		return t.exportSignal(op.Signal)
@@ -775,6 +832,40 @@ func (t *Task) Submit(op *driver.Op) (uint64, error) {
 		return t.importSignal(op.Signal)
 	}
 	return 0, fmt.Errorf("%w: %v", driver.ErrUnsupported, op.Kind)
+}
+
+// awaitHostDeps waits on the host for the host functions the task's stream
+// waits for on the device (directly, or through the queues and streams it
+// waits for), before a copy between host and device memory or between
+// GPUs, or a library call that may make one, goes on the stream: each is a
+// boundary host wait, counted.
+//
+// HIP does such a copy through ROCr's copy queue of its direction (an SDMA
+// engine, or a blit-kernel queue), one per GPU, shared by every stream and
+// by synchronous hipMemcpy, with the stream's pending work as the copy's
+// dependency (clr rocblit.cpp, KernelBlitManager::copyBuffer and
+// DmaBlitManager::hsaCopy; ROCr amd_gpu_agent.cpp, GpuAgent::InitDma; a
+// dependency is a barrier-AND packet on the blit queue, amd_blit_kernel.cpp
+// BlitKernel::SubmitLinearCopyCommand, or poll packets on the SDMA ring).
+// Queued there behind a stream that waits for a host function, it blocks
+// that queue until the function has returned, and the function's own
+// synchronous copies (HostAccess) wait behind it: both hang. Kernels and
+// device-to-device copies run on the stream's own hardware queue and keep
+// waiting on the device.
+func (t *Task) awaitHostDeps() error {
+	var buf [4]syncstate.Fence
+	live := t.st.Stream.HostDeps().Live(buf[:0])
+	for _, f := range live {
+		t.sinks.HostWait(syncstate.ReasonBoundary)
+		err := f.TL.WaitHost(f.Ticket)
+		if err != nil && f.Ticket > f.TL.Completed() {
+			return syncstate.WaitError(f, err)
+		}
+		// A failed function is complete too: the copy does not depend on
+		// it through the stream, only what reads its output does (that
+		// op's own dependency reports the failure).
+	}
+	return nil
 }
 
 // gemm runs rocBLAS on the task's stream.

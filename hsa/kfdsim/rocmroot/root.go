@@ -220,6 +220,27 @@ func Fetch(ctx context.Context, o Options) (*Root, error) {
 	return r, nil
 }
 
+// Cached returns the cached root of the release's pinned packages, without
+// the network, or false when there is none (Fetch would build one).
+func Cached(o Options) (*Root, bool) {
+	rel, err := LookupRelease(o.Release)
+	if err != nil {
+		return nil, false
+	}
+	cacheDir := o.CacheDir
+	if cacheDir == "" {
+		if cacheDir, err = DefaultCacheDir(); err != nil {
+			return nil, false
+		}
+	}
+	r := findPinned(cacheDir, rel.pinned(o.Groups))
+	if r == nil {
+		return nil, false
+	}
+	r.Release, r.Suite = rel.Name, rel.Suite
+	return r, true
+}
+
 // staleAfter is the age at which a temporary folder in the cache (an apt
 // configuration, or a root being built) is taken for the leftover of a
 // process that was killed, and removed.
