@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/driver"
@@ -42,8 +41,7 @@ func gpuBackend() Backend {
 // fails if the hazard checker finds anything.
 func openStrict(t *testing.T, p Policy, mod ...func(*Options)) *Device {
 	t.Helper()
-	nop := zerolog.Nop()
-	o := Options{Backend: Emulator, Policy: p, Logger: &nop,
+	o := Options{Backend: Emulator, Policy: p, LogLevel: LogOff,
 		Emulator: EmulatorOptions{HazardChecker: true, MaxDelay: 30 * time.Microsecond, Seed: 7}}
 	if gpuRun() {
 		o.Backend = gpuBackend()
@@ -536,8 +534,7 @@ func TestFreeWithoutCache(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
-	nop := zerolog.Nop()
-	o := Options{Backend: Emulator, Logger: &nop, Emulator: EmulatorOptions{Devices: 2, HazardChecker: true}}
+	o := Options{Backend: Emulator, LogLevel: LogOff, Emulator: EmulatorOptions{Devices: 2, HazardChecker: true}}
 	if gpuRun() {
 		o.Backend = gpuBackend()
 	}

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/rs/zerolog"
-
 	"github.com/rocsync/rocsync/cuda"
 	"github.com/rocsync/rocsync/driver"
 	"github.com/rocsync/rocsync/hip"
@@ -46,8 +44,7 @@ func BenchmarkCopyBandwidth(b *testing.B) {
 	if os.Getenv("ROCSYNC_GPU") == "1" && os.Getenv("ROCSYNC_BACKEND") == "cuda" {
 		backend, name = CUDA, "cuda"
 	}
-	nop := zerolog.Nop()
-	d, err := Open(Options{Backend: backend, Logger: &nop})
+	d, err := Open(Options{Backend: backend, LogLevel: LogOff})
 	must(b, err)
 	defer d.Close()
 	raw, err := newRawCopier(d, 256<<20)

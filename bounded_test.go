@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/syncstate"
@@ -80,8 +79,7 @@ func TestContextCancelsTheWaitNotTheWork(t *testing.T) {
 // Under Unified, back-pressure (more than MaxInFlight ops on the stream)
 // is a counted throttle wait.
 func TestUnifiedBackPressureIsAThrottleWait(t *testing.T) {
-	nop := zerolog.Nop()
-	d, err := Open(Options{Backend: Emulator, Policy: Unified, MaxInFlight: 16, Logger: &nop})
+	d, err := Open(Options{Backend: Emulator, Policy: Unified, MaxInFlight: 16, LogLevel: LogOff})
 	require.NoError(t, err)
 	defer d.Close()
 	tk := d.DefaultTask()
@@ -173,8 +171,7 @@ func TestMillionOpsBoundedResources(t *testing.T) {
 	}
 	for _, p := range syncstate.Policies {
 		t.Run(p.String(), func(t *testing.T) {
-			nop := zerolog.Nop()
-			d, err := Open(Options{Backend: Emulator, Policy: p, QueueSize: 64, MaxInFlight: 32, Logger: &nop})
+			d, err := Open(Options{Backend: Emulator, Policy: p, QueueSize: 64, MaxInFlight: 32, LogLevel: LogOff})
 			require.NoError(t, err)
 			defer d.Close()
 			a, _ := d.NewTask()

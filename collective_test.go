@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/internal/emu"
@@ -21,8 +20,7 @@ import (
 // delays, and a task on each.
 func openCollEmu(t *testing.T, n int, p Policy, mod func(*Options)) ([]*Device, []*Task) {
 	t.Helper()
-	nop := zerolog.Nop()
-	o := Options{Backend: Emulator, Policy: p, Logger: &nop,
+	o := Options{Backend: Emulator, Policy: p, LogLevel: LogOff,
 		Emulator: EmulatorOptions{Devices: n, HazardChecker: true, MaxDelay: 30 * time.Microsecond, Seed: uint64(7 + n)}}
 	if mod != nil {
 		mod(&o)
@@ -273,12 +271,11 @@ func TestCollectiveWithoutDeclaredAccessOrWaitIsARace(t *testing.T) {
 // A rank that never calls the collective: the others' parts fail after
 // WaitTimeout instead of hanging, and the read-back returns the error.
 func TestCollectiveMissingRankTimesOut(t *testing.T) {
-	nop := zerolog.Nop()
 	// Two separate Opens, each with one GPU, model two processes.
 	var devs [2]*Device
 	var tasks [2]*Task
 	for r := range 2 {
-		d, err := Open(Options{Backend: Emulator, Logger: &nop, WaitTimeout: 300 * time.Millisecond,
+		d, err := Open(Options{Backend: Emulator, LogLevel: LogOff, WaitTimeout: 300 * time.Millisecond,
 			Emulator: EmulatorOptions{HazardChecker: true, MaxDelay: 30 * time.Microsecond, Seed: uint64(r)}})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = d.Close() })

@@ -11,7 +11,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/internal/testhooks"
@@ -237,8 +236,7 @@ func TestStagingPoolFullWaitsForTheOldest(t *testing.T) {
 // and the download stays pending: waited again once the device runs, it
 // delivers the data.
 func TestDownloadWaitTimesOutAndResumes(t *testing.T) {
-	nop := zerolog.Nop()
-	d, err := Open(Options{Backend: Emulator, Logger: &nop, WaitTimeout: 30 * time.Millisecond,
+	d, err := Open(Options{Backend: Emulator, LogLevel: LogOff, WaitTimeout: 30 * time.Millisecond,
 		Emulator: EmulatorOptions{HazardChecker: true}})
 	require.NoError(t, err)
 	defer d.Close()

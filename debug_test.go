@@ -2,10 +2,10 @@ package rocsync
 
 import (
 	"bytes"
+	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 )
 
@@ -41,8 +41,8 @@ func TestLaunchBlockingReportsTheFaultingOp(t *testing.T) {
 // logs them, fail refuses them; read-backs and Synchronize are exempt.
 func TestSyncDebugNamesImplicitHostWaits(t *testing.T) {
 	var buf bytes.Buffer
-	log := zerolog.New(&buf).Level(zerolog.WarnLevel) // debug level would log every decision
-	d, err := Open(Options{Backend: Emulator, SyncDebug: SyncDebugWarn, Logger: &log})
+	// At debug level every decision would be logged.
+	d, err := Open(Options{Backend: Emulator, SyncDebug: SyncDebugWarn, LogHandler: jsonLog(&buf, slog.LevelWarn)})
 	require.NoError(t, err)
 	tk := d.DefaultTask()
 	x, _ := d.FromFloat32(2, 2, []float32{1, 2, 3, 4})
@@ -67,8 +67,7 @@ func TestSyncDebugNamesImplicitHostWaits(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, d.Close())
 
-	nop := zerolog.Nop()
-	d, err = Open(Options{Backend: Emulator, SyncDebug: SyncDebugFail, Logger: &nop})
+	d, err = Open(Options{Backend: Emulator, SyncDebug: SyncDebugFail, LogLevel: LogOff})
 	require.NoError(t, err)
 	defer d.Close()
 	tk = d.DefaultTask()
@@ -90,8 +89,7 @@ func TestSyncDebugNamesImplicitHostWaits(t *testing.T) {
 
 // Sync-debug reports throttle waits too: a task running past MaxInFlight.
 func TestSyncDebugReportsThrottleWaits(t *testing.T) {
-	nop := zerolog.Nop()
-	d, err := Open(Options{Backend: Emulator, SyncDebug: SyncDebugFail, MaxInFlight: 4, Logger: &nop})
+	d, err := Open(Options{Backend: Emulator, SyncDebug: SyncDebugFail, MaxInFlight: 4, LogLevel: LogOff})
 	require.NoError(t, err)
 	defer d.Close()
 	tk := d.DefaultTask()

@@ -3,8 +3,6 @@ package rocsync_test
 import (
 	"fmt"
 
-	"github.com/rs/zerolog"
-
 	"github.com/rocsync/rocsync"
 	"github.com/rocsync/rocsync/hip"
 )
@@ -15,8 +13,7 @@ import (
 // y's readers on the device, ImportFrom makes rocsync's next ops on x and
 // y wait for the foreign stream. The host never waits for either side.
 func Example_foreignStream() {
-	quiet := zerolog.Nop()
-	dev, err := rocsync.Open(rocsync.Options{Backend: rocsync.Emulator, Logger: &quiet})
+	dev, err := rocsync.Open(rocsync.Options{Backend: rocsync.Emulator, LogLevel: rocsync.LogOff})
 	if err != nil {
 		panic(err)
 	}

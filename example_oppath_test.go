@@ -10,8 +10,6 @@ import (
 	"os"
 	"testing"
 
-	"github.com/rs/zerolog"
-
 	"github.com/rocsync/rocsync"
 	"github.com/rocsync/rocsync/hip"
 	"github.com/rocsync/rocsync/rocblas"
@@ -39,8 +37,7 @@ func Example_userKernel() {
 	})
 	cache, _ := os.MkdirTemp("", "rocsync-example-")
 	defer os.RemoveAll(cache)
-	quiet := zerolog.Nop()
-	dev, err := rocsync.Open(rocsync.Options{Backend: rocsync.Emulator, Logger: &quiet,
+	dev, err := rocsync.Open(rocsync.Options{Backend: rocsync.Emulator, LogLevel: rocsync.LogOff,
 		KernelBuilder: userkernel.NewBuilder(userkernel.Options{CacheDir: cache}),
 		Emulator:      rocsync.EmulatorOptions{KernelReferences: refs}})
 	if err != nil {
@@ -122,8 +119,7 @@ func exampleSAXPY(t *testing.T) *userkernel.Source {
 // call through the task's handle; it could be rocFFT, MIOpen or any
 // library that takes a stream.
 func Example_libraryCall() {
-	quiet := zerolog.Nop()
-	dev, err := rocsync.Open(rocsync.Options{Backend: rocsync.Emulator, Logger: &quiet})
+	dev, err := rocsync.Open(rocsync.Options{Backend: rocsync.Emulator, LogLevel: rocsync.LogOff})
 	if err != nil {
 		panic(err)
 	}
@@ -153,8 +149,7 @@ func Example_libraryCall() {
 // staging memory, and a download's completion can be waited for (or be
 // called back by, with Then).
 func Example_uploadDownload() {
-	quiet := zerolog.Nop()
-	dev, err := rocsync.Open(rocsync.Options{Backend: rocsync.Emulator, Logger: &quiet})
+	dev, err := rocsync.Open(rocsync.Options{Backend: rocsync.Emulator, LogLevel: rocsync.LogOff})
 	if err != nil {
 		panic(err)
 	}

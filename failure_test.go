@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/kernels"
@@ -34,8 +33,7 @@ func within[T any](t *testing.T, what string, fn func() T) T {
 // controls.
 func openFaulty(t *testing.T, p Policy, mod ...func(*Options)) *Device {
 	t.Helper()
-	nop := zerolog.Nop()
-	o := Options{Backend: Emulator, Policy: p, Logger: &nop,
+	o := Options{Backend: Emulator, Policy: p, LogLevel: LogOff,
 		Emulator: EmulatorOptions{HazardChecker: true, MaxDelay: 30 * time.Microsecond, Seed: 11}}
 	for _, f := range mod {
 		f(&o)

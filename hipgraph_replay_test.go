@@ -3,10 +3,10 @@ package rocsync
 import (
 	"bytes"
 	"errors"
+	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/hip"
@@ -19,8 +19,7 @@ import (
 // debug level into log.
 func openHIPGraphEmulator(t *testing.T, hipVersion int, log *bytes.Buffer) *Device {
 	t.Helper()
-	lg := zerolog.New(log).Level(zerolog.DebugLevel)
-	d, err := Open(Options{Backend: Emulator, Policy: Unified, Logger: &lg, Emulator: EmulatorOptions{
+	d, err := Open(Options{Backend: Emulator, Policy: Unified, LogHandler: jsonLog(log, slog.LevelDebug), Emulator: EmulatorOptions{
 		HazardChecker: true, MaxDelay: 30 * time.Microsecond, Seed: 11, HIPVersion: hipVersion}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = d.Close() })
@@ -163,8 +162,7 @@ func TestHIPGraphReplayAllocatesNothing(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
 	}
-	nop := zerolog.Nop()
-	d, err := Open(Options{Backend: Emulator, Policy: Unified, Logger: &nop})
+	d, err := Open(Options{Backend: Emulator, Policy: Unified, LogLevel: LogOff})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, d.Close()) }()
 	tk := d.DefaultTask()

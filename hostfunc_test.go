@@ -7,7 +7,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/internal/cudadev"
@@ -273,9 +272,8 @@ func TestHostFuncAccessChecks(t *testing.T) {
 // The host lane's pending functions are capped by MaxInFlight: past it the
 // submitter waits for the older half, counted as a throttle wait.
 func TestHostFuncBounded(t *testing.T) {
-	nop := zerolog.Nop()
 	const limit = 4
-	d, err := Open(Options{Backend: Emulator, Logger: &nop, MaxInFlight: limit,
+	d, err := Open(Options{Backend: Emulator, LogLevel: LogOff, MaxInFlight: limit,
 		Emulator: EmulatorOptions{HazardChecker: true, MaxDelay: 30 * time.Microsecond, Seed: 5}})
 	require.NoError(t, err)
 	defer d.Close()

@@ -86,13 +86,9 @@ func ParseLogLevel(s string) (LogLevel, error) {
 	return 0, newErr("ParseLogLevel", ErrInvalid, "unknown log level %q (want off, error, warn, info or debug)", s)
 }
 
-// logger builds the zerolog logger Open uses, from Options.Logger, or
-// LogHandler, or LogWriter and LogLevel (ROCSYNC_LOG overriding the
-// level).
+// logger builds the zerolog logger Open uses, from LogHandler, or
+// LogWriter and LogLevel (ROCSYNC_LOG overriding the level).
 func logger(o Options) (zerolog.Logger, error) {
-	if o.Logger != nil {
-		return *o.Logger, nil
-	}
 	if o.LogHandler != nil {
 		return zerolog.New(slogWriter{o.LogHandler}).Level(handlerLevel(o.LogHandler)), nil
 	}

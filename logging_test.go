@@ -286,3 +286,9 @@ func TestAutoPicksCUDAAfterROCm(t *testing.T) {
 	require.Contains(t, out, "auto: backend=emulator", out)
 	require.Contains(t, out, "the CUDA driver failed to start", out)
 }
+
+// jsonLog is a handler that writes every event at level or above into w as
+// one JSON line, its fields as they are.
+func jsonLog(w io.Writer, level slog.Level) slog.Handler {
+	return slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level})
+}

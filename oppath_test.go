@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/driver"
@@ -53,8 +52,7 @@ func openOpPath(t *testing.T, p Policy) *Device {
 	t.Helper()
 	refs := &userkernel.References{}
 	require.NoError(t, refs.Register("saxpy", saxpyReference))
-	nop := zerolog.Nop()
-	d, err := Open(Options{Backend: Emulator, Policy: p, Logger: &nop,
+	d, err := Open(Options{Backend: Emulator, Policy: p, LogLevel: LogOff,
 		KernelBuilder: userkernel.NewBuilder(userkernel.Options{CacheDir: t.TempDir()}),
 		Emulator:      EmulatorOptions{HazardChecker: true, MaxDelay: 30 * time.Microsecond, Seed: 3, KernelReferences: refs}})
 	require.NoError(t, err)
@@ -486,12 +484,11 @@ func TestLoadKernelDiskCacheAndErrors(t *testing.T) {
 	dir := t.TempDir()
 	src, err := userkernel.OpenCL(saxpySource)
 	require.NoError(t, err)
-	nop := zerolog.Nop()
 	var builders []*userkernel.Builder
 	for range 2 {
 		b := userkernel.NewBuilder(userkernel.Options{CacheDir: dir})
 		builders = append(builders, b)
-		d, err := Open(Options{Backend: Emulator, Logger: &nop, KernelBuilder: b})
+		d, err := Open(Options{Backend: Emulator, LogLevel: LogOff, KernelBuilder: b})
 		require.NoError(t, err)
 		_, err = d.LoadKernel(src, "saxpy")
 		if errors.Is(err, userkernel.ErrNoCompiler) {
@@ -514,8 +511,7 @@ func TestLoadKernelDiskCacheAndErrors(t *testing.T) {
 // its queue when it runs, like a kernel the GPU cannot execute: the
 // launch's output is poisoned and the read-back reports the fault.
 func TestUserKernelWithoutReferenceFaults(t *testing.T) {
-	nop := zerolog.Nop()
-	d, err := Open(Options{Backend: Emulator, Logger: &nop,
+	d, err := Open(Options{Backend: Emulator, LogLevel: LogOff,
 		KernelBuilder: userkernel.NewBuilder(userkernel.Options{CacheDir: t.TempDir()})})
 	require.NoError(t, err)
 	defer d.Close()
@@ -559,8 +555,7 @@ func TestUserKernelFailureNamesKernelAndCause(t *testing.T) {
 				if c.ref != nil {
 					require.NoError(t, refs.Register("saxpy", c.ref))
 				}
-				nop := zerolog.Nop()
-				d, err := Open(Options{Backend: Emulator, Policy: p, Logger: &nop,
+				d, err := Open(Options{Backend: Emulator, Policy: p, LogLevel: LogOff,
 					KernelBuilder: userkernel.NewBuilder(userkernel.Options{CacheDir: t.TempDir()}),
 					Emulator:      EmulatorOptions{HazardChecker: true, MaxDelay: 30 * time.Microsecond, Seed: 3, KernelReferences: refs}})
 				require.NoError(t, err)

@@ -7,8 +7,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/rocsync/rocsync/syncstate"
 	"github.com/rocsync/rocsync/userkernel"
 )
@@ -159,12 +157,6 @@ type Options struct {
 	// Enabled method, asked once at Open, chooses the level, and LogLevel
 	// and LogWriter are ignored.
 	LogHandler slog.Handler
-	// Logger receives rocsync's logs as they are; it overrides LogLevel,
-	// LogWriter and LogHandler.
-	//
-	// Deprecated: use LogLevel and LogWriter, or LogHandler, which need no
-	// zerolog import. Logger keeps working.
-	Logger *zerolog.Logger
 	// WaitTimeout bounds every host wait: past it the wait returns an
 	// error of kind ErrTimeout naming the fence it waited for (the GPU
 	// work goes on). 0 means DefaultWaitTimeout; negative, no bound (host

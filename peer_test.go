@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/driver"
@@ -21,8 +20,7 @@ import (
 // skipping when there are fewer than n.
 func openPeers(t *testing.T, p Policy, n int, mod ...func(*Options)) []*Device {
 	t.Helper()
-	nop := zerolog.Nop()
-	o := Options{Backend: Emulator, Policy: p, Logger: &nop,
+	o := Options{Backend: Emulator, Policy: p, LogLevel: LogOff,
 		Emulator: EmulatorOptions{Devices: n, HazardChecker: true, MaxDelay: 30 * time.Microsecond, Seed: 13}}
 	if gpuRun() {
 		o.Backend = gpuBackend()
@@ -421,8 +419,7 @@ func TestCopyPeerBadInput(t *testing.T) {
 	freed, err := a.FromFloat32(2, 2, []float32{1, 2, 3, 4})
 	require.NoError(t, err)
 	require.NoError(t, freed.Free())
-	nop := zerolog.Nop()
-	o := Options{Backend: Emulator, Logger: &nop, Emulator: EmulatorOptions{Devices: 2}}
+	o := Options{Backend: Emulator, LogLevel: LogOff, Emulator: EmulatorOptions{Devices: 2}}
 	if gpuRun() {
 		o.Backend = gpuBackend()
 	}
@@ -501,9 +498,8 @@ func TestSourceCloseWaitsForPeerCopy(t *testing.T) {
 // returns (nil, or ErrClosed once its device or the source closed), and
 // neither Close waits for the other forever.
 func TestCopyPeerBothWaysWhileClosing(t *testing.T) {
-	nop := zerolog.Nop()
 	for round := 0; round < 5; round++ {
-		devs, err := OpenAll(Options{Backend: Emulator, Logger: &nop,
+		devs, err := OpenAll(Options{Backend: Emulator, LogLevel: LogOff,
 			Emulator: EmulatorOptions{Devices: 2, HazardChecker: true, MaxDelay: 20 * time.Microsecond, Seed: uint64(round)}})
 		require.NoError(t, err)
 		var bufs [2]*Buffer
@@ -553,8 +549,7 @@ func TestCopyPeerBothWaysWhileClosing(t *testing.T) {
 func TestStagedPeerCopyRecoversAfterAFault(t *testing.T) {
 	for _, p := range syncstate.Policies {
 		t.Run(p.String(), func(t *testing.T) {
-			nop := zerolog.Nop()
-			o := Options{Backend: Emulator, Policy: p, Logger: &nop,
+			o := Options{Backend: Emulator, Policy: p, LogLevel: LogOff,
 				Emulator: EmulatorOptions{Devices: 2, HazardChecker: true, MaxDelay: 30 * time.Microsecond, Seed: 13}}
 			noPeerAccess(&o)
 			devs, err := OpenAll(o)

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/internal/testhooks"
@@ -138,8 +137,7 @@ func (f *groupFixture) check(t *testing.T, x *Array, what string) {
 // delays (the caller checks the hazards).
 func openGroupDevice(t *testing.T, p Policy, seed uint64) *Device {
 	t.Helper()
-	nop := zerolog.Nop()
-	d, err := Open(Options{Backend: Emulator, Policy: p, Logger: &nop,
+	d, err := Open(Options{Backend: Emulator, Policy: p, LogLevel: LogOff,
 		Emulator: EmulatorOptions{HazardChecker: true, MaxDelay: 30 * time.Microsecond, Seed: seed}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = d.Close() })

@@ -6,7 +6,6 @@ import (
 	"math"
 	"testing"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/driver"
@@ -357,8 +356,7 @@ func rec2Replay(tk *Task) error {
 // the emulated GPU faults reading it, as ROCr's would: the recording maps
 // its kernargs like the ring's own.
 func TestReplayKernargNeedsAllowAccess(t *testing.T) {
-	nop := zerolog.Nop()
-	d, err := Open(Options{Backend: Emulator, Logger: &nop})
+	d, err := Open(Options{Backend: Emulator, LogLevel: LogOff})
 	require.NoError(t, err)
 	tk, err := d.NewTask()
 	require.NoError(t, err)

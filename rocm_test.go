@@ -3,11 +3,11 @@ package rocsync
 import (
 	"bytes"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/hsa"
@@ -19,9 +19,8 @@ import (
 // openEmu opens every emulated GPU with the checker and delays on.
 func openEmu(t *testing.T, p Policy, e EmulatorOptions) []*Device {
 	t.Helper()
-	nop := zerolog.Nop()
 	e.HazardChecker, e.MaxDelay, e.Seed = true, 30e3, 11
-	devs, err := OpenAll(Options{Backend: Emulator, Policy: p, Logger: &nop, Emulator: e})
+	devs, err := OpenAll(Options{Backend: Emulator, Policy: p, LogLevel: LogOff, Emulator: e})
 	require.NoError(t, err)
 	return devs
 }
@@ -45,8 +44,7 @@ func TestHSAShutDownWhenLastDeviceCloses(t *testing.T) {
 
 	// Open of one device closes the others at once: they must not
 	// shut the runtime down under it.
-	nop := zerolog.Nop()
-	d, err := Open(Options{Backend: Emulator, Device: 1, Logger: &nop, Emulator: EmulatorOptions{Devices: 3}})
+	d, err := Open(Options{Backend: Emulator, Device: 1, LogLevel: LogOff, Emulator: EmulatorOptions{Devices: 3}})
 	require.NoError(t, err)
 	require.Equal(t, 1, d.machine.HSA().InitCount())
 	y, err := d.FromFloat32(1, 2, []float32{1, 2})
@@ -113,8 +111,7 @@ func kernargFault(t *testing.T, open func(t *testing.T) *Device) {
 
 func TestKernargWithoutAllowAccessFaults(t *testing.T) {
 	kernargFault(t, func(t *testing.T) *Device {
-		nop := zerolog.Nop()
-		d, err := Open(Options{Backend: Emulator, Logger: &nop, Emulator: EmulatorOptions{HazardChecker: true}})
+		d, err := Open(Options{Backend: Emulator, LogLevel: LogOff, Emulator: EmulatorOptions{HazardChecker: true}})
 		require.NoError(t, err)
 		return d
 	})
@@ -169,8 +166,7 @@ func TestHIPDeviceOrderDiffersFromHSA(t *testing.T) {
 // reason; the others work.
 func TestGPUWithoutHIPDeviceIsSkipped(t *testing.T) {
 	var buf bytes.Buffer
-	log := zerolog.New(&buf)
-	devs, err := OpenAll(Options{Backend: Emulator, Logger: &log, Emulator: EmulatorOptions{Devices: 3, HIPVisibleDevices: []int{2, 0}}})
+	devs, err := OpenAll(Options{Backend: Emulator, LogHandler: jsonLog(&buf, slog.LevelDebug), Emulator: EmulatorOptions{Devices: 3, HIPVisibleDevices: []int{2, 0}}})
 	require.NoError(t, err)
 	require.Len(t, devs, 2)
 	require.Equal(t, 1, strings.Count(buf.String(), "skipping a GPU that HIP does not present"), buf.String())
@@ -224,8 +220,7 @@ func TestDeviceBridgeByHIPVersion(t *testing.T) {
 	}{{50_221_153, 2, 0}, {0, 0, 2}} {
 		t.Run(fmt.Sprint(tc.version), func(t *testing.T) {
 			var buf bytes.Buffer
-			log := zerolog.New(&buf)
-			d, err := Open(Options{Backend: Emulator, Policy: DeviceBridge, Logger: &log, Emulator: EmulatorOptions{
+			d, err := Open(Options{Backend: Emulator, Policy: DeviceBridge, LogHandler: jsonLog(&buf, slog.LevelDebug), Emulator: EmulatorOptions{
 				HazardChecker: true, MaxDelay: 30 * time.Microsecond, Seed: 5, HIPVersion: tc.version}})
 			require.NoError(t, err)
 			tk := d.DefaultTask()
@@ -340,8 +335,7 @@ func TestPartitionedGPUOpens(t *testing.T) {
 func TestPartitionsLeftOutWhenHIPReordersThemUnseen(t *testing.T) {
 	t.Setenv("HIP_VISIBLE_DEVICES", "1,0")
 	var buf bytes.Buffer
-	log := zerolog.New(&buf)
-	_, err := OpenAll(Options{Backend: Emulator, Logger: &log, Emulator: EmulatorOptions{Devices: 2, Partitions: 2,
+	_, err := OpenAll(Options{Backend: Emulator, LogHandler: jsonLog(&buf, slog.LevelDebug), Emulator: EmulatorOptions{Devices: 2, Partitions: 2,
 		HIPVersion: 60_100_000, HIPVisibleDevices: []int{1, 0}}})
 	require.ErrorIs(t, err, ErrUnavailable)
 	require.Equal(t, 2, strings.Count(buf.String(), "skipping a GPU partition"), buf.String())

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/hip"
@@ -208,8 +207,7 @@ func childTest(t *testing.T, spec string, env []string, body func(t *testing.T))
 // openSimulatedROCm opens the ROCm backend over the simulated driver.
 func openSimulatedROCm(t *testing.T, p Policy) []*Device {
 	t.Helper()
-	nop := zerolog.Nop()
-	devs, err := OpenAll(Options{Backend: ROCm, Policy: p, Logger: &nop})
+	devs, err := OpenAll(Options{Backend: ROCm, Policy: p, LogLevel: LogOff})
 	require.NoError(t, err)
 	return devs
 }

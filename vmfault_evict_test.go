@@ -2,11 +2,11 @@ package rocsync
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/hsa"
@@ -33,8 +33,7 @@ func TestVMFaultEvictsStreamsAndHostLanes(t *testing.T) {
 func vmFaultEvicts(t *testing.T, evict bool) {
 	const waitTimeout = 20 * time.Second
 	var logs syncBuffer
-	log := zerolog.New(&logs)
-	devs, err := OpenAll(Options{Backend: Emulator, Policy: DeviceBridge, WaitTimeout: waitTimeout, Logger: &log,
+	devs, err := OpenAll(Options{Backend: Emulator, Policy: DeviceBridge, WaitTimeout: waitTimeout, LogHandler: jsonLog(&logs, slog.LevelDebug),
 		Emulator: EmulatorOptions{Devices: 2, HazardChecker: true, MaxDelay: 30e3, Seed: 11}})
 	require.NoError(t, err)
 	faulty, healthy := devs[0], devs[1]
