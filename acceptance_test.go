@@ -83,7 +83,7 @@ func instrumentedOnly(t *testing.T, d *Device, why string) {
 func holdDevice(t *testing.T, d *Device) func() {
 	t.Helper()
 	if d.Emulated() {
-		return d.machine.Hold()
+		return d.machine().Hold()
 	}
 	loadKernels(t, d)
 	return holdSimulatedGPU(t)
@@ -115,7 +115,7 @@ func busy(t *testing.T, d *Device, tk *Task) {
 	}
 	switch {
 	case d.Emulated():
-		release := d.machine.Hold()
+		release := d.machine().Hold()
 		go func() { time.Sleep(50 * time.Millisecond); release() }()
 		return
 	case suiteOn() == onSimulatedDriver:
@@ -406,8 +406,8 @@ func TestHazardCheckerFiresWithoutWaits(t *testing.T) {
 			require.NoError(t, err)
 			y, err := a.Mul(x, x) // writes y on A's kernel timeline
 			require.NoError(t, err)
-			d.machine.Quiesce()  // let A finish, unobserved by the host
-			_, err = b.Add(y, x) // reads y on B's, unordered
+			d.machine().Quiesce() // let A finish, unobserved by the host
+			_, err = b.Add(y, x)  // reads y on B's, unordered
 			require.NoError(t, err)
 			require.NoError(t, d.Synchronize())
 			hz := d.Hazards()
@@ -498,8 +498,8 @@ func TestFreeWithPendingWork(t *testing.T) {
 	// stay allocated (seen on the simulated driver), so there one array's
 	// release does not show.
 	if d.Emulated() {
-		require.True(t, d.machine.Live(uint64(y.ptr)), "memory released while its kernel is pending")
-		require.True(t, d.machine.Live(uint64(x.ptr)), "memory released while its kernel is pending")
+		require.True(t, d.machine().Live(uint64(y.ptr)), "memory released while its kernel is pending")
+		require.True(t, d.machine().Live(uint64(x.ptr)), "memory released while its kernel is pending")
 	}
 	z, err := d.Empty(64, 64, Float32)
 	require.NoError(t, err)
@@ -515,8 +515,8 @@ func TestFreeWithPendingWork(t *testing.T) {
 	require.NoError(t, z.Free())
 	require.NoError(t, d.TrimCache())
 	if d.Emulated() {
-		require.False(t, d.machine.Live(uint64(y.ptr)))
-		require.False(t, d.machine.Live(uint64(x.ptr)))
+		require.False(t, d.machine().Live(uint64(y.ptr)))
+		require.False(t, d.machine().Live(uint64(x.ptr)))
 	}
 }
 
@@ -530,7 +530,7 @@ func TestFreeWithoutCache(t *testing.T) {
 	x, err := d.FromFloat32(8, 8, make([]float32, 64))
 	require.NoError(t, err)
 	require.NoError(t, x.Free())
-	require.False(t, d.machine.Live(uint64(x.ptr)))
+	require.False(t, d.machine().Live(uint64(x.ptr)))
 }
 
 func TestBadInput(t *testing.T) {
@@ -852,7 +852,7 @@ func TestReadBackWaitsForWriterOnly(t *testing.T) {
 	host := []float32{1, 2, 3, 4}
 	x, err := d.FromFloat32(2, 2, host)
 	require.NoError(t, err)
-	release := d.machine.Hold()
+	release := d.machine().Hold()
 	y, err := tk.Mul(x, x) // a pending reader of x, the pending writer of y
 	require.NoError(t, err)
 	before := d.Stats()

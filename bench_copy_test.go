@@ -133,7 +133,7 @@ type rawCopier struct {
 }
 
 func newRawCopier(d *Device, size uint64) (*rawCopier, error) {
-	if h, _, ok := d.ROCmLibraries(); ok {
+	if h, _, ok := rocmLibraries(d); ok {
 		return newRawHIPCopier(h, size)
 	}
 	return newRawCUDACopier(size)

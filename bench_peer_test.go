@@ -102,7 +102,7 @@ type rawPeerCopier struct {
 }
 
 func newRawPeerCopier(d *Device, size uint64) (*rawPeerCopier, error) {
-	if h, _, ok := d.ROCmLibraries(); ok {
+	if h, _, ok := rocmLibraries(d); ok {
 		return newRawHIPPeerCopier(h, size)
 	}
 	return newRawCUDAPeerCopier(size)

@@ -29,7 +29,7 @@ func TestHostWaitsTimeOut(t *testing.T) {
 				x, err := d.FromFloat32(4, 4, randMatrix(6, 4))
 				require.NoError(t, err)
 				y, _ := d.Empty(4, 4, Float32)
-				release := d.machine.Hold()
+				release := d.machine().Hold()
 				require.NoError(t, op.run(tk, y, x))
 				err = within(t, "read-back", func() error { _, e := y.Float32s(); return e })
 				require.ErrorIs(t, err, ErrTimeout)
@@ -53,7 +53,7 @@ func TestContextCancelsTheWaitNotTheWork(t *testing.T) {
 	tk := d.DefaultTask()
 	x, err := d.FromFloat32(4, 4, randMatrix(7, 4))
 	require.NoError(t, err)
-	release := d.machine.Hold()
+	release := d.machine().Hold()
 	y, err := tk.Add(x, x)
 	require.NoError(t, err)
 	z, err := tk.MatMul(x, x, false, false)
@@ -217,7 +217,7 @@ func TestPerDeviceRunAheadCap(t *testing.T) {
 			b, _ := d.NewTask()
 			x, _ := d.FromFloat32(4, 4, make([]float32, 16))
 			y, _ := d.FromFloat32(4, 4, make([]float32, 16))
-			release := d.machine.Hold() // keep work pending: the cap must act
+			release := d.machine().Hold() // keep work pending: the cap must act
 			go func() { time.Sleep(30 * time.Millisecond); release() }()
 			err := within(t, "the capped run", func() error {
 				for i := 0; i < 100; i++ {

@@ -53,7 +53,7 @@ func TestSyncDebugNamesImplicitHostWaits(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, tk.Synchronize())
 	require.Empty(t, buf.String(), "read-back and Synchronize are not reported")
-	release := d.machine.Hold() // the kernel is still pending at the gemm
+	release := d.machine().Hold() // the kernel is still pending at the gemm
 	go func() { time.Sleep(30 * time.Millisecond); release() }()
 	sq2, err := tk.Mul(x, x)
 	require.NoError(t, err)
@@ -72,7 +72,7 @@ func TestSyncDebugNamesImplicitHostWaits(t *testing.T) {
 	defer d.Close()
 	tk = d.DefaultTask()
 	x, _ = d.FromFloat32(2, 2, []float32{1, 2, 3, 4})
-	release = d.machine.Hold()
+	release = d.machine().Hold()
 	sq, err = tk.Mul(x, x)
 	require.NoError(t, err)
 	c, _ := d.Empty(2, 2, Float32)
@@ -94,7 +94,7 @@ func TestSyncDebugReportsThrottleWaits(t *testing.T) {
 	defer d.Close()
 	tk := d.DefaultTask()
 	x, _ := d.Empty(4, 4, Float32)
-	release := d.machine.Hold()
+	release := d.machine().Hold()
 	defer release()
 	var refused error
 	for i := 0; i < 10 && refused == nil; i++ {

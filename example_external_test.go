@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/rocsync/rocsync"
+	"github.com/rocsync/rocsync/backends"
 	"github.com/rocsync/rocsync/hip"
 )
 
@@ -19,7 +20,7 @@ func Example_foreignStream() {
 	}
 	defer dev.Close()
 	t := dev.DefaultTask()
-	h, _, _ := dev.ROCmLibraries()
+	h, _, _ := backends.ROCmLibraries(dev)
 	foreign, _ := h.StreamCreate(0, 0) // someone else's stream
 	defer h.StreamDestroy(foreign)
 

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/rocsync/rocsync"
+	"github.com/rocsync/rocsync/backends"
 	"github.com/rocsync/rocsync/hip"
 	"github.com/rocsync/rocsync/rocblas"
 	"github.com/rocsync/rocsync/userkernel"
@@ -125,7 +126,7 @@ func Example_libraryCall() {
 	}
 	defer dev.Close()
 	t := dev.DefaultTask()
-	_, blas, _ := dev.ROCmLibraries()
+	_, blas, _ := backends.ROCmLibraries(dev)
 	handle, _ := t.BLASHandle()
 
 	a, _ := t.Full(2, 2, rocsync.Float32, 2) // rocsync's kernel on the HSA queue

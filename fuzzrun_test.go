@@ -355,10 +355,10 @@ func runFuzzProgram(p *program, want *model, cfg fuzzConfig) *fuzzReport {
 			} else {
 				// Every earlier op has been submitted (the barrier) and
 				// now runs to completion; later ones wait for this one.
-				d.machine.Quiesce()
+				d.machine().Quiesce()
 				armed.Store(true)
 				defer func() {
-					d.machine.Quiesce()
+					d.machine().Quiesce()
 					if armed.Swap(false) {
 						rep.fail("op %d (%v): the fault injector was never asked", i, o)
 					}
@@ -451,7 +451,7 @@ func runFuzzProgram(p *program, want *model, cfg fuzzConfig) *fuzzReport {
 						failed = true // later results would be garbage
 					}
 					if cfg.serial {
-						d.machine.Quiesce()
+						d.machine().Quiesce()
 					}
 				}
 				close(done[i])

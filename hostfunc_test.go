@@ -131,7 +131,7 @@ func TestHostFuncMissingAccessIsARace(t *testing.T) {
 		t.Run(drop, func(t *testing.T) {
 			d, tk, x, y := openHostFuncRace(t)
 			gate, ran := make(chan struct{}), make(chan error, 1)
-			release := d.machine.Hold()
+			release := d.machine().Hold()
 			defer release()
 			// Declared: nothing about x. The function reads (or writes) it.
 			require.NoError(t, tk.HostFunc(nil, func(*HostAccess) error {
@@ -157,7 +157,7 @@ func TestHostFuncDeclaredAccessIsNoRace(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			d, tk, x, y := openHostFuncRace(t)
 			gate := make(chan struct{})
-			release := d.machine.Hold()
+			release := d.machine().Hold()
 			defer release()
 			arg := In(x)
 			if kind == "write" {

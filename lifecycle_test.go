@@ -65,7 +65,7 @@ func TestPendingFencesAfterFaultAndClose(t *testing.T) {
 	x, err := d.FromFloat32(4, 4, randMatrix(4, 4))
 	require.NoError(t, err)
 	faultOn(d, "rocsync_mul_f32")
-	release := d.machine.Hold()
+	release := d.machine().Hold()
 	y, err := tk.Mul(x, x)
 	require.NoError(t, err)
 	z, err := tk.Add(y, x)
@@ -157,7 +157,7 @@ func TestUnifiedRejectsOpsAfterFault(t *testing.T) {
 	faultOn(d, "rocsync_mul_f32")
 	require.NoError(t, tk.MulInto(y, x, x))
 	require.ErrorIs(t, within(t, "Synchronize", tk.Synchronize), ErrFault)
-	d.machine.SetFaultInjector(nil)
+	d.machine().SetFaultInjector(nil)
 	err = tk.AddInto(y, x, x)
 	require.ErrorIs(t, err, ErrFault, "a broken stream takes no more work")
 	// Another task is unaffected.

@@ -174,7 +174,7 @@ func TestUserKernelMissingWriteIsARace(t *testing.T) {
 	y, err := d.FromFloat32(16, 16, seq(n, func(int) float32 { return 1 }))
 	require.NoError(t, err)
 	require.NoError(t, tk.Launch(k, userkernel.Grid1D(n, 64), In(y), In(x), F32(2), U32(n)))
-	d.machine.Quiesce() // let it finish, unobserved by the host (and ordered for Go's race detector)
+	d.machine().Quiesce() // let it finish, unobserved by the host (and ordered for Go's race detector)
 	_, err = tk.MatMul(y, x, false, false)
 	require.NoError(t, err)
 	require.NoError(t, d.Synchronize())
@@ -240,7 +240,7 @@ func TestLibraryCallRawStream(t *testing.T) {
 			require.NoError(t, err)
 			c, err := d.Empty(n, n, Float32)
 			require.NoError(t, err)
-			blas := d.machine.BLAS()
+			blas := d.machine().BLAS()
 			h, err := blas.CreateHandle(0)
 			require.NoError(t, err)
 			defer blas.DestroyHandle(h)
@@ -277,7 +277,7 @@ func TestLibraryCallMissingAccessIsARace(t *testing.T) {
 			require.NoError(t, err)
 			c, err := d.Empty(n, n, Float32)
 			require.NoError(t, err)
-			blas := d.machine.BLAS()
+			blas := d.machine().BLAS()
 			h, err := blas.CreateHandle(0)
 			require.NoError(t, err)
 			defer blas.DestroyHandle(h)
@@ -287,7 +287,7 @@ func TestLibraryCallMissingAccessIsARace(t *testing.T) {
 			} else {
 				ops = ops[:1]
 			}
-			d.machine.Quiesce() // the kernel finishes, unobserved by the host
+			d.machine().Quiesce() // the kernel finishes, unobserved by the host
 			require.NoError(t, tk.LibraryCall(ops, func(stream uintptr) error {
 				if err := blas.SetStream(h, hip.Stream(stream)); err != nil {
 					return err
@@ -295,7 +295,7 @@ func TestLibraryCallMissingAccessIsARace(t *testing.T) {
 				return blas.Sgemm(h, rocblas.OperationNone, rocblas.OperationNone, n, n, n, 1,
 					hip.DevicePtr(a.ptr), n, hip.DevicePtr(a.ptr), n, 0, hip.DevicePtr(c.ptr), n)
 			}))
-			d.machine.Quiesce()
+			d.machine().Quiesce()
 			require.NoError(t, tk.ScaleInto(c, 2, c))
 			require.NoError(t, d.Synchronize())
 			require.NotEmpty(t, d.Hazards(), "the checker must see the undeclared %s", drop)
@@ -461,7 +461,7 @@ func TestCopyMissingAccessIsARace(t *testing.T) {
 			// write (an acquire), and the copy would be ordered after it
 			// by chance. Nothing learns of the last op before the copy.
 			require.NoError(t, tk.ScaleInto(x, 1, x))
-			d.machine.Quiesce()
+			d.machine().Quiesce()
 			slot, err := d.staging.take(d, "test", 64)
 			require.NoError(t, err)
 			tk.op.Kind, tk.op.Lane, tk.op.Host, tk.op.Size = kind, driver.LaneLibrary, slot.p, 64

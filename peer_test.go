@@ -323,7 +323,7 @@ func TestCrossDeviceWaitDecision(t *testing.T) {
 			ta, tb := a.DefaultTask(), b.DefaultTask()
 			require.NoError(t, ta.Upload(tmp, in))
 			require.NoError(t, ta.Synchronize())
-			release := a.machine.Hold()
+			release := a.machine().Hold()
 			require.NoError(t, ta.CopyBuffer(src, tmp)) // on gpu0's library stream, held
 			sa, sb := a.Stats(), b.Stats()
 			if p == SkipSameQueue {
@@ -342,7 +342,7 @@ func TestCrossDeviceWaitDecision(t *testing.T) {
 			}
 			// gpu0 overwrites src: it waits for gpu1's copy (a reader on
 			// gpu1's stream) the same way.
-			release = b.machine.Hold()
+			release = b.machine().Hold()
 			if p == SkipSameQueue {
 				go func() { time.Sleep(20 * time.Millisecond); release() }()
 			}
@@ -378,9 +378,9 @@ func TestCrossDeviceWaitRemovedIsARace(t *testing.T) {
 			})
 			emulatorOnly(t, devs[0], "it needs the hazard checker")
 			pc := newPeerChain(t, devs)
-			pc.settle = devs[0].machine.Quiesce
+			pc.settle = devs[0].machine().Quiesce
 			for _, d := range devs {
-				d.peer.betweenHalves = d.machine.Quiesce
+				d.peer.betweenHalves = d.machine().Quiesce
 			}
 			for s := 0; s < 4; s++ {
 				require.NoError(t, pc.step())
@@ -480,7 +480,7 @@ func TestSourceCloseWaitsForPeerCopy(t *testing.T) {
 	dst, err := b.Empty(4, 4, Float32)
 	require.NoError(t, err)
 	tb := b.DefaultTask()
-	release := a.machine.Hold()
+	release := a.machine().Hold()
 	require.NoError(t, tb.CopyPeer(dst, src))
 	before := a.Stats()
 	go func() { time.Sleep(20 * time.Millisecond); release() }()
@@ -565,13 +565,13 @@ func TestStagedPeerCopyRecoversAfterAFault(t *testing.T) {
 			require.NoError(t, err)
 			dst, err := devs[0].Empty(1, 4, Float32)
 			require.NoError(t, err)
-			devs[1].machine.SetFaultInjector(func(op string) bool { return op == "hipMemcpyAsync(DtoH)" })
+			devs[1].machine().SetFaultInjector(func(op string) bool { return op == "hipMemcpyAsync(DtoH)" })
 			err = tk.CopyPeer(dst, src)
 			if err == nil {
 				_, err = dst.Float32s()
 			}
 			require.ErrorIs(t, err, ErrFault)
-			devs[1].machine.SetFaultInjector(nil)
+			devs[1].machine().SetFaultInjector(nil)
 			_ = tk.Close() // broken if it waited on the device for the failed half
 			for i := range 3 {
 				tk2, err := devs[0].NewTask()

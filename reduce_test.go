@@ -155,7 +155,7 @@ func TestSumUndeclaredWorkspaceIsARace(t *testing.T) {
 	out2, err := d.Empty(1, 1, Float32)
 	require.NoError(t, err)
 	require.NoError(t, a.Sum(out1, in, SumAll)) // declares the workspace
-	d.machine.Quiesce()
+	d.machine().Quiesce()
 	k, err := d.drv.(driver.Reducer).Reduction(SumAll, Float32)
 	require.NoError(t, err)
 	shape, err := SumAll.Shape(1, 10000)
@@ -228,7 +228,7 @@ func TestSumRecoversAfterAFault(t *testing.T) {
 					_, err = out.Float32s()
 				}
 				require.ErrorIs(t, err, ErrFault)
-				d.machine.SetFaultInjector(nil)
+				d.machine().SetFaultInjector(nil)
 				require.ErrorIs(t, tk.Synchronize(), ErrFault)
 				require.ErrorIs(t, tk.Close(), ErrFault)
 				for range 2 {

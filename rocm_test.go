@@ -29,7 +29,7 @@ func openEmu(t *testing.T, p Policy, e EmulatorOptions) []*Device {
 // closes, and not before; a second Close changes nothing.
 func TestHSAShutDownWhenLastDeviceCloses(t *testing.T) {
 	devs := openEmu(t, DeviceSide, EmulatorOptions{Devices: 2})
-	h := devs[0].machine.HSA()
+	h := devs[0].machine().HSA()
 	x, err := devs[0].FromFloat32(2, 2, []float32{1, 2, 3, 4})
 	require.NoError(t, err)
 	_, err = devs[0].DefaultTask().Mul(x, x)
@@ -46,7 +46,7 @@ func TestHSAShutDownWhenLastDeviceCloses(t *testing.T) {
 	// shut the runtime down under it.
 	d, err := Open(Options{Backend: Emulator, Device: 1, LogLevel: LogOff, Emulator: EmulatorOptions{Devices: 3}})
 	require.NoError(t, err)
-	require.Equal(t, 1, d.machine.HSA().InitCount())
+	require.Equal(t, 1, d.machine().HSA().InitCount())
 	y, err := d.FromFloat32(1, 2, []float32{1, 2})
 	require.NoError(t, err)
 	z, err := d.DefaultTask().Mul(y, y)
@@ -55,7 +55,7 @@ func TestHSAShutDownWhenLastDeviceCloses(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []float32{1, 4}, got)
 	require.NoError(t, d.Close())
-	require.Equal(t, 0, d.machine.HSA().InitCount())
+	require.Equal(t, 0, d.machine().HSA().InitCount())
 }
 
 // Unified launches pass no dynamic LDS: HIP adds the kernel's static LDS
@@ -72,7 +72,7 @@ func TestUnifiedPassesNoDynamicLDS(t *testing.T) {
 	got, err := y.Float32s()
 	require.NoError(t, err)
 	require.Equal(t, []float32{1, 4, 9}, got)
-	require.Zero(t, d.machine.HIP().MaxDynamicSharedMem())
+	require.Zero(t, d.machine().HIP().MaxDynamicSharedMem())
 	require.Empty(t, d.Hazards())
 }
 
@@ -181,7 +181,7 @@ func TestGPUWithoutHIPDeviceIsSkipped(t *testing.T) {
 		require.Equal(t, []float32{13}, got)
 		require.NoError(t, d.Close())
 	}
-	require.Equal(t, 0, devs[0].machine.HSA().InitCount())
+	require.Equal(t, 0, devs[0].machine().HSA().InitCount())
 }
 
 // The code object's memory outlives its executable: ROCr records its
@@ -192,7 +192,7 @@ func TestCodeObjectOutlivesExecutable(t *testing.T) {
 	for _, p := range []Policy{DeviceSide, Unified} {
 		t.Run(p.String(), func(t *testing.T) {
 			d := openEmu(t, p, EmulatorOptions{})[0]
-			h := d.machine.HSA()
+			h := d.machine().HSA()
 			x, err := d.FromFloat32(1, 2, []float32{1, 2})
 			require.NoError(t, err)
 			y, err := d.DefaultTask().Mul(x, x)
@@ -205,7 +205,7 @@ func TestCodeObjectOutlivesExecutable(t *testing.T) {
 			require.NoError(t, d.Close())
 			require.Empty(t, h.CodeObjectStorageFaults())
 			require.Zero(t, h.LiveExecutables(), "executable not destroyed at Close")
-			require.Zero(t, d.machine.HIP().LiveModules(), "HIP module not unloaded at Close")
+			require.Zero(t, d.machine().HIP().LiveModules(), "HIP module not unloaded at Close")
 		})
 	}
 }
@@ -278,7 +278,7 @@ func TestDeviceBridgeHostWaitsBlock(t *testing.T) {
 	st := d.Stats().Sub(before)
 	require.Zero(t, st.HostWaitsTotal(), "%v", st)
 	require.EqualValues(t, 2, st.DeviceWaits, "%v", st)
-	h := d.machine.HSA()
+	h := d.machine().HSA()
 	busyBefore := h.BusyHostWaits()
 	gotZ, err := z.Float32s() // waits for the kernel's completion signal
 	require.NoError(t, err)
@@ -360,8 +360,8 @@ func TestCloseRacesFirstKernelLoad(t *testing.T) {
 			if err := <-done; err != nil {
 				require.ErrorIs(t, err, ErrClosed)
 			}
-			require.Zero(t, d.machine.HSA().LiveExecutables(), "%v run %d: executable loaded after Close", p, i)
-			require.Zero(t, d.machine.HIP().LiveModules(), "%v run %d: HIP module loaded after Close", p, i)
+			require.Zero(t, d.machine().HSA().LiveExecutables(), "%v run %d: executable loaded after Close", p, i)
+			require.Zero(t, d.machine().HIP().LiveModules(), "%v run %d: HIP module loaded after Close", p, i)
 		}
 	}
 }

@@ -25,7 +25,7 @@ import (
 func opSetProgram(t *testing.T, d *Device) {
 	t.Helper()
 	k := loadSAXPY(t, d)
-	_, blas, ok := d.ROCmLibraries()
+	_, blas, ok := rocmLibraries(d)
 	require.True(t, ok, "a ROCm device")
 	require.NotNil(t, blas, "rocBLAS is loaded")
 	tk, err := d.NewTask()
@@ -231,7 +231,7 @@ func TestOpSetAcceptanceOnSimulatedDriver(t *testing.T) {
 			d := devs[0]
 			defer func() { require.NoError(t, d.Close()) }()
 			k := loadSAXPY(t, d)
-			_, blas, ok := d.ROCmLibraries()
+			_, blas, ok := rocmLibraries(d)
 			require.True(t, ok)
 			require.NotNil(t, blas, "rocBLAS (simblas) is loaded")
 			h, err := blas.CreateHandle(0)

@@ -320,3 +320,8 @@ func TestTraceDeviceTimestampsOnSimulatedDriver(t *testing.T) {
 		require.NoError(t, tr.Check("timed", c))
 	})
 }
+
+// The trace names its GPU tracks as tracecheck reads them.
+func TestTraceGPUTrackSuffix(t *testing.T) {
+	require.Equal(t, tracecheck.GPUSuffix, gpuTrackSuffix)
+}

@@ -37,7 +37,7 @@ func vmFaultEvicts(t *testing.T, evict bool) {
 		Emulator: EmulatorOptions{Devices: 2, HazardChecker: true, MaxDelay: 30e3, Seed: 11}})
 	require.NoError(t, err)
 	faulty, healthy := devs[0], devs[1]
-	faulty.machine.SetVMFaultEviction(evict)
+	faulty.machine().SetVMFaultEviction(evict)
 	x, err := faulty.FromFloat32(2, 2, []float32{1, 2, 3, 4})
 	require.NoError(t, err)
 	warm, err := faulty.NewTask() // loads the kernels; the device works
@@ -81,7 +81,7 @@ func vmFaultEvicts(t *testing.T, evict bool) {
 	crossing, crossErr := tk.MatMul(y, y, false, false) // refused at once if the fault came first
 	_, err = y.Float32s()
 	require.ErrorIs(t, err, hsa.ErrMemoryFault)
-	require.Equal(t, evict, faulty.machine.Evicted(0))
+	require.Equal(t, evict, faulty.machine().Evicted(0))
 	close(gate) // the host function completes; the evicted stream never runs what waits for it
 
 	within := func(what string, f func() error) {
