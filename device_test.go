@@ -10,10 +10,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/cuda"
+	"github.com/rocsync/rocsync/driver"
 	"github.com/rocsync/rocsync/hsa"
 	"github.com/rocsync/rocsync/internal/dl"
-	"github.com/rocsync/rocsync/internal/rocmdev"
 	"github.com/rocsync/rocsync/kernels"
+	"github.com/rocsync/rocsync/queue"
+	"github.com/rocsync/rocsync/syncstate"
 )
 
 func TestExplicitROCmFailsClearlyWithoutGPU(t *testing.T) {
@@ -76,7 +78,14 @@ func TestQueuePoolSharesQueues(t *testing.T) {
 		tasks = append(tasks, tk)
 		require.NoError(t, tk.Fill(x, float64(i)))
 	}
-	require.Len(t, d.drv.(*rocmdev.Device).Queues(), 2)
+	// The tasks' kernel timelines are the pool's HSA queues: two.
+	queues := map[syncstate.Timeline]bool{}
+	for _, tk := range tasks {
+		q, ok := tk.drv.Timeline(driver.LaneKernel).(*queue.Queue)
+		require.True(t, ok, "a task's kernel timeline is its HSA queue")
+		queues[q] = true
+	}
+	require.Len(t, queues, 2)
 	got, err := x.Float32s()
 	require.NoError(t, err)
 	require.Equal(t, float32(4), got[0])

@@ -12,8 +12,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rocsync/rocsync/driver"
 	"github.com/rocsync/rocsync/internal/rocmdev"
 	"github.com/rocsync/rocsync/internal/testhooks"
+	"github.com/rocsync/rocsync/queue"
 )
 
 // kindIs asserts that err is an *Error of kind k at its top.
@@ -275,9 +277,10 @@ func within2[T any](t *testing.T, what string, fn func() (T, error)) (T, error) 
 // hsaQueueOf is the HSA queue a task's kernels go to.
 func hsaQueueOf(t *testing.T, tk *Task) any {
 	t.Helper()
-	rt, ok := tk.drv.(*rocmdev.Task)
+	_, ok := tk.drv.(*rocmdev.Task)
 	require.True(t, ok, "not a ROCm task")
-	q := rt.HSAQueue()
+	q, ok := tk.drv.Timeline(driver.LaneKernel).(*queue.Queue) // nil under Unified
+	require.True(t, ok, "no HSA queue")
 	require.NotNil(t, q)
 	return q
 }

@@ -890,12 +890,6 @@ func (t *Task) Close() error {
 	return errors.Join(errs...)
 }
 
-// Queues returns the device's HSA queues (for tests).
-func (d *Device) Queues() []*queue.Queue { return d.queues.Queues() }
-
-// HSAQueue returns the task's HSA queue, nil under Unified (for tests).
-func (t *Task) HSAQueue() *queue.Queue { return t.st.Queue }
-
 // hipStreamMemoryLookup is the first HIP release (ROCm 5.6.0, clr commit
 // b40823ccc "Enable ROCr interop") whose hipStreamWaitValue64 and
 // hipStreamWriteValue64 accept memory HIP did not allocate, by asking ROCr
