@@ -16,11 +16,7 @@ import (
 // register with package driver and a program gets them from package
 // backends, as database/sql gets its drivers.
 func TestFrontImportsNoDriver(t *testing.T) {
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	cmd := exec.Command(goTool, "list", "-deps", "-f", "{{.ImportPath}}", ".")
+	cmd := exec.Command(goTool(), "list", "-deps", "-f", "{{.ImportPath}}", ".")
 	cmd.Env = append(cmd.Environ(), "CGO_ENABLED=0")
 	out, err := cmd.Output()
 	require.NoError(t, err, "go list -deps .")
@@ -72,4 +68,24 @@ func TestForbiddenDepRefuses(t *testing.T) {
 	for _, p := range []string{"github.com/rocsync/rocsync/driver", "github.com/rocsync/rocsync/syncstate", "github.com/rocsync/rocsync/nccl/ncclid", "github.com/rs/zerolog"} {
 		require.Empty(t, forbiddenDep(p), p)
 	}
+}
+
+// A program that imports no drivers gets an ErrUnavailable error from
+// Open, whatever the backend, naming the import that brings them.
+func TestOpenWithoutDriversSaysWhatToImport(t *testing.T) {
+	out, err := exec.Command(goTool(), "run", "./testdata/nodrivers").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	require.Len(t, lines, 4, "%s", out)
+	for _, l := range lines {
+		require.Contains(t, l, `rocsync: Open: backend unavailable: no backend drivers are registered: import _ "github.com/rocsync/rocsync/backends"`)
+	}
+}
+
+// goTool is the go command that runs the tests.
+func goTool() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return filepath.Join(runtime.GOROOT(), "bin", "go")
 }
