@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -174,28 +175,24 @@ func open(o Options, all bool) ([]*Device, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.Backend <= CUDA {
+		if err := requireDrivers(o.Backend); err != nil {
+			return nil, err
+		}
+	}
 	var fam family
 	switch o.Backend {
 	case Emulator:
 		fam, err = openFamily("emulator", o, &log)
-		if notRegistered(err) {
-			return nil, noDriver(err)
-		}
 		log.Info().Str("backend", "emulator").Msg("rocsync: using the emulated AMD device, as requested")
 	case ROCm:
 		fam, err = openFamily("rocm", o, &log)
-		if notRegistered(err) {
-			return nil, noDriver(err)
-		}
 		if err != nil {
 			return nil, &Error{Op: "Open", Kind: ErrUnavailable, Detail: "the ROCm backend was requested", Err: err}
 		}
 		log.Info().Str("backend", "rocm").Msg("rocsync: using the real ROCm stack, as requested")
 	case CUDA:
 		fam, err = openFamily("cuda", o, &log)
-		if notRegistered(err) {
-			return nil, noDriver(err)
-		}
 		if err != nil {
 			return nil, &Error{Op: "Open", Kind: ErrUnavailable, Detail: "the CUDA backend was requested", Err: err}
 		}
@@ -209,22 +206,13 @@ func open(o Options, all bool) ([]*Device, error) {
 			break
 		}
 		rocmErr := err
-		if notRegistered(rocmErr) {
-			return nil, noDriver(rocmErr)
-		}
 		fam, err = openFamily("cuda", o, &log)
 		if err == nil {
 			logCUDAChosen(&log, rocmErr)
 			break
 		}
 		cudaErr := err
-		if notRegistered(cudaErr) {
-			return nil, noDriver(cudaErr)
-		}
 		fam, err = openFamily("emulator", o, &log)
-		if notRegistered(err) {
-			return nil, noDriver(err)
-		}
 		logFallback(&log, rocmErr, cudaErr)
 	default:
 		return nil, newErr("Open", ErrInvalid, "unknown backend %d", uint8(o.Backend))
@@ -333,12 +321,20 @@ func openFamily(name string, o Options, log *zerolog.Logger) (family, error) {
 	return family{name: name, devs: f.Devices, system: f.System, stats: c.stats, throttle: c.throttle}, nil
 }
 
-func notRegistered(err error) bool { return errors.Is(err, driver.ErrNotRegistered) }
-
-// noDriver is Open's error when the program registered no drivers.
-func noDriver(err error) error {
-	return &Error{Op: "Open", Kind: ErrUnavailable,
-		Detail: `no backend drivers are registered: import _ "github.com/rocsync/rocsync/backends"`, Err: err}
+// requireDrivers fails Open when a driver that backend b tries is not
+// registered: the program did not import package backends.
+func requireDrivers(b Backend) error {
+	need := []Backend{b}
+	if b == Auto {
+		need = []Backend{ROCm, CUDA, Emulator}
+	}
+	have := driver.Drivers()
+	for _, n := range need {
+		if !slices.Contains(have, n.String()) {
+			return newErr("Open", ErrUnavailable, `no %q driver is registered: import _ "github.com/rocsync/rocsync/backends"`, n.String())
+		}
+	}
+	return nil
 }
 
 // Backend names what the device runs on: "emulator", "rocm" or "cuda".
