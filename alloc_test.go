@@ -5,8 +5,6 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/rs/zerolog"
-
 	"github.com/rocsync/rocsync/userkernel"
 )
 
@@ -18,8 +16,7 @@ func allocDevice(t *testing.T, p Policy) *Device {
 	if err := refs.Register("saxpy", saxpyReference); err != nil {
 		t.Fatal(err)
 	}
-	nop := zerolog.Nop()
-	d, err := Open(Options{Backend: Emulator, Policy: p, Logger: &nop,
+	d, err := Open(Options{Backend: Emulator, Policy: p, LogLevel: LogOff,
 		KernelBuilder: userkernel.NewBuilder(userkernel.Options{CacheDir: t.TempDir()}),
 		Emulator:      EmulatorOptions{KernelReferences: refs}})
 	if err != nil {

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/rs/zerolog"
-
 	"github.com/rocsync/rocsync/cuda"
 	"github.com/rocsync/rocsync/driver"
 	"github.com/rocsync/rocsync/hip"
@@ -46,8 +44,7 @@ func BenchmarkCopyBandwidth(b *testing.B) {
 	if testenv.OnCUDA() {
 		backend, name = CUDA, "cuda"
 	}
-	nop := zerolog.Nop()
-	d, err := Open(Options{Backend: backend, Logger: &nop})
+	d, err := Open(Options{Backend: backend, LogLevel: LogOff})
 	must(b, err)
 	defer d.Close()
 	raw, err := newRawCopier(d, 256<<20)
@@ -136,7 +133,7 @@ type rawCopier struct {
 }
 
 func newRawCopier(d *Device, size uint64) (*rawCopier, error) {
-	if h, _, ok := d.ROCmLibraries(); ok {
+	if h, _, ok := rocmLibraries(d); ok {
 		return newRawHIPCopier(h, size)
 	}
 	return newRawCUDACopier(size)

@@ -20,7 +20,7 @@ func BenchmarkUnifiedChain99(b *testing.B) {
 			t := d.DefaultTask()
 			x, err := d.FromFloat32(1, 64, make([]float32, 64))
 			must(b, err)
-			hp := d.machine.HIP()
+			hp := d.machine().HIP()
 			hp.SetGraphsUnavailable(mode == "reissue")
 			step := func() error { return scaleChain(t, x) }
 			if mode != "eager" {

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/cuda"
@@ -36,8 +35,7 @@ func peerBenchBackend() (Backend, string) {
 // GPU numbers (the sub-benchmark names say which).
 func BenchmarkCopyPeer(b *testing.B) {
 	backend, name := peerBenchBackend()
-	nop := zerolog.Nop()
-	o := Options{Backend: backend, Logger: &nop, Emulator: EmulatorOptions{Devices: 2}}
+	o := Options{Backend: backend, LogLevel: LogOff, Emulator: EmulatorOptions{Devices: 2}}
 	devs, err := OpenAll(o)
 	must(b, err)
 	defer closeDevices(devs)
@@ -104,7 +102,7 @@ type rawPeerCopier struct {
 }
 
 func newRawPeerCopier(d *Device, size uint64) (*rawPeerCopier, error) {
-	if h, _, ok := d.ROCmLibraries(); ok {
+	if h, _, ok := rocmLibraries(d); ok {
 		return newRawHIPPeerCopier(h, size)
 	}
 	return newRawCUDAPeerCopier(size)

@@ -30,7 +30,7 @@ func benchHeld(b *testing.B, d *Device, t *Task, batch int, step func() error) {
 	for done := 0; done < b.N; {
 		b.StopTimer()
 		must(b, t.Synchronize())
-		release := d.machine.Hold()
+		release := d.machine().Hold()
 		b.StartTimer()
 		for i := 0; i < batch && done < b.N; i++ {
 			must(b, step())
@@ -77,10 +77,10 @@ func benchChain99(b *testing.B, replay bool) {
 	}
 	must(b, t.Synchronize())
 	const batch = benchQueue / chainLen
-	bells := d.machine.DoorbellStores()
+	bells := d.machine().DoorbellStores()
 	benchHeld(b, d, t, batch, step)
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*chainLen), "ns/packet")
-	b.ReportMetric(float64(d.machine.DoorbellStores()-bells)/float64(b.N), "doorbells/replay")
+	b.ReportMetric(float64(d.machine().DoorbellStores()-bells)/float64(b.N), "doorbells/replay")
 	must(b, t.Synchronize())
 }
 

@@ -3,8 +3,6 @@ package rocsync
 import (
 	"io"
 	"testing"
-
-	"github.com/rs/zerolog"
 )
 
 // The hot-path benchmarks run on the emulator with the checker and delays
@@ -159,8 +157,7 @@ func TestSeedIterationAllocations(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector's instrumentation allocates")
 	}
-	nop := zerolog.Nop()
-	d, err := Open(Options{Backend: Emulator, Logger: &nop})
+	d, err := Open(Options{Backend: Emulator, LogLevel: LogOff})
 	if err != nil {
 		t.Fatal(err)
 	}

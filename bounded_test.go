@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/internal/testenv"
@@ -31,7 +30,7 @@ func TestHostWaitsTimeOut(t *testing.T) {
 				x, err := d.FromFloat32(4, 4, randMatrix(6, 4))
 				require.NoError(t, err)
 				y, _ := d.Empty(4, 4, Float32)
-				release := d.machine.Hold()
+				release := d.machine().Hold()
 				require.NoError(t, op.run(tk, y, x))
 				err = within(t, "read-back", func() error { _, e := y.Float32s(); return e })
 				require.ErrorIs(t, err, ErrTimeout)
@@ -55,7 +54,7 @@ func TestContextCancelsTheWaitNotTheWork(t *testing.T) {
 	tk := d.DefaultTask()
 	x, err := d.FromFloat32(4, 4, randMatrix(7, 4))
 	require.NoError(t, err)
-	release := d.machine.Hold()
+	release := d.machine().Hold()
 	y, err := tk.Add(x, x)
 	require.NoError(t, err)
 	z, err := tk.MatMul(x, x, false, false)
@@ -81,8 +80,7 @@ func TestContextCancelsTheWaitNotTheWork(t *testing.T) {
 // Under Unified, back-pressure (more than MaxInFlight ops on the stream)
 // is a counted throttle wait.
 func TestUnifiedBackPressureIsAThrottleWait(t *testing.T) {
-	nop := zerolog.Nop()
-	d, err := Open(Options{Backend: Emulator, Policy: Unified, MaxInFlight: 16, Logger: &nop})
+	d, err := Open(Options{Backend: Emulator, Policy: Unified, MaxInFlight: 16, LogLevel: LogOff})
 	require.NoError(t, err)
 	defer d.Close()
 	tk := d.DefaultTask()
@@ -174,8 +172,7 @@ func TestMillionOpsBoundedResources(t *testing.T) {
 	}
 	for _, p := range syncstate.Policies {
 		t.Run(p.String(), func(t *testing.T) {
-			nop := zerolog.Nop()
-			d, err := Open(Options{Backend: Emulator, Policy: p, QueueSize: 64, MaxInFlight: 32, Logger: &nop})
+			d, err := Open(Options{Backend: Emulator, Policy: p, QueueSize: 64, MaxInFlight: 32, LogLevel: LogOff})
 			require.NoError(t, err)
 			defer d.Close()
 			a, _ := d.NewTask()
@@ -221,7 +218,7 @@ func TestPerDeviceRunAheadCap(t *testing.T) {
 			b, _ := d.NewTask()
 			x, _ := d.FromFloat32(4, 4, make([]float32, 16))
 			y, _ := d.FromFloat32(4, 4, make([]float32, 16))
-			release := d.machine.Hold() // keep work pending: the cap must act
+			release := d.machine().Hold() // keep work pending: the cap must act
 			go func() { time.Sleep(30 * time.Millisecond); release() }()
 			err := within(t, "the capped run", func() error {
 				for i := 0; i < 100; i++ {

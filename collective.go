@@ -7,24 +7,20 @@ import (
 	"sync"
 
 	"github.com/rocsync/rocsync/driver"
-	"github.com/rocsync/rocsync/hip"
-	"github.com/rocsync/rocsync/internal/cudadev"
-	"github.com/rocsync/rocsync/internal/emu"
-	"github.com/rocsync/rocsync/internal/rocmdev"
 	"github.com/rocsync/rocsync/kernels"
-	"github.com/rocsync/rocsync/nccl"
+	"github.com/rocsync/rocsync/nccl/ncclid"
 )
 
 // UniqueID names one communicator across processes: one process makes it
 // (Device.NewUniqueID) and hands it to the others (its text form,
 // MarshalText or String, fits an environment variable or a command line),
 // which pass it to JoinCommunicator.
-type UniqueID = nccl.UniqueID
+type UniqueID = driver.UniqueID
 
 // ParseUniqueID reads a UniqueID's text form; anything else is an
 // ErrInvalid error.
 func ParseUniqueID(s string) (UniqueID, error) {
-	id, err := nccl.ParseUniqueID(s)
+	id, err := ncclid.Parse(s)
 	if err != nil {
 		return id, &Error{Op: "ParseUniqueID", Kind: ErrInvalid, Err: err}
 	}
@@ -73,7 +69,7 @@ func (o ReduceOp) String() string {
 // emulator, until Options.WaitTimeout, when their streams fail).
 type Communicator struct {
 	mu     sync.Mutex
-	lib    *collLib
+	lib    driver.Collectives
 	ranks  []commRank
 	nranks int
 	err    error // set once a collective was submitted on some ranks only
@@ -89,90 +85,21 @@ type Communicator struct {
 
 type commRank struct {
 	task *Task
-	comm nccl.Comm
+	comm driver.Comm
 	rank int
 }
 
-// collLib is the collective library of one backend.
-type collLib struct {
-	name     string
-	c        nccl.Collectives
-	uniqueID func() (nccl.UniqueID, error)
-	initRank func(d *Device, nranks int, id nccl.UniqueID, rank int) (nccl.Comm, error)
-	ordinal  func(d *Device) int
-}
-
-// The real libraries, each loaded at its first use and kept.
-var collLibs struct {
-	mu         sync.Mutex
-	nccl, rccl *nccl.Lib
-}
-
-func loadLib(flavor nccl.Flavor) (*nccl.Lib, error) {
-	collLibs.mu.Lock()
-	defer collLibs.mu.Unlock()
-	p, open := &collLibs.nccl, nccl.OpenNCCL
-	if flavor == nccl.RCCL {
-		p, open = &collLibs.rccl, nccl.OpenRCCL
-	}
-	if *p != nil {
-		return *p, nil
-	}
-	l, err := open() // after DisableNVLS: NCCL_NVLS_ENABLE=0, or a refusal
-	if err != nil {
-		return nil, err // not kept: a library installed later is found
-	}
-	*p = l
-	return l, nil
-}
-
 // collLibFor returns d's collective library, loading it at first use.
-func collLibFor(op string, d *Device) (*collLib, error) {
-	switch d.drv.(type) {
-	case *rocmdev.Device:
-		if d.machine != nil {
-			c := d.machine.Collectives(d.waitTimeout)
-			return &collLib{name: "the emulated RCCL", c: c, uniqueID: c.GetUniqueID,
-				ordinal: func(d *Device) int { return d.drv.(*rocmdev.Device).HIPIndex() },
-				initRank: func(d *Device, nranks int, id nccl.UniqueID, rank int) (nccl.Comm, error) {
-					return c.CommInitRank(d.drv.(*rocmdev.Device).HIPIndex(), nranks, id, rank)
-				}}, nil
-		}
-		l, err := loadLib(nccl.RCCL)
-		if err != nil {
-			return nil, &Error{Op: op, Kind: ErrUnavailable, Detail: "collectives on ROCm need RCCL", Err: err}
-		}
-		return &collLib{name: "RCCL", c: l, uniqueID: l.GetUniqueID,
-			ordinal: func(d *Device) int { return d.drv.(*rocmdev.Device).HIPIndex() },
-			initRank: func(d *Device, nranks int, id nccl.UniqueID, rank int) (nccl.Comm, error) {
-				h, ok := d.drv.(*rocmdev.Device).Runtimes().HIP.(*hip.Lib)
-				if !ok {
-					return 0, fmt.Errorf("rocsync: the HIP runtime cannot select a device for RCCL")
-				}
-				var c nccl.Comm
-				err := h.OnDevice(d.drv.(*rocmdev.Device).HIPIndex(), func() (err error) {
-					c, err = l.CommInitRank(nranks, id, rank)
-					return err
-				})
-				return c, err
-			}}, nil
-	case *cudadev.Device:
-		l, err := loadLib(nccl.NCCL)
-		if err != nil {
-			return nil, &Error{Op: op, Kind: ErrUnavailable, Detail: "collectives on CUDA need NCCL", Err: err}
-		}
-		return &collLib{name: "NCCL", c: l, uniqueID: l.GetUniqueID,
-			ordinal: func(d *Device) int { return d.drv.(*cudadev.Device).Ordinal() },
-			initRank: func(d *Device, nranks int, id nccl.UniqueID, rank int) (nccl.Comm, error) {
-				var c nccl.Comm
-				err := d.drv.(*cudadev.Device).OnDevice(func() (err error) {
-					c, err = l.CommInitRank(nranks, id, rank)
-					return err
-				})
-				return c, err
-			}}, nil
+func collLibFor(op string, d *Device) (driver.Collectives, error) {
+	cd, ok := d.drv.(driver.CollectiveDevice)
+	if !ok {
+		return nil, newErr(op, ErrUnavailable, "no collective library on the %s backend", d.backend)
 	}
-	return nil, newErr(op, ErrUnavailable, "no collective library on the %s backend", d.backend)
+	lib, err := cd.Collectives(d.waitTimeout)
+	if err != nil {
+		return nil, &Error{Op: op, Kind: ErrUnavailable, Err: err}
+	}
+	return lib, nil
 }
 
 // NewUniqueID makes the id of a new communicator across processes, with
@@ -192,7 +119,7 @@ func (d *Device) NewUniqueID() (UniqueID, error) {
 	if err != nil {
 		return UniqueID{}, err
 	}
-	id, err := lib.uniqueID()
+	id, err := lib.NewUniqueID()
 	if err != nil {
 		return id, &Error{Op: op, Kind: ErrUnavailable, Err: err}
 	}
@@ -213,10 +140,10 @@ func NewCommunicator(tasks ...*Task) (*Communicator, error) {
 			return nil, err
 		}
 		for j, u := range tasks[:i] {
-			if u.dev == t.dev || (u.dev.index == t.dev.index && u.dev.backend == t.dev.backend && u.dev.machine == t.dev.machine) {
+			if u.dev == t.dev || (u.dev.index == t.dev.index && u.dev.backend == t.dev.backend && u.dev.system == t.dev.system) {
 				return nil, newErr(op, ErrInvalid, "tasks %d and %d are on the same GPU (%v): a communicator has one rank per GPU", j, i, t.dev)
 			}
-			if u.dev.backend != t.dev.backend || u.dev.machine != t.dev.machine {
+			if u.dev.backend != t.dev.backend || u.dev.system != t.dev.system {
 				return nil, newErr(op, ErrDeviceMismatch, "task %d is on %v, task %d on %v: open the devices together (OpenAll)", j, u.dev, i, t.dev)
 			}
 		}
@@ -230,15 +157,15 @@ func NewCommunicator(tasks ...*Task) (*Communicator, error) {
 	if err != nil {
 		return nil, err
 	}
-	devices := make([]int, len(tasks))
+	devices := make([]driver.Device, len(tasks))
 	for i, t := range tasks {
-		devices[i] = lib.ordinal(t.dev)
+		devices[i] = t.dev.drv
 	}
 	runtime.LockOSThread()
-	comms, err := lib.c.CommInitAll(devices)
+	comms, err := lib.CommInitAll(devices)
 	runtime.UnlockOSThread()
 	if err != nil {
-		return nil, &Error{Op: op, Kind: ErrUnavailable, Detail: lib.name + " made no communicator", Err: err}
+		return nil, &Error{Op: op, Kind: ErrUnavailable, Detail: lib.Name() + " made no communicator", Err: err}
 	}
 	c := &Communicator{lib: lib, nranks: len(tasks)}
 	for i, t := range tasks {
@@ -269,13 +196,13 @@ func JoinCommunicator(task *Task, id UniqueID, rank, nranks int) (*Communicator,
 	if err != nil {
 		return nil, err
 	}
-	comm, err := lib.initRank(d, nranks, id, rank)
+	comm, err := lib.CommInitRank(d.drv, nranks, id, rank)
 	if err != nil {
 		kind := ErrUnavailable
-		if errors.Is(err, emu.ErrCollectiveTimeout) {
+		if errors.Is(err, ErrTimeout) {
 			kind = ErrTimeout
 		}
-		return nil, &Error{Op: op, Kind: kind, Detail: fmt.Sprintf("rank %d of %d with %s", rank, nranks, lib.name), Err: err}
+		return nil, &Error{Op: op, Kind: kind, Detail: fmt.Sprintf("rank %d of %d with %s", rank, nranks, lib.Name()), Err: err}
 	}
 	return &Communicator{lib: lib, nranks: nranks, ranks: []commRank{{task: task, comm: comm, rank: rank}}}, nil
 }
@@ -317,9 +244,9 @@ func (c *Communicator) Close() error {
 	for _, r := range c.ranks {
 		var err error
 		if c.err != nil || len(errs) > 0 {
-			err = c.lib.c.CommAbort(r.comm) // peers may never answer
+			err = c.lib.CommAbort(r.comm) // peers may never answer
 		} else {
-			err = c.lib.c.CommDestroy(r.comm)
+			err = c.lib.CommDestroy(r.comm)
 		}
 		if err != nil {
 			errs = append(errs, err)
@@ -334,15 +261,8 @@ func (c *Communicator) Close() error {
 func always(int) bool { return true }
 func never(int) bool  { return false }
 
-func ncclType(dt DType) (nccl.DataType, bool) {
-	switch dt {
-	case kernels.F32:
-		return nccl.Float32, true
-	case kernels.F64:
-		return nccl.Float64, true
-	}
-	return 0, false
-}
+// collectiveType reports whether collectives take elements of type dt.
+func collectiveType(dt DType) bool { return dt == kernels.F32 || dt == kernels.F64 }
 
 // rankOp is one rank's part of a collective: its operands and the library
 // call that enqueues it.
@@ -382,7 +302,7 @@ func (c *Communicator) check(op string, arrays []*Array, reads func(i int) bool)
 		if err := a.st.Poison(); err != nil && reads(i) {
 			return &Error{Op: op, Kind: ErrFault, Detail: fmt.Sprintf("rank %d: %v", r.rank, a), Err: err}
 		}
-		if _, ok := ncclType(a.dtype); !ok {
+		if !collectiveType(a.dtype) {
 			return newErr(op, ErrDType, "rank %d: %v: collectives take float32 and float64", r.rank, a)
 		}
 		if a0 := arrays[0]; a.dtype != a0.dtype {
@@ -408,10 +328,9 @@ func (c *Communicator) AllReduce(op ReduceOp, arrays ...*Array) error {
 	}
 	return c.run(name, func(i int, r commRank, ro *rankOp) {
 		a := arrays[i]
-		dt, _ := ncclType(a.dtype)
 		ro.operands[0], ro.n = access{&a.buffer, a, ReadWrite}, 1
-		p, n, lib, comm := uintptr(a.ptr), a.Len(), c.lib.c, r.comm
-		ro.call = func(s uintptr) error { return lib.AllReduce(p, p, n, dt, nccl.RedOp(op), comm, s) }
+		p, n, dt, lib, comm := a.ptr, a.Len(), a.dtype, c.lib, r.comm
+		ro.call = func(s uintptr) error { return lib.AllReduce(p, p, n, dt, driver.ReduceOp(op), comm, s) }
 	})
 }
 
@@ -451,9 +370,8 @@ func (c *Communicator) AllGather(send, recv []*Array) error {
 	}
 	return c.run(name, func(i int, r commRank, ro *rankOp) {
 		s, v := send[i], recv[i]
-		dt, _ := ncclType(s.dtype)
 		ro.operands[0], ro.operands[1], ro.n = access{&s.buffer, s, Read}, access{&v.buffer, v, Write}, 2
-		sp, rp, n, lib, comm := uintptr(s.ptr), uintptr(v.ptr), s.Len(), c.lib.c, r.comm
+		sp, rp, n, dt, lib, comm := s.ptr, v.ptr, s.Len(), s.dtype, c.lib, r.comm
 		ro.call = func(st uintptr) error { return lib.AllGather(sp, rp, n, dt, comm, st) }
 	})
 }
@@ -474,13 +392,12 @@ func (c *Communicator) Broadcast(root int, arrays ...*Array) error {
 	}
 	return c.run(name, func(i int, r commRank, ro *rankOp) {
 		a := arrays[i]
-		dt, _ := ncclType(a.dtype)
 		acc := Write
 		if r.rank == root {
 			acc = Read
 		}
 		ro.operands[0], ro.n = access{&a.buffer, a, acc}, 1
-		p, n, lib, comm := uintptr(a.ptr), a.Len(), c.lib.c, r.comm
+		p, n, dt, lib, comm := a.ptr, a.Len(), a.dtype, c.lib, r.comm
 		ro.call = func(s uintptr) error { return lib.Broadcast(p, p, n, dt, root, comm, s) }
 	})
 }
@@ -546,7 +463,7 @@ func (c *Communicator) run(name string, build func(i int, r commRank, ro *rankOp
 		// abort, so that the library stops them, and refuse further use.
 		c.err = err
 		for _, r := range c.ranks {
-			_ = c.lib.c.CommAbort(r.comm)
+			_ = c.lib.CommAbort(r.comm)
 		}
 	}
 	for i, e := range errs {

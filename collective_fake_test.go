@@ -9,7 +9,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/cublas"
@@ -60,11 +59,10 @@ func TestCollectivesThroughFakeNCCL(t *testing.T) {
 }
 
 func fakeCollChild(t *testing.T) {
-	nop := zerolog.Nop()
 	// Before NCCL is loaded: a missing library names the path tried, and
 	// a request for NVLink multicast is refused.
 	{
-		devs, err := OpenAll(Options{Backend: CUDA, Logger: &nop})
+		devs, err := OpenAll(Options{Backend: CUDA, LogLevel: LogOff})
 		require.NoError(t, err)
 		tk, err := devs[0].NewTask()
 		require.NoError(t, err)
@@ -85,7 +83,7 @@ func fakeCollChild(t *testing.T) {
 		}
 	}
 	for _, p := range []Policy{DeviceSide, Unified} {
-		devs, err := OpenAll(Options{Backend: CUDA, Policy: p, Logger: &nop})
+		devs, err := OpenAll(Options{Backend: CUDA, Policy: p, LogLevel: LogOff})
 		require.NoError(t, err)
 		require.Len(t, devs, 2)
 		tasks := make([]*Task, 2)

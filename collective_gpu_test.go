@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"testing"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/internal/testenv"
@@ -31,8 +30,7 @@ func collGPUOn(t *testing.T) {
 func openCollGPU(t *testing.T, p Policy, n int) ([]*Device, []*Task) {
 	t.Helper()
 	collGPUOn(t)
-	nop := zerolog.Nop()
-	devs, err := OpenAll(Options{Backend: CUDA, Policy: p, Logger: &nop})
+	devs, err := OpenAll(Options{Backend: CUDA, Policy: p, LogLevel: LogOff})
 	require.NoError(t, err)
 	for _, d := range devs {
 		t.Cleanup(func() { _ = d.Close() })
@@ -159,8 +157,7 @@ func collRank(text string, rank int) error {
 	if err != nil {
 		return err
 	}
-	nop := zerolog.Nop()
-	d, err := Open(Options{Backend: CUDA, Device: rank, Logger: &nop})
+	d, err := Open(Options{Backend: CUDA, Device: rank, LogLevel: LogOff})
 	if err != nil {
 		return err
 	}

@@ -19,7 +19,6 @@ var internals = conformance.Internals{
 	Ptr:                   rocsync.ArrayPtr,
 	Fences:                rocsync.ArrayFences,
 	Timelines:             rocsync.TaskTimelines,
-	ROCmQueues:            rocsync.ROCmQueues,
 	CodeObjectVersions:    rocsync.CodeObjectVersions,
 	CUDAHostWaitsOnDevice: rocsync.CUDAHostWaitsOnDevice,
 }
@@ -35,10 +34,10 @@ const (
 	noHSAQueues       = "CUDA streams are not pooled HSA queues"
 )
 
-// backends is every implementation the conformance suites run on, each
+// suiteBackends is every implementation the conformance suites run on, each
 // with the suites it cannot run and why. Each has a one-line runner below
 // (the simulated driver's in conformance_simdriver_test.go).
-var backends = map[string]*conformance.Backend{
+var suiteBackends = map[string]*conformance.Backend{
 	// The emulator, with the hazard checker and random delays.
 	"emulator": {
 		Name: "emulator",
@@ -118,7 +117,7 @@ func onHardware(more map[string]string) map[string]string {
 
 func backend(t *testing.T, name string) *conformance.Backend {
 	t.Helper()
-	b, ok := backends[name]
+	b, ok := suiteBackends[name]
 	require.True(t, ok, "no backend %q", name)
 	return b
 }

@@ -117,8 +117,8 @@ func (p *stagingPool) take(d *Device, op string, size uint64) (*stagingSlot, err
 	if err != nil {
 		return nil, err
 	}
-	if d.machine != nil {
-		d.machine.TrackHost(ptr) // the checker sees the host's and the DMA's accesses to it
+	if d.hosts != nil {
+		d.hosts.TrackHost(ptr) // the checker sees the host's and the DMA's accesses to it
 	}
 	s := &stagingSlot{p: ptr, size: n, busy: true}
 	p.slots = append(p.slots, s)
@@ -263,8 +263,8 @@ func (t *Task) Upload(dst Operand, src []byte) error {
 		off := uint64(i) * chunk
 		size := min(chunk, b.size-off)
 		host := unsafe.Add(slot.p, off)
-		if m := t.dev.machine; m != nil {
-			m.HostAccess(host, size, true, "Upload: CPU copy into staging")
+		if h := t.dev.hosts; h != nil {
+			h.HostAccess(host, size, true, "Upload: CPU copy into staging")
 		}
 		if size != 0 {
 			hostCopy(host, unsafe.Add(from, off), size, &slot.wg)
@@ -497,8 +497,8 @@ func (p *Pending) Wait(ctx context.Context) error {
 		off := uint64(i) * p.chunk
 		size := min(p.chunk, uint64(len(p.dst))-off)
 		host := unsafe.Add(p.slot.p, off)
-		if m := p.dev.machine; m != nil {
-			m.HostAccess(host, size, false, "Pending.Wait: CPU copy out of staging")
+		if h := p.dev.hosts; h != nil {
+			h.HostAccess(host, size, false, "Pending.Wait: CPU copy out of staging")
 		}
 		if size != 0 {
 			hostCopy(unsafe.Pointer(&p.dst[off]), host, size, &p.slot.wg)

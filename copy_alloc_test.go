@@ -6,7 +6,6 @@ import (
 	"context"
 	"testing"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 )
 
@@ -18,8 +17,7 @@ import (
 // download pins an event per chunk): a real runtime does neither. That
 // much is allowed per chunk, and no more.
 func TestCopiesAllocateNothingInSteadyState(t *testing.T) {
-	nop := zerolog.Nop()
-	d, err := Open(Options{Backend: Emulator, Logger: &nop})
+	d, err := Open(Options{Backend: Emulator, LogLevel: LogOff})
 	require.NoError(t, err)
 	defer d.Close()
 	tk, err := d.NewTask()

@@ -11,7 +11,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/internal/testhooks"
@@ -168,7 +167,7 @@ func TestStagingReuseWithoutWaitIsARace(t *testing.T) {
 			require.NoError(t, err)
 			b, err := d.NewBuffer(4096)
 			require.NoError(t, err)
-			release := d.machine.Hold() // the first upload's DMA stays queued
+			release := d.machine().Hold() // the first upload's DMA stays queued
 			require.NoError(t, tk.Upload(a, first))
 			testhooks.SkipStagingWait.Store(skip)
 			err = tk.Upload(b, second)
@@ -209,7 +208,7 @@ func TestStagingPoolFullWaitsForTheOldest(t *testing.T) {
 		bufs[i], err = d.NewBuffer(minStaging)
 		require.NoError(t, err)
 	}
-	release := d.machine.Hold()
+	release := d.machine().Hold()
 	for i := range maxStaging {
 		require.NoError(t, tk.Upload(bufs[i], randomBytes(minStaging, int64(i))))
 	}
@@ -237,8 +236,7 @@ func TestStagingPoolFullWaitsForTheOldest(t *testing.T) {
 // and the download stays pending: waited again once the device runs, it
 // delivers the data.
 func TestDownloadWaitTimesOutAndResumes(t *testing.T) {
-	nop := zerolog.Nop()
-	d, err := Open(Options{Backend: Emulator, Logger: &nop, WaitTimeout: 30 * time.Millisecond,
+	d, err := Open(Options{Backend: Emulator, LogLevel: LogOff, WaitTimeout: 30 * time.Millisecond,
 		Emulator: EmulatorOptions{HazardChecker: true}})
 	require.NoError(t, err)
 	defer d.Close()
@@ -251,7 +249,7 @@ func TestDownloadWaitTimesOutAndResumes(t *testing.T) {
 	// wait that times out on a loaded machine is made again, as a caller
 	// would, until the work is done.
 	untilDone(t, tk.Synchronize)
-	release := d.machine.Hold()
+	release := d.machine().Hold()
 	got := make([]byte, len(want))
 	p, err := tk.Download(buf, got)
 	require.NoError(t, err)

@@ -2,10 +2,10 @@ package rocsync
 
 import (
 	"bytes"
+	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 )
 
@@ -41,8 +41,8 @@ func TestLaunchBlockingReportsTheFaultingOp(t *testing.T) {
 // logs them, fail refuses them; read-backs and Synchronize are exempt.
 func TestSyncDebugNamesImplicitHostWaits(t *testing.T) {
 	var buf bytes.Buffer
-	log := zerolog.New(&buf).Level(zerolog.WarnLevel) // debug level would log every decision
-	d, err := Open(Options{Backend: Emulator, SyncDebug: SyncDebugWarn, Logger: &log})
+	// At debug level every decision would be logged.
+	d, err := Open(Options{Backend: Emulator, SyncDebug: SyncDebugWarn, LogHandler: jsonLog(&buf, slog.LevelWarn)})
 	require.NoError(t, err)
 	tk := d.DefaultTask()
 	x, _ := d.FromFloat32(2, 2, []float32{1, 2, 3, 4})
@@ -53,7 +53,7 @@ func TestSyncDebugNamesImplicitHostWaits(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, tk.Synchronize())
 	require.Empty(t, buf.String(), "read-back and Synchronize are not reported")
-	release := d.machine.Hold() // the kernel is still pending at the gemm
+	release := d.machine().Hold() // the kernel is still pending at the gemm
 	go func() { time.Sleep(30 * time.Millisecond); release() }()
 	sq2, err := tk.Mul(x, x)
 	require.NoError(t, err)
@@ -67,13 +67,12 @@ func TestSyncDebugNamesImplicitHostWaits(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, d.Close())
 
-	nop := zerolog.Nop()
-	d, err = Open(Options{Backend: Emulator, SyncDebug: SyncDebugFail, Logger: &nop})
+	d, err = Open(Options{Backend: Emulator, SyncDebug: SyncDebugFail, LogLevel: LogOff})
 	require.NoError(t, err)
 	defer d.Close()
 	tk = d.DefaultTask()
 	x, _ = d.FromFloat32(2, 2, []float32{1, 2, 3, 4})
-	release = d.machine.Hold()
+	release = d.machine().Hold()
 	sq, err = tk.Mul(x, x)
 	require.NoError(t, err)
 	c, _ := d.Empty(2, 2, Float32)
@@ -90,13 +89,12 @@ func TestSyncDebugNamesImplicitHostWaits(t *testing.T) {
 
 // Sync-debug reports throttle waits too: a task running past MaxInFlight.
 func TestSyncDebugReportsThrottleWaits(t *testing.T) {
-	nop := zerolog.Nop()
-	d, err := Open(Options{Backend: Emulator, SyncDebug: SyncDebugFail, MaxInFlight: 4, Logger: &nop})
+	d, err := Open(Options{Backend: Emulator, SyncDebug: SyncDebugFail, MaxInFlight: 4, LogLevel: LogOff})
 	require.NoError(t, err)
 	defer d.Close()
 	tk := d.DefaultTask()
 	x, _ := d.Empty(4, 4, Float32)
-	release := d.machine.Hold()
+	release := d.machine().Hold()
 	defer release()
 	var refused error
 	for i := 0; i < 10 && refused == nil; i++ {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,11 +12,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/rocsync/rocsync/driver"
-	"github.com/rocsync/rocsync/hip"
-	"github.com/rocsync/rocsync/hsa"
-	"github.com/rocsync/rocsync/internal/emu"
-	"github.com/rocsync/rocsync/internal/rocmdev"
-	"github.com/rocsync/rocsync/rocblas"
 	"github.com/rocsync/rocsync/syncstate"
 	"github.com/rocsync/rocsync/userkernel"
 )
@@ -25,9 +21,12 @@ import (
 type Device struct {
 	drv     driver.Device
 	backend string
-	machine *emu.Machine // set for the emulator
-	index   int
-	log     zerolog.Logger
+	// system is the emulated machine the device runs on (nil on real
+	// hardware), asked for its instruments; hosts is its HostTracker.
+	system any
+	hosts  driver.HostTracker
+	index  int
+	log    zerolog.Logger
 
 	engine syncstate.Engine
 	stats  *syncstate.Stats
@@ -163,7 +162,7 @@ func OpenAll(o Options) ([]*Device, error) { return open(o, true) }
 type family struct {
 	name     string
 	devs     []driver.Device
-	machine  *emu.Machine
+	system   any // driver.Family.System
 	stats    []*syncstate.Stats
 	throttle []*atomic.Pointer[Device]
 }
@@ -176,19 +175,24 @@ func open(o Options, all bool) ([]*Device, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.Backend <= CUDA {
+		if err := requireDrivers(o.Backend); err != nil {
+			return nil, err
+		}
+	}
 	var fam family
 	switch o.Backend {
 	case Emulator:
-		fam, err = openEmulator(o, log)
+		fam, err = openFamily("emulator", o, &log)
 		log.Info().Str("backend", "emulator").Msg("rocsync: using the emulated AMD device, as requested")
 	case ROCm:
-		fam, err = openROCm(o, log)
+		fam, err = openFamily("rocm", o, &log)
 		if err != nil {
 			return nil, &Error{Op: "Open", Kind: ErrUnavailable, Detail: "the ROCm backend was requested", Err: err}
 		}
 		log.Info().Str("backend", "rocm").Msg("rocsync: using the real ROCm stack, as requested")
 	case CUDA:
-		fam, err = openCUDA(o)
+		fam, err = openFamily("cuda", o, &log)
 		if err != nil {
 			return nil, &Error{Op: "Open", Kind: ErrUnavailable, Detail: "the CUDA backend was requested", Err: err}
 		}
@@ -196,19 +200,19 @@ func open(o Options, all bool) ([]*Device, error) {
 	case Auto:
 		// AMD first (rocsync's own platform), then NVIDIA, then the
 		// emulator; the choice is logged at info level.
-		fam, err = openROCm(o, log)
+		fam, err = openFamily("rocm", o, &log)
 		if err == nil {
 			log.Info().Str("backend", "rocm").Msg("rocsync: using the real ROCm stack")
 			break
 		}
 		rocmErr := err
-		fam, err = openCUDA(o)
+		fam, err = openFamily("cuda", o, &log)
 		if err == nil {
 			logCUDAChosen(&log, rocmErr)
 			break
 		}
 		cudaErr := err
-		fam, err = openEmulator(o, log)
+		fam, err = openFamily("emulator", o, &log)
 		logFallback(&log, rocmErr, cudaErr)
 	default:
 		return nil, newErr("Open", ErrInvalid, "unknown backend %d", uint8(o.Backend))
@@ -232,7 +236,8 @@ func open(o Options, all bool) ([]*Device, error) {
 			_ = dd.Close()
 			continue
 		}
-		d := &Device{drv: dd, backend: fam.name, machine: fam.machine, index: i, log: log, debug: debug, openID: openIDs.Add(1), openCall: call, peer: peerCopies{staged: o.stagePeerCopies},
+		hosts, _ := fam.system.(driver.HostTracker)
+		d := &Device{drv: dd, backend: fam.name, system: fam.system, hosts: hosts, index: i, log: log, debug: debug, openID: openIDs.Add(1), openCall: call, peer: peerCopies{staged: o.stagePeerCopies},
 			engine: syncstate.Engine{Policy: o.Policy, DisableWaits: o.disableWaits, DisableCrossDeviceWaits: o.disableCrossDeviceWaits}, stats: fam.stats[i],
 			cache: newMemCache(o.MemoryCache), launchBlocking: o.launchBlocking(), syncDebug: o.SyncDebug,
 			reduce:       reduceWorkspace{check: o.CheckReductionWorkspace},
@@ -306,59 +311,30 @@ func (c *configs) configFor(i int) driver.DeviceConfig {
 	return cfg
 }
 
-func openEmulator(o Options, log zerolog.Logger) (family, error) {
-	e := o.Emulator
-	m := emu.New(emu.Options{Devices: e.Devices, ISA: e.ISA, MemoryPerDevice: e.MemoryPerDevice,
-		Hazards: e.HazardChecker, MaxDelay: e.MaxDelay, Seed: e.Seed, HIPVersion: e.HIPVersion,
-		HIPVisibleDevices: e.HIPVisibleDevices, Partitions: e.Partitions, KernelGroupSegmentSize: e.KernelGroupSegmentSize,
-		FaultInjector: e.FaultInjector, References: e.KernelReferences, PeerAccess: e.PeerAccess})
-	if err := m.HSA().Init(); err != nil {
-		return family{}, err
-	}
-	fam, err := openROCmFamily(o, rocmdev.Runtimes{HSA: m.HSA(), HIP: m.HIP(), BLAS: m.BLAS(), Log: &log})
-	fam.name, fam.machine = "emulator", m
-	return fam, err
-}
-
-// openROCmFamily opens every GPU of one ROCm stack.
-func openROCmFamily(o Options, rt rocmdev.Runtimes) (family, error) {
+// openFamily opens every device of the driver registered under name.
+func openFamily(name string, o Options, log *zerolog.Logger) (family, error) {
 	c := &configs{o: o}
-	devs, err := rocmdev.Open(rt, c.configFor)
+	f, err := driver.Open(name, driver.OpenConfig{Config: c.configFor, Log: log, Emulator: o.Emulator})
 	if err != nil {
 		return family{}, err
 	}
-	return family{name: "rocm", devs: devs, stats: c.stats, throttle: c.throttle}, nil
+	return family{name: name, devs: f.Devices, system: f.System, stats: c.stats, throttle: c.throttle}, nil
 }
 
-// openROCm loads and initialises the real libraries.
-func openROCm(o Options, log zerolog.Logger) (family, error) {
-	h, err := hsa.Open()
-	if err != nil {
-		return family{}, err
+// requireDrivers fails Open when a driver that backend b tries is not
+// registered: the program did not import package backends.
+func requireDrivers(b Backend) error {
+	need := []Backend{b}
+	if b == Auto {
+		need = []Backend{ROCm, CUDA, Emulator}
 	}
-	if err := h.Init(); err != nil {
-		return family{}, err
-	}
-	hp, err := hip.Open()
-	if err != nil {
-		_ = h.ShutDown()
-		return family{}, err
-	}
-	if n, err := hp.DeviceCount(); err != nil || n == 0 {
-		_ = h.ShutDown()
-		if err == nil {
-			err = hip.ErrNoDevice
+	have := driver.Drivers()
+	for _, n := range need {
+		if !slices.Contains(have, n.String()) {
+			return newErr("Open", ErrUnavailable, `no %q driver is registered: import _ "github.com/rocsync/rocsync/backends"`, n.String())
 		}
-		return family{}, err
 	}
-	rt := rocmdev.Runtimes{HSA: h, HIP: hp, Log: &log}
-	if b, err := rocblas.Open(hp.Major()); err != nil {
-		rt.BLASErr = err
-		log.Warn().Err(err).Msg("rocsync: rocBLAS unavailable; MatMul will fail, everything else works")
-	} else {
-		rt.BLAS = b
-	}
-	return openROCmFamily(o, rt)
+	return nil
 }
 
 // Backend names what the device runs on: "emulator", "rocm" or "cuda".
@@ -385,18 +361,27 @@ func (d *Device) Stats() Stats {
 // Hazards returns what the emulator's hazard checker found (nil on real
 // hardware or with the checker off).
 func (d *Device) Hazards() []error {
-	if d.machine == nil {
-		return nil
+	if hr, ok := d.system.(driver.HazardReporter); ok {
+		return hr.Hazards()
 	}
-	var out []error
-	for _, h := range d.machine.Hazards() {
-		out = append(out, h)
-	}
-	return out
+	return nil
 }
 
 // Emulated reports whether the device is the emulator.
-func (d *Device) Emulated() bool { return d.machine != nil }
+func (d *Device) Emulated() bool { return d.system != nil }
+
+// Raw calls f with the device's driver value (a driver.Device of the
+// backend's driver), for helpers that reach a backend's own libraries,
+// such as backends.ROCmLibraries, as database/sql's Conn.Raw does. The
+// device stays open while f runs; f must not keep the value. On a closed
+// device Raw returns ErrClosed and does not call f.
+func (d *Device) Raw(f func(driverDevice any) error) error {
+	if err := d.enter("Raw"); err != nil {
+		return err
+	}
+	defer d.leave()
+	return f(d.drv)
+}
 
 // SignalsCreated counts the HSA signals the device has ever created; pooled,
 // the count stays flat in steady state.

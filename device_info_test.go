@@ -3,14 +3,11 @@ package rocsync
 import (
 	"strings"
 	"testing"
-
-	"github.com/rs/zerolog"
 )
 
 // The emulator reports a product name and the modelled runtimes' releases.
 func TestDeviceNameAndDriverVersion(t *testing.T) {
-	nop := zerolog.Nop()
-	d, err := Open(Options{Backend: Emulator, Logger: &nop})
+	d, err := Open(Options{Backend: Emulator, LogLevel: LogOff})
 	if err != nil {
 		t.Fatal(err)
 	}

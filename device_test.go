@@ -3,10 +3,10 @@ package rocsync
 import (
 	"bytes"
 	"errors"
+	"log/slog"
 	"os"
 	"testing"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/cuda"
@@ -19,8 +19,7 @@ func TestExplicitROCmFailsClearlyWithoutGPU(t *testing.T) {
 	if _, err := hsa.Open(); err == nil && hasKFD() {
 		t.Skip("this machine has /dev/kfd; the no-GPU path does not apply")
 	}
-	nop := zerolog.Nop()
-	_, err := Open(Options{Backend: ROCm, Logger: &nop})
+	_, err := Open(Options{Backend: ROCm, LogLevel: LogOff})
 	require.Error(t, err)
 	require.ErrorIs(t, err, ErrUnavailable)
 	if !errors.Is(err, dl.ErrNotFound) {
@@ -38,8 +37,7 @@ func TestAutoFallsBackToEmulatorAndSaysWhy(t *testing.T) {
 	// machine with neither GPU (TestAutoPicksCUDAAfterROCm has the other).
 	t.Setenv(cuda.EnvLibCUDA, "/nonexistent/libcuda.so.1")
 	var buf bytes.Buffer
-	log := zerolog.New(&buf)
-	d, err := Open(Options{Logger: &log})
+	d, err := Open(Options{LogHandler: jsonLog(&buf, slog.LevelDebug)})
 	require.NoError(t, err)
 	defer d.Close()
 	require.True(t, d.Emulated())
@@ -50,8 +48,7 @@ func TestAutoFallsBackToEmulatorAndSaysWhy(t *testing.T) {
 }
 
 func TestUnsupportedGPUNamesItsTarget(t *testing.T) {
-	nop := zerolog.Nop()
-	d, err := Open(Options{Backend: Emulator, Logger: &nop, Emulator: EmulatorOptions{ISA: "gfx803"}})
+	d, err := Open(Options{Backend: Emulator, LogLevel: LogOff, Emulator: EmulatorOptions{ISA: "gfx803"}})
 	require.NoError(t, err)
 	defer d.Close()
 	x, err := d.FromFloat32(1, 1, []float32{1})
@@ -64,8 +61,7 @@ func TestUnsupportedGPUNamesItsTarget(t *testing.T) {
 }
 
 func TestClosedDeviceRejectsOps(t *testing.T) {
-	nop := zerolog.Nop()
-	d, err := Open(Options{Backend: Emulator, Logger: &nop})
+	d, err := Open(Options{Backend: Emulator, LogLevel: LogOff})
 	require.NoError(t, err)
 	x, err := d.FromFloat32(1, 1, []float32{1})
 	require.NoError(t, err)
@@ -85,8 +81,7 @@ func TestExplicitCUDAFailsClearlyWithoutDriver(t *testing.T) {
 		t.Skip("running on the CUDA hardware suite")
 	}
 	t.Setenv("ROCSYNC_LIBCUDA", "")
-	nop := zerolog.Nop()
-	_, err := Open(Options{Backend: CUDA, Logger: &nop})
+	_, err := Open(Options{Backend: CUDA, LogLevel: LogOff})
 	if err == nil {
 		t.Skip("this machine has a working CUDA driver")
 	}

@@ -16,6 +16,13 @@
 // device, which runs the same code above the hsa, hip and rocblas
 // interfaces and can check every access for unordered conflicts.
 //
+// Open finds the backends among the drivers registered with package
+// driver, as database/sql finds its drivers: this package imports none of
+// them, and a program imports package backends once, for its side effect
+// (without it, Open fails with ErrUnavailable saying so).
+//
+//	import _ "github.com/rocsync/rocsync/backends" // ROCm, CUDA and the emulator
+//
 //	dev, _ := rocsync.Open(rocsync.Options{})
 //	defer dev.Close()
 //	t := dev.DefaultTask()

@@ -4,9 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/rocsync/rocsync/cuda"
-	"github.com/rocsync/rocsync/hip"
-	"github.com/rocsync/rocsync/hsa"
+	"github.com/rocsync/rocsync/driver"
 	"github.com/rocsync/rocsync/syncstate"
 )
 
@@ -93,14 +91,8 @@ func newErr(op string, kind error, format string, args ...any) *Error {
 }
 
 // outOfMemory reports whether an allocation failed for want of device
-// memory, in any runtime's words.
-func outOfMemory(err error) bool {
-	if errors.Is(err, &hip.Error{Code: hip.ErrorOutOfMemory}) || errors.Is(err, &cuda.Error{Code: cuda.ErrorOutOfMemory}) {
-		return true
-	}
-	var he *hsa.Error
-	return errors.As(err, &he) && he.Status == hsa.StatusErrorOutOfResources
-}
+// memory: the driver says so with the kind driver.ErrOutOfMemory.
+func outOfMemory(err error) bool { return errors.Is(err, driver.ErrOutOfMemory) }
 
 // asError makes err, returned by an exported function op, an *Error: an
 // *Error is returned as it is, anything else (several errors joined, a

@@ -3,9 +3,8 @@ package rocsync_test
 import (
 	"fmt"
 
-	"github.com/rs/zerolog"
-
 	"github.com/rocsync/rocsync"
+	"github.com/rocsync/rocsync/backends"
 	"github.com/rocsync/rocsync/hip"
 )
 
@@ -15,14 +14,13 @@ import (
 // y's readers on the device, ImportFrom makes rocsync's next ops on x and
 // y wait for the foreign stream. The host never waits for either side.
 func Example_foreignStream() {
-	quiet := zerolog.Nop()
-	dev, err := rocsync.Open(rocsync.Options{Backend: rocsync.Emulator, Logger: &quiet})
+	dev, err := rocsync.Open(rocsync.Options{Backend: rocsync.Emulator, LogLevel: rocsync.LogOff})
 	if err != nil {
 		panic(err)
 	}
 	defer dev.Close()
 	t := dev.DefaultTask()
-	h, _, _ := dev.ROCmLibraries()
+	h, _, _ := backends.ROCmLibraries(dev)
 	foreign, _ := h.StreamCreate(0, 0) // someone else's stream
 	defer h.StreamDestroy(foreign)
 

@@ -3,8 +3,6 @@ package rocsync_test
 import (
 	"fmt"
 
-	"github.com/rs/zerolog"
-
 	"github.com/rocsync/rocsync"
 )
 
@@ -13,8 +11,7 @@ import (
 // it waits for it on the device (a signal the lane completes); the
 // submitting goroutine waits only at the read-back.
 func ExampleTask_HostFunc() {
-	quiet := zerolog.Nop()
-	dev, err := rocsync.Open(rocsync.Options{Backend: rocsync.Emulator, Logger: &quiet})
+	dev, err := rocsync.Open(rocsync.Options{Backend: rocsync.Emulator, LogLevel: rocsync.LogOff})
 	if err != nil {
 		panic(err)
 	}

@@ -10,9 +10,8 @@ import (
 	"os"
 	"testing"
 
-	"github.com/rs/zerolog"
-
 	"github.com/rocsync/rocsync"
+	"github.com/rocsync/rocsync/backends"
 	"github.com/rocsync/rocsync/hip"
 	"github.com/rocsync/rocsync/rocblas"
 	"github.com/rocsync/rocsync/userkernel"
@@ -39,8 +38,7 @@ func Example_userKernel() {
 	})
 	cache, _ := os.MkdirTemp("", "rocsync-example-")
 	defer os.RemoveAll(cache)
-	quiet := zerolog.Nop()
-	dev, err := rocsync.Open(rocsync.Options{Backend: rocsync.Emulator, Logger: &quiet,
+	dev, err := rocsync.Open(rocsync.Options{Backend: rocsync.Emulator, LogLevel: rocsync.LogOff,
 		KernelBuilder: userkernel.NewBuilder(userkernel.Options{CacheDir: cache}),
 		Emulator:      rocsync.EmulatorOptions{KernelReferences: refs}})
 	if err != nil {
@@ -122,14 +120,13 @@ func exampleSAXPY(t *testing.T) *userkernel.Source {
 // call through the task's handle; it could be rocFFT, MIOpen or any
 // library that takes a stream.
 func Example_libraryCall() {
-	quiet := zerolog.Nop()
-	dev, err := rocsync.Open(rocsync.Options{Backend: rocsync.Emulator, Logger: &quiet})
+	dev, err := rocsync.Open(rocsync.Options{Backend: rocsync.Emulator, LogLevel: rocsync.LogOff})
 	if err != nil {
 		panic(err)
 	}
 	defer dev.Close()
 	t := dev.DefaultTask()
-	_, blas, _ := dev.ROCmLibraries()
+	_, blas, _ := backends.ROCmLibraries(dev)
 	handle, _ := t.BLASHandle()
 
 	a, _ := t.Full(2, 2, rocsync.Float32, 2) // rocsync's kernel on the HSA queue
@@ -153,8 +150,7 @@ func Example_libraryCall() {
 // staging memory, and a download's completion can be waited for (or be
 // called back by, with Then).
 func Example_uploadDownload() {
-	quiet := zerolog.Nop()
-	dev, err := rocsync.Open(rocsync.Options{Backend: rocsync.Emulator, Logger: &quiet})
+	dev, err := rocsync.Open(rocsync.Options{Backend: rocsync.Emulator, LogLevel: rocsync.LogOff})
 	if err != nil {
 		panic(err)
 	}

@@ -3,8 +3,6 @@ package rocsync_test
 import (
 	"fmt"
 
-	"github.com/rs/zerolog"
-
 	"github.com/rocsync/rocsync"
 )
 
@@ -12,8 +10,7 @@ import (
 // anew before each replay, outside the recording, and the replay is
 // ordered after that upload like any op.
 func ExampleTask_Record() {
-	quiet := zerolog.Nop()
-	dev, err := rocsync.Open(rocsync.Options{Backend: rocsync.Emulator, Logger: &quiet})
+	dev, err := rocsync.Open(rocsync.Options{Backend: rocsync.Emulator, LogLevel: rocsync.LogOff})
 	if err != nil {
 		panic(err)
 	}

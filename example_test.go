@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/rocsync/rocsync"
+	_ "github.com/rocsync/rocsync/backends" // the ROCm, CUDA and emulator drivers
 )
 
 // The README's example: a kernel, a gemm that reads its result (at most

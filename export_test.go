@@ -7,7 +7,6 @@ import (
 	"github.com/rocsync/rocsync/internal/cudadev"
 	"github.com/rocsync/rocsync/internal/rocmdev"
 	"github.com/rocsync/rocsync/kernels"
-	"github.com/rocsync/rocsync/queue"
 	"github.com/rocsync/rocsync/syncstate"
 )
 
@@ -21,10 +20,10 @@ func HoldDevice(t *testing.T, d *Device) func() { return holdDevice(t, d) }
 
 // QuiesceEmulator lets the emulated device finish its submitted work,
 // unobserved by the host.
-func QuiesceEmulator(d *Device) { d.machine.Quiesce() }
+func QuiesceEmulator(d *Device) { d.machine().Quiesce() }
 
 // LiveOnEmulator says whether the emulator still holds a's memory.
-func LiveOnEmulator(d *Device, a *Array) bool { return d.machine.Live(uint64(a.ptr)) }
+func LiveOnEmulator(d *Device, a *Array) bool { return d.machine().Live(uint64(a.ptr)) }
 
 // WithoutWaits makes a device opened with o skip every wait.
 func WithoutWaits(o *Options) { o.disableWaits = true }
@@ -44,9 +43,6 @@ func ArrayFences(a *Array) (readers int, writerZero bool) {
 func TaskTimelines(tk *Task) (kernel, library syncstate.Timeline) {
 	return tk.drv.Timeline(driver.LaneKernel), tk.drv.Timeline(driver.LaneLibrary)
 }
-
-// ROCmQueues are the HSA queues of a ROCm device's pool.
-func ROCmQueues(d *Device) []*queue.Queue { return d.drv.(*rocmdev.Device).Queues() }
 
 // CodeObjectVersions are the code-object versions a ROCm device loaded
 // through HSA and through HIP.

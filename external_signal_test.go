@@ -121,7 +121,7 @@ func TestSignalHandshakeMissingIsARace(t *testing.T) {
 		tk := d.DefaultTask()
 		x, err := tk.Full(16, 16, Float32, 3)
 		require.NoError(t, err)
-		d.machine.Quiesce() // the kernel has run, unobserved by the host
+		d.machine().Quiesce() // the kernel has run, unobserved by the host
 		f.read(x)
 		require.NoError(t, d.Synchronize())
 		require.NotEmpty(t, d.Hazards(), "the foreign read is not ordered after rocsync's write")
@@ -134,7 +134,7 @@ func TestSignalHandshakeMissingIsARace(t *testing.T) {
 		require.NoError(t, err)
 		y, err := d.Empty(16, 16, Float32)
 		require.NoError(t, err)
-		release := d.machine.Hold()
+		release := d.machine().Hold()
 		require.NoError(t, tk.ScaleInto(y, 2, x)) // queued before the foreign write, not ordered after it
 		f.write(x, make([]float32, 256))
 		release()
@@ -152,7 +152,7 @@ func TestSignalHandshakeMissingIsARace(t *testing.T) {
 		done, err := f.rt.SignalCreate(1, nil)
 		require.NoError(t, err)
 		defer f.rt.SignalDestroy(done)
-		release := d.machine.Hold()
+		release := d.machine().Hold()
 		require.NoError(t, tk.ImportSignal(uint64(done), Out(x)))
 		require.NoError(t, tk.ScaleInto(y, 2, x))
 		f.write(x, seq(256, func(i int) float32 { return float32(i) }))

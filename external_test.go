@@ -12,7 +12,7 @@ import (
 // standing for a producer or consumer outside rocsync.
 func foreignStream(t *testing.T, d *Device) (hip.Runtime, hip.Stream) {
 	t.Helper()
-	h, _, ok := d.ROCmLibraries()
+	h, _, ok := rocmLibraries(d)
 	require.True(t, ok)
 	s, err := h.StreamCreate(0, 0)
 	require.NoError(t, err)
@@ -85,9 +85,9 @@ func TestForeignStreamWithoutHandshakeIsARace(t *testing.T) {
 			if omit != "ExportTo" {
 				require.NoError(t, tk.ExportTo(uintptr(fs), In(x), Out(y)))
 			}
-			d.machine.Quiesce() // the kernel finishes, unobserved by the host
+			d.machine().Quiesce() // the kernel finishes, unobserved by the host
 			require.NoError(t, h.MemcpyDtoDAsync(hip.DevicePtr(y.ptr), hip.DevicePtr(x.ptr), uint64(n*n*4), fs))
-			d.machine.Quiesce() // the foreign copy finishes, unobserved by the host (ordered for Go's race detector)
+			d.machine().Quiesce() // the foreign copy finishes, unobserved by the host (ordered for Go's race detector)
 			if omit != "ImportFrom" {
 				require.NoError(t, tk.ImportFrom(uintptr(fs), In(x), Out(y)))
 			}

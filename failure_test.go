@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/kernels"
@@ -34,8 +33,7 @@ func within[T any](t *testing.T, what string, fn func() T) T {
 // controls.
 func openFaulty(t *testing.T, p Policy, mod ...func(*Options)) *Device {
 	t.Helper()
-	nop := zerolog.Nop()
-	o := Options{Backend: Emulator, Policy: p, Logger: &nop,
+	o := Options{Backend: Emulator, Policy: p, LogLevel: LogOff,
 		Emulator: EmulatorOptions{HazardChecker: true, MaxDelay: 30 * time.Microsecond, Seed: 11}}
 	for _, f := range mod {
 		f(&o)
@@ -74,7 +72,7 @@ func requireReleasedInOrder(t *testing.T, d *Device, tasks []*Task, b *Array, sl
 }
 
 func faultOn(d *Device, op string) {
-	d.machine.SetFaultInjector(func(o string) bool { return o == op })
+	d.machine().SetFaultInjector(func(o string) bool { return o == op })
 }
 
 // producer and consumer ops for the fault tests: a kernel (HSA queue, or
@@ -119,7 +117,7 @@ func TestFaultReachesEveryDependent(t *testing.T) {
 					// Hold the device so that the consumer is submitted
 					// while the producer is still pending: device-side
 					// waits are emitted, then the producer faults.
-					release := d.machine.Hold()
+					release := d.machine().Hold()
 					go func() { time.Sleep(50 * time.Millisecond); release() }()
 					if err := prod.run(a, y, x); err != nil {
 						require.Equal(t, WaitAlways, p, "only WaitAlways waits for the producer itself")
@@ -169,7 +167,7 @@ func TestAfterAFault(t *testing.T) {
 				require.Equal(t, WaitAlways, p, "only WaitAlways reports the fault at the op")
 			}
 			require.ErrorIs(t, within(t, "Synchronize", a.Synchronize), ErrFault)
-			d.machine.SetFaultInjector(nil)
+			d.machine().SetFaultInjector(nil)
 			// The failed task's queue takes no more kernels (and what the
 			// refused op was to write is poisoned).
 			scratch, _ := d.Empty(4, 4, Float32)
@@ -218,9 +216,9 @@ func TestGemmFaultThenWaitOnLaterEvent(t *testing.T) {
 			require.NoError(t, err)
 			c1, _ := d.Empty(4, 4, Float32)
 			c2, _ := d.Empty(4, 4, Float32)
-			release := d.machine.Hold()
+			release := d.machine().Hold()
 			faulted := false
-			d.machine.SetFaultInjector(func(op string) bool {
+			d.machine().SetFaultInjector(func(op string) bool {
 				if op == "rocblas_sgemm" && !faulted {
 					faulted = true
 					return true

@@ -30,9 +30,9 @@ func TestFaultReachesHostThroughBridgeChain(t *testing.T) {
 		out[i], err = d.Empty(4, 4, Float32)
 		require.NoError(t, err)
 	}
-	release := d.machine.Hold()
+	release := d.machine().Hold()
 	faulted := false
-	d.machine.SetFaultInjector(func(op string) bool {
+	d.machine().SetFaultInjector(func(op string) bool {
 		if op == "rocblas_sgemm" && !faulted {
 			faulted = true
 			return true
@@ -74,7 +74,7 @@ func TestBrokenQueueReleasesWaitersInOrder(t *testing.T) {
 			slow := make(chan struct{})
 			add := kernels.Add.KernelName(kernels.F32)
 			mul := kernels.Mul.KernelName(kernels.F32)
-			d.machine.SetFaultInjector(func(op string) bool {
+			d.machine().SetFaultInjector(func(op string) bool {
 				switch op {
 				case add:
 					<-slow // the producer on q0 runs long
@@ -83,7 +83,7 @@ func TestBrokenQueueReleasesWaitersInOrder(t *testing.T) {
 				}
 				return false
 			})
-			release := d.machine.Hold()
+			release := d.machine().Hold()
 			require.NoError(t, tasks[0].AddInto(a, x, x)) // slow, writes a
 			require.NoError(t, tasks[1].MulInto(y, x, x)) // faults: q1 breaks
 			require.NoError(t, tasks[1].ScaleInto(a, 2, x))
@@ -114,7 +114,7 @@ func TestEarliestFailureWins(t *testing.T) {
 	z, _ := d.Empty(4, 4, Float32)
 	w, _ := d.Empty(4, 4, Float32)
 	faultOn(d, kernels.Mul.KernelName(kernels.F32))
-	release := d.machine.Hold()
+	release := d.machine().Hold()
 	require.NoError(t, t1.MulInto(y, x, x)) // faults
 	require.NoError(t, t2.AddInto(z, y, y)) // waits for it on the device
 	require.NoError(t, t1.AddInto(w, z, z)) // and task 1 waits for task 2
@@ -147,7 +147,7 @@ func TestBrokenStreamReleasesWaitersInOrder(t *testing.T) {
 	slow := make(chan struct{})
 	add := kernels.Add.KernelName(kernels.F32)
 	faulted := false
-	d.machine.SetFaultInjector(func(op string) bool {
+	d.machine().SetFaultInjector(func(op string) bool {
 		switch op {
 		case add:
 			<-slow // the producer on q0 runs long
@@ -159,7 +159,7 @@ func TestBrokenStreamReleasesWaitersInOrder(t *testing.T) {
 		}
 		return false
 	})
-	release := d.machine.Hold()
+	release := d.machine().Hold()
 	require.NoError(t, tasks[0].AddInto(a, x, x))                  // slow, writes a
 	require.NoError(t, tasks[1].MatMulInto(y, x, x, false, false)) // faults: s1 breaks
 	require.NoError(t, tasks[1].MatMulInto(a, x, x, false, false)) // after q0's kernel
@@ -187,7 +187,7 @@ func TestBrokenQueueWaitingOnAStreamThatWaitsOnIt(t *testing.T) {
 	b, _ := d.Empty(4, 4, Float32)
 	c, _ := d.Empty(4, 4, Float32)
 	faultOn(d, kernels.Mul.KernelName(kernels.F32))
-	release := d.machine.Hold()
+	release := d.machine().Hold()
 	require.NoError(t, q.MulInto(y, x, x))                  // faults: the queue breaks
 	require.NoError(t, s.MatMulInto(a, x, x, false, false)) // stream
 	require.NoError(t, q.AddInto(b, a, a))                  // the queue waits for the stream

@@ -16,8 +16,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/rocsync/rocsync/kernels"
 )
 
@@ -266,7 +264,6 @@ func runFuzzProgram(p *program, want *model, cfg fuzzConfig) *fuzzReport {
 	if cfg.timeout == 0 {
 		cfg.timeout = 30 * time.Second
 	}
-	nop := zerolog.Nop()
 	// The emulator's fault injector faults the first device op it is asked
 	// about once armed; the harness arms it only while the faulting op is
 	// the one op that can run (see the barrier below).
@@ -279,7 +276,7 @@ func runFuzzProgram(p *program, want *model, cfg fuzzConfig) *fuzzReport {
 		}
 		return false
 	}
-	d, err := Open(Options{Backend: Emulator, Policy: cfg.policy, Logger: &nop, disableWaits: cfg.disableWaits,
+	d, err := Open(Options{Backend: Emulator, Policy: cfg.policy, LogLevel: LogOff, disableWaits: cfg.disableWaits,
 		Emulator: EmulatorOptions{HazardChecker: cfg.hazards, MaxDelay: cfg.maxDelay, Seed: cfg.seed, FaultInjector: inject}})
 	if err != nil {
 		rep.fail("Open: %v", err)
@@ -358,10 +355,10 @@ func runFuzzProgram(p *program, want *model, cfg fuzzConfig) *fuzzReport {
 			} else {
 				// Every earlier op has been submitted (the barrier) and
 				// now runs to completion; later ones wait for this one.
-				d.machine.Quiesce()
+				d.machine().Quiesce()
 				armed.Store(true)
 				defer func() {
-					d.machine.Quiesce()
+					d.machine().Quiesce()
 					if armed.Swap(false) {
 						rep.fail("op %d (%v): the fault injector was never asked", i, o)
 					}
@@ -454,7 +451,7 @@ func runFuzzProgram(p *program, want *model, cfg fuzzConfig) *fuzzReport {
 						failed = true // later results would be garbage
 					}
 					if cfg.serial {
-						d.machine.Quiesce()
+						d.machine().Quiesce()
 					}
 				}
 				close(done[i])

@@ -5,7 +5,6 @@ package rocsync
 import (
 	"testing"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/hsa/kfdsim"
@@ -44,8 +43,7 @@ func TestHIPKernelsHiddenArgsOnSimulatedDriver(t *testing.T) {
 	e.UseReferences(refs)
 	for _, p := range allPolicies {
 		t.Run(p.String(), func(t *testing.T) {
-			nop := zerolog.Nop()
-			devs, err := OpenAll(Options{Backend: ROCm, Policy: p, Logger: &nop})
+			devs, err := OpenAll(Options{Backend: ROCm, Policy: p, LogLevel: LogOff})
 			require.NoError(t, err)
 			require.Len(t, devs, 1)
 			d := devs[0]

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/internal/hiptest"
@@ -179,8 +178,7 @@ func TestHIPKernelsHiddenArgsOnEmulator(t *testing.T) {
 	for _, p := range allPolicies {
 		for _, v := range []kernels.CodeObjectVersion{kernels.CodeObjectV4, kernels.CodeObjectV5, kernels.CodeObjectV6} {
 			t.Run(p.String()+"/"+v.String(), func(t *testing.T) {
-				nop := zerolog.Nop()
-				d, err := Open(Options{Backend: Emulator, Policy: p, Logger: &nop,
+				d, err := Open(Options{Backend: Emulator, Policy: p, LogLevel: LogOff,
 					Emulator: EmulatorOptions{HazardChecker: true, MaxDelay: 20 * time.Microsecond, Seed: 5, KernelReferences: refs}})
 				require.NoError(t, err)
 				defer func() { require.NoError(t, d.Close()) }()

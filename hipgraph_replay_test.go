@@ -3,10 +3,10 @@ package rocsync
 import (
 	"bytes"
 	"errors"
+	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/hip"
@@ -19,8 +19,7 @@ import (
 // debug level into log.
 func openHIPGraphEmulator(t *testing.T, hipVersion int, log *bytes.Buffer) *Device {
 	t.Helper()
-	lg := zerolog.New(log).Level(zerolog.DebugLevel)
-	d, err := Open(Options{Backend: Emulator, Policy: Unified, Logger: &lg, Emulator: EmulatorOptions{
+	d, err := Open(Options{Backend: Emulator, Policy: Unified, LogHandler: jsonLog(log, slog.LevelDebug), Emulator: EmulatorOptions{
 		HazardChecker: true, MaxDelay: 30 * time.Microsecond, Seed: 11, HIPVersion: hipVersion}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = d.Close() })
@@ -57,7 +56,7 @@ func replayAgainstEager(t *testing.T, d *Device, call func(uintptr) error, iters
 	rec, err := tk.Record(func() error { return hipGraphProgram(tk, x, ry, rz, rw, call) })
 	require.NoError(t, err)
 	graphs, fallbacks = rec.Graphs()
-	before := d.machine.HIP().GraphLaunches()
+	before := d.machine().HIP().GraphLaunches()
 	for it := range iters {
 		require.NoError(t, tk.UploadFloat32(x, randMatrix(uint64(20+it), n)))
 		require.NoError(t, hipGraphProgram(tk, x, ey, ez, ew, call))
@@ -68,7 +67,7 @@ func replayAgainstEager(t *testing.T, d *Device, call func(uintptr) error, iters
 		require.NoError(t, err)
 		require.Equal(t, want, got, "iteration %d", it)
 	}
-	launches = d.machine.HIP().GraphLaunches() - before
+	launches = d.machine().HIP().GraphLaunches() - before
 	require.NoError(t, rec.Close())
 	require.NoError(t, d.Synchronize())
 	require.Empty(t, d.Hazards())
@@ -93,7 +92,7 @@ func TestHIPGraphReplayFallsBack(t *testing.T) {
 	t.Run("a library call that synchronizes its stream", func(t *testing.T) {
 		var log bytes.Buffer
 		d := openHIPGraphEmulator(t, 0, &log)
-		hp := d.machine.HIP()
+		hp := d.machine().HIP()
 		calls := 0
 		graphs, fallbacks, launches := replayAgainstEager(t, d, func(s uintptr) error {
 			calls++
@@ -110,7 +109,7 @@ func TestHIPGraphReplayFallsBack(t *testing.T) {
 	t.Run("a HIP without the hipGraph API", func(t *testing.T) {
 		var log bytes.Buffer
 		d := openHIPGraphEmulator(t, 0, &log)
-		d.machine.HIP().SetGraphsUnavailable(true)
+		d.machine().HIP().SetGraphsUnavailable(true)
 		graphs, fallbacks, launches := replayAgainstEager(t, d, func(uintptr) error { return nil }, 3)
 		require.Zero(t, graphs)
 		require.Len(t, fallbacks, 1)
@@ -163,8 +162,7 @@ func TestHIPGraphReplayAllocatesNothing(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
 	}
-	nop := zerolog.Nop()
-	d, err := Open(Options{Backend: Emulator, Policy: Unified, Logger: &nop})
+	d, err := Open(Options{Backend: Emulator, Policy: Unified, LogLevel: LogOff})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, d.Close()) }()
 	tk := d.DefaultTask()
@@ -202,7 +200,7 @@ func TestHIPGraphReplayInjectsFaultsIntoItsOps(t *testing.T) {
 	graphs, _ := rec.Graphs()
 	require.Equal(t, 1, graphs)
 	asked := make(chan string, 64)
-	d.machine.SetFaultInjector(func(op string) bool {
+	d.machine().SetFaultInjector(func(op string) bool {
 		select {
 		case asked <- op:
 		default:
@@ -212,7 +210,7 @@ func TestHIPGraphReplayInjectsFaultsIntoItsOps(t *testing.T) {
 	require.NoError(t, rec.Replay())
 	_, err = y.Float32s()
 	require.ErrorIs(t, err, ErrFault)
-	d.machine.SetFaultInjector(nil)
+	d.machine().SetFaultInjector(nil)
 	close(asked)
 	var ops []string
 	for op := range asked {

@@ -7,7 +7,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 )
 
@@ -129,7 +128,7 @@ func TestHostFuncMissingAccessIsARace(t *testing.T) {
 		t.Run(drop, func(t *testing.T) {
 			d, tk, x, y := openHostFuncRace(t)
 			gate, ran := make(chan struct{}), make(chan error, 1)
-			release := d.machine.Hold()
+			release := d.machine().Hold()
 			defer release()
 			// Declared: nothing about x. The function reads (or writes) it.
 			require.NoError(t, tk.HostFunc(nil, func(*HostAccess) error {
@@ -155,7 +154,7 @@ func TestHostFuncDeclaredAccessIsNoRace(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			d, tk, x, y := openHostFuncRace(t)
 			gate := make(chan struct{})
-			release := d.machine.Hold()
+			release := d.machine().Hold()
 			defer release()
 			arg := In(x)
 			if kind == "write" {
@@ -270,9 +269,8 @@ func TestHostFuncAccessChecks(t *testing.T) {
 // The host lane's pending functions are capped by MaxInFlight: past it the
 // submitter waits for the older half, counted as a throttle wait.
 func TestHostFuncBounded(t *testing.T) {
-	nop := zerolog.Nop()
 	const limit = 4
-	d, err := Open(Options{Backend: Emulator, Logger: &nop, MaxInFlight: limit,
+	d, err := Open(Options{Backend: Emulator, LogLevel: LogOff, MaxInFlight: limit,
 		Emulator: EmulatorOptions{HazardChecker: true, MaxDelay: 30 * time.Microsecond, Seed: 5}})
 	require.NoError(t, err)
 	defer d.Close()

@@ -5,9 +5,6 @@ import (
 	"sync"
 
 	"github.com/rocsync/rocsync/driver"
-	"github.com/rocsync/rocsync/hip"
-	"github.com/rocsync/rocsync/internal/rocmdev"
-	"github.com/rocsync/rocsync/rocblas"
 	"github.com/rocsync/rocsync/userkernel"
 )
 
@@ -321,17 +318,4 @@ func (t *Task) BLASHandle() (uintptr, error) {
 		return h.BLASHandle(), nil
 	}
 	return 0, newErr("BLASHandle", ErrUnavailable, "no BLAS library on the %s backend", t.dev.backend)
-}
-
-// ROCmLibraries returns the HIP runtime and the rocBLAS library the device
-// runs on (the emulated ones on the emulator; blas is nil without
-// rocBLAS), for library calls that use them on the task's raw stream; ok
-// is false on other backends.
-func (d *Device) ROCmLibraries() (h hip.Runtime, blas rocblas.Library, ok bool) {
-	rd, isROCm := d.drv.(*rocmdev.Device)
-	if !isROCm {
-		return nil, nil, false
-	}
-	rt := rd.Runtimes()
-	return rt.HIP, rt.BLAS, true
 }

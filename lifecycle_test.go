@@ -5,14 +5,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 )
 
 func openPlain(t *testing.T, p Policy) *Device {
 	t.Helper()
-	nop := zerolog.Nop()
-	d, err := Open(Options{Backend: Emulator, Policy: p, Logger: &nop})
+	d, err := Open(Options{Backend: Emulator, Policy: p, LogLevel: LogOff})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = d.Close() })
 	return d
@@ -67,7 +65,7 @@ func TestPendingFencesAfterFaultAndClose(t *testing.T) {
 	x, err := d.FromFloat32(4, 4, randMatrix(4, 4))
 	require.NoError(t, err)
 	faultOn(d, "rocsync_mul_f32")
-	release := d.machine.Hold()
+	release := d.machine().Hold()
 	y, err := tk.Mul(x, x)
 	require.NoError(t, err)
 	z, err := tk.Add(y, x)
@@ -107,12 +105,11 @@ func TestDefaultTaskIsMadeOnce(t *testing.T) {
 // Issue 10 item 7: bad options are rejected at Open; nil receivers give
 // typed errors or zero values.
 func TestOpenValidatesOptions(t *testing.T) {
-	nop := zerolog.Nop()
-	_, err := Open(Options{Backend: Emulator, Policy: Policy(99), Logger: &nop})
+	_, err := Open(Options{Backend: Emulator, Policy: Policy(99), LogLevel: LogOff})
 	require.ErrorIs(t, err, ErrInvalid)
-	_, err = Open(Options{Backend: Emulator, QueueSize: 1000, Logger: &nop})
+	_, err = Open(Options{Backend: Emulator, QueueSize: 1000, LogLevel: LogOff})
 	require.ErrorIs(t, err, ErrInvalid)
-	d, err := Open(Options{Backend: Emulator, QueueSize: 64, Logger: &nop})
+	d, err := Open(Options{Backend: Emulator, QueueSize: 64, LogLevel: LogOff})
 	require.NoError(t, err)
 	require.NoError(t, d.Close())
 }
@@ -160,7 +157,7 @@ func TestUnifiedRejectsOpsAfterFault(t *testing.T) {
 	faultOn(d, "rocsync_mul_f32")
 	require.NoError(t, tk.MulInto(y, x, x))
 	require.ErrorIs(t, within(t, "Synchronize", tk.Synchronize), ErrFault)
-	d.machine.SetFaultInjector(nil)
+	d.machine().SetFaultInjector(nil)
 	err = tk.AddInto(y, x, x)
 	require.ErrorIs(t, err, ErrFault, "a broken stream takes no more work")
 	// Another task is unaffected.

@@ -13,10 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/rocsync/rocsync/cuda"
-	"github.com/rocsync/rocsync/hip"
-	"github.com/rocsync/rocsync/hsa"
-	"github.com/rocsync/rocsync/internal/dl"
+	"github.com/rocsync/rocsync/driver"
 	"github.com/rocsync/rocsync/syncstate"
 )
 
@@ -86,13 +83,9 @@ func ParseLogLevel(s string) (LogLevel, error) {
 	return 0, newErr("ParseLogLevel", ErrInvalid, "unknown log level %q (want off, error, warn, info or debug)", s)
 }
 
-// logger builds the zerolog logger Open uses, from Options.Logger, or
-// LogHandler, or LogWriter and LogLevel (ROCSYNC_LOG overriding the
-// level).
+// logger builds the zerolog logger Open uses, from LogHandler, or
+// LogWriter and LogLevel (ROCSYNC_LOG overriding the level).
 func logger(o Options) (zerolog.Logger, error) {
-	if o.Logger != nil {
-		return *o.Logger, nil
-	}
 	if o.LogHandler != nil {
 		return zerolog.New(slogWriter{o.LogHandler}).Level(handlerLevel(o.LogHandler)), nil
 	}
@@ -222,9 +215,9 @@ func logFallback(log *zerolog.Logger, rocmErr, cudaErr error) {
 		// level, with ROCm's reason beside it.
 		e, warn = log.Warn().Err(cudaErr).AnErr("rocm", rocmErr), true
 		msg = "rocsync: no AMD GPU found and the CUDA driver failed to start, using the emulated AMD device"
-	case errors.Is(rocmErr, hsa.ErrNoGPU) || errors.Is(rocmErr, hip.ErrNoDevice):
+	case errors.Is(rocmErr, driver.ErrNoDevice):
 		e = log.Info()
-	case errors.Is(rocmErr, dl.ErrNotFound):
+	case errors.Is(rocmErr, driver.ErrNotInstalled):
 		e = log.Info()
 		msg = "rocsync: ROCm is not installed, using the emulated AMD device"
 	default:
@@ -245,7 +238,7 @@ func logFallback(log *zerolog.Logger, rocmErr, cudaErr error) {
 // ordinary way, with no NVIDIA driver or no NVIDIA GPU: not worth a
 // warning on a machine that never had one.
 func quietCUDAFailure(err error) bool {
-	return err == nil || errors.Is(err, cuda.ErrNoDriver) || errors.Is(err, cuda.ErrNoDevice)
+	return err == nil || errors.Is(err, driver.ErrNotInstalled) || errors.Is(err, driver.ErrNoDevice)
 }
 
 // logCUDAChosen logs Auto's choice of NVIDIA's driver, ROCm's reason at

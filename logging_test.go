@@ -92,7 +92,7 @@ func TestDebugLogsSyncDecisions(t *testing.T) {
 	require.NoError(t, err)
 	x, err := d.FromFloat32(2, 2, []float32{1, 2, 3, 4})
 	require.NoError(t, err)
-	release := d.machine.Hold() // the kernels stay pending
+	release := d.machine().Hold() // the kernels stay pending
 	sq, err := tk.Mul(x, x)
 	require.NoError(t, err)
 	require.NoError(t, tk.MulInto(sq, sq, x)) // same queue: skipped
@@ -102,7 +102,7 @@ func TestDebugLogsSyncDecisions(t *testing.T) {
 	y, err := tk.MatMul(z, x, false, false) // HSA→HIP: a boundary host wait, z still pending
 	require.NoError(t, err)
 	releaseLater := func() { // work stays pending until the host waits for it
-		release := d.machine.Hold()
+		release := d.machine().Hold()
 		go func() { time.Sleep(20 * time.Millisecond); release() }()
 	}
 	releaseLater()
@@ -285,4 +285,10 @@ func TestAutoPicksCUDAAfterROCm(t *testing.T) {
 	out = run("libc.so.6") // a library that is no CUDA driver: it fails to start
 	require.Contains(t, out, "auto: backend=emulator", out)
 	require.Contains(t, out, "the CUDA driver failed to start", out)
+}
+
+// jsonLog is a handler that writes every event at level or above into w as
+// one JSON line, its fields as they are.
+func jsonLog(w io.Writer, level slog.Level) slog.Handler {
+	return slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level})
 }

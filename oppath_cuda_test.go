@@ -4,7 +4,6 @@ import (
 	"context"
 	"testing"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/cublas"
@@ -62,8 +61,7 @@ func openCUDAOpPath(t *testing.T, p Policy) *Device {
 	if !testenv.OnCUDA() {
 		t.Skip("set ROCSYNC_GPU=1 ROCSYNC_BACKEND=cuda to run on an NVIDIA GPU")
 	}
-	nop := zerolog.Nop()
-	d, err := Open(Options{Backend: CUDA, Policy: p, Logger: &nop,
+	d, err := Open(Options{Backend: CUDA, Policy: p, LogLevel: LogOff,
 		KernelBuilder: userkernel.NewBuilder(userkernel.Options{CacheDir: t.TempDir()})})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, d.Close()) })

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/hip"
@@ -26,7 +25,7 @@ import (
 func opSetProgram(t *testing.T, d *Device) {
 	t.Helper()
 	k := loadSAXPY(t, d)
-	_, blas, ok := d.ROCmLibraries()
+	_, blas, ok := rocmLibraries(d)
 	require.True(t, ok, "a ROCm device")
 	require.NotNil(t, blas, "rocBLAS is loaded")
 	tk, err := d.NewTask()
@@ -132,9 +131,8 @@ func TestUserKernelsAndCopiesOnSimulatedDriver(t *testing.T) {
 	refs := &userkernel.References{}
 	require.NoError(t, refs.Register("saxpy", saxpyReference))
 	builder := userkernel.NewBuilder(userkernel.Options{CacheDir: t.TempDir()})
-	nop := zerolog.Nop()
 	open := func(t *testing.T, p Policy) *Device {
-		devs, err := OpenAll(Options{Backend: ROCm, Policy: p, KernelBuilder: builder, Logger: &nop})
+		devs, err := OpenAll(Options{Backend: ROCm, Policy: p, KernelBuilder: builder, LogLevel: LogOff})
 		require.NoError(t, err)
 		require.Len(t, devs, 1)
 		t.Cleanup(func() { _ = devs[0].Close() })
@@ -225,16 +223,15 @@ func TestOpSetAcceptanceOnSimulatedDriver(t *testing.T) {
 	require.NoError(t, refs.Register("saxpy", saxpyReference))
 	e.UseReferences(refs)
 	builder := userkernel.NewBuilder(userkernel.Options{CacheDir: t.TempDir()})
-	nop := zerolog.Nop()
 	for _, p := range allPolicies {
 		t.Run(p.String(), func(t *testing.T) {
-			devs, err := OpenAll(Options{Backend: ROCm, Policy: p, KernelBuilder: builder, Logger: &nop})
+			devs, err := OpenAll(Options{Backend: ROCm, Policy: p, KernelBuilder: builder, LogLevel: LogOff})
 			require.NoError(t, err)
 			require.Len(t, devs, 1)
 			d := devs[0]
 			defer func() { require.NoError(t, d.Close()) }()
 			k := loadSAXPY(t, d)
-			_, blas, ok := d.ROCmLibraries()
+			_, blas, ok := rocmLibraries(d)
 			require.True(t, ok)
 			require.NotNil(t, blas, "rocBLAS (simblas) is loaded")
 			h, err := blas.CreateHandle(0)
@@ -279,10 +276,9 @@ func TestSignalHandshakeOnSimulatedDriver(t *testing.T) {
 	e, err := kfdsim.RegisterExecutor("")
 	require.NoError(t, err)
 	defer e.Close()
-	nop := zerolog.Nop()
 	for _, p := range signalPolicies {
 		t.Run(p.String(), func(t *testing.T) {
-			devs, err := OpenAll(Options{Backend: ROCm, Policy: p, Logger: &nop})
+			devs, err := OpenAll(Options{Backend: ROCm, Policy: p, LogLevel: LogOff})
 			require.NoError(t, err)
 			require.Len(t, devs, 1)
 			d := devs[0]

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/driver"
@@ -54,8 +53,7 @@ func openOpPath(t *testing.T, p Policy) *Device {
 	t.Helper()
 	refs := &userkernel.References{}
 	require.NoError(t, refs.Register("saxpy", saxpyReference))
-	nop := zerolog.Nop()
-	d, err := Open(Options{Backend: Emulator, Policy: p, Logger: &nop,
+	d, err := Open(Options{Backend: Emulator, Policy: p, LogLevel: LogOff,
 		KernelBuilder: userkernel.NewBuilder(userkernel.Options{CacheDir: t.TempDir()}),
 		Emulator:      EmulatorOptions{HazardChecker: true, MaxDelay: 30 * time.Microsecond, Seed: 3, KernelReferences: refs}})
 	require.NoError(t, err)
@@ -167,7 +165,7 @@ func TestUserKernelMissingWriteIsARace(t *testing.T) {
 	y, err := d.FromFloat32(16, 16, seq(n, func(int) float32 { return 1 }))
 	require.NoError(t, err)
 	require.NoError(t, tk.Launch(k, userkernel.Grid1D(n, 64), In(y), In(x), F32(2), U32(n)))
-	d.machine.Quiesce() // let it finish, unobserved by the host (and ordered for Go's race detector)
+	d.machine().Quiesce() // let it finish, unobserved by the host (and ordered for Go's race detector)
 	_, err = tk.MatMul(y, x, false, false)
 	require.NoError(t, err)
 	require.NoError(t, d.Synchronize())
@@ -233,7 +231,7 @@ func TestLibraryCallRawStream(t *testing.T) {
 			require.NoError(t, err)
 			c, err := d.Empty(n, n, Float32)
 			require.NoError(t, err)
-			blas := d.machine.BLAS()
+			blas := d.machine().BLAS()
 			h, err := blas.CreateHandle(0)
 			require.NoError(t, err)
 			defer blas.DestroyHandle(h)
@@ -270,7 +268,7 @@ func TestLibraryCallMissingAccessIsARace(t *testing.T) {
 			require.NoError(t, err)
 			c, err := d.Empty(n, n, Float32)
 			require.NoError(t, err)
-			blas := d.machine.BLAS()
+			blas := d.machine().BLAS()
 			h, err := blas.CreateHandle(0)
 			require.NoError(t, err)
 			defer blas.DestroyHandle(h)
@@ -280,7 +278,7 @@ func TestLibraryCallMissingAccessIsARace(t *testing.T) {
 			} else {
 				ops = ops[:1]
 			}
-			d.machine.Quiesce() // the kernel finishes, unobserved by the host
+			d.machine().Quiesce() // the kernel finishes, unobserved by the host
 			require.NoError(t, tk.LibraryCall(ops, func(stream uintptr) error {
 				if err := blas.SetStream(h, hip.Stream(stream)); err != nil {
 					return err
@@ -288,7 +286,7 @@ func TestLibraryCallMissingAccessIsARace(t *testing.T) {
 				return blas.Sgemm(h, rocblas.OperationNone, rocblas.OperationNone, n, n, n, 1,
 					hip.DevicePtr(a.ptr), n, hip.DevicePtr(a.ptr), n, 0, hip.DevicePtr(c.ptr), n)
 			}))
-			d.machine.Quiesce()
+			d.machine().Quiesce()
 			require.NoError(t, tk.ScaleInto(c, 2, c))
 			require.NoError(t, d.Synchronize())
 			require.NotEmpty(t, d.Hazards(), "the checker must see the undeclared %s", drop)
@@ -454,7 +452,7 @@ func TestCopyMissingAccessIsARace(t *testing.T) {
 			// write (an acquire), and the copy would be ordered after it
 			// by chance. Nothing learns of the last op before the copy.
 			require.NoError(t, tk.ScaleInto(x, 1, x))
-			d.machine.Quiesce()
+			d.machine().Quiesce()
 			slot, err := d.staging.take(d, "test", 64)
 			require.NoError(t, err)
 			tk.op.Kind, tk.op.Lane, tk.op.Host, tk.op.Size = kind, driver.LaneLibrary, slot.p, 64
@@ -477,12 +475,11 @@ func TestLoadKernelDiskCacheAndErrors(t *testing.T) {
 	dir := t.TempDir()
 	src, err := userkernel.OpenCL(saxpySource)
 	require.NoError(t, err)
-	nop := zerolog.Nop()
 	var builders []*userkernel.Builder
 	for range 2 {
 		b := userkernel.NewBuilder(userkernel.Options{CacheDir: dir})
 		builders = append(builders, b)
-		d, err := Open(Options{Backend: Emulator, Logger: &nop, KernelBuilder: b})
+		d, err := Open(Options{Backend: Emulator, LogLevel: LogOff, KernelBuilder: b})
 		require.NoError(t, err)
 		_, err = d.LoadKernel(src, "saxpy")
 		if errors.Is(err, userkernel.ErrNoCompiler) {
@@ -505,8 +502,7 @@ func TestLoadKernelDiskCacheAndErrors(t *testing.T) {
 // its queue when it runs, like a kernel the GPU cannot execute: the
 // launch's output is poisoned and the read-back reports the fault.
 func TestUserKernelWithoutReferenceFaults(t *testing.T) {
-	nop := zerolog.Nop()
-	d, err := Open(Options{Backend: Emulator, Logger: &nop,
+	d, err := Open(Options{Backend: Emulator, LogLevel: LogOff,
 		KernelBuilder: userkernel.NewBuilder(userkernel.Options{CacheDir: t.TempDir()})})
 	require.NoError(t, err)
 	defer d.Close()
@@ -550,8 +546,7 @@ func TestUserKernelFailureNamesKernelAndCause(t *testing.T) {
 				if c.ref != nil {
 					require.NoError(t, refs.Register("saxpy", c.ref))
 				}
-				nop := zerolog.Nop()
-				d, err := Open(Options{Backend: Emulator, Policy: p, Logger: &nop,
+				d, err := Open(Options{Backend: Emulator, Policy: p, LogLevel: LogOff,
 					KernelBuilder: userkernel.NewBuilder(userkernel.Options{CacheDir: t.TempDir()}),
 					Emulator:      EmulatorOptions{HazardChecker: true, MaxDelay: 30 * time.Microsecond, Seed: 3, KernelReferences: refs}})
 				require.NoError(t, err)

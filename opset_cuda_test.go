@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/cublas"
@@ -79,8 +78,7 @@ func TestOpSetAcceptanceCUDA(t *testing.T) {
 	for _, p := range allPolicies {
 		t.Run(p.String(), func(t *testing.T) {
 			builder := userkernel.NewBuilder(userkernel.Options{}) // $ROCSYNC_KERNEL_CACHE
-			nop := zerolog.Nop()
-			d, err := Open(Options{Backend: CUDA, Policy: p, Logger: &nop, KernelBuilder: builder})
+			d, err := Open(Options{Backend: CUDA, Policy: p, LogLevel: LogOff, KernelBuilder: builder})
 			require.NoError(t, err)
 			defer func() { require.NoError(t, d.Close()) }()
 			src, err := userkernel.OpenCL(saxpySource)

@@ -33,7 +33,7 @@ func TestOpSetAcceptance(t *testing.T) {
 		t.Run(p.String(), func(t *testing.T) {
 			d := openOpPath(t, p)
 			k := loadSAXPY(t, d)
-			blas := d.machine.BLAS()
+			blas := d.machine().BLAS()
 			h, err := blas.CreateHandle(0)
 			require.NoError(t, err)
 			defer blas.DestroyHandle(h)

@@ -7,8 +7,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/rs/zerolog"
-
+	"github.com/rocsync/rocsync/driver"
 	"github.com/rocsync/rocsync/syncstate"
 	"github.com/rocsync/rocsync/userkernel"
 )
@@ -80,51 +79,11 @@ func (b Backend) String() string {
 	return fmt.Sprintf("Backend(%d)", uint8(b))
 }
 
-// EmulatorOptions configure the emulated device.
-type EmulatorOptions struct {
-	// Devices is the number of emulated GPUs (default 1).
-	Devices int
-	// ISA is the gfx target they report (default "gfx90a").
-	ISA string
-	// MemoryPerDevice bounds device memory in bytes (default 4 GiB).
-	MemoryPerDevice uint64
-	// HazardChecker reports every unordered conflicting access.
-	HazardChecker bool
-	// MaxDelay injects a random delay of up to this much before each op.
-	MaxDelay time.Duration
-	// Seed seeds the delays.
-	Seed uint64
-	// HIPVersion is the HIP release the emulator models, in
-	// hipRuntimeGetVersion's encoding (major*10_000_000 + minor*100_000 +
-	// patch: HIP 5.2.3 reports 50_221_153). 0 models a current ROCm 6.x.
-	HIPVersion int
-	// HIPVisibleDevices lists, in HIP's order, the emulated GPUs that HIP
-	// presents, as HIP_VISIBLE_DEVICES does; nil presents them all, in
-	// HSA's order.
-	HIPVisibleDevices []int
-	// Partitions, when above 1, makes each emulated GPU that many
-	// partitions (KFD nodes at one PCI bus and device, differing in the
-	// function, as an MI300X in CPX mode); Devices counts partitions.
-	Partitions int
-	// PeerAccess says which emulated GPUs can map which others' memory
-	// (accessor's copies reading owner's memory); nil: every pair. A
-	// pair that cannot makes Task.CopyPeer stage through host memory.
-	PeerAccess func(accessor, owner int) bool
-	// KernelGroupSegmentSize, when non-zero, makes every kernel report this
-	// much static LDS, as kernels with __local arrays do.
-	KernelGroupSegmentSize uint32
-	// FaultInjector, if set, is asked before every kernel and library op
-	// the emulated device runs (op is the kernel symbol, such as
-	// "rocsync_mul_f32", or "rocblas_sgemm"/"rocblas_dgemm") and makes it
-	// fault when it returns true: an HSA dispatch breaks its queue like a
-	// memory fault, a HIP op breaks its stream. It is called from emulator
-	// goroutines, possibly concurrently.
-	FaultInjector func(op string) bool
-	// KernelReferences runs user kernels: the emulator cannot execute GPU
-	// code, so a user kernel it loads runs as the Go function registered
-	// here under the kernel's name; a kernel without one faults its queue.
-	KernelReferences *userkernel.References
-}
+// EmulatorOptions configure the emulated device: how many GPUs, which
+// target and HIP release it models, its hazard checker, delays and fault
+// injection, and the Go references that run user kernels (see
+// driver.EmulatorOptions for each field).
+type EmulatorOptions = driver.EmulatorOptions
 
 // Options configure Open.
 type Options struct {
@@ -159,12 +118,6 @@ type Options struct {
 	// Enabled method, asked once at Open, chooses the level, and LogLevel
 	// and LogWriter are ignored.
 	LogHandler slog.Handler
-	// Logger receives rocsync's logs as they are; it overrides LogLevel,
-	// LogWriter and LogHandler.
-	//
-	// Deprecated: use LogLevel and LogWriter, or LogHandler, which need no
-	// zerolog import. Logger keeps working.
-	Logger *zerolog.Logger
 	// WaitTimeout bounds every host wait: past it the wait returns an
 	// error of kind ErrTimeout naming the fence it waited for (the GPU
 	// work goes on). 0 means DefaultWaitTimeout; negative, no bound (host

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/cublas"
@@ -27,8 +26,7 @@ func TestCopyPeerOnFakeCUDA(t *testing.T) {
 	t.Setenv(cuda.EnvLibCUDA, p.CUDA)
 	t.Setenv(cublas.EnvLibCUBLAS, p.CUBLAS)
 	for _, staged := range []bool{false, true} {
-		nop := zerolog.Nop()
-		devs, err := OpenAll(Options{Backend: CUDA, Policy: DeviceSide, Logger: &nop, stagePeerCopies: staged})
+		devs, err := OpenAll(Options{Backend: CUDA, Policy: DeviceSide, LogLevel: LogOff, stagePeerCopies: staged})
 		require.NoError(t, err)
 		require.Len(t, devs, 2)
 		direct, err := devs[0].PeerAccess(devs[1])

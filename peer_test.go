@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/driver"
@@ -21,8 +20,7 @@ import (
 // skipping when there are fewer than n.
 func openPeers(t *testing.T, p Policy, n int, mod ...func(*Options)) []*Device {
 	t.Helper()
-	nop := zerolog.Nop()
-	o := Options{Backend: Emulator, Policy: p, Logger: &nop,
+	o := Options{Backend: Emulator, Policy: p, LogLevel: LogOff,
 		Emulator: EmulatorOptions{Devices: n, HazardChecker: true, MaxDelay: 30 * time.Microsecond, Seed: 13}}
 	if gpuRun() {
 		o.Backend = gpuBackend()
@@ -325,7 +323,7 @@ func TestCrossDeviceWaitDecision(t *testing.T) {
 			ta, tb := a.DefaultTask(), b.DefaultTask()
 			require.NoError(t, ta.Upload(tmp, in))
 			require.NoError(t, ta.Synchronize())
-			release := a.machine.Hold()
+			release := a.machine().Hold()
 			require.NoError(t, ta.CopyBuffer(src, tmp)) // on gpu0's library stream, held
 			sa, sb := a.Stats(), b.Stats()
 			if p == SkipSameQueue {
@@ -344,7 +342,7 @@ func TestCrossDeviceWaitDecision(t *testing.T) {
 			}
 			// gpu0 overwrites src: it waits for gpu1's copy (a reader on
 			// gpu1's stream) the same way.
-			release = b.machine.Hold()
+			release = b.machine().Hold()
 			if p == SkipSameQueue {
 				go func() { time.Sleep(20 * time.Millisecond); release() }()
 			}
@@ -380,9 +378,9 @@ func TestCrossDeviceWaitRemovedIsARace(t *testing.T) {
 			})
 			emulatorOnly(t, devs[0], "it needs the hazard checker")
 			pc := newPeerChain(t, devs)
-			pc.settle = devs[0].machine.Quiesce
+			pc.settle = devs[0].machine().Quiesce
 			for _, d := range devs {
-				d.peer.betweenHalves = d.machine.Quiesce
+				d.peer.betweenHalves = d.machine().Quiesce
 			}
 			for s := 0; s < 4; s++ {
 				require.NoError(t, pc.step())
@@ -421,8 +419,7 @@ func TestCopyPeerBadInput(t *testing.T) {
 	freed, err := a.FromFloat32(2, 2, []float32{1, 2, 3, 4})
 	require.NoError(t, err)
 	require.NoError(t, freed.Free())
-	nop := zerolog.Nop()
-	o := Options{Backend: Emulator, Logger: &nop, Emulator: EmulatorOptions{Devices: 2}}
+	o := Options{Backend: Emulator, LogLevel: LogOff, Emulator: EmulatorOptions{Devices: 2}}
 	if gpuRun() {
 		o.Backend = gpuBackend()
 	}
@@ -483,7 +480,7 @@ func TestSourceCloseWaitsForPeerCopy(t *testing.T) {
 	dst, err := b.Empty(4, 4, Float32)
 	require.NoError(t, err)
 	tb := b.DefaultTask()
-	release := a.machine.Hold()
+	release := a.machine().Hold()
 	require.NoError(t, tb.CopyPeer(dst, src))
 	before := a.Stats()
 	go func() { time.Sleep(20 * time.Millisecond); release() }()
@@ -501,9 +498,8 @@ func TestSourceCloseWaitsForPeerCopy(t *testing.T) {
 // returns (nil, or ErrClosed once its device or the source closed), and
 // neither Close waits for the other forever.
 func TestCopyPeerBothWaysWhileClosing(t *testing.T) {
-	nop := zerolog.Nop()
 	for round := 0; round < 5; round++ {
-		devs, err := OpenAll(Options{Backend: Emulator, Logger: &nop,
+		devs, err := OpenAll(Options{Backend: Emulator, LogLevel: LogOff,
 			Emulator: EmulatorOptions{Devices: 2, HazardChecker: true, MaxDelay: 20 * time.Microsecond, Seed: uint64(round)}})
 		require.NoError(t, err)
 		var bufs [2]*Buffer
@@ -553,8 +549,7 @@ func TestCopyPeerBothWaysWhileClosing(t *testing.T) {
 func TestStagedPeerCopyRecoversAfterAFault(t *testing.T) {
 	for _, p := range syncstate.Policies {
 		t.Run(p.String(), func(t *testing.T) {
-			nop := zerolog.Nop()
-			o := Options{Backend: Emulator, Policy: p, Logger: &nop,
+			o := Options{Backend: Emulator, Policy: p, LogLevel: LogOff,
 				Emulator: EmulatorOptions{Devices: 2, HazardChecker: true, MaxDelay: 30 * time.Microsecond, Seed: 13}}
 			noPeerAccess(&o)
 			devs, err := OpenAll(o)
@@ -570,13 +565,13 @@ func TestStagedPeerCopyRecoversAfterAFault(t *testing.T) {
 			require.NoError(t, err)
 			dst, err := devs[0].Empty(1, 4, Float32)
 			require.NoError(t, err)
-			devs[1].machine.SetFaultInjector(func(op string) bool { return op == "hipMemcpyAsync(DtoH)" })
+			devs[1].machine().SetFaultInjector(func(op string) bool { return op == "hipMemcpyAsync(DtoH)" })
 			err = tk.CopyPeer(dst, src)
 			if err == nil {
 				_, err = dst.Float32s()
 			}
 			require.ErrorIs(t, err, ErrFault)
-			devs[1].machine.SetFaultInjector(nil)
+			devs[1].machine().SetFaultInjector(nil)
 			_ = tk.Close() // broken if it waited on the device for the failed half
 			for i := range 3 {
 				tk2, err := devs[0].NewTask()

@@ -5,7 +5,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/driver"
@@ -156,7 +155,7 @@ func TestSumUndeclaredWorkspaceIsARace(t *testing.T) {
 	out2, err := d.Empty(1, 1, Float32)
 	require.NoError(t, err)
 	require.NoError(t, a.Sum(out1, in, SumAll)) // declares the workspace
-	d.machine.Quiesce()
+	d.machine().Quiesce()
 	k, err := d.drv.(driver.Reducer).Reduction(SumAll, Float32)
 	require.NoError(t, err)
 	shape, err := SumAll.Shape(1, 10000)
@@ -177,8 +176,7 @@ func TestSumUndeclaredWorkspaceIsARace(t *testing.T) {
 // 10⁴ reductions reuse one workspace, never memset after it was zeroed at
 // allocation, and the zero check passes before every one of them.
 func TestSumZeroCheckOver10kLaunches(t *testing.T) {
-	nop := zerolog.Nop()
-	d, err := Open(Options{Backend: Emulator, Logger: &nop, CheckReductionWorkspace: true,
+	d, err := Open(Options{Backend: Emulator, LogLevel: LogOff, CheckReductionWorkspace: true,
 		Emulator: EmulatorOptions{HazardChecker: true}})
 	require.NoError(t, err)
 	defer d.Close()
@@ -211,8 +209,7 @@ func TestSumRecoversAfterAFault(t *testing.T) {
 	for _, faulted := range []string{"rocsync_mul_f32", "rocsync_sum_all_f32"} {
 		for _, p := range allPolicies {
 			t.Run(faulted+"/"+p.String(), func(t *testing.T) {
-				nop := zerolog.Nop()
-				d, err := Open(Options{Backend: Emulator, Policy: p, Logger: &nop, CheckReductionWorkspace: true,
+				d, err := Open(Options{Backend: Emulator, Policy: p, LogLevel: LogOff, CheckReductionWorkspace: true,
 					Emulator: EmulatorOptions{HazardChecker: true, MaxDelay: 30 * time.Microsecond, Seed: 7}})
 				require.NoError(t, err)
 				defer d.Close() // reports the faulted queue
@@ -231,7 +228,7 @@ func TestSumRecoversAfterAFault(t *testing.T) {
 					_, err = out.Float32s()
 				}
 				require.ErrorIs(t, err, ErrFault)
-				d.machine.SetFaultInjector(nil)
+				d.machine().SetFaultInjector(nil)
 				require.ErrorIs(t, tk.Synchronize(), ErrFault)
 				require.ErrorIs(t, tk.Close(), ErrFault)
 				for range 2 {

@@ -12,8 +12,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rocsync/rocsync/driver"
 	"github.com/rocsync/rocsync/internal/rocmdev"
 	"github.com/rocsync/rocsync/internal/testhooks"
+	"github.com/rocsync/rocsync/queue"
 )
 
 // kindIs asserts that err is an *Error of kind k at its top.
@@ -120,7 +122,7 @@ func TestRefusedUploadIsNotSubmitted(t *testing.T) {
 	require.NoError(t, err)
 	b, err := d.NewBuffer(len(zero))
 	require.NoError(t, err)
-	release := d.machine.Hold()
+	release := d.machine().Hold()
 	require.ErrorIs(t, tk.Upload(a, randomBytes(len(zero), 1)), ErrHostWait)
 	require.ErrorIs(t, tk.Upload(b, randomBytes(len(zero), 2)), ErrHostWait)
 	release()
@@ -150,7 +152,7 @@ func TestStagingAfterATimedOutWait(t *testing.T) {
 	require.NoError(t, err)
 	c, err := d.NewBuffer(n)
 	require.NoError(t, err)
-	release := d.machine.Hold()
+	release := d.machine().Hold()
 	got := make([]byte, n)
 	err = within(t, "Download", func() error { _, e := tk.Download(a, got); return e })
 	require.ErrorIs(t, err, ErrTimeout)
@@ -177,7 +179,7 @@ func TestReadBackDoesNotBlockOtherTasks(t *testing.T) {
 	require.NoError(t, err)
 	z, err := d.Empty(2, 2, Float32)
 	require.NoError(t, err)
-	release := d.machine.Hold()
+	release := d.machine().Hold()
 	defer release()
 	require.NoError(t, tasks[0].ScaleInto(y, 2, x))
 	before := d.Stats().HostWaitsFor(ReasonReadBack)
@@ -275,9 +277,10 @@ func within2[T any](t *testing.T, what string, fn func() (T, error)) (T, error) 
 // hsaQueueOf is the HSA queue a task's kernels go to.
 func hsaQueueOf(t *testing.T, tk *Task) any {
 	t.Helper()
-	rt, ok := tk.drv.(*rocmdev.Task)
+	_, ok := tk.drv.(*rocmdev.Task)
 	require.True(t, ok, "not a ROCm task")
-	q := rt.HSAQueue()
+	q, ok := tk.drv.Timeline(driver.LaneKernel).(*queue.Queue) // nil under Unified
+	require.True(t, ok, "no HSA queue")
 	require.NotNil(t, q)
 	return q
 }
@@ -291,7 +294,7 @@ func TestTimedOutTaskCloseRetiresItsQueue(t *testing.T) {
 	x, err := d.Empty(2, 2, Float32)
 	require.NoError(t, err)
 	q := hsaQueueOf(t, stuck)
-	release := d.machine.Hold()
+	release := d.machine().Hold()
 	defer release()
 	require.NoError(t, stuck.Fill(x, 1))
 	require.ErrorIs(t, within(t, "Close", stuck.Close), ErrTimeout)
@@ -318,7 +321,7 @@ func TestCopyPeerFromPoisonedSourcePoisonsDestination(t *testing.T) {
 					_ = d.Close()
 				}
 			}()
-			if devs[0].machine == nil {
+			if devs[0].machine() == nil {
 				t.Skip("injects a fault on the emulator")
 			}
 			tk0, tk1 := devs[0].DefaultTask(), devs[1].DefaultTask()
@@ -331,7 +334,7 @@ func TestCopyPeerFromPoisonedSourcePoisonsDestination(t *testing.T) {
 			faultOn(devs[0], faultOps[0].symbol)
 			require.NoError(t, tk0.MulInto(src, a, a))
 			require.ErrorIs(t, within(t, "Synchronize", tk0.Synchronize), ErrFault)
-			devs[0].machine.SetFaultInjector(nil)
+			devs[0].machine().SetFaultInjector(nil)
 			require.ErrorIs(t, src.Err(), ErrFault)
 			require.ErrorIs(t, within(t, "CopyPeer", func() error { return tk1.CopyPeer(dst, src) }), ErrFault)
 			require.ErrorIs(t, dst.Err(), ErrFault, "the destination is not poisoned")
@@ -374,7 +377,7 @@ func TestConcurrentTaskUseIsDetected(t *testing.T) {
 	require.NoError(t, err)
 	y, err := d.Empty(2, 2, Float32)
 	require.NoError(t, err)
-	release := d.machine.Hold()
+	release := d.machine().Hold()
 	defer release()
 	require.NoError(t, tk.ScaleInto(y, 2, x))
 	before := d.Stats().HostWaitsFor(ReasonSync)
@@ -405,7 +408,7 @@ func TestConcurrentReplayIsDetected(t *testing.T) {
 	rec, err := tk.Record(func() error { return tk.AddInto(y, x, x) })
 	require.NoError(t, err)
 	defer rec.Close()
-	release := d.machine.Hold()
+	release := d.machine().Hold()
 	defer release()
 	before := d.Stats().HostWaitsFor(ReasonLaunchBlocking)
 	done := make(chan error, 1)
@@ -520,7 +523,7 @@ func TestRefusedRunAheadCapWaitIsNotSubmitted(t *testing.T) {
 	require.NoError(t, err)
 	x, err := d.FromFloat32(1, 4, make([]float32, 4))
 	require.NoError(t, err)
-	release := d.machine.Hold()
+	release := d.machine().Hold()
 	defer release()
 	ran := 0
 	for {

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/internal/testhooks"
@@ -138,8 +137,7 @@ func (f *groupFixture) check(t *testing.T, x *Array, what string) {
 // delays (the caller checks the hazards).
 func openGroupDevice(t *testing.T, p Policy, seed uint64) *Device {
 	t.Helper()
-	nop := zerolog.Nop()
-	d, err := Open(Options{Backend: Emulator, Policy: p, Logger: &nop,
+	d, err := Open(Options{Backend: Emulator, Policy: p, LogLevel: LogOff,
 		Emulator: EmulatorOptions{HazardChecker: true, MaxDelay: 30 * time.Microsecond, Seed: seed}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = d.Close() })
@@ -223,7 +221,7 @@ func runGroupScenario(t *testing.T, p Policy, i int, mixed bool) (sound bool, de
 	holds := (p == DeviceSide || p == DeviceBridge) && !mixed || p == Unified
 	var release func()
 	if holds {
-		release = d.machine.Hold()
+		release = d.machine().Hold()
 	}
 	check := groupScenarios[i].run(t, f)
 	if holds {
@@ -307,7 +305,7 @@ func TestReplayGroupReadBackWaits(t *testing.T) {
 			f.replay(t)
 			f.replay(t)
 			require.NoError(t, d.Synchronize())
-			release := d.machine.Hold()
+			release := d.machine().Hold()
 			f.replay(t)
 			require.Positive(t, f.ys[2].PendingFences(), "the skipped operand does not show the replay")
 			release()
@@ -448,7 +446,7 @@ func TestReplayGroupCountsAsUngrouped(t *testing.T) {
 				before := f.a.Stats()
 				release := func() {}
 				if p != WaitAlways {
-					release = d.machine.Hold()
+					release = d.machine().Hold()
 				}
 				f.replay(t)
 				if grouped {
@@ -511,7 +509,7 @@ func TestReplayGroupFaultAsUngrouped(t *testing.T) {
 		}
 		// The fourth add of the next replay faults.
 		var adds int
-		d.machine.SetFaultInjector(func(op string) bool {
+		d.machine().SetFaultInjector(func(op string) bool {
 			if strings.Contains(op, "add") {
 				adds++
 				return adds == 4
@@ -526,7 +524,7 @@ func TestReplayGroupFaultAsUngrouped(t *testing.T) {
 			return err.Error()
 		}
 		out := []string{errText(f.a.Synchronize())}
-		d.machine.SetFaultInjector(nil)
+		d.machine().SetFaultInjector(nil)
 		out = append(out, errText(f.rec.Replay()))
 		out = append(out, errText(f.b.CopyInto(f.z, f.ys[5])), errText(f.b.CopyInto(f.z, f.xs[0])))
 		for _, x := range append(append([]*Array{}, f.ys...), f.xs...) {

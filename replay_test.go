@@ -6,7 +6,6 @@ import (
 	"math"
 	"testing"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/driver"
@@ -45,7 +44,7 @@ func mixedChain(d *Device, saxpy *Kernel) replayProgram {
 	return replayProgram{"chain", 6, func(tk *Task, x *Array, o []*Array) error {
 		n := x.Rows()
 		y, z, w, h, v := o[1], o[2], o[3], o[4], o[5]
-		blas := d.machine.BLAS()
+		blas := d.machine().BLAS()
 		errs := []error{tk.MulInto(y, x, x), tk.MatMulInto(z, y, x, false, false),
 			tk.Launch(saxpy, userkernel.Grid1D(uint32(n*n), 64), InOut(z), In(x), F32(2), U32(uint32(n*n))),
 			tk.LibraryCall([]Arg{In(z), In(x), Out(w)}, func(stream uintptr) error {
@@ -105,7 +104,7 @@ func checkReplayEqualsEager(t *testing.T, d *Device, tk *Task, p replayProgram, 
 	require.Positive(t, rec.Ops())
 	var launches0 uint64
 	if d.Emulated() {
-		launches0 = d.machine.HIP().GraphLaunches()
+		launches0 = d.machine().HIP().GraphLaunches()
 	}
 	for it := range iters {
 		host := randMatrix(uint64(10+it), n)
@@ -151,7 +150,7 @@ func requireHIPGraphReplay(t *testing.T, d *Device, rec *Recording, launches0 ui
 	if d.Policy() == Unified {
 		require.Positive(t, graphs, "under Unified every recorded op is on the HIP stream")
 	}
-	require.EqualValues(t, graphs*iters, d.machine.HIP().GraphLaunches()-launches0, "hipGraphLaunch count")
+	require.EqualValues(t, graphs*iters, d.machine().HIP().GraphLaunches()-launches0, "hipGraphLaunch count")
 }
 
 func TestReplayEqualsEagerSeedPrograms(t *testing.T) {
@@ -206,9 +205,9 @@ func TestReplayOneDoorbell(t *testing.T) {
 	require.Equal(t, 99, rec.Ops())
 	require.Equal(t, 1, rec.Segments())
 	require.NoError(t, tk.Synchronize())
-	before, stats := d.machine.DoorbellStores(), tk.Stats()
+	before, stats := d.machine().DoorbellStores(), tk.Stats()
 	require.NoError(t, rec.Replay())
-	require.Equal(t, uint64(1), d.machine.DoorbellStores()-before, "doorbell stores per replay")
+	require.Equal(t, uint64(1), d.machine().DoorbellStores()-before, "doorbell stores per replay")
 	require.Zero(t, tk.Stats().Sub(stats).HostWaitsTotal())
 	require.NoError(t, tk.Synchronize())
 	require.NoError(t, rec.Close())
@@ -269,7 +268,7 @@ func TestReplayWithoutWaitsIsARace(t *testing.T) {
 			rec, err := tk.Record(func() error { return p.run(tk, x, o) })
 			require.NoError(t, err)
 			require.NoError(t, tk.UploadFloat32(x, randMatrix(5, 16)))
-			d.machine.Quiesce() // the upload ends, unobserved by the host (and ordered for Go's race detector)
+			d.machine().Quiesce() // the upload ends, unobserved by the host (and ordered for Go's race detector)
 			require.NoError(t, rec.Replay())
 			require.NoError(t, tk.Synchronize())
 			require.NotEmpty(t, d.Hazards(), "the checker missed the unordered replay")
@@ -283,8 +282,7 @@ func TestReplayWithoutWaitsIsARace(t *testing.T) {
 // the emulated GPU faults reading it, as ROCr's would: the recording maps
 // its kernargs like the ring's own.
 func TestReplayKernargNeedsAllowAccess(t *testing.T) {
-	nop := zerolog.Nop()
-	d, err := Open(Options{Backend: Emulator, Logger: &nop})
+	d, err := Open(Options{Backend: Emulator, LogLevel: LogOff})
 	require.NoError(t, err)
 	tk, err := d.NewTask()
 	require.NoError(t, err)
@@ -427,9 +425,9 @@ func TestReplayLongerThanTheRing(t *testing.T) {
 		for range ops {
 			require.NoError(t, tk.AXPYInto(eager, 0.5, eager, x))
 		}
-		bells := d.machine.DoorbellStores()
+		bells := d.machine().DoorbellStores()
 		require.NoError(t, rec.Replay())
-		require.Equal(t, uint64(3), d.machine.DoorbellStores()-bells)
+		require.Equal(t, uint64(3), d.machine().DoorbellStores()-bells)
 		want, err := eager.Float32s()
 		require.NoError(t, err)
 		got, err := replayed.Float32s()
@@ -480,7 +478,7 @@ func TestReplayUnderDebugModes(t *testing.T) {
 		o := outsFor(t, d, replaySeedPrograms[2], 16)
 		rec, err := tk.Record(func() error { return replaySeedPrograms[2].run(tk, x, o) })
 		require.NoError(t, err)
-		release := d.machine.Hold()
+		release := d.machine().Hold()
 		err = rec.Replay()
 		release()
 		require.ErrorIs(t, err, ErrHostWait)

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 )
 
@@ -17,8 +16,7 @@ func TestReplayTraceMatchesStats(t *testing.T) {
 	for _, pol := range allPolicies {
 		t.Run(pol.String(), func(t *testing.T) {
 			var buf bytes.Buffer
-			nop := zerolog.Nop()
-			d, err := Open(Options{Backend: Emulator, Policy: pol, Logger: &nop, Trace: NewTrace(&buf), TraceName: "replay",
+			d, err := Open(Options{Backend: Emulator, Policy: pol, LogLevel: LogOff, Trace: NewTrace(&buf), TraceName: "replay",
 				Emulator: EmulatorOptions{HazardChecker: true, MaxDelay: 30 * time.Microsecond, Seed: 3}})
 			require.NoError(t, err)
 			tk := d.DefaultTask() // its host track is the trace's "host"

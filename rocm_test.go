@@ -3,11 +3,11 @@ package rocsync
 import (
 	"bytes"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/hsa"
@@ -20,9 +20,8 @@ import (
 // openEmu opens every emulated GPU with the checker and delays on.
 func openEmu(t *testing.T, p Policy, e EmulatorOptions) []*Device {
 	t.Helper()
-	nop := zerolog.Nop()
 	e.HazardChecker, e.MaxDelay, e.Seed = true, 30e3, 11
-	devs, err := OpenAll(Options{Backend: Emulator, Policy: p, Logger: &nop, Emulator: e})
+	devs, err := OpenAll(Options{Backend: Emulator, Policy: p, LogLevel: LogOff, Emulator: e})
 	require.NoError(t, err)
 	return devs
 }
@@ -31,7 +30,7 @@ func openEmu(t *testing.T, p Policy, e EmulatorOptions) []*Device {
 // closes, and not before; a second Close changes nothing.
 func TestHSAShutDownWhenLastDeviceCloses(t *testing.T) {
 	devs := openEmu(t, DeviceSide, EmulatorOptions{Devices: 2})
-	h := devs[0].machine.HSA()
+	h := devs[0].machine().HSA()
 	x, err := devs[0].FromFloat32(2, 2, []float32{1, 2, 3, 4})
 	require.NoError(t, err)
 	_, err = devs[0].DefaultTask().Mul(x, x)
@@ -46,10 +45,9 @@ func TestHSAShutDownWhenLastDeviceCloses(t *testing.T) {
 
 	// Open of one device closes the others at once: they must not
 	// shut the runtime down under it.
-	nop := zerolog.Nop()
-	d, err := Open(Options{Backend: Emulator, Device: 1, Logger: &nop, Emulator: EmulatorOptions{Devices: 3}})
+	d, err := Open(Options{Backend: Emulator, Device: 1, LogLevel: LogOff, Emulator: EmulatorOptions{Devices: 3}})
 	require.NoError(t, err)
-	require.Equal(t, 1, d.machine.HSA().InitCount())
+	require.Equal(t, 1, d.machine().HSA().InitCount())
 	y, err := d.FromFloat32(1, 2, []float32{1, 2})
 	require.NoError(t, err)
 	z, err := d.DefaultTask().Mul(y, y)
@@ -58,7 +56,7 @@ func TestHSAShutDownWhenLastDeviceCloses(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []float32{1, 4}, got)
 	require.NoError(t, d.Close())
-	require.Equal(t, 0, d.machine.HSA().InitCount())
+	require.Equal(t, 0, d.machine().HSA().InitCount())
 }
 
 // Unified launches pass no dynamic LDS: HIP adds the kernel's static LDS
@@ -75,7 +73,7 @@ func TestUnifiedPassesNoDynamicLDS(t *testing.T) {
 	got, err := y.Float32s()
 	require.NoError(t, err)
 	require.Equal(t, []float32{1, 4, 9}, got)
-	require.Zero(t, d.machine.HIP().MaxDynamicSharedMem())
+	require.Zero(t, d.machine().HIP().MaxDynamicSharedMem())
 	require.Empty(t, d.Hazards())
 }
 
@@ -114,8 +112,7 @@ func kernargFault(t *testing.T, open func(t *testing.T) *Device) {
 
 func TestKernargWithoutAllowAccessFaults(t *testing.T) {
 	kernargFault(t, func(t *testing.T) *Device {
-		nop := zerolog.Nop()
-		d, err := Open(Options{Backend: Emulator, Logger: &nop, Emulator: EmulatorOptions{HazardChecker: true}})
+		d, err := Open(Options{Backend: Emulator, LogLevel: LogOff, Emulator: EmulatorOptions{HazardChecker: true}})
 		require.NoError(t, err)
 		return d
 	})
@@ -170,8 +167,7 @@ func TestHIPDeviceOrderDiffersFromHSA(t *testing.T) {
 // reason; the others work.
 func TestGPUWithoutHIPDeviceIsSkipped(t *testing.T) {
 	var buf bytes.Buffer
-	log := zerolog.New(&buf)
-	devs, err := OpenAll(Options{Backend: Emulator, Logger: &log, Emulator: EmulatorOptions{Devices: 3, HIPVisibleDevices: []int{2, 0}}})
+	devs, err := OpenAll(Options{Backend: Emulator, LogHandler: jsonLog(&buf, slog.LevelDebug), Emulator: EmulatorOptions{Devices: 3, HIPVisibleDevices: []int{2, 0}}})
 	require.NoError(t, err)
 	require.Len(t, devs, 2)
 	require.Equal(t, 1, strings.Count(buf.String(), "skipping a GPU that HIP does not present"), buf.String())
@@ -186,7 +182,7 @@ func TestGPUWithoutHIPDeviceIsSkipped(t *testing.T) {
 		require.Equal(t, []float32{13}, got)
 		require.NoError(t, d.Close())
 	}
-	require.Equal(t, 0, devs[0].machine.HSA().InitCount())
+	require.Equal(t, 0, devs[0].machine().HSA().InitCount())
 }
 
 // The code object's memory outlives its executable: ROCr records its
@@ -197,7 +193,7 @@ func TestCodeObjectOutlivesExecutable(t *testing.T) {
 	for _, p := range []Policy{DeviceSide, Unified} {
 		t.Run(p.String(), func(t *testing.T) {
 			d := openEmu(t, p, EmulatorOptions{})[0]
-			h := d.machine.HSA()
+			h := d.machine().HSA()
 			x, err := d.FromFloat32(1, 2, []float32{1, 2})
 			require.NoError(t, err)
 			y, err := d.DefaultTask().Mul(x, x)
@@ -210,7 +206,7 @@ func TestCodeObjectOutlivesExecutable(t *testing.T) {
 			require.NoError(t, d.Close())
 			require.Empty(t, h.CodeObjectStorageFaults())
 			require.Zero(t, h.LiveExecutables(), "executable not destroyed at Close")
-			require.Zero(t, d.machine.HIP().LiveModules(), "HIP module not unloaded at Close")
+			require.Zero(t, d.machine().HIP().LiveModules(), "HIP module not unloaded at Close")
 		})
 	}
 }
@@ -225,8 +221,7 @@ func TestDeviceBridgeByHIPVersion(t *testing.T) {
 	}{{50_221_153, 2, 0}, {0, 0, 2}} {
 		t.Run(fmt.Sprint(tc.version), func(t *testing.T) {
 			var buf bytes.Buffer
-			log := zerolog.New(&buf)
-			d, err := Open(Options{Backend: Emulator, Policy: DeviceBridge, Logger: &log, Emulator: EmulatorOptions{
+			d, err := Open(Options{Backend: Emulator, Policy: DeviceBridge, LogHandler: jsonLog(&buf, slog.LevelDebug), Emulator: EmulatorOptions{
 				HazardChecker: true, MaxDelay: 30 * time.Microsecond, Seed: 5, HIPVersion: tc.version}})
 			require.NoError(t, err)
 			tk := d.DefaultTask()
@@ -283,7 +278,7 @@ func TestDeviceBridgeHostWaitsBlock(t *testing.T) {
 	st := d.Stats().Sub(before)
 	require.Zero(t, st.HostWaitsTotal(), "%v", st)
 	require.EqualValues(t, 2, st.DeviceWaits, "%v", st)
-	h := d.machine.HSA()
+	h := d.machine().HSA()
 	busyBefore := h.BusyHostWaits()
 	gotZ, err := z.Float32s() // waits for the kernel's completion signal
 	require.NoError(t, err)
@@ -313,7 +308,7 @@ func TestDispatchesRaiseNoInterrupts(t *testing.T) {
 			require.NoError(t, err)
 			y, err := tk.Add(x, x)
 			require.NoError(t, err)
-			h := d.machine.HSA()
+			h := d.machine().HSA()
 			before, busyBefore, stats := h.Interrupts(), h.BusyHostWaits(), d.Stats()
 			for range 1000 {
 				require.NoError(t, tk.AddInto(y, y, x))
@@ -377,8 +372,7 @@ func TestPartitionedGPUOpens(t *testing.T) {
 func TestPartitionsLeftOutWhenHIPReordersThemUnseen(t *testing.T) {
 	t.Setenv("HIP_VISIBLE_DEVICES", "1,0")
 	var buf bytes.Buffer
-	log := zerolog.New(&buf)
-	_, err := OpenAll(Options{Backend: Emulator, Logger: &log, Emulator: EmulatorOptions{Devices: 2, Partitions: 2,
+	_, err := OpenAll(Options{Backend: Emulator, LogHandler: jsonLog(&buf, slog.LevelDebug), Emulator: EmulatorOptions{Devices: 2, Partitions: 2,
 		HIPVersion: 60_100_000, HIPVisibleDevices: []int{1, 0}}})
 	require.ErrorIs(t, err, ErrUnavailable)
 	require.Equal(t, 2, strings.Count(buf.String(), "skipping a GPU partition"), buf.String())
@@ -403,8 +397,8 @@ func TestCloseRacesFirstKernelLoad(t *testing.T) {
 			if err := <-done; err != nil {
 				require.ErrorIs(t, err, ErrClosed)
 			}
-			require.Zero(t, d.machine.HSA().LiveExecutables(), "%v run %d: executable loaded after Close", p, i)
-			require.Zero(t, d.machine.HIP().LiveModules(), "%v run %d: HIP module loaded after Close", p, i)
+			require.Zero(t, d.machine().HSA().LiveExecutables(), "%v run %d: executable loaded after Close", p, i)
+			require.Zero(t, d.machine().HIP().LiveModules(), "%v run %d: HIP module loaded after Close", p, i)
 		}
 	}
 }

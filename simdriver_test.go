@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/hip"
@@ -182,8 +181,7 @@ func childTest(t *testing.T, spec string, env []string, body func(t *testing.T))
 // openSimulatedROCm opens the ROCm backend over the simulated driver.
 func openSimulatedROCm(t *testing.T, p Policy) []*Device {
 	t.Helper()
-	nop := zerolog.Nop()
-	devs, err := OpenAll(Options{Backend: ROCm, Policy: p, Logger: &nop})
+	devs, err := OpenAll(Options{Backend: ROCm, Policy: p, LogLevel: LogOff})
 	require.NoError(t, err)
 	return devs
 }
@@ -260,8 +258,7 @@ func TestDeviceMatchingByPCILocationOnSimulatedDriver(t *testing.T) {
 // HIP's copy), not one per dispatch.
 func TestDispatchInterruptsOnSimulatedDriver(t *testing.T) {
 	childTest(t, simulatedSuiteRuns[0].gpus, nil, func(t *testing.T) {
-		nop := zerolog.Nop()
-		d, err := Open(Options{Backend: ROCm, Policy: DeviceSide, Logger: &nop})
+		d, err := Open(Options{Backend: ROCm, Policy: DeviceSide, LogLevel: LogOff})
 		require.NoError(t, err)
 		defer d.Close()
 		tk := d.DefaultTask()

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/hip"
@@ -37,8 +36,7 @@ func gpuBackend() Backend {
 // fails if the hazard checker finds anything.
 func openStrict(t *testing.T, p Policy, mod ...func(*Options)) *Device {
 	t.Helper()
-	nop := zerolog.Nop()
-	o := Options{Backend: Emulator, Policy: p, Logger: &nop,
+	o := Options{Backend: Emulator, Policy: p, LogLevel: LogOff,
 		Emulator: EmulatorOptions{HazardChecker: true, MaxDelay: 30 * time.Microsecond, Seed: 7}}
 	if gpuRun() {
 		o.Backend = gpuBackend()
@@ -80,7 +78,7 @@ func instrumentedOnly(t *testing.T, d *Device, why string) {
 func holdDevice(t *testing.T, d *Device) func() {
 	t.Helper()
 	if d.Emulated() {
-		return d.machine.Hold()
+		return d.machine().Hold()
 	}
 	loadKernels(t, d)
 	return holdSimulatedGPU(t)
@@ -112,7 +110,7 @@ func busy(t *testing.T, d *Device, tk *Task) {
 	}
 	switch {
 	case d.Emulated():
-		release := d.machine.Hold()
+		release := d.machine().Hold()
 		go func() { time.Sleep(50 * time.Millisecond); release() }()
 		return
 	case suiteOn() == onSimulatedDriver:

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/rocsync/rocsync/driver"
-	"github.com/rocsync/rocsync/internal/tracecheck"
 	"github.com/rocsync/rocsync/internal/traceopt"
 	"github.com/rocsync/rocsync/syncstate"
 )
@@ -220,7 +219,7 @@ func (p *traceProc) deviceSpan(tl syncstate.Timeline, ticket uint64, start, end 
 	defer p.tr.mu.Unlock()
 	if _, ok := p.gpuTracks[tl]; !ok {
 		p.gpuTracks[tl] = hostTracks + len(p.names)
-		p.names = append(p.names, tl.Name()+tracecheck.GPUSuffix)
+		p.names = append(p.names, tl.Name()+gpuTrackSuffix)
 	}
 	p.gpu[tl] = append(p.gpu[tl], gpuSpan{ticket: ticket, start: start.Sub(p.tr.start), end: end.Sub(p.tr.start)})
 }
@@ -257,6 +256,11 @@ const (
 	callbackTrack = hostTracks - 1
 	hostTracks    = 1 << 16
 )
+
+// gpuTrackSuffix ends the name of a timeline's track of device
+// timestamps (tracecheck.GPUSuffix reads it; TestTraceGPUTrackSuffix
+// keeps the two equal).
+const gpuTrackSuffix = " (GPU)"
 
 // attach adds a device to the trace.
 func (tr *Trace) attach(name string) *traceProc {

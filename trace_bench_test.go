@@ -3,8 +3,6 @@ package rocsync
 import (
 	"io"
 	"testing"
-
-	"github.com/rs/zerolog"
 )
 
 // BenchmarkTraceOverhead is BenchmarkSameQueueSubmit with the trace off
@@ -22,8 +20,7 @@ func BenchmarkTraceOverhead(b *testing.B) {
 		trace bool
 	}{{"off", false}, {"on", true}} {
 		b.Run(v.name, func(b *testing.B) {
-			nop := zerolog.Nop()
-			o := Options{Backend: Emulator, Policy: DeviceSide, Logger: &nop, QueueSize: benchQueue}
+			o := Options{Backend: Emulator, Policy: DeviceSide, LogLevel: LogOff, QueueSize: benchQueue}
 			if v.trace {
 				o.Trace = NewTrace(io.Discard)
 			}

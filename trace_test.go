@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/internal/tracecheck"
@@ -71,9 +70,8 @@ func TestTraceMatchesStats(t *testing.T) {
 	for _, pol := range syncstate.Policies {
 		t.Run(pol.String(), func(t *testing.T) {
 			var buf bytes.Buffer
-			nop := zerolog.Nop()
 			// A run-ahead cap of 2 makes the queues and streams throttle.
-			d, err := Open(Options{Backend: Emulator, Policy: pol, Logger: &nop, Trace: NewTrace(&buf), TraceName: "work",
+			d, err := Open(Options{Backend: Emulator, Policy: pol, LogLevel: LogOff, Trace: NewTrace(&buf), TraceName: "work",
 				MaxInFlight: 2, Emulator: EmulatorOptions{HazardChecker: true, MaxDelay: 50 * time.Microsecond, Seed: 3}})
 			require.NoError(t, err)
 			traceWork(t, d)
@@ -84,8 +82,7 @@ func TestTraceMatchesStats(t *testing.T) {
 	}
 	t.Run("LaunchBlocking", func(t *testing.T) {
 		var buf bytes.Buffer
-		nop := zerolog.Nop()
-		d, err := Open(Options{Backend: Emulator, Logger: &nop, Trace: NewTrace(&buf), TraceName: "work", LaunchBlocking: true,
+		d, err := Open(Options{Backend: Emulator, LogLevel: LogOff, Trace: NewTrace(&buf), TraceName: "work", LaunchBlocking: true,
 			MaxInFlightPerDevice: 2, Emulator: EmulatorOptions{HazardChecker: true, MaxDelay: 50 * time.Microsecond, Seed: 3}})
 		require.NoError(t, err)
 		traceWork(t, d)
@@ -120,8 +117,7 @@ func countsOf(st Stats) tracecheck.Counts {
 func TestTraceEnvironment(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "trace.json")
 	t.Setenv("ROCSYNC_TRACE", path)
-	nop := zerolog.Nop()
-	d, err := Open(Options{Backend: Emulator, Logger: &nop})
+	d, err := Open(Options{Backend: Emulator, LogLevel: LogOff})
 	require.NoError(t, err)
 	traceWork(t, d)
 	_, err = os.Stat(path)
@@ -147,8 +143,7 @@ func TestTraceWriteErrors(t *testing.T) {
 	require.True(t, errors.As(err, &e), "%v", err)
 	require.ErrorIs(t, err, ErrInvalid)
 
-	nop := zerolog.Nop()
-	d, err := Open(Options{Backend: Emulator, Logger: &nop, Trace: NewTrace(failingWriter{})})
+	d, err := Open(Options{Backend: Emulator, LogLevel: LogOff, Trace: NewTrace(failingWriter{})})
 	require.NoError(t, err)
 	x, err := d.FromFloat32(1, 4, make([]float32, 4))
 	require.NoError(t, err)
@@ -161,8 +156,7 @@ func TestTraceWriteErrors(t *testing.T) {
 // bad input: the device closed (a later op is ErrClosed, a second Close
 // nil), and the error says so and wraps the writer's.
 func TestCloseWithFailedTraceWriteClosesTheDevice(t *testing.T) {
-	nop := zerolog.Nop()
-	d, err := Open(Options{Backend: Emulator, Logger: &nop, Trace: NewTrace(failingWriter{})})
+	d, err := Open(Options{Backend: Emulator, LogLevel: LogOff, Trace: NewTrace(failingWriter{})})
 	require.NoError(t, err)
 	x, err := d.FromFloat32(1, 4, make([]float32, 4))
 	require.NoError(t, err)
@@ -190,8 +184,7 @@ func TestTraceOffAllocatesNothing(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector's instrumentation allocates")
 	}
-	nop := zerolog.Nop()
-	d, err := Open(Options{Backend: Emulator, Logger: &nop})
+	d, err := Open(Options{Backend: Emulator, LogLevel: LogOff})
 	require.NoError(t, err)
 	defer d.Close()
 	require.Nil(t, d.trace)
@@ -295,8 +288,7 @@ func TestTraceDeviceTimestamps(t *testing.T) {
 func TestTraceDeviceTimestampsOnSimulatedDriver(t *testing.T) {
 	childTest(t, simulatedSuiteRuns[0].gpus, nil, func(t *testing.T) {
 		var buf bytes.Buffer
-		nop := zerolog.Nop()
-		d, err := Open(Options{Backend: ROCm, Policy: DeviceSide, Logger: &nop, Trace: NewTrace(&buf), TraceName: "timed"})
+		d, err := Open(Options{Backend: ROCm, Policy: DeviceSide, LogLevel: LogOff, Trace: NewTrace(&buf), TraceName: "timed"})
 		require.NoError(t, err)
 		traceWork(t, d)
 		require.NoError(t, d.Close())
@@ -327,4 +319,9 @@ func TestTraceDeviceTimestampsOnSimulatedDriver(t *testing.T) {
 		c.ClockSkew = 5
 		require.NoError(t, tr.Check("timed", c))
 	})
+}
+
+// The trace names its GPU tracks as tracecheck reads them.
+func TestTraceGPUTrackSuffix(t *testing.T) {
+	require.Equal(t, tracecheck.GPUSuffix, gpuTrackSuffix)
 }

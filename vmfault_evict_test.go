@@ -2,11 +2,11 @@ package rocsync
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/hsa"
@@ -34,12 +34,11 @@ func TestVMFaultEvictsStreamsAndHostLanes(t *testing.T) {
 func vmFaultEvicts(t *testing.T, evict bool) {
 	const waitTimeout = 20 * time.Second
 	var logs syncBuffer
-	log := zerolog.New(&logs)
-	devs, err := OpenAll(Options{Backend: Emulator, Policy: DeviceBridge, WaitTimeout: waitTimeout, Logger: &log,
+	devs, err := OpenAll(Options{Backend: Emulator, Policy: DeviceBridge, WaitTimeout: waitTimeout, LogHandler: jsonLog(&logs, slog.LevelDebug),
 		Emulator: EmulatorOptions{Devices: 2, HazardChecker: true, MaxDelay: 30e3, Seed: 11}})
 	require.NoError(t, err)
 	faulty, healthy := devs[0], devs[1]
-	faulty.machine.SetVMFaultEviction(evict)
+	faulty.machine().SetVMFaultEviction(evict)
 	x, err := faulty.FromFloat32(2, 2, []float32{1, 2, 3, 4})
 	require.NoError(t, err)
 	warm, err := faulty.NewTask() // loads the kernels; the device works
@@ -94,7 +93,7 @@ func vmFaultEvicts(t *testing.T, evict bool) {
 	crossing, crossErr := tk.MatMul(y, y, false, false) // refused at once if the fault came first
 	_, err = y.Float32s()
 	require.ErrorIs(t, err, hsa.ErrMemoryFault)
-	require.Equal(t, evict, faulty.machine.Evicted(0))
+	require.Equal(t, evict, faulty.machine().Evicted(0))
 	close(gate) // the host function completes; the evicted stream never runs what waits for it
 
 	within := func(what string, f func() error) {

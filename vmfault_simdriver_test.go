@@ -5,7 +5,6 @@ package rocsync
 import (
 	"testing"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/hsa/kfdsim"
@@ -27,8 +26,7 @@ func TestGPUMemoryFaultOnSimulatedDriver(t *testing.T) {
 		e, err := kfdsim.RegisterExecutor("") // before rocsync opens HSA
 		require.NoError(t, err)
 		defer e.Close()
-		nop := zerolog.Nop()
-		devs, err := OpenAll(Options{Backend: ROCm, Policy: DeviceSide, Logger: &nop})
+		devs, err := OpenAll(Options{Backend: ROCm, Policy: DeviceSide, LogLevel: LogOff})
 		require.NoError(t, err)
 		gpuMemoryFault(t, devs, func() func() { return holdSimulatedGPU(t) })
 		st := e.Stats()
@@ -52,8 +50,7 @@ func TestGPUMemoryFaultWithoutQueueErrorOnSimulatedDriver(t *testing.T) {
 		e, err := kfdsim.RegisterExecutor("")
 		require.NoError(t, err)
 		defer e.Close()
-		nop := zerolog.Nop()
-		devs, err := OpenAll(Options{Backend: ROCm, Policy: DeviceSide, Logger: &nop})
+		devs, err := OpenAll(Options{Backend: ROCm, Policy: DeviceSide, LogLevel: LogOff})
 		require.NoError(t, err)
 		gpuMemoryFault(t, devs, func() func() { return holdSimulatedGPU(t) })
 		return

@@ -132,7 +132,7 @@ func TestGPUMemoryFaultIsAnError(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				devs := openEmu(t, p, EmulatorOptions{Devices: 2})
-				m := devs[0].machine
+				m := devs[0].machine()
 				m.SetVMFaultQueueErrorFirst(queueErrorFirst)
 				gpuMemoryFault(t, devs, m.Hold)
 				require.Zero(t, m.HSA().SystemEventHandlers(), "the handler is retired with the runtime")
@@ -147,7 +147,7 @@ func TestGPUMemoryFaultIsAnError(t *testing.T) {
 // with no queue error: the system event alone must wake the waiters.
 func TestGPUMemoryFaultWithoutQueueError(t *testing.T) {
 	devs := openEmu(t, DeviceSide, EmulatorOptions{Devices: 2})
-	m := devs[0].machine
+	m := devs[0].machine()
 	m.SetVMFaultQueueErrors(false)
 	gpuMemoryFault(t, devs, m.Hold)
 }

@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"github.com/rocsync/rocsync"
+	_ "github.com/rocsync/rocsync/backends" // the ROCm, CUDA and emulator drivers
 	"github.com/rocsync/rocsync/bench/internal/measure"
 )
 

@@ -8,8 +8,16 @@
 // Every kind of work reaches a driver as one value, an Op, through one
 // method, Task.Submit: a new kind of op is a new Kind constant and one
 // case per driver, not a new method on every layer. What a driver may
-// lack is a separate optional interface (KernelLoader, HostMemory), which
-// the front package asks for with a type assertion and falls back from.
+// lack is a separate optional interface (KernelLoader, HostMemory,
+// CollectiveDevice; HazardReporter and HostTracker for an emulated
+// System), which the front package asks for with a type assertion and
+// falls back from.
+//
+// Drivers register under a name (Register) and the front package opens
+// them by that name (Open): it imports no driver, and a program gets them
+// by importing the package that registers them (rocsync's backends).
+// Failures the front tells apart are error kinds a driver attaches
+// (WithKind): ErrNoDevice, ErrNotInstalled, ErrOutOfMemory.
 //
 // The package refuses to know about arrays, buffers' sync states or
 // which op must wait for which: the front package orders an op (syncstate)

@@ -24,7 +24,6 @@ import (
 	"github.com/rocsync/rocsync/driver"
 	"github.com/rocsync/rocsync/internal/emu"
 	"github.com/rocsync/rocsync/kernels"
-	"github.com/rocsync/rocsync/queue"
 	"github.com/rocsync/rocsync/syncstate"
 )
 
@@ -79,8 +78,6 @@ type Internals struct {
 	Fences func(a *rocsync.Array) (readers int, writerZero bool)
 	// Timelines are the task's kernel and library timelines.
 	Timelines func(tk *rocsync.Task) (kernel, library syncstate.Timeline)
-	// ROCmQueues are the HSA queues of the ROCm device's pool.
-	ROCmQueues func(d *rocsync.Device) []*queue.Queue
 	// CodeObjectVersions are the code-object versions a ROCm device loaded
 	// through HSA and through HIP.
 	CodeObjectVersions func(d *rocsync.Device) (hsa, hip kernels.CodeObjectVersion)

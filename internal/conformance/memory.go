@@ -8,6 +8,8 @@ import (
 	"github.com/rocsync/rocsync"
 	"github.com/rocsync/rocsync/driver"
 	"github.com/rocsync/rocsync/internal/testcheck"
+	"github.com/rocsync/rocsync/queue"
+	"github.com/rocsync/rocsync/syncstate"
 )
 
 // Free with work pending returns at once, and the memory is released only
@@ -80,7 +82,15 @@ func QueuePoolSharesQueues(t *testing.T, be *Backend) {
 		tasks = append(tasks, tk)
 		require.NoError(t, tk.Fill(x, float64(i)))
 	}
-	require.Len(t, be.Internals.ROCmQueues(d), 2)
+	// The tasks' kernel timelines are the pool's HSA queues: two.
+	queues := map[syncstate.Timeline]bool{}
+	for _, tk := range tasks {
+		k, _ := be.Internals.Timelines(tk)
+		_, isQueue := k.(*queue.Queue)
+		require.True(t, isQueue, "a task's kernel timeline is its HSA queue")
+		queues[k] = true
+	}
+	require.Len(t, queues, 2)
 	got, err := x.Float32s()
 	require.NoError(t, err)
 	require.Equal(t, float32(4), got[0])

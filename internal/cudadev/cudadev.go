@@ -211,7 +211,17 @@ func (d *Device) SignalsCreated() uint64 { return 0 }
 func (d *Device) EventsCreated() uint64 { return d.events.Created() }
 
 // Malloc implements driver.Device with cuMemAlloc_v2.
-func (d *Device) Malloc(size uint64) (driver.DevicePtr, error) { return d.b.malloc(size) }
+func (d *Device) Malloc(size uint64) (driver.DevicePtr, error) {
+	p, err := d.b.malloc(size)
+	if outOfMemory(err) {
+		err = driver.WithKind(err, driver.ErrOutOfMemory)
+	}
+	return p, err
+}
+
+// outOfMemory reports whether an allocation failed for want of device
+// memory (CUDA_ERROR_OUT_OF_MEMORY).
+func outOfMemory(err error) bool { return errors.Is(err, &cuda.Error{Code: cuda.ErrorOutOfMemory}) }
 
 // Free implements driver.Device with cuMemFree_v2.
 func (d *Device) Free(p driver.DevicePtr) error { return d.b.free(p) }

@@ -16,6 +16,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/rs/zerolog"
@@ -40,6 +41,9 @@ type Runtimes struct {
 	BLASErr error
 	// Log receives why a GPU is left out; nil discards it.
 	Log *zerolog.Logger
+	// Collectives, if set, returns the collective library in place of
+	// RCCL (the emulator's model of it); timeout bounds its rendezvous.
+	Collectives func(timeout time.Duration) (driver.Collectives, error)
 }
 
 // ErrNoBLAS is returned by Gemm when rocBLAS could not be loaded.
@@ -454,7 +458,20 @@ func (d *Device) EventsCreated() uint64 { return d.events.Created() }
 // ROCr instance, so the pointer is valid in self-dispatched kernels too.
 func (d *Device) Malloc(size uint64) (driver.DevicePtr, error) {
 	p, err := d.rt.HIP.Malloc(d.hipIndex, size)
+	if outOfMemory(err) {
+		err = driver.WithKind(err, driver.ErrOutOfMemory)
+	}
 	return driver.DevicePtr(p), err
+}
+
+// outOfMemory reports whether an allocation failed for want of device
+// memory, in HIP's words or HSA's.
+func outOfMemory(err error) bool {
+	if errors.Is(err, &hip.Error{Code: hip.ErrorOutOfMemory}) {
+		return true
+	}
+	var he *hsa.Error
+	return errors.As(err, &he) && he.Status == hsa.StatusErrorOutOfResources
 }
 
 // Free implements driver.Device.
@@ -927,6 +944,10 @@ func (t *Task) BLASHandle() uintptr { return uintptr(t.st.BLAS) }
 // the emulator).
 func (d *Device) Runtimes() Runtimes { return d.rt }
 
+// Libraries returns the HIP runtime and the rocBLAS library the device
+// runs on (blas is nil without rocBLAS), for library calls of the user's.
+func (d *Device) Libraries() (h hip.Runtime, blas rocblas.Library) { return d.rt.HIP, d.rt.BLAS }
+
 // Close implements driver.Task: it drains and releases.
 func (t *Task) Close() error {
 	var errs []error
@@ -966,12 +987,6 @@ func (t *Task) Close() error {
 	}
 	return errors.Join(errs...)
 }
-
-// Queues returns the device's HSA queues (for tests).
-func (d *Device) Queues() []*queue.Queue { return d.queues.Queues() }
-
-// HSAQueue returns the task's HSA queue, nil under Unified (for tests).
-func (t *Task) HSAQueue() *queue.Queue { return t.st.Queue }
 
 // hipStreamMemoryLookup is the first HIP release (ROCm 5.6.0, clr commit
 // b40823ccc "Enable ROCr interop") whose hipStreamWaitValue64 and
