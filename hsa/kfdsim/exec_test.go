@@ -670,6 +670,53 @@ func TestExecRunsHIP64BlitKernels(t *testing.T) {
 	if r := run("__amd_rocclr_streamOpsWrite", 1); r != execOK || le.Uint32(d[4:]) != 0x55667788 || d[8] != 0 {
 		t.Errorf("streamOpsWrite: %d", r)
 	}
+	// batchMemOp of 6.4.3 (hipStreamBatchMemOp): work-item i performs
+	// params[i] alone, 48 bytes each: a 64-bit write, a 32-bit wait
+	// (GEQ) satisfied by what is there, a 32-bit write, and an element
+	// no work-item reaches.
+	clear(d)
+	params, _ := hs.mem(4*48, nodeMask)
+	ps := bytesAt(params, 4*48)
+	op := func(i int, operation uint32, addr, value uint64, cmp uint32) {
+		e := ps[48*i:]
+		le.PutUint32(e[0:], operation)
+		le.PutUint64(e[8:], addr)
+		le.PutUint64(e[16:], value)
+		le.PutUint32(e[24:], cmp)
+	}
+	op(0, 5, dst+8, 0x1122334455667788, 0)
+	op(1, 1, dst+8, 0x55667788, 0)
+	op(2, 2, dst+16, 0xcafef00d, 0)
+	op(3, 2, dst+24, 0xdeadbeef, 0)
+	clear(k)
+	le.PutUint64(k[0:], params)
+	le.PutUint32(k[8:], 4)
+	if r := run("__amd_rocclr_batchMemOp", 3); r != execOK {
+		t.Fatalf("batchMemOp: %d", r)
+	}
+	if got := le.Uint64(d[8:]); got != 0x1122334455667788 {
+		t.Errorf("batchMemOp 64-bit write: %#x", got)
+	}
+	if got := le.Uint32(d[16:]); got != 0xcafef00d {
+		t.Errorf("batchMemOp 32-bit write: %#x", got)
+	}
+	if got := le.Uint32(d[24:]); got != 0 {
+		t.Errorf("batchMemOp ran params[3] with a grid of 3: %#x", got)
+	}
+	// A 64-bit EQ wait ends once the value is there: here work-item 0
+	// writes it, and work-item 1's wait sees it.
+	clear(ps)
+	op(0, 5, dst+32, 7, 0)
+	op(1, 4, dst+32, 7, 1)
+	if r := run("__amd_rocclr_batchMemOp", 2); r != execOK || le.Uint64(d[32:]) != 7 {
+		t.Errorf("batchMemOp write then wait: %d", r)
+	}
+	// An address not mapped to the GPU is a VM fault.
+	clear(ps)
+	op(0, 2, 0x10, 1, 0)
+	if r := run("__amd_rocclr_batchMemOp", 1); r != execFault {
+		t.Errorf("batchMemOp to an unmapped address: %d, want a fault", r)
+	}
 }
 
 // A blit kernel whose metadata disagrees with HIP 5.2.3's signature is

@@ -874,6 +874,32 @@ static bool stream_wait_done(uint64_t cur, uint64_t value, uint64_t op, uint64_t
 	return true;
 }
 
+/* Spins until the condition of a stream wait holds, as run_stream_ops_wait:
+ * KFDSIM_OK, KFDSIM_FAULT, or KFDSIM_UNKNOWN_KERNEL past the limit. */
+static int spin_stream_wait(const kfdsim_dispatch *d, const char *name, uint64_t at, bool narrow,
+			    uint64_t value, uint64_t op, uint64_t mask)
+{
+	uint64_t n = narrow ? 4 : 8;
+	struct timespec start, now, nap = { 0, 20000 };
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	for (;;) {
+		if (!gpu_access(d->gpu_node, at, n, false))
+			return KFDSIM_FAULT;
+		uint64_t cur = narrow ? __atomic_load_n((uint32_t *)(uintptr_t)at, __ATOMIC_SEQ_CST)
+				      : __atomic_load_n((uint64_t *)(uintptr_t)at, __ATOMIC_SEQ_CST);
+		if (stream_wait_done(cur, value, op, mask, narrow))
+			return KFDSIM_OK;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		uint64_t waited = (uint64_t)(now.tv_sec - start.tv_sec) * 1000000000ull +
+				  (uint64_t)now.tv_nsec - (uint64_t)start.tv_nsec;
+		if (waited > STREAM_WAIT_LIMIT_NS) {
+			complain(d, "stream wait still unsatisfied after 60 s", name);
+			return KFDSIM_UNKNOWN_KERNEL;
+		}
+		nanosleep(&nap, NULL);
+	}
+}
+
 /* __amd_streamOpsWait(ptrUint, ptrUlong, value, compareOp, mask): spins until
  * the condition holds (GEQ, EQ, AND, NOR); an unknown compareOp returns at
  * once, as the device library's switch does. GEQ compares unsigned: the
@@ -883,27 +909,57 @@ static int run_stream_ops_wait(const kfdsim_dispatch *d, const uint8_t *k)
 {
 	uint64_t p32 = rd64(k), p64 = rd64(k + 8), value = rd64(k + 16);
 	uint64_t op = rd64(k + 24), mask = rd64(k + 32);
-	uint64_t at = p32 ? p32 : p64, n = p32 ? 4 : 8;
 	if (op > 3)
 		return KFDSIM_OK;
-	struct timespec start, now, nap = { 0, 20000 };
-	clock_gettime(CLOCK_MONOTONIC, &start);
-	for (;;) {
-		if (!gpu_access(d->gpu_node, at, n, false))
+	return spin_stream_wait(d, "__amd_rocclr_streamOpsWait", p32 ? p32 : p64, p32 != 0, value, op, mask);
+}
+
+/* __amd_rocclr_batchMemOp(params, count): HIP 6.4.3 (hipStreamBatchMemOp)
+ * calls the device library's __amd_batchMemOp (ROCm-Device-Libs amdblit.cl,
+ * as comgr 6.4.3 embeds it), in which work-item i performs params[i]
+ * alone, whatever count says: the grid HIP dispatches decides how many
+ * run. Each element is 48 bytes: operation (u32) at 0, address at 8, the
+ * value (u32 or u64) at 16, a wait's compare operation (u32) at 24.
+ * Operations: 1 wait 32-bit, 2 write 32-bit, 4 wait 64-bit, 5 write
+ * 64-bit; others do nothing. Waits compare with every bit (mask ~0). */
+#define BATCH_MEM_OP_SIZE 48
+
+static int run_batch_mem_op(const kfdsim_dispatch *d, const uint8_t *k)
+{
+	uint64_t params = rd64(k);
+	uint64_t items = (uint64_t)d->grid[0] * d->grid[1] * d->grid[2];
+	for (uint64_t i = 0; i < items; i++) {
+		uint64_t p = params + i * BATCH_MEM_OP_SIZE;
+		if (!gpu_access(d->gpu_node, p, 32, false))
 			return KFDSIM_FAULT;
-		uint64_t cur = p32 ? __atomic_load_n((uint32_t *)(uintptr_t)at, __ATOMIC_SEQ_CST)
-				   : __atomic_load_n((uint64_t *)(uintptr_t)at, __ATOMIC_SEQ_CST);
-		if (stream_wait_done(cur, value, op, mask, p32 != 0))
-			return KFDSIM_OK;
-		clock_gettime(CLOCK_MONOTONIC, &now);
-		uint64_t waited = (uint64_t)(now.tv_sec - start.tv_sec) * 1000000000ull +
-				  (uint64_t)now.tv_nsec - (uint64_t)start.tv_nsec;
-		if (waited > STREAM_WAIT_LIMIT_NS) {
-			complain(d, "__amd_rocclr_streamOpsWait still unsatisfied after 60 s", NULL);
-			return KFDSIM_UNKNOWN_KERNEL;
+		const uint8_t *e = (const uint8_t *)(uintptr_t)p;
+		uint32_t op = rd32(e), cmp = rd32(e + 24);
+		uint64_t at = rd64(e + 8), value = rd64(e + 16);
+		int r = KFDSIM_OK;
+		switch (op) {
+		case 1:
+			if (cmp <= 3)
+				r = spin_stream_wait(d, "__amd_rocclr_batchMemOp", at, true, (uint32_t)value, cmp, ~0ull);
+			break;
+		case 4:
+			if (cmp <= 3)
+				r = spin_stream_wait(d, "__amd_rocclr_batchMemOp", at, false, value, cmp, ~0ull);
+			break;
+		case 2:
+			if (!gpu_access(d->gpu_node, at, 4, true))
+				return KFDSIM_FAULT;
+			__atomic_store_n((uint32_t *)(uintptr_t)at, (uint32_t)value, __ATOMIC_SEQ_CST);
+			break;
+		case 5:
+			if (!gpu_access(d->gpu_node, at, 8, true))
+				return KFDSIM_FAULT;
+			__atomic_store_n((uint64_t *)(uintptr_t)at, value, __ATOMIC_SEQ_CST);
+			break;
 		}
-		nanosleep(&nap, NULL);
+		if (r != KFDSIM_OK)
+			return r;
 	}
+	return KFDSIM_OK;
 }
 
 /* ---- HIP 6.4.3's blit program (clr rocblitcl.cpp, the source string in
@@ -1016,6 +1072,8 @@ static const hip_blit hip_blits[] = {
 	  { P8(0), P8(8), P4(16), P4(20), P8(24), P4(32) } },
 	{ "__amd_rocclr_streamOpsWrite", run_stream_ops_write, 3,
 	  { P8(0), P8(8), P8(16) } },
+	{ "__amd_rocclr_batchMemOp", run_batch_mem_op, 2,
+	  { P8(0), P4(8) } },
 };
 
 static int run_hip_blit(const kfdsim_dispatch *d, const image *img, const char *name)
