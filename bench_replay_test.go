@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/rocsync/rocsync/internal/testenv"
 	"github.com/rocsync/rocsync/syncstate"
 )
 
@@ -214,10 +215,20 @@ var replayOperandCounts = []int{1, 10, 100, 1000}
 // submitted, and the timer runs only then, so what is timed is the
 // replay's submission: its bookkeeping of the operands' sync states and
 // one queued function. ns/op should not grow with N.
+// With ROCSYNC_GPU=1 ROCSYNC_BACKEND=cuda it runs on the NVIDIA GPU
+// (host functions as graph nodes); otherwise on the emulator.
 func BenchmarkReplayOperands(b *testing.B) {
 	for _, n := range replayOperandCounts {
 		b.Run(strconv.Itoa(n), func(b *testing.B) {
-			d := benchDevice(b, DeviceSide)
+			var d *Device
+			if testenv.OnCUDA() {
+				var err error
+				d, err = Open(Options{Backend: CUDA, Policy: DeviceSide, LogLevel: LogOff})
+				must(b, err)
+				b.Cleanup(func() { _ = d.Close() })
+			} else {
+				d = benchDevice(b, DeviceSide)
+			}
 			t := d.DefaultTask()
 			xs := make([]*Array, n)
 			for i := range xs {
