@@ -54,7 +54,7 @@ type Health struct {
 	gen     uint64 // under mu: waits recorded so far
 	n       atomic.Int32
 	name    string        // the timeline's, for errors; under mu
-	checked atomic.Uint64 // failures+1 when the producers were last found healthy
+	checked atomic.Uint64 // failures+1 when the producers were last asked
 }
 
 type upstream struct {
@@ -63,9 +63,8 @@ type upstream struct {
 }
 
 // failures counts the failures of every timeline in the process. A Health
-// whose producers were all found healthy at the current count, with no
-// device wait recorded since, need not ask them again: nothing can have
-// failed since. This keeps Failed O(1) while nothing fails, on the hot
+// whose producers were asked at the current count, with no device wait
+// recorded since, need not ask them again: nothing can have failed since. This keeps Failed O(1) while nothing fails, on the hot
 // path of every op.
 var failures atomic.Uint64
 
@@ -147,8 +146,9 @@ func (h *Health) snapshot(from uint64, buf *[upChunk]upstream) (k int, next uint
 
 // check breaks the timeline if a producer it waited for failed: from the
 // first ticket behind a wait for a failed fence. The producers are asked
-// up the chain of device waits (walk); a healthy answer is remembered
-// until something fails anywhere or a new wait is recorded.
+// up the chain of device waits (walk); the answer is remembered until
+// something fails anywhere or a new wait is recorded, which is all that
+// can change it.
 func (h *Health) check() {
 	epoch := failures.Load()
 	if h.checked.Load() == epoch+1 {
@@ -158,9 +158,6 @@ func (h *Health) check() {
 	gen := h.gen
 	h.mu.Unlock()
 	walk(h)
-	if h.failure.Load() != nil {
-		return
-	}
 	h.mu.Lock()
 	if h.gen == gen {
 		// Stored +1 so that the zero value means never checked.
