@@ -409,8 +409,10 @@ func TestFuzzFaults(t *testing.T) {
 	}
 	n := faultSeeds()
 	var cov faultCoverage
+	ran := 0 // seeds run: -run may pick one to replay
 	for seed := uint64(1); seed <= uint64(n); seed++ {
 		ok := t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
+			ran++
 			checkFaultProgram(t, seedInput(seed, fuzzSeedInputLen), seed,
 				fmt.Sprintf("seed %d (replay: go test -run 'TestFuzzFaults/seed=%d$' -v .)", seed, seed), &cov)
 		})
@@ -424,7 +426,7 @@ func TestFuzzFaults(t *testing.T) {
 	// domains (DeviceBridge: HSA queues and HIP streams waiting for each
 	// other through signals).
 	t.Logf("runs where a consumer broke behind failed work: %v", cov.String())
-	if n >= 40 && !t.Failed() {
+	if ran >= 40 && !t.Failed() {
 		for _, need := range []struct {
 			pol   Policy
 			cross bool

@@ -105,7 +105,7 @@ type kernelLoader struct {
 var _ userkernel.Loader = (*kernelLoader)(nil)
 
 func (l *kernelLoader) Device() userkernel.Device {
-	return userkernel.Device{ISA: l.d.drv.Target(), Accepts: l.kl.AcceptsCodeObject}
+	return userkernel.Device{ISA: l.d.drv.Target(), Accepts: l.kl.AcceptsCodeObject, Emulated: l.d.Emulated()}
 }
 
 func (l *kernelLoader) LoadImage(img *userkernel.Image) (uint64, error) {
@@ -165,7 +165,11 @@ func (d *Device) registry() (*userkernel.Registry, *kernelLoader, error) {
 // lookups. Errors match userkernel's (ErrNoKernel, ErrTarget, ...).
 //
 // On the emulator, the kernel runs as the Go function registered for its
-// name in EmulatorOptions.KernelReferences.
+// name in EmulatorOptions.KernelReferences, which reads its arguments with
+// userkernel.Slice and Arg's typed getters. The emulator needs no
+// compiler: without one (and without a cached build) an OpenCL kernel's
+// signature comes from its declaration in the source, or from
+// userkernel.WithDeclarations.
 func (d *Device) LoadKernel(src *userkernel.Source, name string) (*Kernel, error) {
 	if err := d.enter("LoadKernel"); err != nil {
 		return nil, err

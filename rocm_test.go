@@ -2,9 +2,12 @@ package rocsync
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +16,7 @@ import (
 	"github.com/rocsync/rocsync/hsa"
 	"github.com/rocsync/rocsync/internal/reference"
 	"github.com/rocsync/rocsync/internal/testhooks"
+	"github.com/rocsync/rocsync/kernels"
 	"github.com/rocsync/rocsync/queue"
 	"github.com/rocsync/rocsync/syncstate"
 )
@@ -214,21 +218,54 @@ func TestCodeObjectOutlivesExecutable(t *testing.T) {
 // On HIP before 5.6 the stream memory operations refuse HSA signal memory,
 // so DeviceBridge crosses the boundary with host waits, says so once, and
 // stays correct; on a current HIP it crosses on the device.
+//
+// Each crossing must find its producer pending, whatever the load: the
+// emulator holds the gemms and the kernel before they run, and a host wait
+// releases the producer it waits for as it begins (the sync-debug warning
+// comes just before it); what is still held runs once the last op is
+// submitted.
 func TestDeviceBridgeByHIPVersion(t *testing.T) {
 	for _, tc := range []struct {
 		version        int
 		boundary, devw uint64
 	}{{50_221_153, 2, 0}, {0, 0, 2}} {
 		t.Run(fmt.Sprint(tc.version), func(t *testing.T) {
+			gemms, muls := make(chan struct{}), make(chan struct{})
+			var gemmsOnce, mulsOnce sync.Once
+			releaseGemms := func() { gemmsOnce.Do(func() { close(gemms) }) }
+			releaseMuls := func() { mulsOnce.Do(func() { close(muls) }) }
+			defer releaseGemms()
+			defer releaseMuls()
+			var waits atomic.Int32
 			var buf bytes.Buffer
-			d, err := Open(Options{Backend: Emulator, Policy: DeviceBridge, LogHandler: jsonLog(&buf, slog.LevelDebug), Emulator: EmulatorOptions{
+			hook := msgHook{Handler: jsonLog(&buf, slog.LevelDebug), fn: func(msg string) {
+				if msg != "rocsync: implicit host wait" {
+					return
+				}
+				switch waits.Add(1) {
+				case 1: // Mul waits for the first gemm
+					releaseGemms()
+				case 2: // the second gemm waits for Mul
+					releaseMuls()
+				}
+			}}
+			d, err := Open(Options{Backend: Emulator, Policy: DeviceBridge, LogHandler: hook, SyncDebug: SyncDebugWarn, Emulator: EmulatorOptions{
 				HazardChecker: true, MaxDelay: 30 * time.Microsecond, Seed: 5, HIPVersion: tc.version}})
 			require.NoError(t, err)
 			tk := d.DefaultTask()
 			host := randMatrix(8, 16)
 			x, err := d.FromFloat32(16, 16, host)
 			require.NoError(t, err)
-			busy(t, d, tk)
+			mul := kernels.Mul.KernelName(kernels.F32)
+			d.machine().SetFaultInjector(func(op string) bool {
+				switch op {
+				case "rocblas_sgemm":
+					<-gemms
+				case mul:
+					<-muls
+				}
+				return false
+			})
 			before := d.Stats()
 			y, err := tk.MatMul(x, x, false, false) // HIP
 			require.NoError(t, err)
@@ -237,9 +274,12 @@ func TestDeviceBridgeByHIPVersion(t *testing.T) {
 			w, err := tk.MatMul(z, x, false, false) // HIP after HSA
 			require.NoError(t, err)
 			st := d.Stats().Sub(before)
+			releaseGemms()
+			releaseMuls()
 			require.Equal(t, tc.boundary, st.HostWaits[ReasonBoundary], "%v", st)
 			require.Equal(t, tc.boundary, st.HostWaitsTotal(), "%v", st)
 			require.Equal(t, tc.devw, st.DeviceWaits, "%v", st)
+			require.EqualValues(t, tc.boundary, waits.Load(), "host waits warned of")
 			got, err := w.Float32s()
 			require.NoError(t, err)
 			hx := reference.Widen(host)
@@ -402,3 +442,18 @@ func TestCloseRacesFirstKernelLoad(t *testing.T) {
 		}
 	}
 }
+
+// msgHook passes every record on to Handler and tells fn its message
+// first: a test acts on a log line as it is written.
+type msgHook struct {
+	slog.Handler
+	fn func(msg string)
+}
+
+func (h msgHook) Handle(ctx context.Context, r slog.Record) error {
+	h.fn(r.Message)
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h msgHook) WithAttrs(a []slog.Attr) slog.Handler { return msgHook{h.Handler.WithAttrs(a), h.fn} }
+func (h msgHook) WithGroup(g string) slog.Handler      { return msgHook{h.Handler.WithGroup(g), h.fn} }

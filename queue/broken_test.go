@@ -8,6 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/internal/emu"
+	"github.com/rocsync/rocsync/queue"
+	"github.com/rocsync/rocsync/syncstate"
 )
 
 // Once the queue has published its break, nothing submitted from then on
@@ -27,4 +29,35 @@ func TestBrokenQueueFailsFutureTicketsAtOnce(t *testing.T) {
 	require.Error(t, q.Failed(math.MaxUint64), "a ticket not yet submitted")
 	require.Error(t, q.Failed(done+1), "the next ticket")
 	require.NoError(t, q.Failed(done), "a ticket complete before the break")
+}
+
+// failedTL is a timeline of another domain whose ticket 1 has completed
+// and failed (a broken stream that has settled).
+type failedTL struct{ err error }
+
+func (f *failedTL) Domain() syncstate.Domain            { return syncstate.DomainLibrary }
+func (f *failedTL) Name() string                        { return "failed-stream" }
+func (f *failedTL) LastTicket() uint64                  { return 1 }
+func (f *failedTL) Completed() uint64                   { return 1 }
+func (f *failedTL) WaitHost(uint64) error               { return f.err }
+func (f *failedTL) CanWaitDevice(syncstate.Domain) bool { return false }
+func (f *failedTL) WaitDevice([]syncstate.Fence) error  { return nil }
+func (f *failedTL) Failed(t uint64) error               { return f.err }
+
+// A fence can complete, failed, between the consumer's look at it and its
+// device wait: the wait then needs no packet (its signal is done), but the
+// work behind it would run on what the failed producer left, so it fails
+// and the queue, broken, takes no more
+// (found by the fault fuzzer: a kernel waited for a gemm whose stream had
+// just failed and settled, and its output read back without an error,
+// seed 38 under DeviceBridge).
+func TestWaitDeviceForAFenceCompletedFailedBreaksTheQueue(t *testing.T) {
+	r := newRig(t, emu.Options{})
+	q := r.queue(t, "q", 64)
+	q.SetBridge(func(syncstate.Fence) (*queue.Signal, error) { return nil, nil }) // complete: nothing to wait for
+	cause := errors.New("gemm fault")
+	require.NoError(t, q.WaitDevice([]syncstate.Fence{{TL: &failedTL{err: cause}, Ticket: 1}}))
+	require.ErrorIs(t, q.Failed(q.LastTicket()+1), cause, "the work behind the wait")
+	require.ErrorIs(t, q.Err(), cause, "the queue takes no more work")
+	require.NoError(t, q.Failed(q.LastTicket()), "the work before the wait")
 }

@@ -647,6 +647,11 @@ func (q *Queue) WaitDevice(fences []syncstate.Fence) error {
 	n := 0
 	for _, f := range fences {
 		q.hostDeps.Note(f)
+		// Recorded whether or not a packet is needed: a fence that has
+		// completed since the consumer looked at it needs none, but may
+		// have failed, and the work behind the wait then runs on what it
+		// left.
+		q.health.AddUpstream(q.name, f, q.lastTicket.Load()+1)
 		var s *Signal
 		if p, ok := f.TL.(*Queue); ok {
 			s = p.signalFor(f.Ticket)
@@ -661,7 +666,6 @@ func (q *Queue) WaitDevice(fences []syncstate.Fence) error {
 			return fmt.Errorf("queue: %s cannot wait on the device for %s (%s)", q.name, f.TL.Name(), f.TL.Domain())
 		}
 		if s != nil {
-			q.health.AddUpstream(q.name, f, q.lastTicket.Load()+1)
 			if n == len(sigs) {
 				releaseAll(sigs[:n])
 				return fmt.Errorf("queue: too many fences (%d) for one device wait", len(fences))

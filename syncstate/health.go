@@ -2,6 +2,7 @@ package syncstate
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -35,16 +36,25 @@ func (e *UpstreamError) Unwrap() error { return e.Err }
 // good data). Queues and streams embed one; Failed is their
 // Timeline.Failed.
 //
-// Failed never blocks and never calls the runtime: it reads an atomic,
-// and only when device waits are in flight asks their producers, with
-// TryLock so that timelines waiting on each other cannot deadlock.
+// Failed never blocks on the device and never calls the runtime, and its
+// answer is exact: a failed ticket is never reported healthy, for that
+// answer lets a read-back copy data that was never produced. While nothing
+// has failed it reads two atomics. Otherwise it walks the chain of device
+// waits in flight, asking each producer (see check).
+//
+// mu guards the record of device waits only, and nothing is called while
+// it is held: a walk takes one timeline's record at a time, so timelines
+// that wait on each other cannot deadlock, and no caller is ever turned
+// away because another goroutine is looking at the same record.
 type Health struct {
 	failure atomic.Pointer[Failure]
 	mu      sync.Mutex
 	ups     []upstream
+	base    uint64 // under mu: waits pruned so far (ups[i] is the base+i-th recorded)
+	gen     uint64 // under mu: waits recorded so far
 	n       atomic.Int32
 	name    string        // the timeline's, for errors; under mu
-	checked atomic.Uint64 // failures+1 when the producers were last found healthy
+	checked atomic.Uint64 // failures+1 when the producers were last asked
 }
 
 type upstream struct {
@@ -53,15 +63,16 @@ type upstream struct {
 }
 
 // failures counts the failures of every timeline in the process. A Health
-// whose producers were all found healthy at the current count need not
-// ask them again: nothing can have failed since. This keeps Failed O(1)
-// while nothing fails, on the hot path of every op.
+// whose producers were asked at the current count, with no device wait
+// recorded since, need not ask them again: nothing can have failed since. This keeps Failed O(1) while nothing fails, on the hot
+// path of every op.
 var failures atomic.Uint64
 
 // Fail breaks the timeline from ticket from on. The earliest failure wins,
 // whatever the order of the reports: a timeline may learn first that a
 // producer it waited for failed (from the ticket behind that wait), and
-// only then of its own, earlier fault, which must not be shadowed.
+// only then of its own, earlier fault, which must not be shadowed; or the
+// other way round.
 func (h *Health) Fail(from uint64, err error) {
 	nf := &Failure{From: from, Err: err}
 	for {
@@ -76,11 +87,10 @@ func (h *Health) Fail(from uint64, err error) {
 	}
 }
 
-// Failure returns what broke the timeline, or nil.
+// Failure returns what broke the timeline, or nil. A timeline already
+// broken from some ticket on still asks the producers it waited for: one
+// of them may have failed earlier tickets.
 func (h *Health) Failure() *Failure {
-	if p := h.failure.Load(); p != nil {
-		return p
-	}
 	if h.n.Load() != 0 {
 		h.check()
 	}
@@ -105,31 +115,114 @@ func (h *Health) Failed(t uint64) error {
 }
 
 // AddUpstream records that the timeline's tickets from at on wait on the
-// device for f.
+// device for f. f may have failed already (its timeline broke after the
+// consumer looked at its inputs): the next check asks.
 func (h *Health) AddUpstream(name string, f Fence, at uint64) {
 	h.mu.Lock()
 	h.ups = append(h.ups, upstream{f: f, at: at})
 	h.n.Store(int32(len(h.ups)))
 	h.name = name
+	h.gen++
+	h.checked.Store(0)
 	h.mu.Unlock()
 }
 
+// upChunk is how many device waits a walk copies out of a record at a time.
+const upChunk = 8
+
+// snapshot copies the record's device waits from the from-th recorded on
+// (those pruned since are skipped) into buf. It returns how many it
+// copied, the index to continue from, and the timeline's name.
+func (h *Health) snapshot(from uint64, buf *[upChunk]upstream) (k int, next uint64, name string) {
+	h.mu.Lock()
+	from = max(from, h.base)
+	if i := from - h.base; i < uint64(len(h.ups)) {
+		k = copy(buf[:], h.ups[i:])
+	}
+	name = h.name
+	h.mu.Unlock()
+	return k, from + uint64(k), name
+}
+
 // check breaks the timeline if a producer it waited for failed: from the
-// first ticket behind a wait for a failed fence.
+// first ticket behind a wait for a failed fence. The producers are asked
+// up the chain of device waits (walk); the answer is remembered until
+// something fails anywhere or a new wait is recorded, which is all that
+// can change it.
 func (h *Health) check() {
 	epoch := failures.Load()
-	if h.checked.Load() == epoch+1 || !h.mu.TryLock() {
+	if h.checked.Load() == epoch+1 {
 		return
 	}
-	defer h.mu.Unlock()
-	for _, u := range h.ups {
-		if err := u.f.TL.Failed(u.f.Ticket); err != nil {
-			h.Fail(u.at, &UpstreamError{Consumer: h.name, Producer: u.f, Err: err})
+	h.mu.Lock()
+	gen := h.gen
+	h.mu.Unlock()
+	walk(h)
+	h.mu.Lock()
+	if h.gen == gen {
+		// Stored +1 so that the zero value means never checked.
+		h.checked.Store(epoch + 1)
+	}
+	h.mu.Unlock()
+}
+
+// walk visits h and, breadth first, the timelines its device waits wait
+// for (HealthReporters), and breaks each one whose wait's producer failed,
+// from the first ticket behind that wait; it repeats until nothing new
+// breaks, for a timeline found broken may be the producer of one visited
+// before it. Producers that are not HealthReporters answer through their
+// own Failed.
+func walk(h *Health) {
+	var arr [maxProbe]*Health
+	nodes := append(arr[:0], h)
+	for {
+		changed := false
+		for i := 0; i < len(nodes); i++ {
+			x := nodes[i]
+			var buf [upChunk]upstream
+			for next := uint64(0); ; {
+				k, nx, name := x.snapshot(next, &buf)
+				if k == 0 {
+					break
+				}
+				next = nx
+				for _, u := range buf[:k] {
+					if p := x.failure.Load(); p != nil && p.From <= u.at {
+						continue // broken already from this wait on
+					}
+					ph, err := producerFailed(u.f)
+					switch {
+					case err != nil:
+						x.Fail(u.at, &UpstreamError{Consumer: name, Producer: u.f, Err: err})
+						changed = true
+					case ph != nil && ph.n.Load() != 0 && !slices.Contains(nodes, ph):
+						nodes = append(nodes, ph)
+					}
+				}
+				clear(buf[:k])
+			}
+		}
+		if !changed {
 			return
 		}
 	}
-	// Stored +1 so that the zero value means never checked.
-	h.checked.Store(epoch + 1)
+}
+
+// producerFailed returns f's failure as f's timeline records it; for a
+// HealthReporter not (yet) broken at f, the Health to walk on to. A
+// HealthReporter is never asked through its Failed, which would start a
+// walk of its own: timelines wait for each other both ways, and such walks
+// would ask each other for ever.
+func producerFailed(f Fence) (*Health, error) {
+	r, ok := f.TL.(HealthReporter)
+	if !ok {
+		return nil, f.TL.Failed(f.Ticket)
+	}
+	ph := r.Health()
+	if p := ph.failure.Load(); p != nil && f.Ticket >= p.From {
+		return nil, p.Err
+	}
+	return ph, nil
 }
 
 // Prune forgets the device waits behind which the timeline completed up to
@@ -140,22 +233,37 @@ func (h *Health) Prune(completed uint64) {
 		return
 	}
 	h.check()
-	if h.failure.Load() != nil || !h.mu.TryLock() {
-		return
-	}
-	defer h.mu.Unlock()
-	k := 0
-	for ; k < len(h.ups); k++ {
-		u := h.ups[k]
-		if u.at > completed || !u.f.Done() || u.f.TL.Failed(u.f.Ticket) != nil {
-			break
+	for h.failure.Load() == nil {
+		var buf [upChunk]upstream
+		h.mu.Lock()
+		base := h.base
+		k := copy(buf[:], h.ups)
+		h.mu.Unlock()
+		m := 0
+		for ; m < k; m++ {
+			u := buf[m]
+			if u.at > completed || !u.f.Done() || u.f.TL.Failed(u.f.Ticket) != nil {
+				break
+			}
 		}
-	}
-	if k > 0 {
-		n := copy(h.ups, h.ups[k:])
+		clear(buf[:k])
+		if m == 0 {
+			return
+		}
+		h.mu.Lock()
+		if h.base != base {
+			h.mu.Unlock()
+			return // pruned meanwhile by another goroutine
+		}
+		n := copy(h.ups, h.ups[m:])
 		clear(h.ups[n:])
 		h.ups = h.ups[:n]
+		h.base += uint64(m)
 		h.n.Store(int32(n))
+		h.mu.Unlock()
+		if m < upChunk {
+			return
+		}
 	}
 }
 
@@ -173,21 +281,28 @@ func (h *Health) Settled(limit uint64) uint64 {
 	if h.n.Load() == 0 {
 		return limit
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, u := range h.ups {
-		if u.at <= limit && !u.f.Done() {
-			limit = u.at - 1
+	var buf [upChunk]upstream
+	for next := uint64(0); ; {
+		k, nx, _ := h.snapshot(next, &buf)
+		if k == 0 {
+			return limit
 		}
+		next = nx
+		for _, u := range buf[:k] {
+			if u.at <= limit && !u.f.Done() {
+				limit = u.at - 1
+			}
+		}
+		clear(buf[:k])
 	}
-	return limit
 }
 
-// HealthReporter is a timeline whose Health can be read: Probe walks
-// from a timeline to the producers its producers waited for.
+// HealthReporter is a timeline whose Health can be read: check and Probe
+// walk from a timeline to the producers its producers waited for.
 type HealthReporter interface{ Health() *Health }
 
-// maxProbe bounds the timelines one Probe visits.
+// maxProbe bounds the timelines one Probe visits (a check's walk has room
+// for as many without allocating, and visits every one it reaches).
 const maxProbe = 32
 
 // Probe asks the producers of the device waits in flight whether they
@@ -210,25 +325,33 @@ func (h *Health) Probe() {
 	nh, ns, np := 1, 0, 0
 	for i := 0; i < nh; i++ {
 		x := hs[i]
-		if x.n.Load() == 0 || !x.mu.TryLock() {
+		if x.n.Load() == 0 {
 			continue
 		}
-		for _, u := range x.ups {
-			if ns == len(seen) || seenIn(seen[:ns], u.f.TL) || u.f.TL.Failed(u.f.Ticket) != nil {
-				continue
+		var buf [upChunk]upstream
+		for next := uint64(0); ; {
+			k, nx, _ := x.snapshot(next, &buf)
+			if k == 0 {
+				break
 			}
-			seen[ns] = u.f.TL
-			ns++
-			if p, ok := u.f.TL.(poller); ok {
-				polls[np] = p
-				np++
+			next = nx
+			for _, u := range buf[:k] {
+				if ns == len(seen) || seenIn(seen[:ns], u.f.TL) || u.f.TL.Failed(u.f.Ticket) != nil {
+					continue
+				}
+				seen[ns] = u.f.TL
+				ns++
+				if p, ok := u.f.TL.(poller); ok {
+					polls[np] = p
+					np++
+				}
+				if r, ok := u.f.TL.(HealthReporter); ok && nh < len(hs) {
+					hs[nh] = r.Health()
+					nh++
+				}
 			}
-			if r, ok := u.f.TL.(HealthReporter); ok && nh < len(hs) {
-				hs[nh] = r.Health()
-				nh++
-			}
+			clear(buf[:k])
 		}
-		x.mu.Unlock()
 	}
 	for _, p := range polls[:np] {
 		p.Poll()

@@ -2,6 +2,7 @@ package syncstate
 
 import (
 	"errors"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -14,6 +15,8 @@ type healthTL struct {
 }
 
 func (f *healthTL) Failed(t uint64) error { return f.h.Failed(t) }
+
+func (f *healthTL) Health() *Health { return &f.h }
 
 // A timeline that waited on the device for a fence that failed breaks from
 // the first ticket behind that wait, transitively, and the error wraps the
@@ -110,4 +113,103 @@ func TestProducerFoundFailedWhileOrderingFailsTheOp(t *testing.T) {
 	require.ErrorIs(t, err, cause)
 	require.ErrorIs(t, out.Poison(), cause, "what the op was to write is poisoned")
 	require.Empty(t, cons.devWaits)
+}
+
+// A device wait can be recorded for a fence whose producer has already
+// failed: the consumer checked its inputs, then the producer broke, then
+// the wait was enqueued. The consumer's tickets behind that wait fail,
+// although it found its producers healthy since the failure (found by the
+// fault fuzzer: a gemm waited on the device for a kernel whose queue had
+// just broken, and its output read back without an error, seed 109 under
+// DeviceBridge).
+func TestUpstreamAddedAfterItsProducerFailed(t *testing.T) {
+	a := &healthTL{fakeTL: fakeTL{name: "a"}}
+	c := &healthTL{fakeTL: fakeTL{name: "c"}}
+	c.h.AddUpstream("c", Fence{TL: a, Ticket: 1}, 1) // c#1.. wait for a#1
+	cause := errors.New("fault")
+	a.h.Fail(3, cause) // a#1 and a#2 succeeded, a#3.. failed
+	require.NoError(t, c.h.Failed(10), "c waited only for a#1, which succeeded")
+	c.h.AddUpstream("c", Fence{TL: a, Ticket: 4}, 5) // c#5.. wait for a#4, failed already
+	require.NoError(t, c.h.Failed(4))
+	require.ErrorIs(t, c.h.Failed(5), cause)
+}
+
+// blockingTL's Failed blocks, the first time, until release is closed,
+// after closing entered: a producer that another goroutine is asking while
+// the test looks at the consumer.
+type blockingTL struct {
+	fakeTL
+	once     sync.Once
+	entered  chan struct{}
+	released chan struct{}
+}
+
+func (b *blockingTL) Failed(t uint64) error {
+	b.once.Do(func() {
+		close(b.entered)
+		<-b.released
+	})
+	return b.fakeTL.Failed(t)
+}
+
+// Whether a ticket failed is answered exactly, whatever another goroutine
+// is doing with the timeline's record of device waits at the time (asking
+// its producers, pruning): an answer of "healthy" for a failed ticket is
+// read as sound data. It was answered "healthy" whenever the record was
+// busy (the fault fuzzer's read-backs of faulted data under -race).
+func TestFailedIsExactWhileAnotherGoroutineAsksTheProducers(t *testing.T) {
+	a := &healthTL{fakeTL: fakeTL{name: "a"}}
+	slow := &blockingTL{fakeTL: fakeTL{name: "slow"}, entered: make(chan struct{}), released: make(chan struct{})}
+	c := &healthTL{fakeTL: fakeTL{name: "c"}}
+	c.h.AddUpstream("c", Fence{TL: a, Ticket: 2}, 5)    // c#5.. wait for a#2
+	c.h.AddUpstream("c", Fence{TL: slow, Ticket: 1}, 6) // c#6.. wait for slow#1
+	cause := errors.New("fault")
+	a.h.Fail(1, cause)
+	probed := make(chan struct{})
+	go func() {
+		defer close(probed)
+		c.h.Probe() // asks a, then slow, which blocks
+	}()
+	<-slow.entered
+	err := c.h.Failed(5)
+	close(slow.released)
+	<-probed
+	require.ErrorIs(t, err, cause)
+}
+
+// A timeline that learns of its own failure first, from a later ticket,
+// still fails the earlier tickets that waited on the device for a producer
+// that failed: the earliest failure wins, in whichever order they are
+// learned.
+func TestOwnLaterFailureDoesNotHideAnUpstreamFailure(t *testing.T) {
+	a := &healthTL{fakeTL: fakeTL{name: "a"}}
+	c := &healthTL{fakeTL: fakeTL{name: "c"}}
+	c.h.AddUpstream("c", Fence{TL: a, Ticket: 2}, 5) // c#5.. wait for a#2
+	own := errors.New("own error")
+	c.h.Fail(8, own)
+	cause := errors.New("fault")
+	a.h.Fail(1, cause)
+	require.NoError(t, c.h.Failed(4))
+	require.ErrorIs(t, c.h.Failed(5), cause)
+	require.ErrorIs(t, c.h.Failed(9), cause)
+}
+
+// Timelines wait on the device for each other both ways (task A's queue
+// for task B's stream and the other way round), and each may be broken
+// from some ticket on by an error of its own: asking either one ends, and
+// finds each failure the waits imply.
+func TestFailedEndsOnTimelinesWaitingForEachOther(t *testing.T) {
+	a := &healthTL{fakeTL: fakeTL{name: "a"}}
+	b := &healthTL{fakeTL: fakeTL{name: "b"}}
+	a.h.AddUpstream("a", Fence{TL: b, Ticket: 7}, 3)  // a#3.. wait for b#7
+	b.h.AddUpstream("b", Fence{TL: a, Ticket: 10}, 5) // b#5.. wait for a#10
+	errA, errB := errors.New("a's own"), errors.New("b's own")
+	a.h.Fail(9, errA)
+	b.h.Fail(8, errB)
+	// b#5.. waited for a#10, which failed: b fails from 5 with a's error;
+	// then a#3.. waited for b#7, which failed: a fails from 3 with it.
+	require.ErrorIs(t, b.h.Failed(5), errA)
+	require.NoError(t, b.h.Failed(4))
+	require.ErrorIs(t, a.h.Failed(3), errA)
+	require.NoError(t, a.h.Failed(2))
 }

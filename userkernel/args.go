@@ -79,6 +79,11 @@ type Arg struct {
 	bits   uint64 // the device address or the scalar's bits
 	kind   argKind
 	access Access
+	// elemSize and elemClass are a buffer's element type as the kernel
+	// declares it (Unpack sets them where the metadata names the type;
+	// 0 and ClassAny otherwise).
+	elemSize  uint8
+	elemClass ScalarClass
 }
 
 // Buffer is a device buffer argument: its device address and the access
@@ -119,6 +124,22 @@ func (a Arg) Int64() int64 {
 
 // Uint64 returns an integer scalar's value, zero-extended.
 func (a Arg) Uint64() uint64 { return a.bits }
+
+// Int32 returns a 32-bit integer scalar's value (the low 32 bits of a
+// wider one).
+func (a Arg) Int32() int32 { return int32(uint32(a.bits)) }
+
+// Uint32 returns a 32-bit integer scalar's value (the low 32 bits of a
+// wider one).
+func (a Arg) Uint32() uint32 { return uint32(a.bits) }
+
+// Float32 returns a floating-point scalar's value (a float64 narrowed).
+func (a Arg) Float32() float32 {
+	if a.kind == argFloat32 {
+		return math.Float32frombits(uint32(a.bits))
+	}
+	return float32(math.Float64frombits(a.bits))
+}
 
 // Float64 returns a floating-point scalar's value (a float32 widened).
 func (a Arg) Float64() float64 {
@@ -395,6 +416,9 @@ func (k *Kernel) Unpack(dst []Arg, block []byte) ([]Arg, error) {
 		switch {
 		case p.Kind == ParamBuffer || p.Kind == ParamBufferOrScalar:
 			a.kind, a.access = argBuffer, ReadWrite
+			if e, ok := pointee(p.TypeName); ok {
+				a.elemSize, a.elemClass = uint8(e.size), e.class
+			}
 			if p.ReadOnly {
 				a.access = Read
 			} else if p.WriteOnly {

@@ -36,6 +36,7 @@ type Stats struct {
 	DiskHits     uint64 // builds loaded from the on-disk cache
 	PrebuiltHits uint64 // builds loaded, with no compiler on the machine, from a compiler-independent entry (see Build)
 	MemoryHits   uint64 // builds found in memory
+	Declared     uint64 // declared images built for an emulated device without a compiler (see WithDeclarations)
 	DiskRepairs  uint64 // corrupt or foreign entries found and rebuilt
 	DiskWrites   uint64 // entries written
 	CacheErrors  uint64 // cache reads or writes that failed (the build went on without the cache)
@@ -137,7 +138,24 @@ func (b *Builder) Build(src *Source, dev Device) (*Image, error) {
 		sm, _ = smVersion(dev.ISA)
 		t = Target{Family: NVIDIA, Arch: dev.ISA}
 	}
-	return b.compile(src, t, sm)
+	img, err := b.compile(src, t, sm)
+	if err != nil && dev.Emulated && fam == AMD && errors.Is(err, ErrNoCompiler) {
+		return b.declare(src, t, err)
+	}
+	return img, err
+}
+
+// declare builds src's declared image for an emulated device where no
+// compiler (nor a cached build) was found: noCompiler says why.
+func (b *Builder) declare(src *Source, t Target, noCompiler error) (*Image, error) {
+	return b.once("declared:"+prebuiltKey(src, t)+":"+hex.EncodeToString(src.id[:]), func() (*Image, error) {
+		img, err := declaredImage(src, t)
+		if err != nil {
+			return nil, fmt.Errorf("%w; and reading the kernels' signatures from their declarations instead failed: %w", noCompiler, err)
+		}
+		b.count(func(s *Stats) { s.Declared++ })
+		return img, nil
+	})
 }
 
 // compile builds an OpenCL source for one target, once per key. Without

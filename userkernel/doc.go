@@ -32,6 +32,16 @@
 // a corrupt, foreign or too-open one is ErrNoCompiler and ErrCacheEntry;
 // neither is loaded.
 //
+// An emulated device (Device.Emulated: rocsync's emulator, which runs a
+// kernel as the Go reference registered for its name, see References)
+// needs the kernel's signature only. Where no compiler is found, and the
+// cache holds no build, an OpenCL source builds for it into a declared
+// image: the signatures read from the kernels' OpenCL C declarations, in
+// the layout clang gives them, or from declarations the user gives
+// (WithDeclarations) where a macro or a typedef hides them. A reference
+// reads its buffer arguments as slices of their declared element types
+// (Slice) and its scalars with Arg's typed getters.
+//
 // Kernel.Pack checks a launch (geometry, buffers with their access,
 // typed scalars) against the kernel's metadata and writes the kernarg
 // block; every mistake is a *ArgError (errors.Is ErrKernelArgs) or a

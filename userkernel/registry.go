@@ -111,7 +111,7 @@ func (r *Registry) load(src *Source) (*Image, uint64, error) {
 	accepts := dev.Accepts
 	var errs []error
 	for {
-		try := Device{ISA: dev.ISA, Accepts: func(v kernels.CodeObjectVersion) bool {
+		try := Device{ISA: dev.ISA, Emulated: dev.Emulated, Accepts: func(v kernels.CodeObjectVersion) bool {
 			return !refused[v] && (accepts == nil || accepts(v))
 		}}
 		img, err := r.builder.Build(src, try)

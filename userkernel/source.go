@@ -38,6 +38,9 @@ type Source struct {
 
 	openCL  string
 	options []string
+	// declared, when set, gives the kernels' signatures for a declared
+	// image (WithDeclarations) instead of openCL's own declarations.
+	declared string
 }
 
 // ID returns the content hash that identifies the Source.

@@ -39,6 +39,11 @@ type Device struct {
 	// kernels.HIPAccepts with the runtime's release. nil accepts every
 	// version. Unused for NVIDIA.
 	Accepts func(v kernels.CodeObjectVersion) bool
+	// Emulated says the device runs kernels as Go references (rocsync's
+	// emulator): where no compiler is found, an OpenCL source builds into
+	// a declared image, the kernels' signatures without code (see
+	// WithDeclarations), which is all such a device needs.
+	Emulated bool
 }
 
 // Target is one concrete build target: what an Image is built for.

@@ -1019,6 +1019,22 @@ func (h *HIP) ModuleLoadData(d int, image []byte) (hip.Module, error) {
 	if _, err := h.dev("hipModuleLoadData", d); err != nil {
 		return 0, err
 	}
+	if userkernel.IsDeclaredImage(image) {
+		// Signatures without code (see HSA.loadDeclared).
+		ks, err := userkernel.ReadDeclaredImage(image)
+		if err != nil {
+			return 0, hipErr("hipModuleLoadData", hip.ErrorInvalidImage, err.Error())
+		}
+		fns := map[string]*kernelImpl{}
+		for _, k := range ks {
+			fns[k.Name] = h.m.declaredKernelImpl(k)
+		}
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		id := hip.Module(h.handle())
+		h.modules[id] = fns
+		return id, nil
+	}
 	if err := h.m.checkHIPCodeObject(image); err != nil {
 		return 0, err
 	}

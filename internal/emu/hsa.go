@@ -690,6 +690,9 @@ func (h *HSA) ExecutableLoadAgentCodeObject(e hsa.Executable, a hsa.Agent, r hsa
 	if x.frozen {
 		return h.err(fn, hsa.StatusErrorFrozenExecutable)
 	}
+	if userkernel.IsDeclaredImage(code) {
+		return h.loadDeclared(x, rd)
+	}
 	// ROCr reads the version from EI_ABIVERSION and refuses one its
 	// loader does not know before it looks at anything else.
 	version, err := kernels.ReadCodeObjectVersion(code)
@@ -730,6 +733,34 @@ func (h *HSA) ExecutableLoadAgentCodeObject(e hsa.Executable, a hsa.Agent, r hsa
 		x.symbols[k.Symbol] = handle
 	}
 	return nil
+}
+
+// loadDeclared loads a declared image (userkernel.IsDeclaredImage): the
+// signatures of user kernels, without code, which userkernel builds for
+// the emulator where no compiler is found. ROCr refuses it (it is no ELF
+// object); the emulator runs its kernels through Options.References.
+func (h *HSA) loadDeclared(x *executable, rd *codeReader) error {
+	ks, err := userkernel.ReadDeclaredImage(rd.code)
+	if err != nil {
+		return &hsa.Error{Func: "hsa_executable_load_agent_code_object", Status: hsa.StatusErrorInvalidCodeObject, Text: err.Error()}
+	}
+	h.mu.Lock()
+	x.storage = append(x.storage, rd)
+	h.mu.Unlock()
+	for _, k := range ks {
+		impl := h.m.declaredKernelImpl(k)
+		h.m.execMu.Lock()
+		h.m.kernels = append(h.m.kernels, impl)
+		handle := uint64(len(h.m.kernels))
+		h.m.execMu.Unlock()
+		x.symbols[k.Symbol] = handle
+	}
+	return nil
+}
+
+// declaredKernelImpl is the kernel of a declared image's signature.
+func (m *Machine) declaredKernelImpl(k *userkernel.Kernel) *kernelImpl {
+	return &kernelImpl{symbol: k.Symbol, kernargSize: k.ArgsSize, groupSize: m.opts.KernelGroupSegmentSize, user: k}
 }
 
 func (h *HSA) ExecutableFreeze(e hsa.Executable) error {
