@@ -3,12 +3,16 @@
 package rocsync
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/hsa/kfdsim"
 	"github.com/rocsync/rocsync/internal/hiptest"
+	"github.com/rocsync/rocsync/internal/testenv"
 	"github.com/rocsync/rocsync/kernels"
 	"github.com/rocsync/rocsync/userkernel"
 )
@@ -24,15 +28,29 @@ import (
 // kernels.HIPAccepts), and v6 needs ROCr 6.2; ROCr 5.2.3 itself runs the v5
 // object on this driver (hsa/kfdsim TestExecHIPHiddenArgsOverRealROCr).
 func TestHIPKernelsHiddenArgsOnSimulatedDriver(t *testing.T) {
+	versions := []kernels.CodeObjectVersion{kernels.CodeObjectV4, kernels.CodeObjectV5, kernels.CodeObjectV6}
 	objects := map[kernels.CodeObjectVersion][]byte{}
-	for _, v := range []kernels.CodeObjectVersion{kernels.CodeObjectV4, kernels.CodeObjectV5, kernels.CodeObjectV6} {
-		objects[v] = hipTestKernels(t, v)
-	}
 	if !kfdsim.InChild(t) {
+		// Built here and handed over: the child then compiles nothing
+		// under its own timeout.
+		dir := t.TempDir()
+		for _, v := range versions {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, hipTestObjectFile(v)), hipTestKernels(t, v), 0o600))
+		}
 		parentOfSimulatedDriver(t)
-		out := kfdsim.Run(t, simulatedSuiteRuns[0].gpus, t.Name(), kfdsim.Options{Release: simRelease(t), Env: simblasEnv(t)})
+		env := append(simblasEnv(t), testenv.HIPTestObjects+"="+dir)
+		out := kfdsim.Run(t, simulatedSuiteRuns[0].gpus, t.Name(), kfdsim.Options{Release: simRelease(t), Env: env})
 		logChildSummary(t, out)
 		return
+	}
+	for _, v := range versions {
+		if dir := os.Getenv(testenv.HIPTestObjects); dir != "" {
+			co, err := os.ReadFile(filepath.Join(dir, hipTestObjectFile(v)))
+			require.NoError(t, err)
+			objects[v] = co
+		} else {
+			objects[v] = hipTestKernels(t, v)
+		}
 	}
 	e, err := kfdsim.RegisterExecutor("")
 	require.NoError(t, err)
@@ -76,4 +94,9 @@ func TestHIPKernelsHiddenArgsOnSimulatedDriver(t *testing.T) {
 			}
 		})
 	}
+}
+
+// hipTestObjectFile names code object v's file in testenv.HIPTestObjects.
+func hipTestObjectFile(v kernels.CodeObjectVersion) string {
+	return fmt.Sprintf("v%d.hsaco", int(v))
 }

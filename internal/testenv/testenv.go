@@ -32,6 +32,11 @@ const (
 	FuzzStacks = "ROCSYNC_FUZZ_STACKS"
 )
 
+// HIPTestObjects names a directory of prebuilt HIP test code objects
+// (v4.hsaco, v5.hsaco, v6.hsaco) that a parent test hands its simulated
+// driver child, so the child compiles nothing under its own timeout.
+const HIPTestObjects = "ROCSYNC_HIPTEST_OBJECTS"
+
 // OnGPU says whether the tests run on this machine's GPU (GPU=1).
 func OnGPU() bool { return os.Getenv(GPU) == "1" }
 
