@@ -21,6 +21,8 @@ var internals = conformance.Internals{
 	Timelines:             rocsync.TaskTimelines,
 	CodeObjectVersions:    rocsync.CodeObjectVersions,
 	CUDAHostWaitsOnDevice: rocsync.CUDAHostWaitsOnDevice,
+	GraphLaunches:         rocsync.GraphLaunches,
+	StreamSegments:        rocsync.StreamSegments,
 }
 
 // Why a backend cannot run a suite.
@@ -87,18 +89,20 @@ var suiteBackends = map[string]*conformance.Backend{
 	},
 	// A real AMD GPU (ROCSYNC_GPU=1).
 	"rocm": {
-		Name:        "rocm",
-		Options:     rocsync.Options{Backend: rocsync.ROCm, LogLevel: rocsync.LogOff},
-		HIPVersion:  rocsync.HIPRuntimeVersion,
-		Internals:   internals,
-		Unsupported: onHardware(nil),
+		Name:          "rocm",
+		Options:       rocsync.Options{Backend: rocsync.ROCm, LogLevel: rocsync.LogOff},
+		HIPVersion:    rocsync.HIPRuntimeVersion,
+		InexactReplay: true,
+		Internals:     internals,
+		Unsupported:   onHardware(nil),
 	},
 	// A real NVIDIA GPU (ROCSYNC_GPU=1 ROCSYNC_BACKEND=cuda).
 	"cuda": {
-		Name:        "cuda",
-		Options:     rocsync.Options{Backend: rocsync.CUDA, LogLevel: rocsync.LogOff},
-		Internals:   internals,
-		Unsupported: onHardware(map[string]string{"QueuePoolSharesQueues": noHSAQueues}),
+		Name:          "cuda",
+		Options:       rocsync.Options{Backend: rocsync.CUDA, LogLevel: rocsync.LogOff},
+		InexactReplay: true,
+		Internals:     internals,
+		Unsupported:   onHardware(map[string]string{"QueuePoolSharesQueues": noHSAQueues}),
 	},
 }
 

@@ -60,3 +60,28 @@ func CUDAHostWaitsOnDevice(d *Device) bool {
 // HIPRuntimeVersion is the version of the HIP runtime the process loads
 // (hipRuntimeGetVersion), looked up once.
 func HIPRuntimeVersion(t *testing.T) int { return hipRuntimeVersion(t) }
+
+// GraphLaunches counts the emulated device's hipGraphLaunch calls.
+func GraphLaunches(d *Device) uint64 { return d.machine().HIP().GraphLaunches() }
+
+// StreamSegments counts the segments of rec that replay on d's HIP stream:
+// the library lane's and, under Unified, the kernel lane's.
+func StreamSegments(d *Device, rec *Recording) int {
+	n := 0
+	for _, s := range rec.segs {
+		if s.lane != driver.LaneHost && (s.lane != driver.LaneKernel || d.Policy() == Unified) {
+			n++
+		}
+	}
+	return n
+}
+
+// ReplayProgram is internal/conformance's ReplayProgram.
+type ReplayProgram = replayProgram
+
+// UseReplayChecks hands the package's tests internal/conformance's seed
+// programs, replay check and output arrays, which they cannot import.
+func UseReplayChecks(progs []ReplayProgram, check func(t *testing.T, d *Device, tk *Task, p ReplayProgram, n, iters int),
+	outs func(t *testing.T, d *Device, p ReplayProgram, n int) []*Array) {
+	replaySeedPrograms, checkReplayEqualsEager, outsFor = progs, check, outs
+}

@@ -58,6 +58,9 @@ type Backend struct {
 	// (hipRuntimeGetVersion); nil where it is the emulator's default, a
 	// 6.x, or the backend is not ROCm.
 	HIPVersion func(t *testing.T) int
+	// InexactReplay lets a replay's results differ from the eager ones
+	// by rounding: a GPU BLAS may pick another algorithm inside a graph.
+	InexactReplay bool
 	// CheckCodeObjects makes EveryKernelMatchesReference check, under
 	// Unified, which code-object version the real HIP loaded.
 	CheckCodeObjects bool
@@ -84,6 +87,11 @@ type Internals struct {
 	// CUDAHostWaitsOnDevice says whether a CUDA device's streams wait for
 	// host memory (64-bit stream memory operations).
 	CUDAHostWaitsOnDevice func(d *rocsync.Device) bool
+	// GraphLaunches counts the emulated device's hipGraphLaunch calls.
+	GraphLaunches func(d *rocsync.Device) uint64
+	// StreamSegments counts the segments of rec that replay on the HIP
+	// stream.
+	StreamSegments func(d *rocsync.Device, rec *rocsync.Recording) int
 }
 
 // Suite is one conformance suite.
@@ -114,6 +122,7 @@ var Suites = []Suite{
 	{"RecordErrors", RecordErrors},
 	{"RecordPanicLeavesTaskEager", RecordPanicLeavesTaskEager},
 	{"RecordLibraryCallPanicReleasesOperands", RecordLibraryCallPanicReleasesOperands},
+	{"ReplayEqualsEager", ReplayEqualsEager},
 }
 
 // Run runs every suite on b, each as a subtest named by the suite; a suite
