@@ -77,11 +77,11 @@ func (s *Stream) spin(b *syncstate.Bound, h, ev uintptr) (done bool, err error) 
 }
 
 // The spin never yields the processor: a query is a foreign call, during
-// which other goroutines run anyway, and on the H100 machine one
-// runtime.Gosched cost ~15 µs (the goroutine goes through the global run
-// queue), which made every wait longer than ~16 queries 15 µs late (a
-// replayed 128x128 matmul took 1.85x the raw graph with it, bench
-// -paired-raw -replay). The emulator, whose GPU is goroutines of this
+// which other goroutines run anyway, and a runtime.Gosched costs ~15 µs
+// on an H100 host (the goroutine goes through the global run queue),
+// which makes every wait longer than ~16 queries 15 µs late (a replayed
+// 128x128 matmul takes 1.85x the raw graph with it, bench -paired-raw
+// -replay). The emulator, whose GPU is goroutines of this
 // process, yields in its own not-ready answers instead.
 
 const (
