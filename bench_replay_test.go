@@ -8,7 +8,7 @@ import (
 	"github.com/rocsync/rocsync/syncstate"
 )
 
-// chainLen is the 99-op chain of issue 12's targets.
+// chainLen is the length of the replay benchmarks' 99-op chain.
 const chainLen = 99
 
 // scaleChain submits chainLen x = 1·x on t.

@@ -202,7 +202,7 @@ func TestAfterAFault(t *testing.T) {
 	}
 }
 
-// The HIP variant of issue 10 item 1: a gemm faults, the stream takes
+// A fault on a HIP stream: a gemm faults, the stream takes
 // another gemm, and a read-back of the first result waits on an event
 // recorded after the fault. It returns the fault instead of hanging.
 func TestGemmFaultThenWaitOnLaterEvent(t *testing.T) {

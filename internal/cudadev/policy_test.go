@@ -27,7 +27,7 @@ type program struct {
 
 var programs = []program{
 	{
-		// The seed's three programs: the waits match the emulator's
+		// The three seed programs: the waits match the emulator's
 		// (conformance.SeedPrograms), and Unified and DeviceBridge
 		// never wait on the host.
 		name: "matmul",
