@@ -26,7 +26,7 @@ func QuiesceEmulator(d *Device) { d.machine().Quiesce() }
 func LiveOnEmulator(d *Device, a *Array) bool { return d.machine().Live(uint64(a.ptr)) }
 
 // WithoutWaits makes a device opened with o skip every wait.
-func WithoutWaits(o *Options) { o.disableWaits = true }
+func WithoutWaits(o *Options) { o.test.DisableWaits = true }
 
 // ArrayPtr is a's device address.
 func ArrayPtr(a *Array) driver.DevicePtr { return a.ptr }

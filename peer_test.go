@@ -246,7 +246,7 @@ func TestPeerCopyTrainingChain(t *testing.T) {
 						// Peer links are the hardware's: staging is forced.
 						switch access.name {
 						case "staged":
-							mod = func(o *Options) { o.stagePeerCopies = true }
+							mod = func(o *Options) { o.test.StagePeerCopies = true }
 						case "mixed":
 							t.Skip("which pairs have peer access is the hardware's to choose")
 						}
@@ -373,14 +373,14 @@ func TestCrossDeviceWaitRemovedIsARace(t *testing.T) {
 	}{{"direct", func(*Options) {}}, {"staged", noPeerAccess}} {
 		t.Run(access.name, func(t *testing.T) {
 			devs := openPeers(t, DeviceSide, 2, access.mod, func(o *Options) {
-				o.disableCrossDeviceWaits = true
+				o.test.DisableCrossDeviceWaits = true
 				o.Emulator.MaxDelay = 200 * time.Microsecond
 			})
 			emulatorOnly(t, devs[0], "it needs the hazard checker")
 			pc := newPeerChain(t, devs)
 			pc.settle = devs[0].machine().Quiesce
 			for _, d := range devs {
-				d.peer.betweenHalves = d.machine().Quiesce
+				d.test.BetweenHalves = d.machine().Quiesce
 			}
 			for s := 0; s < 4; s++ {
 				require.NoError(t, pc.step())

@@ -163,7 +163,7 @@ func TestReplayWithoutWaitsIsARace(t *testing.T) {
 				// Go's race detector would report the emulator's memory.
 				t.Skip("an unordered race inside one replay; run without -race")
 			}
-			d := openStrict(t, DeviceSide, func(o *Options) { o.disableWaits = true })
+			d := openStrict(t, DeviceSide, func(o *Options) { o.test.DisableWaits = true })
 			emulatorOnly(t, d, "the hazard checker")
 			tk, err := d.NewTask()
 			require.NoError(t, err)
