@@ -21,6 +21,7 @@ var internals = conformance.Internals{
 	Timelines:             rocsync.TaskTimelines,
 	CodeObjectVersions:    rocsync.CodeObjectVersions,
 	CUDAHostWaitsOnDevice: rocsync.CUDAHostWaitsOnDevice,
+	StagePeerCopies:       rocsync.StagePeerCopies,
 	GraphLaunches:         rocsync.GraphLaunches,
 	StreamSegments:        rocsync.StreamSegments,
 }
@@ -34,6 +35,8 @@ const (
 	// GPU runs beside a busy compute queue.
 	noKernelQueueHold = "needs the emulator: it holds the emulated device's kernel queues only"
 	noHSAQueues       = "CUDA streams are not pooled HSA queues"
+	// A conformance run simulates one GPU (simulatedSuiteRuns).
+	noSimulatedPeers = "one simulated GPU per run (TestCopyPeerOnSimulatedDriver runs the chain on two)"
 )
 
 // suiteBackends is every implementation the conformance suites run on, each
@@ -45,10 +48,13 @@ var suiteBackends = map[string]*conformance.Backend{
 		Name: "emulator",
 		Options: rocsync.Options{Backend: rocsync.Emulator, LogLevel: rocsync.LogOff,
 			Emulator: rocsync.EmulatorOptions{HazardChecker: true, MaxDelay: 30 * time.Microsecond, Seed: 7}},
-		Hold:      rocsync.HoldDevice,
-		BusyHold:  50 * time.Millisecond,
-		Quiesce:   rocsync.QuiesceEmulator,
-		Live:      rocsync.LiveOnEmulator,
+		Hold:     rocsync.HoldDevice,
+		BusyHold: 50 * time.Millisecond,
+		Quiesce:  rocsync.QuiesceEmulator,
+		Live:     rocsync.LiveOnEmulator,
+		Machine: func(o *rocsync.Options, n int, reach func(a, b int) bool) {
+			o.Emulator.Devices, o.Emulator.PeerAccess = n, reach
+		},
 		Internals: internals,
 	},
 	// Debian's real ROCr and HIP over the simulated kernel driver
@@ -71,6 +77,7 @@ var suiteBackends = map[string]*conformance.Backend{
 			// hipGraph, so a recording keeps its calls (rocmdev/replay.go)
 			// and Record does not run a library call's function.
 			"RecordLibraryCallPanicReleasesOperands": "HIP before 5.3 records a library call without running it: no panic at Record",
+			"PeerCopyTrainingChain":                  noSimulatedPeers,
 		},
 	},
 	// The CUDA driver over its Go emulator (internal/cudadev/emulator.go),
@@ -85,6 +92,7 @@ var suiteBackends = map[string]*conformance.Backend{
 			"HazardCheckerFiresWithoutWaits": noHazardChecker,
 			"FreeWithoutCache":               noAllocTable,
 			"QueuePoolSharesQueues":          noHSAQueues,
+			"PeerCopyTrainingChain":          "the CUDA emulator has one GPU (TestCopyPeerOnFakeCUDA runs the chain on two fake CUDA GPUs)",
 		},
 	},
 	// A real AMD GPU (ROCSYNC_GPU=1).

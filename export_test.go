@@ -76,6 +76,17 @@ func StreamSegments(d *Device, rec *Recording) int {
 	return n
 }
 
+// StagePeerCopies makes a device opened with o stage every copy between
+// GPUs through host memory.
+func StagePeerCopies(o *Options) { o.test.StagePeerCopies = true }
+
+// PeerChain is internal/conformance's PeerChain.
+type PeerChain = peerChain
+
+// UsePeerChain hands the package's tests internal/conformance's peer-copy
+// chain, which they cannot import.
+func UsePeerChain(f func(t *testing.T, devs []*Device, settle func()) PeerChain) { newPeerChain = f }
+
 // ReplayProgram is internal/conformance's ReplayProgram.
 type ReplayProgram = replayProgram
 

@@ -33,11 +33,11 @@ func TestCopyPeerOnFakeCUDA(t *testing.T) {
 		direct, err := devs[0].PeerAccess(devs[1])
 		require.NoError(t, err)
 		require.Equal(t, !staged, direct)
-		pc := newPeerChain(t, devs)
+		pc := newPeerChain(t, devs, nil)
 		for s := 0; s < 3; s++ {
-			require.NoError(t, pc.step())
+			require.NoError(t, pc.Step())
 		}
-		pc.check(t, 3)
+		pc.Check(t, 3)
 		for _, d := range devs {
 			require.NoError(t, d.Close())
 		}

@@ -16,7 +16,7 @@ import (
 
 // A replayProgram writes its results into arrays it is given (outs[0] is
 // the result): internal/conformance's ReplayProgram, which the package's
-// external tests hand in (replay_programs_test.go) with the seed programs
+// external tests hand in (conformance_helpers_test.go) with the seed programs
 // and the replay check.
 type replayProgram struct {
 	Name string

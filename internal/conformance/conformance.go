@@ -58,6 +58,10 @@ type Backend struct {
 	// (hipRuntimeGetVersion); nil where it is the emulator's default, a
 	// 6.x, or the backend is not ROCm.
 	HIPVersion func(t *testing.T) int
+	// Machine makes o open n devices, whose peer access reach decides
+	// (nil: every pair reaches every other); nil where the backend's
+	// devices and their links are given (hardware).
+	Machine func(o *rocsync.Options, n int, reach func(a, b int) bool)
 	// InexactReplay lets a replay's results differ from the eager ones
 	// by rounding: a GPU BLAS may pick another algorithm inside a graph.
 	InexactReplay bool
@@ -87,6 +91,9 @@ type Internals struct {
 	// CUDAHostWaitsOnDevice says whether a CUDA device's streams wait for
 	// host memory (64-bit stream memory operations).
 	CUDAHostWaitsOnDevice func(d *rocsync.Device) bool
+	// StagePeerCopies makes a device opened with o stage every copy
+	// between GPUs through host memory, even where peer access works.
+	StagePeerCopies func(o *rocsync.Options)
 	// GraphLaunches counts the emulated device's hipGraphLaunch calls.
 	GraphLaunches func(d *rocsync.Device) uint64
 	// StreamSegments counts the segments of rec that replay on the HIP
@@ -123,6 +130,7 @@ var Suites = []Suite{
 	{"RecordPanicLeavesTaskEager", RecordPanicLeavesTaskEager},
 	{"RecordLibraryCallPanicReleasesOperands", RecordLibraryCallPanicReleasesOperands},
 	{"ReplayEqualsEager", ReplayEqualsEager},
+	{"PeerCopyTrainingChain", PeerCopyTrainingChain},
 }
 
 // Run runs every suite on b, each as a subtest named by the suite; a suite

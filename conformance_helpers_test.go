@@ -9,10 +9,15 @@ import (
 	"github.com/rocsync/rocsync/internal/testenv"
 )
 
-// The package's own replay tests use the conformance suite's seed
-// programs and replay check (ReplayEqualsEager), on the backend their
-// device is of.
+// The package's own tests use the conformance suites' seed programs and
+// replay check (ReplayEqualsEager), on the backend their device is of,
+// and the peer-copy chain (PeerCopyTrainingChain).
 func init() {
+	rocsync.UsePeerChain(func(t *testing.T, devs []*rocsync.Device, settle func()) rocsync.PeerChain {
+		pc := conformance.NewPeerChain(t, devs)
+		pc.Settle = settle
+		return pc
+	})
 	progs := make([]rocsync.ReplayProgram, len(conformance.ReplaySeedPrograms))
 	for i, p := range conformance.ReplaySeedPrograms {
 		progs[i] = rocsync.ReplayProgram(p)
