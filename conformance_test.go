@@ -35,6 +35,7 @@ const (
 	// GPU runs beside a busy compute queue.
 	noKernelQueueHold = "needs the emulator: it holds the emulated device's kernel queues only"
 	noHSAQueues       = "CUDA streams are not pooled HSA queues"
+	noFaultInjector   = "needs the emulator: it faults chosen ops on purpose"
 	// A conformance run simulates one GPU (simulatedSuiteRuns).
 	noSimulatedPeers = "one simulated GPU per run (TestCopyPeerOnSimulatedDriver runs the chain on two)"
 )
@@ -48,10 +49,11 @@ var suiteBackends = map[string]*conformance.Backend{
 		Name: "emulator",
 		Options: rocsync.Options{Backend: rocsync.Emulator, LogLevel: rocsync.LogOff,
 			Emulator: rocsync.EmulatorOptions{HazardChecker: true, MaxDelay: 30 * time.Microsecond, Seed: 7}},
-		Hold:     rocsync.HoldDevice,
-		BusyHold: 50 * time.Millisecond,
-		Quiesce:  rocsync.QuiesceEmulator,
-		Live:     rocsync.LiveOnEmulator,
+		Hold:        rocsync.HoldDevice,
+		BusyHold:    50 * time.Millisecond,
+		Quiesce:     rocsync.QuiesceEmulator,
+		Live:        rocsync.LiveOnEmulator,
+		InjectFault: rocsync.InjectFaultOnEmulator,
 		Machine: func(o *rocsync.Options, n int, reach func(a, b int) bool) {
 			o.Emulator.Devices, o.Emulator.PeerAccess = n, reach
 		},
@@ -78,6 +80,9 @@ var suiteBackends = map[string]*conformance.Backend{
 			// and Record does not run a library call's function.
 			"RecordLibraryCallPanicReleasesOperands": "HIP before 5.3 records a library call without running it: no panic at Record",
 			"PeerCopyTrainingChain":                  noSimulatedPeers,
+			"FaultReachesEveryDependent":             noFaultInjector,
+			"AfterAFault":                            noFaultInjector,
+			"GemmFaultThenWaitOnLaterEvent":          noFaultInjector,
 		},
 	},
 	// The CUDA driver over its Go emulator (internal/cudadev/emulator.go),
@@ -92,6 +97,9 @@ var suiteBackends = map[string]*conformance.Backend{
 			"HazardCheckerFiresWithoutWaits": noHazardChecker,
 			"FreeWithoutCache":               noAllocTable,
 			"QueuePoolSharesQueues":          noHSAQueues,
+			"FaultReachesEveryDependent":     noFaultInjector,
+			"AfterAFault":                    noFaultInjector,
+			"GemmFaultThenWaitOnLaterEvent":  noFaultInjector,
 			"PeerCopyTrainingChain":          "the CUDA emulator has one GPU (TestCopyPeerOnFakeCUDA runs the chain on two fake CUDA GPUs)",
 		},
 	},
@@ -122,6 +130,9 @@ func onHardware(more map[string]string) map[string]string {
 		"FreeWithPendingWork":            noHold,
 		"FreeWithoutCache":               noAllocTable,
 		"ReadBackWaitsForWriterOnly":     noKernelQueueHold,
+		"FaultReachesEveryDependent":     noFaultInjector,
+		"AfterAFault":                    noFaultInjector,
+		"GemmFaultThenWaitOnLaterEvent":  noFaultInjector,
 	}
 	maps.Copy(m, more)
 	return m

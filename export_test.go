@@ -76,6 +76,10 @@ func StreamSegments(d *Device, rec *Recording) int {
 	return n
 }
 
+// InjectFaultOnEmulator makes every op of the emulated device d that f
+// names fail as a device fault (nil f: none).
+func InjectFaultOnEmulator(d *Device, f func(op string) bool) { d.machine().SetFaultInjector(f) }
+
 // StagePeerCopies makes a device opened with o stage every copy between
 // GPUs through host memory.
 func StagePeerCopies(o *Options) { o.test.StagePeerCopies = true }

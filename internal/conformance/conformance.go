@@ -58,6 +58,11 @@ type Backend struct {
 	// (hipRuntimeGetVersion); nil where it is the emulator's default, a
 	// 6.x, or the backend is not ROCm.
 	HIPVersion func(t *testing.T) int
+	// InjectFault makes every op of d that f names (by the kernel's or
+	// library function's name) fail as a device fault; nil f stops. Nil
+	// where the backend cannot fault an op on purpose (only the ROCm
+	// emulator can).
+	InjectFault func(d *rocsync.Device, f func(op string) bool)
 	// Machine makes o open n devices, whose peer access reach decides
 	// (nil: every pair reaches every other); nil where the backend's
 	// devices and their links are given (hardware).
@@ -131,6 +136,9 @@ var Suites = []Suite{
 	{"RecordLibraryCallPanicReleasesOperands", RecordLibraryCallPanicReleasesOperands},
 	{"ReplayEqualsEager", ReplayEqualsEager},
 	{"PeerCopyTrainingChain", PeerCopyTrainingChain},
+	{"FaultReachesEveryDependent", FaultReachesEveryDependent},
+	{"AfterAFault", AfterAFault},
+	{"GemmFaultThenWaitOnLaterEvent", GemmFaultThenWaitOnLaterEvent},
 }
 
 // Run runs every suite on b, each as a subtest named by the suite; a suite
