@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync"
+	"github.com/rocsync/rocsync/internal/testcheck"
 	"github.com/rocsync/rocsync/syncstate"
 )
 
@@ -28,17 +29,7 @@ func openPeers(t *testing.T, be *Backend, p rocsync.Policy, n int, mod func(*roc
 	mod(&o)
 	devs, err := rocsync.OpenAll(o)
 	require.NoError(t, err)
-	if len(devs) < n {
-		for _, d := range devs {
-			require.NoError(t, d.Close())
-		}
-		t.Skipf("needs %d GPUs, %d present (run it on a machine with more, such as nvidia-h200-x2)", n, len(devs))
-	}
-	t.Cleanup(func() {
-		for _, d := range devs {
-			require.NoError(t, d.Close())
-		}
-	})
+	testcheck.KeepDevices(t, devs, n)
 	return devs
 }
 

@@ -95,3 +95,21 @@ func Within[T any](t *testing.T, what string, fn func() T) T {
 		panic("unreachable")
 	}
 }
+
+// KeepDevices requires n of the devices just opened, skipping the test
+// (after closing them) where there are fewer, and closes them when the
+// test ends.
+func KeepDevices[D interface{ Close() error }](t *testing.T, devs []D, n int) {
+	t.Helper()
+	if len(devs) < n {
+		for _, d := range devs {
+			require.NoError(t, d.Close())
+		}
+		t.Skipf("needs %d GPUs, %d present (run it on a machine with more, such as nvidia-h200-x2)", n, len(devs))
+	}
+	t.Cleanup(func() {
+		for _, d := range devs {
+			require.NoError(t, d.Close())
+		}
+	})
+}
