@@ -42,7 +42,7 @@ func BenchmarkCopyPeer(b *testing.B) {
 	if len(devs) < 2 {
 		b.Skipf("BenchmarkCopyPeer needs two GPUs, %d present", len(devs))
 	}
-	o.stagePeerCopies = true
+	o.test.StagePeerCopies = true
 	staged, err := OpenAll(o)
 	must(b, err)
 	defer closeDevices(staged)
@@ -254,7 +254,7 @@ func TestCopyPeerLarge(t *testing.T) {
 	}
 	for _, staged := range []bool{false, true} {
 		t.Run(fmt.Sprintf("staged=%v", staged), func(t *testing.T) {
-			devs := openPeers(t, DeviceSide, 2, func(o *Options) { o.stagePeerCopies = staged })
+			devs := openPeers(t, DeviceSide, 2, func(o *Options) { o.test.StagePeerCopies = staged })
 			want := make([]byte, size)
 			for i := range want {
 				want[i] = byte(i*7 + i>>16)

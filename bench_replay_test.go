@@ -9,7 +9,7 @@ import (
 	"github.com/rocsync/rocsync/syncstate"
 )
 
-// chainLen is the 99-op chain of issue 12's targets.
+// chainLen is the length of the replay benchmarks' 99-op chain.
 const chainLen = 99
 
 // scaleChain submits chainLen x = 1·x on t.
@@ -123,17 +123,17 @@ func BenchmarkReplaySeed(b *testing.B) {
 	for _, p := range replaySeedPrograms {
 		for _, pol := range []Policy{DeviceSide, Unified} {
 			for _, mode := range []string{"eager", "replay"} {
-				b.Run(p.name+"/"+pol.String()+"/"+mode, func(b *testing.B) {
+				b.Run(p.Name+"/"+pol.String()+"/"+mode, func(b *testing.B) {
 					d := benchDevice(b, pol)
 					t := d.DefaultTask()
 					x, err := d.FromFloat32(32, 32, randMatrix(1, 32))
 					must(b, err)
-					o := make([]*Array, p.outs)
+					o := make([]*Array, p.Outs)
 					for i := range o {
 						o[i], err = d.Empty(32, 32, Float32)
 						must(b, err)
 					}
-					step := func() error { return p.run(t, x, o) }
+					step := func() error { return p.Run(t, x, o) }
 					if mode == "replay" {
 						rec, err := t.Record(step)
 						must(b, err)
@@ -164,19 +164,19 @@ func BenchmarkGPUReplay(b *testing.B) {
 		replaySeedPrograms...)
 	for _, p := range progs {
 		for _, mode := range []string{"eager", "replay"} {
-			b.Run(p.name+"/"+mode, func(b *testing.B) {
+			b.Run(p.Name+"/"+mode, func(b *testing.B) {
 				d, err := Open(Options{Backend: gpuBackend(), Policy: DeviceSide, LogLevel: LogOff})
 				must(b, err)
 				defer d.Close()
 				t := d.DefaultTask()
 				x, err := d.FromFloat32(n, n, randMatrix(1, n))
 				must(b, err)
-				o := make([]*Array, p.outs)
+				o := make([]*Array, p.Outs)
 				for i := range o {
 					o[i], err = d.FromFloat32(n, n, randMatrix(2, n))
 					must(b, err)
 				}
-				step := func() error { return p.run(t, x, o) }
+				step := func() error { return p.Run(t, x, o) }
 				if mode == "replay" {
 					rec, err := t.Record(step)
 					must(b, err)

@@ -149,7 +149,7 @@ func BenchmarkReadBack(b *testing.B) {
 	}
 }
 
-// One iteration of the seed's elementwise program, with its three new
+// One iteration of the elementwise seed program, with its three new
 // arrays, frees and the final Synchronize, allocates only the three Array
 // values: the sync state is embedded in them, and device memory comes back
 // from the cache.

@@ -251,7 +251,7 @@ func TestCollectiveWithoutDeclaredAccessOrWaitIsARace(t *testing.T) {
 		}
 	})
 	t.Run("waits removed", func(t *testing.T) {
-		devs, tasks := openCollEmu(t, 2, DeviceSide, func(o *Options) { o.disableWaits = true })
+		devs, tasks := openCollEmu(t, 2, DeviceSide, func(o *Options) { o.test.DisableWaits = true })
 		comm, err := NewCommunicator(tasks...)
 		require.NoError(t, err)
 		defer comm.Close()

@@ -21,6 +21,9 @@ var internals = conformance.Internals{
 	Timelines:             rocsync.TaskTimelines,
 	CodeObjectVersions:    rocsync.CodeObjectVersions,
 	CUDAHostWaitsOnDevice: rocsync.CUDAHostWaitsOnDevice,
+	StagePeerCopies:       rocsync.StagePeerCopies,
+	GraphLaunches:         rocsync.GraphLaunches,
+	StreamSegments:        rocsync.StreamSegments,
 }
 
 // Why a backend cannot run a suite.
@@ -32,6 +35,9 @@ const (
 	// GPU runs beside a busy compute queue.
 	noKernelQueueHold = "needs the emulator: it holds the emulated device's kernel queues only"
 	noHSAQueues       = "CUDA streams are not pooled HSA queues"
+	noFaultInjector   = "needs the emulator: it faults chosen ops on purpose"
+	// A conformance run simulates one GPU (simulatedSuiteRuns).
+	noSimulatedPeers = "one simulated GPU per run (TestCopyPeerOnSimulatedDriver runs the chain on two)"
 )
 
 // suiteBackends is every implementation the conformance suites run on, each
@@ -43,10 +49,14 @@ var suiteBackends = map[string]*conformance.Backend{
 		Name: "emulator",
 		Options: rocsync.Options{Backend: rocsync.Emulator, LogLevel: rocsync.LogOff,
 			Emulator: rocsync.EmulatorOptions{HazardChecker: true, MaxDelay: 30 * time.Microsecond, Seed: 7}},
-		Hold:      rocsync.HoldDevice,
-		BusyHold:  50 * time.Millisecond,
-		Quiesce:   rocsync.QuiesceEmulator,
-		Live:      rocsync.LiveOnEmulator,
+		Hold:        rocsync.HoldDevice,
+		BusyHold:    50 * time.Millisecond,
+		Quiesce:     rocsync.QuiesceEmulator,
+		Live:        rocsync.LiveOnEmulator,
+		InjectFault: rocsync.InjectFaultOnEmulator,
+		Machine: func(o *rocsync.Options, n int, reach func(a, b int) bool) {
+			o.Emulator.Devices, o.Emulator.PeerAccess = n, reach
+		},
 		Internals: internals,
 	},
 	// Debian's real ROCr and HIP over the simulated kernel driver
@@ -69,6 +79,10 @@ var suiteBackends = map[string]*conformance.Backend{
 			// hipGraph, so a recording keeps its calls (rocmdev/replay.go)
 			// and Record does not run a library call's function.
 			"RecordLibraryCallPanicReleasesOperands": "HIP before 5.3 records a library call without running it: no panic at Record",
+			"PeerCopyTrainingChain":                  noSimulatedPeers,
+			"FaultReachesEveryDependent":             noFaultInjector,
+			"AfterAFault":                            noFaultInjector,
+			"GemmFaultThenWaitOnLaterEvent":          noFaultInjector,
 		},
 	},
 	// The CUDA driver over its Go emulator (internal/cudadev/emulator.go),
@@ -83,22 +97,28 @@ var suiteBackends = map[string]*conformance.Backend{
 			"HazardCheckerFiresWithoutWaits": noHazardChecker,
 			"FreeWithoutCache":               noAllocTable,
 			"QueuePoolSharesQueues":          noHSAQueues,
+			"FaultReachesEveryDependent":     noFaultInjector,
+			"AfterAFault":                    noFaultInjector,
+			"GemmFaultThenWaitOnLaterEvent":  noFaultInjector,
+			"PeerCopyTrainingChain":          "the CUDA emulator has one GPU (TestCopyPeerOnFakeCUDA runs the chain on two fake CUDA GPUs)",
 		},
 	},
 	// A real AMD GPU (ROCSYNC_GPU=1).
 	"rocm": {
-		Name:        "rocm",
-		Options:     rocsync.Options{Backend: rocsync.ROCm, LogLevel: rocsync.LogOff},
-		HIPVersion:  rocsync.HIPRuntimeVersion,
-		Internals:   internals,
-		Unsupported: onHardware(nil),
+		Name:          "rocm",
+		Options:       rocsync.Options{Backend: rocsync.ROCm, LogLevel: rocsync.LogOff},
+		HIPVersion:    rocsync.HIPRuntimeVersion,
+		InexactReplay: true,
+		Internals:     internals,
+		Unsupported:   onHardware(nil),
 	},
 	// A real NVIDIA GPU (ROCSYNC_GPU=1 ROCSYNC_BACKEND=cuda).
 	"cuda": {
-		Name:        "cuda",
-		Options:     rocsync.Options{Backend: rocsync.CUDA, LogLevel: rocsync.LogOff},
-		Internals:   internals,
-		Unsupported: onHardware(map[string]string{"QueuePoolSharesQueues": noHSAQueues}),
+		Name:          "cuda",
+		Options:       rocsync.Options{Backend: rocsync.CUDA, LogLevel: rocsync.LogOff},
+		InexactReplay: true,
+		Internals:     internals,
+		Unsupported:   onHardware(map[string]string{"QueuePoolSharesQueues": noHSAQueues}),
 	},
 }
 
@@ -110,6 +130,9 @@ func onHardware(more map[string]string) map[string]string {
 		"FreeWithPendingWork":            noHold,
 		"FreeWithoutCache":               noAllocTable,
 		"ReadBackWaitsForWriterOnly":     noKernelQueueHold,
+		"FaultReachesEveryDependent":     noFaultInjector,
+		"AfterAFault":                    noFaultInjector,
+		"GemmFaultThenWaitOnLaterEvent":  noFaultInjector,
 	}
 	maps.Copy(m, more)
 	return m

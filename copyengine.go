@@ -15,7 +15,7 @@ import (
 //
 //   - the CPU copy between the caller's memory and pinned staging memory,
 //     which one goroutine does at a fraction of the machine's memory
-//     bandwidth (5.7 GB/s on the H100 host against the DMA's 52 GB/s), is
+//     bandwidth (5.7 GB/s on an H100 host against the DMA's 52 GB/s), is
 //     split over a few long-lived worker goroutines;
 //   - the host wait for a copy, which a bounded stream wait would do by
 //     polling (pauses up to 200 µs per look), is one blocking runtime call
@@ -110,11 +110,10 @@ type ticketPinner interface {
 
 // hostWaiter is a helper goroutine that makes blocking waits for copies.
 // It is the same idea as stream/blockwait.go's bounded waits, kept apart on
-// purpose: routing copy waits through the stream's bounded wait (which
-// first spins on queries for 100 µs) was measured slower on the H100 at
-// 256 MiB (device to host 11.4–14.5 against 17.0 GB/s; the chunks' waits
-// spin while the copies of the next chunks are submitted), so it was
-// reverted.
+// purpose: the stream's bounded wait first spins on queries for 100 µs,
+// and the chunks' waits would spin while the copies of the next chunks
+// are submitted; at 256 MiB on an H100 that makes device-to-host copies
+// slower (11.4–14.5 against 17.0 GB/s).
 type hostWaiter struct {
 	req   chan hostWaitReq
 	done  chan error

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/rocsync/rocsync/driver"
+	"github.com/rocsync/rocsync/internal/testhooks"
 	"github.com/rocsync/rocsync/syncstate"
 	"github.com/rocsync/rocsync/userkernel"
 )
@@ -30,6 +31,8 @@ type Device struct {
 
 	engine syncstate.Engine
 	stats  *syncstate.Stats
+	// test are the device's test switches (Options).
+	test testhooks.Device
 
 	mu          sync.Mutex
 	tasks       []*Task
@@ -237,8 +240,8 @@ func open(o Options, all bool) ([]*Device, error) {
 			continue
 		}
 		hosts, _ := fam.system.(driver.HostTracker)
-		d := &Device{drv: dd, backend: fam.name, system: fam.system, hosts: hosts, index: i, log: log, debug: debug, openID: openIDs.Add(1), openCall: call, peer: peerCopies{staged: o.stagePeerCopies},
-			engine: syncstate.Engine{Policy: o.Policy, DisableWaits: o.disableWaits, DisableCrossDeviceWaits: o.disableCrossDeviceWaits}, stats: fam.stats[i],
+		d := &Device{drv: dd, backend: fam.name, system: fam.system, hosts: hosts, index: i, log: log, debug: debug, openID: openIDs.Add(1), openCall: call, peer: peerCopies{staged: o.test.StagePeerCopies}, test: o.test,
+			engine: syncstate.Engine{Policy: o.Policy, Test: testhooks.Engine{DisableWaits: o.test.DisableWaits, DisableCrossDeviceWaits: o.test.DisableCrossDeviceWaits}}, stats: fam.stats[i],
 			cache: newMemCache(o.MemoryCache), launchBlocking: o.launchBlocking(), syncDebug: o.SyncDebug,
 			reduce:       reduceWorkspace{check: o.CheckReductionWorkspace},
 			maxPerDevice: uint64(o.MaxInFlightPerDevice), kernelBuilder: o.KernelBuilder, waitTimeout: o.waitTimeout()}

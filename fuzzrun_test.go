@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rocsync/rocsync/internal/testhooks"
 	"github.com/rocsync/rocsync/kernels"
 )
 
@@ -276,7 +277,7 @@ func runFuzzProgram(p *program, want *model, cfg fuzzConfig) *fuzzReport {
 		}
 		return false
 	}
-	d, err := Open(Options{Backend: Emulator, Policy: cfg.policy, LogLevel: LogOff, disableWaits: cfg.disableWaits,
+	d, err := Open(Options{Backend: Emulator, Policy: cfg.policy, LogLevel: LogOff, test: testhooks.Device{DisableWaits: cfg.disableWaits},
 		Emulator: EmulatorOptions{HazardChecker: cfg.hazards, MaxDelay: cfg.maxDelay, Seed: cfg.seed, FaultInjector: inject}})
 	if err != nil {
 		rep.fail("Open: %v", err)

@@ -16,8 +16,8 @@ func openPlain(t *testing.T, p Policy) *Device {
 	return d
 }
 
-// Issue 10 item 2: Device.Synchronize racing another task's Close read
-// the task's timelines after Close had cleared them (nil dereference).
+// Device.Synchronize racing another task's Close must not read the
+// task's timelines after Close cleared them (a nil dereference).
 func TestSynchronizeRacesTaskClose(t *testing.T) {
 	d := openPlain(t, DeviceSide)
 	x, err := d.Empty(16, 16, Float32)
@@ -34,9 +34,9 @@ func TestSynchronizeRacesTaskClose(t *testing.T) {
 	}
 }
 
-// Issue 10 item 3: under DeviceBridge a consumer crossing from the
-// producer's HIP stream while the producer's task closes got "unknown
-// stream" from hipStreamWriteValue64.
+// Under DeviceBridge a consumer crossing from the producer's HIP stream
+// while the producer's task closes must not call hipStreamWriteValue64
+// on the closed stream (HIP answers "unknown stream").
 func TestDeviceBridgeCrossingWhileProducerCloses(t *testing.T) {
 	d := openPlain(t, DeviceBridge)
 	x, err := d.FromFloat32(8, 8, randMatrix(3, 8))
@@ -57,8 +57,8 @@ func TestDeviceBridgeCrossingWhileProducerCloses(t *testing.T) {
 	require.NoError(t, b.Synchronize())
 }
 
-// Issue 10 item 5: PendingFences after a fault and Device.Close panicked
-// on a destroyed signal.
+// PendingFences after a fault and Device.Close must not touch a
+// destroyed signal (a panic).
 func TestPendingFencesAfterFaultAndClose(t *testing.T) {
 	d := openFaulty(t, DeviceSide)
 	tk := d.DefaultTask()
@@ -81,7 +81,7 @@ func TestPendingFencesAfterFaultAndClose(t *testing.T) {
 	require.ErrorIs(t, err, ErrClosed)
 }
 
-// Issue 10 item 6: concurrent first calls to DefaultTask made extra tasks.
+// Concurrent first calls to DefaultTask make one task.
 func TestDefaultTaskIsMadeOnce(t *testing.T) {
 	for i := 0; i < 20; i++ {
 		d := openPlain(t, DeviceSide)
@@ -102,8 +102,8 @@ func TestDefaultTaskIsMadeOnce(t *testing.T) {
 	}
 }
 
-// Issue 10 item 7: bad options are rejected at Open; nil receivers give
-// typed errors or zero values.
+// Bad options are rejected at Open; nil receivers give typed errors or
+// zero values.
 func TestOpenValidatesOptions(t *testing.T) {
 	_, err := Open(Options{Backend: Emulator, Policy: Policy(99), LogLevel: LogOff})
 	require.ErrorIs(t, err, ErrInvalid)
@@ -144,8 +144,8 @@ func TestNilReceivers(t *testing.T) {
 	})
 }
 
-// Issue 10 item 7: after a kernel fault under Unified, new ops on the
-// broken stream are rejected, as on a broken HSA queue.
+// After a kernel fault under Unified, new ops on the broken stream are
+// rejected, as on a broken HSA queue.
 func TestUnifiedRejectsOpsAfterFault(t *testing.T) {
 	d := openFaulty(t, Unified)
 	defer func() { _ = d.Close() }()
@@ -170,9 +170,9 @@ func TestUnifiedRejectsOpsAfterFault(t *testing.T) {
 	_ = time.Second
 }
 
-// Issue 10 item 4: DeviceBridge accumulated HSA signals without bound
-// between host syncs (77,405 after 85,000 rounds). With the default
-// options the signals in flight stay bounded by the run-ahead cap.
+// DeviceBridge's HSA signals in flight stay bounded by the run-ahead cap
+// between host syncs, with the default options, instead of growing with
+// the rounds.
 func TestDeviceBridgeSignalsStayBounded(t *testing.T) {
 	d := openPlain(t, DeviceBridge)
 	a, err := d.NewTask()

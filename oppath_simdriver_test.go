@@ -17,7 +17,7 @@ import (
 	"github.com/rocsync/rocsync/userkernel"
 )
 
-// opSetProgram is issue 11's program on any ROCm device (the emulator's or
+// opSetProgram is the open op set's program on any ROCm device (the emulator's or
 // Debian's real ROCr and HIP over the simulated driver): uploads into
 // existing arrays, SAXPY compiled from OpenCL for the device's target, a
 // gemm the user makes directly with rocBLAS on the task's raw HIP stream,
@@ -114,7 +114,7 @@ func inWholeSimulatedChild(t *testing.T) bool {
 	return false
 }
 
-// Issue 11's program on Debian's real ROCr and HIP 5.2.3 over the
+// The open op set's program on Debian's real ROCr and HIP 5.2.3 over the
 // simulated driver (gfx90a): SAXPY is compiled at run time for gfx90a in
 // the code-object version HIP 5.2.3 loads, and the simulated GPU runs it
 // through the Go reference the Executor finds by the kernel's name (its
@@ -200,7 +200,7 @@ func TestUserKernelsAndCopiesOnSimulatedDriver(t *testing.T) {
 	})
 }
 
-// Issue 11's acceptance program, the one TestOpSetAcceptance runs on the
+// The open op set's program, the one TestOpSetAcceptance runs on the
 // emulator, as one child process over Debian's real ROCr and HIP 5.2.3 on
 // the simulated driver (gfx90a), under every policy: upload, SAXPY
 // compiled from OpenCL at run time, the user's own rocBLAS sgemm on the

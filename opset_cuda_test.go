@@ -15,7 +15,7 @@ import (
 	"github.com/rocsync/rocsync/userkernel"
 )
 
-// Issue 11's acceptance program on an NVIDIA GPU, from OpenCL source, on
+// The open op set's program on an NVIDIA GPU, from OpenCL source, on
 // a machine that may have no compiler: the kernel is compiled here (with
 // clang) into a kernel cache carried to the GPU machine, where the
 // Builder finds no clang and loads the cache's prebuilt entry for the

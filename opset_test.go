@@ -11,7 +11,7 @@ import (
 	"github.com/rocsync/rocsync/userkernel"
 )
 
-// The open op set's acceptance program (issue 11), on the emulator with
+// The open op set's program, on the emulator with
 // the hazard checker and random delays, under every policy: one chain
 // that
 //  1. uploads host data into an existing array (x);
@@ -55,7 +55,7 @@ func TestOpSetAcceptance(t *testing.T) {
 // row-major c = y·b.
 type userSgemm func(stream uintptr, n int, c, y, b *Array) error
 
-// runOpSetProgram is issue 11's acceptance program on d, with the SAXPY
+// runOpSetProgram is the open op set's program on d, with the SAXPY
 // kernel k (OpenCL source, loaded for d) and the user's BLAS call: every
 // result is checked against the CPU reference, and the reduction
 // workspace's zero check is on.

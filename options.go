@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rocsync/rocsync/driver"
+	"github.com/rocsync/rocsync/internal/testhooks"
 	"github.com/rocsync/rocsync/syncstate"
 	"github.com/rocsync/rocsync/userkernel"
 )
@@ -168,15 +169,8 @@ type Options struct {
 	// (emulator)"); OpenAll appends each device's gpuN.
 	TraceName string
 
-	// disableWaits skips every wait (checker self-test only).
-	disableWaits bool
-	// disableCrossDeviceWaits skips only the waits for other devices'
-	// work (checker self-test only).
-	disableCrossDeviceWaits bool
-	// stagePeerCopies stages every copy between GPUs through host memory,
-	// even where peer access works (tests and benchmarks of that path on
-	// hardware).
-	stagePeerCopies bool
+	// test are the device's test switches (docs/testing.md).
+	test testhooks.Device
 }
 
 // DefaultWaitTimeout is the bound on a host wait when Options.WaitTimeout is 0.

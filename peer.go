@@ -27,7 +27,7 @@ import (
 // runs the first half of staged copies out of it.
 type peerCopies struct {
 	mu     sync.Mutex
-	staged bool             // stage every copy (Options.stagePeerCopies)
+	staged bool             // stage every copy (testhooks.Device.StagePeerCopies)
 	direct map[*Device]bool // EnablePeer's answer per source device
 	slots  []*peerSlot
 
@@ -48,10 +48,6 @@ type peerCopies struct {
 	inflight int
 	closing  bool
 	idle     *sync.Cond // on mu: inflight reached 0
-
-	// betweenHalves, if set, runs between a staged copy's two halves
-	// (tests: the checker's self-test lets the first finish unobserved).
-	betweenHalves func()
 }
 
 // peerSlot is pinned host memory a staged copy goes through. It is tracked
@@ -292,7 +288,7 @@ func (t *Task) copyStaged(name string, dst, src Operand, d, s *buffer) error {
 		}
 		return err
 	}
-	if h := t.dev.peer.betweenHalves; h != nil {
+	if h := t.dev.test.BetweenHalves; h != nil {
 		h()
 	}
 	t.op.Kind, t.op.Lane = driver.CopyHtoD, driver.LaneLibrary

@@ -9,6 +9,7 @@ import (
 	"github.com/rocsync/rocsync/cublas"
 	"github.com/rocsync/rocsync/cuda"
 	"github.com/rocsync/rocsync/internal/cudadev/fakelib"
+	"github.com/rocsync/rocsync/internal/testhooks"
 )
 
 // The CUDA backend's peer copies through the real purego bindings, over
@@ -26,17 +27,17 @@ func TestCopyPeerOnFakeCUDA(t *testing.T) {
 	t.Setenv(cuda.EnvLibCUDA, p.CUDA)
 	t.Setenv(cublas.EnvLibCUBLAS, p.CUBLAS)
 	for _, staged := range []bool{false, true} {
-		devs, err := OpenAll(Options{Backend: CUDA, Policy: DeviceSide, LogLevel: LogOff, stagePeerCopies: staged})
+		devs, err := OpenAll(Options{Backend: CUDA, Policy: DeviceSide, LogLevel: LogOff, test: testhooks.Device{StagePeerCopies: staged}})
 		require.NoError(t, err)
 		require.Len(t, devs, 2)
 		direct, err := devs[0].PeerAccess(devs[1])
 		require.NoError(t, err)
 		require.Equal(t, !staged, direct)
-		pc := newPeerChain(t, devs)
+		pc := newPeerChain(t, devs, nil)
 		for s := 0; s < 3; s++ {
-			require.NoError(t, pc.step())
+			require.NoError(t, pc.Step())
 		}
-		pc.check(t, 3)
+		pc.Check(t, 3)
 		for _, d := range devs {
 			require.NoError(t, d.Close())
 		}

@@ -16,7 +16,7 @@ import (
 )
 
 // Two simulated GPUs under Debian's real ROCr and HIP 5.2.3: the training
-// chain of TestPeerCopyTrainingChain, with its peer copies between the GPUs
+// chain of the conformance suite PeerCopyTrainingChain, with its peer copies between the GPUs
 // and its cross-device waits (hipStreamWaitEvent on an event of the other
 // GPU). HIP's order is the reverse of HSA's and the GPUs are of two
 // targets, so a pairing by index would load the wrong code and copy to the
@@ -59,12 +59,12 @@ func TestCopyPeerOnSimulatedDriver(t *testing.T) {
 					require.NoError(t, err)
 					require.Equal(t, wantDirect && !staged, direct, "%v staged=%v", p, staged)
 					t.Logf("%v staged=%v: peer access %v", p, staged, direct)
-					pc := newPeerChain(t, devs)
+					pc := newPeerChain(t, devs, nil)
 					const steps = 3
 					for s := 0; s < steps; s++ {
-						require.NoError(t, pc.step(), "%v staged=%v", p, staged)
+						require.NoError(t, pc.Step(), "%v staged=%v", p, staged)
 					}
-					pc.check(t, steps)
+					pc.Check(t, steps)
 					for _, d := range devs {
 						t.Logf("%v staged=%v: %v", p, staged, d.Stats())
 						require.NoError(t, d.Close())

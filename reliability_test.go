@@ -315,7 +315,7 @@ func TestTimedOutTaskCloseRetiresItsQueue(t *testing.T) {
 func TestCopyPeerFromPoisonedSourcePoisonsDestination(t *testing.T) {
 	for _, staged := range []bool{false, true} {
 		t.Run(fmt.Sprintf("staged=%v", staged), func(t *testing.T) {
-			devs := openPeers(t, DeviceSide, 2, func(o *Options) { o.stagePeerCopies = staged })
+			devs := openPeers(t, DeviceSide, 2, func(o *Options) { o.test.StagePeerCopies = staged })
 			defer func() {
 				for _, d := range devs {
 					_ = d.Close()

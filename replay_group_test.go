@@ -608,7 +608,7 @@ func TestReplayGroupBackToBackMixedChain(t *testing.T) {
 			x, err := d.FromFloat32(n, n, randMatrix(4, n))
 			require.NoError(t, err)
 			eager, replayed := outsFor(t, d, p, n), outsFor(t, d, p, n)
-			rec, err := tk.Record(func() error { return p.run(tk, x, replayed) })
+			rec, err := tk.Record(func() error { return p.Run(tk, x, replayed) })
 			require.NoError(t, err)
 			require.Greater(t, rec.Segments(), 2)
 			settled := 0
@@ -621,7 +621,7 @@ func TestReplayGroupBackToBackMixedChain(t *testing.T) {
 			require.Equal(t, 4, settled, "every replay settles the group")
 			require.Equal(t, rec.segs[0].tl, rec.segs[len(rec.segs)-1].tl,
 				"the last segment is on the first one's timeline: replays after the first skip the operands")
-			require.NoError(t, p.run(tk, x, eager))
+			require.NoError(t, p.Run(tk, x, eager))
 			for i := range eager {
 				want, err := eager[i].Float32s()
 				require.NoError(t, err)

@@ -8,7 +8,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rocsync/rocsync/driver"
 	"github.com/rocsync/rocsync/hip"
 	"github.com/rocsync/rocsync/internal/testhooks"
 	"github.com/rocsync/rocsync/rocblas"
@@ -16,26 +15,24 @@ import (
 )
 
 // A replayProgram writes its results into arrays it is given (outs[0] is
-// the result), so that one recording can be replayed and its results
-// compared with the same program run eagerly into other arrays.
+// the result): internal/conformance's ReplayProgram, which the package's
+// external tests hand in (conformance_helpers_test.go) with the seed programs
+// and the replay check.
 type replayProgram struct {
-	name string
-	outs int
-	run  func(tk *Task, x *Array, o []*Array) error
+	Name string
+	Outs int
+	Run  func(tk *Task, x *Array, o []*Array) error
 }
 
-var replaySeedPrograms = []replayProgram{
-	{"matmul", 3, func(tk *Task, x *Array, o []*Array) error {
-		return errors.Join(tk.MatMulInto(o[1], x, x, false, false), tk.MatMulInto(o[2], x, o[1], false, false),
-			tk.MatMulInto(o[0], x, o[2], false, false))
-	}},
-	{"elementwise", 3, func(tk *Task, x *Array, o []*Array) error {
-		return errors.Join(tk.MulInto(o[1], x, x), tk.MulInto(o[2], x, o[1]), tk.MulInto(o[0], x, o[2]))
-	}},
-	{"mixed", 2, func(tk *Task, x *Array, o []*Array) error {
-		return errors.Join(tk.MulInto(o[1], x, x), tk.MatMulInto(o[0], o[1], x, false, false))
-	}},
-}
+var (
+	// replaySeedPrograms are conformance.ReplaySeedPrograms.
+	replaySeedPrograms []replayProgram
+	// checkReplayEqualsEager is conformance.CheckReplayEqualsEager on d's
+	// backend.
+	checkReplayEqualsEager func(t *testing.T, d *Device, tk *Task, p replayProgram, n, iters int)
+	// outsFor is conformance.ReplayOuts.
+	outsFor func(t *testing.T, d *Device, p replayProgram, n int) []*Array
+)
 
 // mixedChain mixes every kind of op: rocsync's kernels, a gemm, SAXPY (a
 // user kernel), a library call of the user's (rocBLAS on the raw stream),
@@ -73,98 +70,6 @@ func mixedChain(d *Device, saxpy *Kernel) replayProgram {
 			tk.AddInto(v, h, x), tk.Sum(o[0], v, SumAll)}
 		return errors.Join(errs...)
 	}}
-}
-
-// outsFor allocates a program's arrays (outs[0] 1×1 for the chain's sum).
-func outsFor(t *testing.T, d *Device, p replayProgram, n int) []*Array {
-	o := make([]*Array, p.outs)
-	for i := range o {
-		r, c := n, n
-		if p.name == "chain" && i == 0 {
-			r, c = 1, 1
-		}
-		a, err := d.Empty(r, c, Float32)
-		require.NoError(t, err)
-		o[i] = a
-	}
-	return o
-}
-
-// checkReplayEqualsEager records p once and, iters times, uploads a new x
-// (outside the recording), runs p eagerly into one set of arrays and
-// replays the recording into another, and requires equal results.
-func checkReplayEqualsEager(t *testing.T, d *Device, tk *Task, p replayProgram, n, iters int) {
-	x, err := d.Empty(n, n, Float32)
-	require.NoError(t, err)
-	require.NoError(t, tk.UploadFloat32(x, randMatrix(1, n)))
-	eager, replayed := outsFor(t, d, p, n), outsFor(t, d, p, n)
-	rec, err := tk.Record(func() error { return p.run(tk, x, replayed) })
-	require.NoError(t, err)
-	defer func() { require.NoError(t, rec.Close()) }()
-	require.Positive(t, rec.Ops())
-	var launches0 uint64
-	if d.Emulated() {
-		launches0 = d.machine().HIP().GraphLaunches()
-	}
-	for it := range iters {
-		host := randMatrix(uint64(10+it), n)
-		for i := range host {
-			host[i] *= 0.5
-		}
-		require.NoError(t, tk.UploadFloat32(x, host))
-		require.NoError(t, p.run(tk, x, eager))
-		require.NoError(t, rec.Replay())
-		want, err := eager[0].Float32s()
-		require.NoError(t, err)
-		got, err := replayed[0].Float32s()
-		require.NoError(t, err)
-		if d.Emulated() || suiteOn() == onSimulatedDriver {
-			require.Equal(t, want, got, "iteration %d", it)
-		} else {
-			// A GPU BLAS may pick another algorithm inside a graph.
-			requireClose(t, widen(want), got, 1e-5)
-		}
-	}
-	// Replayed arrays cannot be freed while the recording lives.
-	require.ErrorIs(t, replayed[0].Free(), ErrRecording)
-	if d.Emulated() {
-		requireHIPGraphReplay(t, d, rec, launches0, iters)
-	}
-}
-
-// requireHIPGraphReplay checks, on the emulator, that every HIP stream
-// segment of rec was captured into a hipGraph (none fell back to the
-// in-order calls) and that each of the iters replays launched each graph
-// once.
-func requireHIPGraphReplay(t *testing.T, d *Device, rec *Recording, launches0 uint64, iters int) {
-	t.Helper()
-	graphs, fallbacks := rec.Graphs()
-	require.Empty(t, fallbacks, "segments not captured into a hipGraph")
-	streamSegs := 0
-	for _, s := range rec.segs {
-		if s.lane != driver.LaneHost && (s.lane != driver.LaneKernel || d.Policy() == Unified) {
-			streamSegs++ // the HIP stream's
-		}
-	}
-	require.Equal(t, streamSegs, graphs)
-	if d.Policy() == Unified {
-		require.Positive(t, graphs, "under Unified every recorded op is on the HIP stream")
-	}
-	require.EqualValues(t, graphs*iters, d.machine().HIP().GraphLaunches()-launches0, "hipGraphLaunch count")
-}
-
-func TestReplayEqualsEagerSeedPrograms(t *testing.T) {
-	for _, p := range replaySeedPrograms {
-		for _, pol := range allPolicies {
-			t.Run(p.name+"/"+pol.String(), func(t *testing.T) {
-				d := openStrict(t, pol)
-				tk, err := d.NewTask()
-				require.NoError(t, err)
-				checkReplayEqualsEager(t, d, tk, p, 32, 4)
-				require.NoError(t, tk.Close())
-			})
-		}
-	}
 }
 
 func TestReplayEqualsEagerMixedChain(t *testing.T) {
@@ -227,7 +132,7 @@ func TestReplayCountsBoundaryWaits(t *testing.T) {
 			x, err := d.FromFloat32(16, 16, randMatrix(3, 16))
 			require.NoError(t, err)
 			o := outsFor(t, d, replaySeedPrograms[2], 16)
-			rec, err := tk.Record(func() error { return replaySeedPrograms[2].run(tk, x, o) })
+			rec, err := tk.Record(func() error { return replaySeedPrograms[2].Run(tk, x, o) })
 			require.NoError(t, err)
 			busy(t, d, tk)
 			before := tk.Stats()
@@ -252,20 +157,20 @@ func TestReplayCountsBoundaryWaits(t *testing.T) {
 // hazard checker reports it, so the ordering tests above can fail.
 func TestReplayWithoutWaitsIsARace(t *testing.T) {
 	for _, p := range []replayProgram{replaySeedPrograms[1], replaySeedPrograms[2]} {
-		t.Run(p.name, func(t *testing.T) {
-			if p.name == "mixed" && raceEnabled {
+		t.Run(p.Name, func(t *testing.T) {
+			if p.Name == "mixed" && raceEnabled {
 				// The kernel and the gemm inside the replay really race:
 				// Go's race detector would report the emulator's memory.
 				t.Skip("an unordered race inside one replay; run without -race")
 			}
-			d := openStrict(t, DeviceSide, func(o *Options) { o.disableWaits = true })
+			d := openStrict(t, DeviceSide, func(o *Options) { o.test.DisableWaits = true })
 			emulatorOnly(t, d, "the hazard checker")
 			tk, err := d.NewTask()
 			require.NoError(t, err)
 			x, err := d.Empty(16, 16, Float32)
 			require.NoError(t, err)
 			o := outsFor(t, d, p, 16)
-			rec, err := tk.Record(func() error { return p.run(tk, x, o) })
+			rec, err := tk.Record(func() error { return p.Run(tk, x, o) })
 			require.NoError(t, err)
 			require.NoError(t, tk.UploadFloat32(x, randMatrix(5, 16)))
 			d.machine().Quiesce() // the upload ends, unobserved by the host (and ordered for Go's race detector)
@@ -389,14 +294,6 @@ func TestReplayKeepsReductionWorkspace(t *testing.T) {
 	require.NoError(t, tk.Close())
 }
 
-func widen(v []float32) []float64 {
-	out := make([]float64, len(v))
-	for i, x := range v {
-		out[i] = float64(x)
-	}
-	return out
-}
-
 // A recording longer than the ring (QueueSize 64) is replayed in parts,
 // one doorbell each, and a part longer than MaxInFlight waits for the
 // queue to empty: right results, no hang, under the hazard checker.
@@ -476,7 +373,7 @@ func TestReplayUnderDebugModes(t *testing.T) {
 		x, err := d.FromFloat32(16, 16, randMatrix(3, 16))
 		require.NoError(t, err)
 		o := outsFor(t, d, replaySeedPrograms[2], 16)
-		rec, err := tk.Record(func() error { return replaySeedPrograms[2].run(tk, x, o) })
+		rec, err := tk.Record(func() error { return replaySeedPrograms[2].Run(tk, x, o) })
 		require.NoError(t, err)
 		release := d.machine().Hold()
 		err = rec.Replay()

@@ -111,7 +111,7 @@ func kernargFault(t *testing.T, open func(t *testing.T) *Device) {
 	require.ErrorAs(t, err, &re)
 	require.ErrorIs(t, err, queue.ErrQueueBroken)
 	require.ErrorIs(t, err, &hsa.Error{Status: hsa.StatusErrorMemoryApertureViolation})
-	_ = d.Close() // must return; what it reports is issue 10's business
+	_ = d.Close() // must return; what it reports the failure tests check
 }
 
 func TestKernargWithoutAllowAccessFaults(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 	"github.com/rocsync/rocsync/userkernel"
 )
 
-// Task is the task-local state of the seed design: on ROCm one HSA queue
+// Task is the task-local state of the design: on ROCm one HSA queue
 // for rocsync's kernels, one HIP stream, and a rocBLAS handle bound to that
 // stream. Ops submitted through a task run in order; a Task serves one
 // goroutine at a time (give each goroutine its own): a call made while

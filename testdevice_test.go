@@ -48,7 +48,7 @@ func openStrict(t *testing.T, p Policy, mod ...func(*Options)) *Device {
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		require.NoError(t, d.Close())
-		if !o.disableWaits {
+		if !o.test.DisableWaits {
 			require.Empty(t, d.Hazards(), "hazard checker fired")
 		}
 	})

@@ -1,4 +1,4 @@
-// Command bench runs the seed's programs (and more) under every rocsync
+// Command bench runs the seed programs (and more) under every rocsync
 // policy on the default device, the emulator when no AMD GPU is present,
 // and reports dispatch time, total time, host waits and HSA↔HIP crossings
 // per iteration.
@@ -11,7 +11,7 @@
 //	go run ./bench -backend cuda -paired-raw -iters 2000
 //	go run ./bench -backend cuda -paired-raw -replay -iters 3000
 //
-// Programs: matmul and elementwise (the seed's three chained ops), mixed
+// Programs: matmul and elementwise (three chained ops each), mixed
 // ((x∘x)·x, -repeat times) and mlp (one MLP training step with Adam; see
 // mlp.go). It exits 1 if two policies computed different checksums.
 //
@@ -116,8 +116,8 @@ type result struct {
 	// Mode is "replay" for a replayed recording (-replay), "" for eager.
 	Mode string `json:"mode,omitempty"`
 	// ReplayOverEager (replayed runs) is this run's total median over the
-	// eager run's of the same program and policy (issue 12's "replayed
-	// mlp training step against eager": aim ≤ 0.5).
+	// eager run's of the same program and policy (for mlp, a replayed
+	// training step against an eager one; the target is ≤ 0.5).
 	ReplayOverEager float64 `json:"replay_total_over_eager,omitempty"`
 }
 

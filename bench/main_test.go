@@ -487,7 +487,7 @@ func TestReplayFlag(t *testing.T) {
 			t.Errorf("%s: replay checksum %v, eager %v", key, r.Checksum, e.Checksum)
 		}
 		// The replay/eager total ratio, per program and policy (mlp's is
-		// issue 12's "replayed training step against eager").
+		// a replayed training step against an eager one).
 		if want := r.TotalMedianUS / e.TotalMedianUS; r.ReplayOverEager != want || e.ReplayOverEager != 0 {
 			t.Errorf("%s: replay/eager %v, want %v (eager run's %v)", key, r.ReplayOverEager, want, e.ReplayOverEager)
 		}

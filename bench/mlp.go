@@ -18,7 +18,7 @@ import (
 // Gemms (the products, and the bias broadcasts as ones(batch×1)·b) run on
 // the library stream (rocBLAS on HIP); everything else is one of rocsync's
 // elementwise kernels on the HSA queue. The Adam update is the chain of
-// elementwise ops of the seed's fused broadcast (shared/seeds/004):
+// elementwise ops of the fused broadcast of shared/seeds/004:
 //
 //	m = β1·m + (1-β1)·g          ScaleInto, AXPYInto
 //	v = β2·v + (1-β2)·g²         MulInto, ScaleInto, AXPYInto

@@ -6,8 +6,8 @@ package main
 // replay of the same sequence (stream capture, cuGraphLaunch), rocsync's
 // eager iteration and rocsync's replay of a recording made once
 // (Task.Record, Recording.Replay). Alternating keeps the four under the
-// same machine state, as -paired-raw does for two, so that the ratios of
-// issue 12 (replay against the raw graph, ≤ 1.05×; one replay's host cost
+// same machine state, as -paired-raw does for two, so that the target
+// ratios (replay against the raw graph, ≤ 1.05×; one replay's host cost
 // against cuGraphLaunch's, ≤ 1 µs more) resolve a few percent.
 //
 // The raw graph is the program's single-stream shape (raw.Program.Graphable):

@@ -80,7 +80,7 @@ func mixedCrossings(cfg config) crossingCount {
 
 func square(cfg config) string { return fmt.Sprintf("%dx%d", cfg.n, cfg.n) }
 
-// seedState runs the seed's chain t1 = f(x, x), t2 = f(x, t1), t3 = f(x, t2).
+// seedState runs a seed program's chain t1 = f(x, x), t2 = f(x, t1), t3 = f(x, t2).
 type seedState struct {
 	x    *rocsync.Array
 	f    func(t *rocsync.Task, x, a *rocsync.Array) (*rocsync.Array, error)

@@ -265,9 +265,9 @@ func (l *Lib) callOn(b *cmem.Block, c *Ctx, fn int, args []uintptr) (uintptr, in
 // thread, instead of setting it every time. Both cost one foreign call
 // when the context is already current (the usual case); cuCtxGetCurrent
 // only reads the driver's thread-local state while cuCtxSetCurrent updates
-// it, but on the H100 the two forms were indistinguishable within the VM's
-// run-to-run noise (BenchmarkGPUCtx* against BenchmarkGPUCtx*SetAlways).
-// The tests run both.
+// it; the two forms time alike within run-to-run noise on an H100
+// (BenchmarkGPUCtx* against BenchmarkGPUCtx*SetAlways). The tests run
+// both.
 var checkCurrent = true
 
 const lastWord = blockBytes/8 - 1

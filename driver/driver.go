@@ -56,9 +56,9 @@ type DeviceConfig struct {
 	// (cuStreamWaitValue64) for a host lane's functions. Off by default:
 	// streams share a few hardware queues (CUDA_DEVICE_MAX_CONNECTIONS),
 	// so a host function's own synchronous copy (HostAccess) can queue
-	// behind the stream that waits for that function, and both hang, as
-	// the op-set acceptance program did on an H100. Tests of the
-	// mechanism turn it on.
+	// behind the stream that waits for that function, and both hang (the
+	// open op set's program hangs so on an H100). Tests of the mechanism
+	// turn it on.
 	StreamWaitsForHostLanes bool
 }
 

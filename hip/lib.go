@@ -333,12 +333,6 @@ func (l *Lib) onDevice(device int, fn int, args ...uintptr) error {
 	return l.check(fn, b.Call(l.sym[fn], args...))
 }
 
-// getDevice is hipGetDevice on the calling thread (for tests).
-func (l *Lib) getDevice() (int, error) {
-	v, err := l.outCall(noDeviceArg, symGetDevice)
-	return int(int32(v)), err
-}
-
 // RuntimeVersion is hipRuntimeGetVersion: major*10000000 + minor*100000 +
 // patch (50221153 for 5.2.21153). It works without a GPU.
 func (l *Lib) RuntimeVersion() (int, error) {

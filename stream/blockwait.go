@@ -2,10 +2,10 @@ package stream
 
 // Bounded host waits that block.
 //
-// Neither HIP nor CUDA has a synchronize call with a deadline, and a
-// bounded wait (Config.WaitTimeout, or a cancellable context) used to poll
-// the event or stream and sleep between queries, which woke late and
-// doubled the cost of short waits on a GPU. Instead, a bounded wait hands
+// Neither HIP nor CUDA has a synchronize call with a deadline. Polling
+// the event or stream and sleeping between queries wakes late and doubles
+// the cost of short waits on a GPU, so a bounded wait (Config.WaitTimeout,
+// or a cancellable context) hands
 // the blocking call (hipEventSynchronize / cuEventSynchronize on the event
 // for its ticket, or the stream synchronize when it waits for the whole
 // stream) to a helper goroutine from a process-wide pool and selects on
@@ -32,8 +32,8 @@ package stream
 //
 // Before the handoff a bounded wait queries for a short while (spinFor):
 // most waits on a GPU end within tens of microseconds, sooner than the
-// handoff's two goroutine wake-ups, which cost about 20 µs per wait on the
-// H100 machine's VM (bench -paired-raw -wait-timeout, docs/benchmarks.md).
+// handoff's two goroutine wake-ups, which cost about 20 µs per wait on an
+// H100 host's VM (bench -paired-raw -wait-timeout, docs/benchmarks.md).
 //
 // In steady state a wait allocates nothing: the request (with its result
 // channel and timer) comes from a free list, and an idle helper takes it
@@ -77,11 +77,11 @@ func (s *Stream) spin(b *syncstate.Bound, h, ev uintptr) (done bool, err error) 
 }
 
 // The spin never yields the processor: a query is a foreign call, during
-// which other goroutines run anyway, and on the H100 machine one
-// runtime.Gosched cost ~15 µs (the goroutine goes through the global run
-// queue), which made every wait longer than ~16 queries 15 µs late (a
-// replayed 128x128 matmul took 1.85x the raw graph with it, bench
-// -paired-raw -replay). The emulator, whose GPU is goroutines of this
+// which other goroutines run anyway, and a runtime.Gosched costs ~15 µs
+// on an H100 host (the goroutine goes through the global run queue),
+// which makes every wait longer than ~16 queries 15 µs late (a replayed
+// 128x128 matmul takes 1.85x the raw graph with it, bench -paired-raw
+// -replay). The emulator, whose GPU is goroutines of this
 // process, yields in its own not-ready answers instead.
 
 const (

@@ -233,9 +233,9 @@ func New(api API, s uintptr, c Config) *Stream {
 // before it and with a memory barrier, so once the host reads a value v
 // from Word, every ticket up to v is complete and its results visible.
 // Reading it costs nothing, where a query is a runtime call (about 2 µs
-// for cuStreamQuery on the H100 machine), and a spinning reader learns of
-// completion as soon as the device writes: on the H100 a whole-stream
-// wait through a watch returned 0.7 µs sooner than cuStreamSynchronize
+// for cuStreamQuery on an H100 host), and a spinning reader learns of
+// completion as soon as the device writes: on an H100 a whole-stream
+// wait through a watch returns 0.7 µs sooner than cuStreamSynchronize
 // (cudadev's BenchmarkGPUWaitDetection). A word serves one stream for the
 // stream's life.
 type Watch struct {

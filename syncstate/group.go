@@ -154,7 +154,7 @@ func (s *State) fold(take bool, host int) {
 // Otherwise it returns false and changes nothing: the caller begins the
 // replay on every member as Ops, and ends it with Settle.
 func (g *Group) BeginReplay(e *Engine, tl Timeline, sinks Sinks) bool {
-	if e.DisableWaits || e.Observer != nil || e.OnHostWait != nil {
+	if e.Test.DisableWaits || e.Observer != nil || e.OnHostWait != nil {
 		return false
 	}
 	g.mu.Lock()

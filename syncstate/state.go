@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+
+	"github.com/rocsync/rocsync/internal/testhooks"
 )
 
 // MaxOperands is the most arrays one op may touch.
@@ -237,12 +239,8 @@ func (o *Op) add(s *State, write bool) {
 // Engine applies a policy and counts what it does.
 type Engine struct {
 	Policy Policy
-	// DisableWaits skips every wait the policy would emit. It exists only
-	// so tests can prove that the hazard checker catches missing waits.
-	DisableWaits bool
-	// DisableCrossDeviceWaits skips only the waits for fences of other
-	// devices (syncstate.Placed), to prove the checker catches those.
-	DisableCrossDeviceWaits bool
+	// Test are the engine's test switches (docs/testing.md).
+	Test testhooks.Engine
 	// OnHostWait, if set, is told of every host wait the engine is about
 	// to make (op names the op, consumer its timeline, f what it waits
 	// for); an error refuses the wait, and the op fails with it
@@ -300,7 +298,7 @@ func (o *Op) Begin(e *Engine, tl Timeline, sinks Sinks) error {
 	}
 	o.e, o.tl = e, tl
 	o.lock()
-	if e.DisableWaits {
+	if e.Test.DisableWaits {
 		// Not even a completion poll, which would let the host observe
 		// the producer and order the op after it.
 		return nil
@@ -320,8 +318,8 @@ func (o *Op) Begin(e *Engine, tl Timeline, sinks Sinks) error {
 	consider := func(f Fence) {
 		switch {
 		case f.TL == nil:
-		case e.DisableCrossDeviceWaits && CrossDevice(tl, f.TL):
-			// Not even a completion poll (see DisableWaits).
+		case e.Test.DisableCrossDeviceWaits && CrossDevice(tl, f.TL):
+			// Not even a completion poll (see Test.DisableWaits).
 		case f.TL == tl:
 			skipped++ // in-order execution on tl already orders it
 			e.decided(o.Name, tl, f, SkipSameTimeline, 0)
@@ -467,7 +465,7 @@ func readerOn(s *State, tl Timeline) bool {
 // resolve emits the waits for deps: on the device where the policy and the
 // consumer allow, otherwise on the host.
 func (e *Engine) resolve(op string, tl Timeline, deps []Fence, sinks Sinks) error {
-	if len(deps) == 0 || e.DisableWaits {
+	if len(deps) == 0 || e.Test.DisableWaits {
 		return nil
 	}
 	// The device-side list goes through an interface call, where Go's
@@ -510,7 +508,7 @@ func (e *Engine) resolve(op string, tl Timeline, deps []Fence, sinks Sinks) erro
 }
 
 func (e *Engine) hostWait(op string, tl Timeline, f Fence, sinks Sinks) error {
-	if e.DisableWaits {
+	if e.Test.DisableWaits {
 		return nil
 	}
 	r := ReasonCrossQueue
@@ -579,7 +577,7 @@ func (o *Op) Commit(ticket uint64, sinks Sinks) error {
 // recorded; other policies do nothing. OnHostWait allowed the wait in
 // Begin (a replay that skips Begin runs only without OnHostWait).
 func (e *Engine) waitAlways(name string, f Fence, sinks Sinks) error {
-	if e.Policy != WaitAlways || e.DisableWaits {
+	if e.Policy != WaitAlways || e.Test.DisableWaits {
 		return nil
 	}
 	sinks.HostWait(ReasonWaitAlways)

@@ -110,11 +110,11 @@ const (
 	// hipStreamWaitEvent) and on the host only at crossings between
 	// domains.
 	DeviceSide Policy = iota
-	// WaitAlways is the seed's "before": every op is followed by a host
-	// wait for its own completion.
+	// WaitAlways is the baseline without the sync state: every op is
+	// followed by a host wait for its own completion.
 	WaitAlways
-	// SkipSameQueue is the seed's "after": no wait on the same queue or
-	// stream, a host wait on any other crossing.
+	// SkipSameQueue is the baseline that tracks queues only: no wait on
+	// the same queue or stream, a host wait on any other crossing.
 	SkipSameQueue
 	// Unified runs kernels and library calls on one stream per task, so a
 	// task has no crossing at all; crossings between tasks wait on the
@@ -161,7 +161,8 @@ func ParsePolicy(s string) (Policy, error) {
 // policy, its dependencies never block the submitting goroutine (that is
 // what a host lane is for). A GPU timeline waits for a host lane on the
 // device (a signal or memory word the lane completes) under the policies
-// that wait on the device at all; the seed's two baselines host-wait.
+// that wait on the device at all; the two baselines (WaitAlways,
+// SkipSameQueue) host-wait.
 func (p Policy) deviceWaitAllowed(consumer, producer Domain) bool {
 	if consumer == DomainHost {
 		return true

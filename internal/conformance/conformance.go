@@ -58,6 +58,18 @@ type Backend struct {
 	// (hipRuntimeGetVersion); nil where it is the emulator's default, a
 	// 6.x, or the backend is not ROCm.
 	HIPVersion func(t *testing.T) int
+	// InjectFault makes every op of d that f names (by the kernel's or
+	// library function's name) fail as a device fault; nil f stops. Nil
+	// where the backend cannot fault an op on purpose (only the ROCm
+	// emulator can).
+	InjectFault func(d *rocsync.Device, f func(op string) bool)
+	// Machine makes o open n devices, whose peer access reach decides
+	// (nil: every pair reaches every other); nil where the backend's
+	// devices and their links are given (hardware).
+	Machine func(o *rocsync.Options, n int, reach func(a, b int) bool)
+	// InexactReplay lets a replay's results differ from the eager ones
+	// by rounding: a GPU BLAS may pick another algorithm inside a graph.
+	InexactReplay bool
 	// CheckCodeObjects makes EveryKernelMatchesReference check, under
 	// Unified, which code-object version the real HIP loaded.
 	CheckCodeObjects bool
@@ -84,6 +96,14 @@ type Internals struct {
 	// CUDAHostWaitsOnDevice says whether a CUDA device's streams wait for
 	// host memory (64-bit stream memory operations).
 	CUDAHostWaitsOnDevice func(d *rocsync.Device) bool
+	// StagePeerCopies makes a device opened with o stage every copy
+	// between GPUs through host memory, even where peer access works.
+	StagePeerCopies func(o *rocsync.Options)
+	// GraphLaunches counts the emulated device's hipGraphLaunch calls.
+	GraphLaunches func(d *rocsync.Device) uint64
+	// StreamSegments counts the segments of rec that replay on the HIP
+	// stream.
+	StreamSegments func(d *rocsync.Device, rec *rocsync.Recording) int
 }
 
 // Suite is one conformance suite.
@@ -114,6 +134,11 @@ var Suites = []Suite{
 	{"RecordErrors", RecordErrors},
 	{"RecordPanicLeavesTaskEager", RecordPanicLeavesTaskEager},
 	{"RecordLibraryCallPanicReleasesOperands", RecordLibraryCallPanicReleasesOperands},
+	{"ReplayEqualsEager", ReplayEqualsEager},
+	{"PeerCopyTrainingChain", PeerCopyTrainingChain},
+	{"FaultReachesEveryDependent", FaultReachesEveryDependent},
+	{"AfterAFault", AfterAFault},
+	{"GemmFaultThenWaitOnLaterEvent", GemmFaultThenWaitOnLaterEvent},
 }
 
 // Run runs every suite on b, each as a subtest named by the suite; a suite

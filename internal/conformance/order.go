@@ -17,7 +17,7 @@ import (
 
 const n128 = 128
 
-// seedProgram runs one of the seed's programs and returns the result array
+// seedProgram runs one of the seed programs and returns the result array
 // and the device stats between the start and the final Synchronize.
 type seedProgram struct {
 	name  string

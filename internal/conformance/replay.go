@@ -14,6 +14,126 @@ import (
 // run them.
 var allPolicies = []rocsync.Policy{rocsync.DeviceSide, rocsync.SkipSameQueue, rocsync.WaitAlways, rocsync.Unified, rocsync.DeviceBridge}
 
+// A ReplayProgram writes its results into arrays it is given (outs[0] is
+// the result), so that one recording can be replayed and its results
+// compared with the same program run eagerly into other arrays.
+type ReplayProgram struct {
+	Name string
+	Outs int
+	Run  func(tk *rocsync.Task, x *rocsync.Array, o []*rocsync.Array) error
+}
+
+// ReplaySeedPrograms are the seed programs as replay programs.
+var ReplaySeedPrograms = []ReplayProgram{
+	{"matmul", 3, func(tk *rocsync.Task, x *rocsync.Array, o []*rocsync.Array) error {
+		return errors.Join(tk.MatMulInto(o[1], x, x, false, false), tk.MatMulInto(o[2], x, o[1], false, false),
+			tk.MatMulInto(o[0], x, o[2], false, false))
+	}},
+	{"elementwise", 3, func(tk *rocsync.Task, x *rocsync.Array, o []*rocsync.Array) error {
+		return errors.Join(tk.MulInto(o[1], x, x), tk.MulInto(o[2], x, o[1]), tk.MulInto(o[0], x, o[2]))
+	}},
+	{"mixed", 2, func(tk *rocsync.Task, x *rocsync.Array, o []*rocsync.Array) error {
+		return errors.Join(tk.MulInto(o[1], x, x), tk.MatMulInto(o[0], o[1], x, false, false))
+	}},
+}
+
+// ReplayOuts allocates a program's arrays (outs[0] 1×1 for the chain's
+// sum).
+func ReplayOuts(t *testing.T, d *rocsync.Device, p ReplayProgram, n int) []*rocsync.Array {
+	o := make([]*rocsync.Array, p.Outs)
+	for i := range o {
+		r, c := n, n
+		if p.Name == "chain" && i == 0 {
+			r, c = 1, 1
+		}
+		a, err := d.Empty(r, c, rocsync.Float32)
+		require.NoError(t, err)
+		o[i] = a
+	}
+	return o
+}
+
+// CheckReplayEqualsEager records p once and, iters times, uploads a new x
+// (outside the recording), runs p eagerly into one set of arrays and
+// replays the recording into another, and requires equal results.
+func CheckReplayEqualsEager(t *testing.T, be *Backend, d *rocsync.Device, tk *rocsync.Task, p ReplayProgram, n, iters int) {
+	x, err := d.Empty(n, n, rocsync.Float32)
+	require.NoError(t, err)
+	require.NoError(t, tk.UploadFloat32(x, testcheck.RandMatrix(1, n)))
+	eager, replayed := ReplayOuts(t, d, p, n), ReplayOuts(t, d, p, n)
+	rec, err := tk.Record(func() error { return p.Run(tk, x, replayed) })
+	require.NoError(t, err)
+	defer func() { require.NoError(t, rec.Close()) }()
+	require.Positive(t, rec.Ops())
+	var launches0 uint64
+	if d.Emulated() {
+		launches0 = be.Internals.GraphLaunches(d)
+	}
+	for it := range iters {
+		host := testcheck.RandMatrix(uint64(10+it), n)
+		for i := range host {
+			host[i] *= 0.5
+		}
+		require.NoError(t, tk.UploadFloat32(x, host))
+		require.NoError(t, p.Run(tk, x, eager))
+		require.NoError(t, rec.Replay())
+		want, err := eager[0].Float32s()
+		require.NoError(t, err)
+		got, err := replayed[0].Float32s()
+		require.NoError(t, err)
+		if !be.InexactReplay {
+			require.Equal(t, want, got, "iteration %d", it)
+		} else {
+			// A GPU BLAS may pick another algorithm inside a graph.
+			testcheck.RequireClose(t, widen(want), got, 1e-5)
+		}
+	}
+	// Replayed arrays cannot be freed while the recording lives.
+	require.ErrorIs(t, replayed[0].Free(), rocsync.ErrRecording)
+	if d.Emulated() {
+		requireHIPGraphReplay(t, be, d, rec, launches0, iters)
+	}
+}
+
+// requireHIPGraphReplay checks, on the emulator, that every HIP stream
+// segment of rec was captured into a hipGraph (none fell back to the
+// in-order calls) and that each of the iters replays launched each graph
+// once.
+func requireHIPGraphReplay(t *testing.T, be *Backend, d *rocsync.Device, rec *rocsync.Recording, launches0 uint64, iters int) {
+	t.Helper()
+	graphs, fallbacks := rec.Graphs()
+	require.Empty(t, fallbacks, "segments not captured into a hipGraph")
+	require.Equal(t, be.Internals.StreamSegments(d, rec), graphs)
+	if d.Policy() == rocsync.Unified {
+		require.Positive(t, graphs, "under Unified every recorded op is on the HIP stream")
+	}
+	require.EqualValues(t, graphs*iters, be.Internals.GraphLaunches(d)-launches0, "hipGraphLaunch count")
+}
+
+func widen(v []float32) []float64 {
+	w := make([]float64, len(v))
+	for i, x := range v {
+		w[i] = float64(x)
+	}
+	return w
+}
+
+// Replaying a recording of each seed program gives what the program gave
+// eagerly, under every policy.
+func ReplayEqualsEager(t *testing.T, be *Backend) {
+	for _, p := range ReplaySeedPrograms {
+		for _, pol := range allPolicies {
+			t.Run(p.Name+"/"+pol.String(), func(t *testing.T) {
+				d := open(t, be, pol)
+				tk, err := d.NewTask()
+				require.NoError(t, err)
+				CheckReplayEqualsEager(t, be, d, tk, p, 32, 4)
+				require.NoError(t, tk.Close())
+			})
+		}
+	}
+}
+
 // What waits on the host inside Record is a typed error; so are a freed
 // operand, replaying after Close, and freeing what a recording uses.
 func RecordErrors(t *testing.T, be *Backend) {

@@ -64,7 +64,7 @@ func BenchmarkGemm(b *testing.B) {
 	})
 }
 
-// BenchmarkSeed runs the seed's programs through syncstate the way the
+// BenchmarkSeed runs the seed programs through syncstate the way the
 // front package does, one iteration being the program plus a final host
 // wait for its result: the driver-level counterpart of bench/rawcuda, with
 // the same shapes (mixed is (x∘x)·x three times, on fresh buffers). Besides

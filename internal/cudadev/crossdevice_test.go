@@ -6,6 +6,7 @@ import (
 
 	"github.com/rocsync/rocsync/driver"
 	"github.com/rocsync/rocsync/internal/reference"
+	"github.com/rocsync/rocsync/internal/testhooks"
 	"github.com/rocsync/rocsync/syncstate"
 )
 
@@ -38,7 +39,7 @@ func TestCrossDeviceChainOnEmulatedCUDA(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				eng := syncstate.Engine{Policy: p, DisableCrossDeviceWaits: disable}
+				eng := syncstate.Engine{Policy: p, Test: testhooks.Engine{DisableCrossDeviceWaits: disable}}
 				hA := &harness{t: t, d: dA, emu: e, eng: eng, stats: &stats}
 				hB := &harness{t: t, d: dB, emu: e, eng: eng, stats: &stats}
 				ta, tb := hA.task(), hB.task()

@@ -16,7 +16,7 @@ import (
 // end of cuStreamSynchronize: captured on the handle's own stream
 // ("own"), on a stream of the capture's own with the handle rebound to it,
 // as Task.Record does ("rebound"), and the task's recording itself
-// ("record"); "eager" is the three gemms without a graph. On the H100 all
+// ("record"); "eager" is the three gemms without a graph. On an H100 all
 // three graphs replay in the same time (20-22 µs), also without a
 // workspace set by the caller (cublasSetWorkspace, which PyTorch sets for
 // captures; measured with it and without, no difference at 128x128), so

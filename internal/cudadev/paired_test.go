@@ -15,7 +15,7 @@ import (
 )
 
 // TestGPUPairedOverhead measures what the driver layer (syncstate ordering,
-// the timelines, per-call contexts) adds to the seed's programs, against
+// the timelines, per-call contexts) adds to the seed programs, against
 // the same op sequences written directly against the driver API and cuBLAS
 // (bench/rawcuda's shapes), alternating one raw and one layered iteration
 // so that both see the same machine state: on a VM whose speed drifts by

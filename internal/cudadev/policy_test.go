@@ -27,7 +27,7 @@ type program struct {
 
 var programs = []program{
 	{
-		// The seed's three programs: the waits match the emulator's
+		// The three seed programs: the waits match the emulator's
 		// (conformance.SeedPrograms), and Unified and DeviceBridge
 		// never wait on the host.
 		name: "matmul",
@@ -207,7 +207,7 @@ func TestPrograms(t *testing.T) {
 }
 
 // TestMissingWaitsAreCaught proves the emulated device can fail the tests
-// above: with every wait removed (Engine.DisableWaits), the adversarial
+// above: with every wait removed (Engine.Test.DisableWaits), the adversarial
 // scheduler runs consumers before their producers and the results are
 // wrong.
 func TestMissingWaitsAreCaught(t *testing.T) {
@@ -217,7 +217,7 @@ func TestMissingWaitsAreCaught(t *testing.T) {
 		}
 		t.Run(prog.name, func(t *testing.T) {
 			h := newHarness(t, backendKinds[0], syncstate.DeviceBridge)
-			h.eng.DisableWaits = true
+			h.eng.Test.DisableWaits = true
 			host := randVals(1, side*side)
 			x := h.upload(host)
 			out := prog.run(h, x)

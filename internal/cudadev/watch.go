@@ -12,7 +12,7 @@ import (
 // Each stream gets a progress word (stream.Watch) where the device
 // supports cuStreamWriteValue64: a whole-stream host wait enqueues a write
 // of the stream's newest ticket to the word and spins reading it, which
-// on the H100 learns of completion 0.7 µs sooner than
+// on an H100 learns of completion 0.7 µs sooner than
 // cuStreamSynchronize and 0.8 µs sooner than spinning on cuStreamQuery
 // (BenchmarkGPUWaitDetection). Unlike a stream waiting on a host word
 // (hostwait.go), a write holds nothing up, so it is on wherever the

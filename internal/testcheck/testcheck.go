@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -76,4 +77,39 @@ func B2F(b bool) float32 {
 		return 1
 	}
 	return 0
+}
+
+// HangLimit is how long a test lets a call run before calling it a hang.
+const HangLimit = 20 * time.Second
+
+// Within runs fn and fails the test if it does not return in HangLimit.
+func Within[T any](t *testing.T, what string, fn func() T) T {
+	t.Helper()
+	ch := make(chan T, 1)
+	go func() { ch <- fn() }()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(HangLimit):
+		t.Fatalf("%s hangs", what)
+		panic("unreachable")
+	}
+}
+
+// KeepDevices requires n of the devices just opened, skipping the test
+// (after closing them) where there are fewer, and closes them when the
+// test ends.
+func KeepDevices[D interface{ Close() error }](t *testing.T, devs []D, n int) {
+	t.Helper()
+	if len(devs) < n {
+		for _, d := range devs {
+			require.NoError(t, d.Close())
+		}
+		t.Skipf("needs %d GPUs, %d present (run it on a machine with more, such as nvidia-h200-x2)", n, len(devs))
+	}
+	t.Cleanup(func() {
+		for _, d := range devs {
+			require.NoError(t, d.Close())
+		}
+	})
 }

@@ -58,3 +58,33 @@ var (
 	SkipGroupFold          = &Switches.SkipGroupFold
 	SkipGroupUnsettle      = &Switches.SkipGroupUnsettle
 )
+
+// Device are one device's test switches, each off by default:
+// rocsync.Options carries them (a private field the package's tests set),
+// and the device keeps them. They are per device, not in Switches,
+// because tests open devices with and without them at once.
+type Device struct {
+	// DisableWaits skips every wait the policy would emit (the hazard
+	// checker's self-test: the checker catches the missing waits).
+	DisableWaits bool
+	// DisableCrossDeviceWaits skips only the waits for other devices'
+	// work (the checker's self-test for those).
+	DisableCrossDeviceWaits bool
+	// StagePeerCopies stages every copy between GPUs through host memory,
+	// even where peer access works (tests and benchmarks of that path on
+	// hardware).
+	StagePeerCopies bool
+	// BetweenHalves, if set, runs between a staged peer copy's two halves
+	// (the checker's self-test lets the first finish unobserved).
+	BetweenHalves func()
+}
+
+// Engine are one syncstate.Engine's test switches, each off by default.
+type Engine struct {
+	// DisableWaits skips every wait the policy would emit, so tests can
+	// prove that the hazard checker catches missing waits.
+	DisableWaits bool
+	// DisableCrossDeviceWaits skips only the waits for fences of other
+	// devices (syncstate.Placed), to prove the checker catches those.
+	DisableCrossDeviceWaits bool
+}

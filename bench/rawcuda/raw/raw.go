@@ -1,4 +1,4 @@
-// Package raw is the baseline for rocsync's CUDA backend: the seed's
+// Package raw is the baseline for rocsync's CUDA backend: the seed
 // programs written directly against the CUDA driver API and cuBLAS (the
 // purego bindings in cuda/ and cublas/, nothing of rocsync above them),
 // each iteration ended by one final stream synchronization. The command
