@@ -411,6 +411,11 @@ func (l *Lib) StreamCreate(device int, flags uint32) (Stream, error) {
 		return 0, l.errorFor(symSetDevice, ErrorInvalidDevice)
 	}
 	v, err := l.outCall(device, symStreamCreateWithFlags, uintptr(flags))
+	return l.newStream(device, v, err)
+}
+
+// newStream records a stream a create call returned on device.
+func (l *Lib) newStream(device int, v uint64, err error) (Stream, error) {
 	if err != nil {
 		return 0, err
 	}
@@ -427,14 +432,7 @@ func (l *Lib) StreamCreateWithPriority(device int, flags uint32, priority int) (
 		return 0, l.errorFor(symSetDevice, ErrorInvalidDevice)
 	}
 	v, err := l.outCall(device, symStreamCreateWithPriority, uintptr(flags), uintptr(int64(priority)))
-	if err != nil {
-		return 0, err
-	}
-	s := Stream(v)
-	l.mu.Lock()
-	l.updateIndex(func(x *devIndex) { x.streams[s] = device })
-	l.mu.Unlock()
-	return s, nil
+	return l.newStream(device, v, err)
 }
 
 // StreamDestroy is hipStreamDestroy.

@@ -464,15 +464,24 @@ func (q *Queue) retireLocked() {
 func (q *Queue) signalFor(t uint64) *Signal {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if t <= q.completed.Load() {
+	if !q.pendingLocked(t) {
 		return nil
-	}
-	if t > q.lastTicket.Load() {
-		panic(fmt.Sprintf("queue: %s: ticket %d not submitted (last %d)", q.name, t, q.lastTicket.Load()))
 	}
 	e := q.slot(t)
 	e.sig.Retain()
 	return e.sig
+}
+
+// pendingLocked says whether ticket t is still in flight; a ticket never
+// submitted is the caller's bug.
+func (q *Queue) pendingLocked(t uint64) bool {
+	if t <= q.completed.Load() {
+		return false
+	}
+	if t > q.lastTicket.Load() {
+		panic(fmt.Sprintf("queue: %s: ticket %d not submitted (last %d)", q.name, t, q.lastTicket.Load()))
+	}
+	return true
 }
 
 // wakeSignalFor returns a retained signal that completes once ticket t
@@ -483,11 +492,8 @@ func (q *Queue) signalFor(t uint64) *Signal {
 func (q *Queue) wakeSignalFor(t uint64) *Signal {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if t <= q.completed.Load() {
+	if !q.pendingLocked(t) {
 		return nil
-	}
-	if t > q.lastTicket.Load() {
-		panic(fmt.Sprintf("queue: %s: ticket %d not submitted (last %d)", q.name, t, q.lastTicket.Load()))
 	}
 	e := q.slot(t)
 	if q.wake != nil && q.armWakeLocked(t) {

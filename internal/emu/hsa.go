@@ -726,13 +726,17 @@ func (h *HSA) ExecutableLoadAgentCodeObject(e hsa.Executable, a hsa.Agent, r hsa
 				impl.user, _ = user.Kernel(k.Symbol)
 			}
 		}
-		h.m.execMu.Lock()
-		h.m.kernels = append(h.m.kernels, impl)
-		handle := uint64(len(h.m.kernels))
-		h.m.execMu.Unlock()
-		x.symbols[k.Symbol] = handle
+		x.symbols[k.Symbol] = h.m.addKernel(impl)
 	}
 	return nil
+}
+
+// addKernel registers a loaded kernel and returns its handle.
+func (m *Machine) addKernel(impl *kernelImpl) uint64 {
+	m.execMu.Lock()
+	defer m.execMu.Unlock()
+	m.kernels = append(m.kernels, impl)
+	return uint64(len(m.kernels))
 }
 
 // loadDeclared loads a declared image (userkernel.IsDeclaredImage): the
@@ -749,11 +753,7 @@ func (h *HSA) loadDeclared(x *executable, rd *codeReader) error {
 	h.mu.Unlock()
 	for _, k := range ks {
 		impl := h.m.declaredKernelImpl(k)
-		h.m.execMu.Lock()
-		h.m.kernels = append(h.m.kernels, impl)
-		handle := uint64(len(h.m.kernels))
-		h.m.execMu.Unlock()
-		x.symbols[k.Symbol] = handle
+		x.symbols[k.Symbol] = h.m.addKernel(impl)
 	}
 	return nil
 }
