@@ -71,6 +71,7 @@ func (l *Lib) QueueDestroy(q *Queue) error {
 	queueIDsMu.Unlock()
 	if ok {
 		queueErrors.remove(id)
+		queueReported.Delete(id)
 	}
 	return nil
 }
@@ -87,6 +88,10 @@ const errorHandlerDone = -1
 // errorHandlerWaitLimit bounds waitErrorHandler: ROCr's handler normally
 // finishes in microseconds, after the queue's error callback returns.
 const errorHandlerWaitLimit = 30 * time.Second
+
+// scratchErrorBits are the queue error codes of insufficient scratch
+// (wave64 and wave32) that ROCr's handler may retry rather than report.
+const scratchErrorBits = 0x401
 
 var errorHandlerWaits atomic.Uint64
 
@@ -105,7 +110,10 @@ func ErrorHandlerWaits() uint64 { return errorHandlerWaits.Load() }
 // between the read and the store leaves the destructor waiting forever
 // (no handler is left to answer). Waiting here for the -1 first makes the
 // destructor find ERROR_HANDLER_DONE. A signal still 0 has raised no error
-// (the destructor's own store then wakes the registered handler).
+// (the destructor's own store then wakes the registered handler). An
+// insufficient-scratch code (0x401 bits) the handler may keep, waiting for
+// scratch to retry with, and end without -1: it is waited for only once
+// the callback has been called (the handler then always ends with -1).
 func (l *Lib) waitErrorHandler(q *Queue) {
 	if q.Handle == nil {
 		return
@@ -117,6 +125,14 @@ func (l *Lib) waitErrorHandler(q *Queue) {
 	v := l.SignalLoadScacquire(sig)
 	if v == 0 || v == errorHandlerDone {
 		return
+	}
+	if v&scratchErrorBits != 0 {
+		queueIDsMu.Lock()
+		id := queueIDs[uintptr(q.Handle)]
+		queueIDsMu.Unlock()
+		if _, reported := queueReported.Load(id); id == 0 || !reported {
+			return
+		}
 	}
 	errorHandlerWaits.Add(1)
 	deadline := time.Now().Add(errorHandlerWaitLimit)
