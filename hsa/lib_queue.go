@@ -115,7 +115,7 @@ func ErrorHandlerWaits() uint64 { return errorHandlerWaits.Load() }
 // scratch to retry with, and end without -1: it is waited for only once
 // the callback has been called (the handler then always ends with -1).
 func (l *Lib) waitErrorHandler(q *Queue) {
-	if q.Handle == nil {
+	if !l.rocr || q.Handle == nil {
 		return
 	}
 	sig := Signal(*(*uint64)(unsafe.Add(q.Handle, queueInactiveSignalOffset)))
