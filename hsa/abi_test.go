@@ -92,6 +92,8 @@ func abiTable() []abiEntry {
 		c("queueOffSize", off("hsa_queue_t", "size"), queueOffSize),
 		c("queueOffReserved1", off("hsa_queue_t", "reserved1"), queueOffReserved1),
 		c("queueOffID", off("hsa_queue_t", "id"), queueOffID),
+		// amd_queue_t, read by QueueDestroy
+		c("queueInactiveSignalOffset", off("amd_queue_t", "queue_inactive_signal"), queueInactiveSignalOffset),
 
 		// Types passed in one register or read as 32 bits.
 		lit("sizeof(hsa_agent_t)", uint64(unsafe.Sizeof(Agent(0))), "Agent"),

@@ -104,12 +104,17 @@ var (
 	queueErrors registry[QueueErrorFunc]
 	queueIDsMu  sync.Mutex
 	queueIDs    = map[uintptr]uintptr{}
+	// queueReported holds the ids whose callback ROCr has called (the
+	// queue's error handler is then in its last steps: see
+	// waitErrorHandler).
+	queueReported sync.Map
 )
 
 // queueErrorTrampoline runs on a runtime thread, not a Go-created one.
 // status is hsa_status_t: only the low 32 bits of the register are defined.
 func queueErrorTrampoline(st, queue, data uintptr) {
 	if fn, ok := queueErrors.get(data); ok {
+		queueReported.Store(data, struct{}{})
 		fn(Status(uint32(st)))
 	}
 }

@@ -146,6 +146,10 @@ const (
 type Lib struct {
 	path string
 	fn   [numSyms]uintptr
+	// rocr: the library is AMD's ROCr (it exports
+	// hsa_amd_queue_set_priority), whose hsa_queue_t is the first member
+	// of an amd_queue_t (see waitErrorHandler).
+	rocr bool
 
 	statusTexts sync.Map // Status -> string; the runtime's strings are static
 }
@@ -167,6 +171,9 @@ func Open() (*Lib, error) {
 		return nil, err
 	}
 	l := &Lib{path: lib.Path}
+	if a, err := purego.Dlsym(lib.Handle, "hsa_amd_queue_set_priority"); err == nil && a != 0 {
+		l.rocr = true
+	}
 	copy(l.fn[:], addrs)
 	return l, nil
 }

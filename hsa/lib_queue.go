@@ -3,6 +3,8 @@
 package hsa
 
 import (
+	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
@@ -55,8 +57,11 @@ func queueFromC(qp uintptr) *Queue {
 }
 
 // QueueDestroy is hsa_queue_destroy; it also drops the error callback.
+// A queue that has raised an error is destroyed only after ROCr's error
+// handler for it has finished (waitErrorHandler).
 func (l *Lib) QueueDestroy(q *Queue) error {
 	qp := uintptr(q.Handle)
+	l.waitErrorHandler(q)
 	if err := l.check("hsa_queue_destroy", cmem.Call(l.fn[symQueueDestroy], qp)); err != nil {
 		return err
 	}
@@ -66,8 +71,77 @@ func (l *Lib) QueueDestroy(q *Queue) error {
 	queueIDsMu.Unlock()
 	if ok {
 		queueErrors.remove(id)
+		queueReported.Delete(id)
 	}
 	return nil
+}
+
+// queueInactiveSignalOffset is the offset of queue_inactive_signal in
+// amd_queue_t (hsa/amd_hsa_queue.h), whose first member is the hsa_queue_t
+// that hsa_queue_create returns.
+const queueInactiveSignalOffset = 192
+
+// errorHandlerDone is the value ROCr's queue error handler stores into
+// queue_inactive_signal as its last act.
+const errorHandlerDone = -1
+
+// errorHandlerWaitLimit bounds waitErrorHandler: ROCr's handler normally
+// finishes in microseconds, after the queue's error callback returns.
+const errorHandlerWaitLimit = 30 * time.Second
+
+// scratchErrorBits are the queue error codes of insufficient scratch
+// (wave64 and wave32) that ROCr's handler may retry rather than report.
+const scratchErrorBits = 0x401
+
+var errorHandlerWaits atomic.Uint64
+
+// ErrorHandlerWaits is how many QueueDestroy calls have found a queue's
+// error handler still running and waited for it to finish.
+func ErrorHandlerWaits() uint64 { return errorHandlerWaits.Load() }
+
+// waitErrorHandler waits until ROCr's error handler of q, if one is
+// running, has finished. The CP reports a queue error by storing its code
+// into amd_queue_t.queue_inactive_signal; ROCr's async handler
+// (AqlQueue::DynamicScratchHandler, amd_aql_queue.cpp, ROCr 5.2.3 and
+// 6.x) calls the error callback, then sets ERROR_HANDLER_DONE, stores -1
+// into the signal and unregisters itself. ~AqlQueue reads that state
+// before it stores 0x8000000000000000 into the same signal and waits,
+// without a timeout, for the handler to change it: a handler that finishes
+// between the read and the store leaves the destructor waiting forever
+// (no handler is left to answer). Waiting here for the -1 first makes the
+// destructor find ERROR_HANDLER_DONE. A signal still 0 has raised no error
+// (the destructor's own store then wakes the registered handler). An
+// insufficient-scratch code (0x401 bits) the handler may keep, waiting for
+// scratch to retry with, and end without -1: it is waited for only once
+// the callback has been called (the handler then always ends with -1).
+func (l *Lib) waitErrorHandler(q *Queue) {
+	if !l.rocr || q.Handle == nil {
+		return
+	}
+	sig := Signal(*(*uint64)(unsafe.Add(q.Handle, queueInactiveSignalOffset)))
+	if sig == 0 {
+		return
+	}
+	v := l.SignalLoadScacquire(sig)
+	if v == 0 || v == errorHandlerDone {
+		return
+	}
+	if v&scratchErrorBits != 0 {
+		queueIDsMu.Lock()
+		id := queueIDs[uintptr(q.Handle)]
+		queueIDsMu.Unlock()
+		if _, reported := queueReported.Load(id); id == 0 || !reported {
+			return
+		}
+	}
+	errorHandlerWaits.Add(1)
+	deadline := time.Now().Add(errorHandlerWaitLimit)
+	for nap := 10 * time.Microsecond; time.Now().Before(deadline); nap = min(2*nap, time.Millisecond) {
+		if l.SignalLoadScacquire(sig) == errorHandlerDone {
+			return
+		}
+		time.Sleep(nap)
+	}
 }
 
 // QueueLoadReadIndexScacquire is hsa_queue_load_read_index_scacquire.

@@ -16,6 +16,7 @@
 
 #include <hsa/hsa.h>
 #include <hsa/hsa_ext_amd.h>
+#include <hsa/amd_hsa_queue.h>
 
 #define V(name) printf("%s %llu\n", #name, (unsigned long long)(name))
 #define KV(key, val) printf("%s %llu\n", key, (unsigned long long)(val))
@@ -82,6 +83,7 @@ int main(void) {
   OFF(hsa_queue_t, size);
   OFF(hsa_queue_t, reserved1);
   OFF(hsa_queue_t, id);
+  OFF(amd_queue_t, queue_inactive_signal);
 
   /* Types the binding passes as one 64-bit register or reads as 32 bits. */
   SIZE(hsa_agent_t);
