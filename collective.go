@@ -436,9 +436,10 @@ func (c *Communicator) run(name string, build func(i int, r commRank, ro *rankOp
 			return
 		}
 		defer t.end()
-		t.op.Kind, t.op.Lane, t.op.Call = driver.LibraryCall, driver.LaneLibrary, ro.call
+		op := t.newOp(driver.LibraryCall)
+		op.Call = ro.call
 		accs := append(t.operands[:0], ro.operands[:ro.n]...)
-		_, errs[i] = t.submit(name, accs)
+		_, errs[i] = t.submit(name, op, accs)
 	}
 	if len(c.ranks) == 1 {
 		submit(0)

@@ -269,10 +269,10 @@ func (t *Task) Upload(dst Operand, src []byte) error {
 		if size != 0 {
 			hostCopy(host, unsafe.Add(from, off), size, &slot.wg)
 		}
-		t.op.Kind, t.op.Lane = driver.CopyHtoD, driver.LaneLibrary
-		t.op.Dst, t.op.Host, t.op.Size = b.ptr+driver.DevicePtr(off), host, size
+		op := t.newOp(driver.CopyHtoD)
+		op.Dst, op.Host, op.Size = b.ptr+driver.DevicePtr(off), host, size
 		var f syncstate.Fence
-		f, err = t.submit(name, append(t.operands[:0], access{b, dst, Write}))
+		f, err = t.submit(name, op, append(t.operands[:0], access{b, dst, Write}))
 		if !f.IsZero() {
 			// Submitted, even if a wait after it failed: the slot is
 			// reused only behind this copy.
@@ -379,9 +379,9 @@ func (t *Task) Download(src Operand, dst []byte) (*Pending, error) {
 	p.chunk, p.n = chunking(b.size)
 	for i := range p.n {
 		off := uint64(i) * p.chunk
-		t.op.Kind, t.op.Lane = driver.CopyDtoH, driver.LaneLibrary
-		t.op.Src, t.op.Host, t.op.Size = b.ptr+driver.DevicePtr(off), unsafe.Add(slot.p, off), min(p.chunk, b.size-off)
-		f, err := t.submit(name, append(t.operands[:0], access{b, src, Read}))
+		op := t.newOp(driver.CopyDtoH)
+		op.Src, op.Host, op.Size = b.ptr+driver.DevicePtr(off), unsafe.Add(slot.p, off), min(p.chunk, b.size-off)
+		f, err := t.submit(name, op, append(t.operands[:0], access{b, src, Read}))
 		if err != nil {
 			if !f.IsZero() {
 				// Submitted, but a wait after it failed: the slot is
@@ -569,8 +569,8 @@ func (t *Task) copyBuffer(name string, dst, src Operand) error {
 	if s == d {
 		return newErr(name, ErrInvalid, "source and destination are the same buffer")
 	}
-	t.op.Kind, t.op.Lane = driver.CopyDtoD, driver.LaneLibrary
-	t.op.Dst, t.op.Src, t.op.Size = d.ptr, s.ptr, d.size
-	_, err = t.submit(name, append(t.operands[:0], access{s, src, Read}, access{d, dst, Write}))
+	op := t.newOp(driver.CopyDtoD)
+	op.Dst, op.Src, op.Size = d.ptr, s.ptr, d.size
+	_, err = t.submit(name, op, append(t.operands[:0], access{s, src, Read}, access{d, dst, Write}))
 	return err
 }

@@ -80,8 +80,9 @@ func (t *Task) handshake(name string, foreign uintptr, operands []Arg, export bo
 	if export {
 		call = func(library uintptr) error { return j.JoinStreams(foreign, library) }
 	}
-	t.op.Kind, t.op.Lane, t.op.Call = driver.LibraryCall, driver.LaneLibrary, call
-	_, err := t.submit(name, accs)
+	op := t.newOp(driver.LibraryCall)
+	op.Call = call
+	_, err := t.submit(name, op, accs)
 	return err
 }
 
@@ -128,8 +129,9 @@ func (t *Task) ExportSignal(operands ...Arg) (uint64, error) {
 	if err != nil {
 		return 0, &Error{Op: name, Kind: ErrUnavailable, Detail: "creating the signal", Err: err}
 	}
-	t.op.Kind, t.op.Lane, t.op.Signal = driver.SignalExport, driver.LaneKernel, h
-	if err := t.submitHandshake(name, operands); err != nil {
+	op := t.newOp(driver.SignalExport)
+	op.Signal = h
+	if err := t.submitHandshake(name, op, operands); err != nil {
 		_ = sf.ReleaseExternalSignal(h)
 		return 0, err
 	}
@@ -152,8 +154,9 @@ func (t *Task) ImportSignal(signal uint64, operands ...Arg) error {
 	if signal == 0 {
 		return newErr(name, ErrInvalid, "the null signal")
 	}
-	t.op.Kind, t.op.Lane, t.op.Signal = driver.SignalImport, driver.LaneKernel, signal
-	return t.submitHandshake(name, operands)
+	op := t.newOp(driver.SignalImport)
+	op.Signal = signal
+	return t.submitHandshake(name, op, operands)
 }
 
 // ReleaseSignal gives back a signal ExportSignal returned: the device may
@@ -197,8 +200,8 @@ func (t *Task) signalFencer(name string, operands []Arg) (driver.SignalFencer, e
 	return sf, t.checkOperands(name, operands)
 }
 
-// submitHandshake submits t.op with the operands' accesses.
-func (t *Task) submitHandshake(name string, operands []Arg) error {
+// submitHandshake submits op with the operands' accesses.
+func (t *Task) submitHandshake(name string, op *driver.Op, operands []Arg) error {
 	accs := t.operands[:0]
 	for i, a := range operands {
 		if a.who == nil {
@@ -209,6 +212,6 @@ func (t *Task) submitHandshake(name string, operands []Arg) error {
 		}
 		accs = append(accs, access{a.buf, a.who, a.access})
 	}
-	_, err := t.submit(name, accs)
+	_, err := t.submit(name, op, accs)
 	return err
 }

@@ -75,13 +75,13 @@ operands:
 		accs = append(accs, access{a.buf, a.who, a.access})
 	}
 	h.ops = append(h.opsBuf[:0], accs...)
-	t.op.Kind, t.op.Lane = driver.HostFunc, driver.LaneHost
-	t.op.Func = func() error {
+	op := t.newOp(driver.HostFunc)
+	op.Func = func() error {
 		h.ended.Store(false) // a replayed recording runs it again
 		defer h.ended.Store(true)
 		return t.runHostFunc(fn, h)
 	}
-	_, err := t.submit(name, accs)
+	_, err := t.submit(name, op, accs)
 	return err
 }
 

@@ -5,18 +5,19 @@ import (
 	"sync"
 
 	"github.com/rocsync/rocsync/driver"
+	"github.com/rocsync/rocsync/syncstate"
 	"github.com/rocsync/rocsync/userkernel"
 )
 
 // Access is how an op uses a buffer: it reads it, writes it, or both. A
 // read waits for the buffer's last writer; a write also for its readers.
-type Access = userkernel.Access
+type Access = syncstate.Access
 
 // The accesses.
 const (
-	Read      = userkernel.Read
-	Write     = userkernel.Write
-	ReadWrite = userkernel.ReadWrite
+	Read      = syncstate.Read
+	Write     = syncstate.Write
+	ReadWrite = syncstate.ReadWrite
 )
 
 // Geometry is a kernel launch's shape in work-items (userkernel.Grid1D,
@@ -261,13 +262,14 @@ func (t *Task) Launch(k *Kernel, g Geometry, args ...Arg) error {
 		return &Error{Op: name, Kind: ErrInvalid, Detail: k.Name(), Err: err}
 	}
 	clear(kargs)
-	t.op.Kind, t.op.Lane, t.op.Kernel = driver.Dispatch, driver.LaneKernel, k.drv
-	t.op.Geometry = driver.Geometry{Dims: uint8(max(g.Dims, 1)), Grid: g.Grid, Workgroup: g.Workgroup}
-	for i := range t.op.Geometry.Grid {
-		t.op.Geometry.Grid[i] = max(t.op.Geometry.Grid[i], 1)
-		t.op.Geometry.Workgroup[i] = max(t.op.Geometry.Workgroup[i], 1)
+	op := t.newOp(driver.Dispatch)
+	op.Kernel = k.drv
+	op.Geometry = driver.Geometry{Dims: uint8(max(g.Dims, 1)), Grid: g.Grid, Workgroup: g.Workgroup}
+	for i := range op.Geometry.Grid {
+		op.Geometry.Grid[i] = max(op.Geometry.Grid[i], 1)
+		op.Geometry.Workgroup[i] = max(op.Geometry.Workgroup[i], 1)
 	}
-	_, err := t.submit(name, operands)
+	_, err := t.submit(name, op, operands)
 	return err
 }
 
@@ -305,8 +307,9 @@ func (t *Task) LibraryCall(operands []Arg, fn func(stream uintptr) error) error 
 		}
 		accs = append(accs, access{a.buf, a.who, a.access})
 	}
-	t.op.Kind, t.op.Lane, t.op.Call = driver.LibraryCall, driver.LaneLibrary, fn
-	_, err := t.submit(name, accs)
+	op := t.newOp(driver.LibraryCall)
+	op.Call = fn
+	_, err := t.submit(name, op, accs)
 	return err
 }
 

@@ -455,12 +455,13 @@ func TestCopyMissingAccessIsARace(t *testing.T) {
 			d.machine().Quiesce()
 			slot, err := d.staging.take(d, "test", 64)
 			require.NoError(t, err)
-			tk.op.Kind, tk.op.Lane, tk.op.Host, tk.op.Size = kind, driver.LaneLibrary, slot.p, 64
-			tk.op.Dst, tk.op.Src = x.ptr, x.ptr
+			op := tk.newOp(kind)
+			op.Host, op.Size = slot.p, 64
+			op.Dst, op.Src = x.ptr, x.ptr
 			if kind == driver.CopyDtoD {
-				tk.op.Dst = y.ptr // write-after-read on y, read-after-write on x
+				op.Dst = y.ptr // write-after-read on y, read-after-write on x
 			}
-			f, err := tk.submit("copy without operands", nil)
+			f, err := tk.submit("copy without operands", op, nil)
 			require.NoError(t, err)
 			d.staging.put(slot, f)
 			require.NoError(t, d.Synchronize())

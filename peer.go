@@ -125,10 +125,9 @@ func (t *Task) CopyPeer(dst, src Operand) error {
 		return err
 	}
 	if direct {
-		t.op.Kind, t.op.Lane = driver.CopyPeer, driver.LaneLibrary
-		t.op.Dst, t.op.Src, t.op.Size, t.op.Peer = d.ptr, s.ptr, d.size, from.drv
-		f, err := t.submit(name, append(t.operands[:0], access{s, src, Read}, access{d, dst, Write}))
-		t.op.Peer = nil
+		op := t.newOp(driver.CopyPeer)
+		op.Dst, op.Src, op.Size, op.Peer = d.ptr, s.ptr, d.size, from.drv
+		f, err := t.submit(name, op, append(t.operands[:0], access{s, src, Read}, access{d, dst, Write}))
 		if err == nil {
 			from.peer.noteReader(f)
 		}
@@ -272,9 +271,9 @@ func (t *Task) copyStaged(name string, dst, src Operand, d, s *buffer) error {
 		return err
 	}
 	from.peer.taskMu.Lock()
-	pt.op.Kind, pt.op.Lane = driver.CopyDtoH, driver.LaneLibrary
-	pt.op.Src, pt.op.Host, pt.op.Size = s.ptr, slot.p, s.size
-	_, err = pt.submit(name, append(pt.operands[:0], access{s, src, Read}, access{&slot.buf, slot, Write}))
+	down := pt.newOp(driver.CopyDtoH)
+	down.Src, down.Host, down.Size = s.ptr, slot.p, s.size
+	_, err = pt.submit(name, down, append(pt.operands[:0], access{s, src, Read}, access{&slot.buf, slot, Write}))
 	from.peer.taskMu.Unlock()
 	if err != nil {
 		if slot.buf.st.Poison() != nil {
@@ -282,18 +281,18 @@ func (t *Task) copyStaged(name string, dst, src Operand, d, s *buffer) error {
 			// the slot: the second half carries that to dst, as the
 			// direct copy poisons it (it fails in ordering, and is not
 			// submitted).
-			t.op.Kind, t.op.Lane = driver.CopyHtoD, driver.LaneLibrary
-			t.op.Dst, t.op.Host, t.op.Size = d.ptr, slot.p, d.size
-			_, _ = t.submit(name, append(t.operands[:0], access{&slot.buf, slot, Read}, access{d, dst, Write}))
+			op := t.newOp(driver.CopyHtoD)
+			op.Dst, op.Host, op.Size = d.ptr, slot.p, d.size
+			_, _ = t.submit(name, op, append(t.operands[:0], access{&slot.buf, slot, Read}, access{d, dst, Write}))
 		}
 		return err
 	}
 	if h := t.dev.test.BetweenHalves; h != nil {
 		h()
 	}
-	t.op.Kind, t.op.Lane = driver.CopyHtoD, driver.LaneLibrary
-	t.op.Dst, t.op.Host, t.op.Size = d.ptr, slot.p, d.size
-	_, err = t.submit(name, append(t.operands[:0], access{&slot.buf, slot, Read}, access{d, dst, Write}))
+	op := t.newOp(driver.CopyHtoD)
+	op.Dst, op.Host, op.Size = d.ptr, slot.p, d.size
+	_, err = t.submit(name, op, append(t.operands[:0], access{&slot.buf, slot, Read}, access{d, dst, Write}))
 	return err
 }
 

@@ -204,10 +204,9 @@ func (t *Task) Record(fn func() error) (*Recording, error) {
 	return r, nil
 }
 
-// record is Task.submit while Record runs: it keeps a copy of t.op and
+// record is Task.submit while Record runs: it keeps a copy of op and
 // pins its operands. The fence it returns is zero: nothing ran.
-func (t *Task) record(name string, operands []access) (syncstate.Fence, error) {
-	op := &t.op
+func (t *Task) record(name string, op *driver.Op, operands []access) (syncstate.Fence, error) {
 	defer func() { op.Call, op.Host, op.Func = nil, nil, nil }()
 	r := t.rec.r
 	if op.Kind == driver.CopyDtoH {
@@ -221,7 +220,7 @@ func (t *Task) record(name string, operands []access) (syncstate.Fence, error) {
 			return syncstate.Fence{}, newErr(name, ErrFreed, "%v", x.who)
 		}
 	}
-	ro := recordedOp{op: *op, tl: t.drv.Timeline(op.Lane)}
+	ro := recordedOp{op: *op, tl: t.drv.Timeline(op.Lane())}
 	if op.Kind == driver.CopyHtoD {
 		// The staging slot goes back to the pool: the recording keeps
 		// the bytes in pinned memory of its own, which every replay
@@ -313,18 +312,13 @@ func (r *Recording) build(ops []recordedOp, rops [][]access) error {
 		p := &r.parts[i]
 		p.Name = replayName
 		for _, x := range r.operands[i*syncstate.MaxOperands : min(len(r.operands), (i+1)*syncstate.MaxOperands)] {
-			if x.access&Read != 0 {
-				p.Read(&x.b.st)
-			}
-			if x.access&Write != 0 {
-				p.Write(&x.b.st)
-			}
+			p.Use(&x.b.st, x.access)
 		}
 	}
 	states := make([]*syncstate.State, len(r.operands))
 	writes := make([]bool, len(r.operands))
 	for i, x := range r.operands {
-		states[i], writes[i] = &x.b.st, x.access&Write != 0
+		states[i], writes[i] = &x.b.st, x.access.Writes()
 	}
 	r.grp = syncstate.NewGroup(replayName, states, writes)
 	for k := range r.segs {
@@ -341,7 +335,7 @@ func (r *Recording) build(ops []recordedOp, rops [][]access) error {
 // buildSegment prebuilds ops (all on one timeline): host functions run in
 // order as one function; anything else goes to the driver's Recorder.
 func (t *Task) buildSegment(ops []recordedOp) (replaySegment, error) {
-	seg := replaySegment{lane: ops[0].op.Lane, tl: ops[0].tl, ops: len(ops)}
+	seg := replaySegment{lane: ops[0].op.Lane(), tl: ops[0].tl, ops: len(ops)}
 	if seg.lane == driver.LaneHost {
 		fns := make([]func() error, len(ops))
 		for i := range ops {
@@ -462,11 +456,13 @@ func (r *Recording) Replay() error {
 		if tr != nil {
 			issued = tr.opIssued(began, t.traceHost)
 		}
-		op := &t.op
+		var op *driver.Op
 		if seg.rec != nil {
-			op.Kind, op.Lane, op.Recorded = driver.Replay, seg.lane, seg.rec
+			op = t.newOp(driver.Replay)
+			op.Recorded = seg.rec
 		} else {
-			op.Kind, op.Lane, op.Func = driver.HostFunc, driver.LaneHost, seg.host
+			op = t.newOp(driver.HostFunc)
+			op.Func = seg.host
 		}
 		ticket, err := r.submitSegment(op, link, fast)
 		if tr != nil {

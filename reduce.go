@@ -149,11 +149,12 @@ func (t *Task) Sum(out, in *Array, r Reduction) error {
 		args.Workspace = uint64(b.ptr)
 		operands = append(operands, access{b, (*Buffer)(b), ReadWrite})
 	}
-	t.op.Kind, t.op.Lane, t.op.Kernel = driver.Dispatch, driver.LaneKernel, k
-	args.Encode(t.op.Args[:])
-	t.op.Geometry = driver.Geometry{Dims: 1, Grid: [3]uint32{shape.Workgroups() * kernels.ReduceWorkgroupSize, 1, 1},
+	op := t.newOp(driver.Dispatch)
+	op.Kernel = k
+	args.Encode(op.Args[:])
+	op.Geometry = driver.Geometry{Dims: 1, Grid: [3]uint32{shape.Workgroups() * kernels.ReduceWorkgroupSize, 1, 1},
 		Workgroup: [3]uint32{kernels.ReduceWorkgroupSize, 1, 1}}
-	_, err = t.submit(name, operands)
+	_, err = t.submit(name, op, operands)
 	return err
 }
 

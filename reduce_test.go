@@ -162,11 +162,12 @@ func TestSumUndeclaredWorkspaceIsARace(t *testing.T) {
 	require.NoError(t, err)
 	ws := d.reduce.buf
 	args := kernels.ReduceArgs{Out: uint64(out2.ptr), In: uint64(in.ptr), Workspace: uint64(ws.ptr), Rows: 1, Cols: 10000}
-	b.op.Kind, b.op.Lane, b.op.Kernel = driver.Dispatch, driver.LaneKernel, k
-	args.Encode(b.op.Args[:])
-	b.op.Geometry = driver.Geometry{Dims: 1, Grid: [3]uint32{shape.Workgroups() * kernels.ReduceWorkgroupSize, 1, 1},
+	op := b.newOp(driver.Dispatch)
+	op.Kernel = k
+	args.Encode(op.Args[:])
+	op.Geometry = driver.Geometry{Dims: 1, Grid: [3]uint32{shape.Workgroups() * kernels.ReduceWorkgroupSize, 1, 1},
 		Workgroup: [3]uint32{kernels.ReduceWorkgroupSize, 1, 1}}
-	_, err = b.submit("Sum without its workspace", append(b.operands[:0], access{&in.buffer, in, Read}, access{&out2.buffer, out2, Write}))
+	_, err = b.submit("Sum without its workspace", op, append(b.operands[:0], access{&in.buffer, in, Read}, access{&out2.buffer, out2, Write}))
 	require.NoError(t, err)
 	_ = b.Synchronize()
 	_ = a.Synchronize()

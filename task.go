@@ -281,27 +281,36 @@ func freedIn(op string, operands []access) error {
 	return nil
 }
 
-// submit orders t.op after what it must follow, submits it and records
-// it: the one path every kind of op takes. operands are what it reads and
-// writes; t.op says what it does and on which lane. It returns the op's
-// fence.
-func (t *Task) submit(name string, operands []access) (syncstate.Fence, error) {
+// newOp returns the task's op description made an op of kind k, every
+// field of the op before it cleared (driver.Op.Reset): the task owns it
+// (it serves one goroutine), so that passing it to the driver through its
+// interface costs no allocation.
+func (t *Task) newOp(k driver.Kind) *driver.Op {
+	t.op.Reset(k)
+	return &t.op
+}
+
+// submit orders op after what it must follow, submits it and records it:
+// the one path every kind of op takes. operands are what it reads and
+// writes; op says what it does, and its kind the lane it runs on. It
+// returns the op's fence.
+func (t *Task) submit(name string, op *driver.Op, operands []access) (syncstate.Fence, error) {
 	if t.rec != nil {
-		return t.record(name, operands)
+		return t.record(name, op, operands)
 	}
 	if err := t.dev.enter(name); err != nil {
 		return syncstate.Fence{}, err
 	}
 	// One defer and two returns: the compiler open-codes it, where the
 	// submission's many returns would make it a deferred call record.
-	defer t.leaveSubmit()
-	return t.submitEntered(name, operands)
+	defer t.leaveSubmit(op)
+	return t.submitEntered(name, op, operands)
 }
 
 // leaveSubmit ends a submission: the op holds nothing of the caller's
 // any more, and the device may close.
-func (t *Task) leaveSubmit() {
-	t.op.Call, t.op.Host, t.op.Func = nil, nil, nil
+func (t *Task) leaveSubmit(op *driver.Op) {
+	op.Call, op.Host, op.Func = nil, nil, nil
 	t.dev.leave()
 }
 
@@ -319,25 +328,19 @@ func (t *Task) timeline(l driver.Lane) syncstate.Timeline {
 }
 
 // submitEntered is submit once the device is entered.
-func (t *Task) submitEntered(name string, operands []access) (syncstate.Fence, error) {
+func (t *Task) submitEntered(name string, op *driver.Op, operands []access) (syncstate.Fence, error) {
 	d := t.dev
-	op := &t.op
 	if err := t.capWait(name, 1); err != nil {
 		return syncstate.Fence{}, err
 	}
-	tl := t.timeline(op.Lane)
+	tl := t.timeline(op.Lane())
 	tr := d.tracer()
 	if tr != nil {
 		t.traceBegan = tr.now()
 	}
 	sop := syncstate.Op{Name: name}
 	for _, x := range operands {
-		if x.access&Read != 0 {
-			sop.Read(&x.b.st)
-		}
-		if x.access&Write != 0 {
-			sop.Write(&x.b.st)
-		}
+		sop.Use(&x.b.st, x.access)
 	}
 	if err := sop.Begin(&d.engine, tl, t.sinks); err != nil {
 		if tr != nil {
@@ -522,8 +525,9 @@ func (t *Task) elementwise(name string, op kernels.Op, out, a, b *Array, alpha f
 		operands = append(operands, access{&b.buffer, b, Read})
 	}
 	operands = append(operands, access{&out.buffer, out, Write})
-	t.op.SetBuiltin(k, out.dtype, &args)
-	_, err = t.submit(name, operands)
+	dop := &t.op
+	dop.SetBuiltin(k, out.dtype, &args)
+	_, err = t.submit(name, dop, operands)
 	return err
 }
 
@@ -570,9 +574,10 @@ func (t *Task) gemm(name string, transA, transB bool, alpha float64, a, b *Array
 		out = ReadWrite
 	}
 	operands := append(t.operands[:0], access{&a.buffer, a, Read}, access{&b.buffer, b, Read}, access{&c.buffer, c, out})
-	t.op = driver.Op{Kind: driver.Gemm, Lane: driver.LaneLibrary, Gemm: driver.GemmArgs{DType: c.dtype, TransA: transB, TransB: transA,
-		M: n, N: m, K: k, Alpha: alpha, Beta: beta, A: b.ptr, LDA: b.cols, B: a.ptr, LDB: a.cols, C: c.ptr, LDC: c.cols}}
-	_, err := t.submit(name, operands)
+	op := t.newOp(driver.Gemm)
+	op.Gemm = driver.GemmArgs{DType: c.dtype, TransA: transB, TransB: transA,
+		M: n, N: m, K: k, Alpha: alpha, Beta: beta, A: b.ptr, LDA: b.cols, B: a.ptr, LDB: a.cols, C: c.ptr, LDC: c.cols}
+	_, err := t.submit(name, op, operands)
 	return err
 }
 

@@ -364,7 +364,7 @@ func (p *traceProc) opSubmitted(op *driver.Op, name string, tl syncstate.Timelin
 	now := p.now()
 	p.tr.mu.Lock()
 	defer p.tr.mu.Unlock()
-	o := traceOp{name: name, kind: op.Kind, lane: op.Lane, tl: tl, ticket: ticket, tickets: 1, host: host, begin: begin, issued: issued, end: now}
+	o := traceOp{name: name, kind: op.Kind, lane: op.Lane(), tl: tl, ticket: ticket, tickets: 1, host: host, begin: begin, issued: issued, end: now}
 	if op.Kind == driver.Replay && op.Recorded != nil {
 		o.tickets = driver.ReplayTickets(op.Recorded)
 	}

@@ -232,7 +232,6 @@ type GemmArgs struct {
 // submitting allocates nothing; a driver reads it during Submit only.
 type Op struct {
 	Kind Kind
-	Lane Lane
 
 	// Dispatch.
 	Kernel   *Kernel
@@ -262,12 +261,40 @@ type Op struct {
 	Signal uint64
 }
 
+// Lane is the lane op runs on, which its kind decides: Dispatch and the
+// signal kinds on LaneKernel, HostFunc on LaneHost, a Replay on the lane
+// its recording was made for, every other kind on LaneLibrary.
+func (op *Op) Lane() Lane {
+	switch op.Kind {
+	case Dispatch, SignalExport, SignalImport:
+		return LaneKernel
+	case HostFunc:
+		return LaneHost
+	case Replay:
+		if op.Recorded != nil {
+			return op.Recorded.Lane()
+		}
+		return LaneKernel
+	}
+	return LaneLibrary
+}
+
+// Reset makes op an op of kind k with every field of every kind zero, so
+// that nothing of the op before it survives into it, except the argument
+// block: a Dispatch writes the part of it its kernel reads (ArgsSize), and
+// no other kind reads it.
+func (op *Op) Reset(k Kind) {
+	op.Kind, op.Kernel, op.Geometry, op.Gemm = k, nil, Geometry{}, GemmArgs{}
+	op.Call, op.Dst, op.Src, op.Host, op.Size = nil, 0, 0, nil, 0
+	op.Func, op.Recorded, op.Peer, op.Signal = nil, nil, nil, 0
+}
+
 // Task is one task's place to submit work: a timeline per lane (the same
 // timeline for both when the policy puts everything on one stream).
 type Task interface {
 	// Timeline returns the timeline of a lane.
 	Timeline(l Lane) syncstate.Timeline
-	// Submit puts op on op.Lane's timeline and returns its ticket. An op
+	// Submit puts op on op.Lane()'s timeline and returns its ticket. An op
 	// of a kind the driver does not run is an error matching
 	// ErrUnsupported; nothing is submitted then.
 	Submit(op *Op) (ticket uint64, err error)
@@ -327,7 +354,8 @@ const MaxGrid = 1 << 24
 // encoded for dt and the grid a multiple of the kernel's workgroup, at
 // most MaxGrid. It allocates nothing.
 func (op *Op) SetBuiltin(k *Kernel, dt kernels.DType, args *kernels.Args) {
-	op.Kind, op.Lane, op.Kernel = Dispatch, LaneKernel, k
+	op.Reset(Dispatch)
+	op.Kernel = k
 	args.Encode(op.Args[:], dt)
 	wg := uint64(max(k.Workgroup, 1))
 	grid := min(max((args.N+wg-1)/wg*wg, wg), MaxGrid)

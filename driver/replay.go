@@ -13,6 +13,9 @@ type Recorder interface {
 type Recorded interface {
 	// Ops is the number of recorded ops.
 	Ops() int
+	// Lane is the lane the ops were recorded for (Record's lane): a
+	// Replay op of the recording runs on it.
+	Lane() Lane
 	// Release frees what the recording owns (kernarg memory, graphs)
 	// once no replay of it is in flight; the front package drains first.
 	Release() error

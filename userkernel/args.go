@@ -6,33 +6,19 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+
+	"github.com/rocsync/rocsync/syncstate"
 )
 
-// Access is how a kernel uses a buffer argument. The op path declares it
-// to the ordering layer: a Read waits for the buffer's writer, a Write also
-// for its readers.
-type Access uint8
+// Access is how a kernel uses a buffer argument: the op path declares it
+// to the sync core, which defines it (syncstate.Access).
+type Access = syncstate.Access
 
 const (
-	Read      Access = 1
-	Write     Access = 2
-	ReadWrite Access = Read | Write
+	Read      = syncstate.Read
+	Write     = syncstate.Write
+	ReadWrite = syncstate.ReadWrite
 )
-
-func (a Access) String() string {
-	switch a {
-	case Read:
-		return "read"
-	case Write:
-		return "write"
-	case ReadWrite:
-		return "read-write"
-	}
-	return "Access(" + strconv.Itoa(int(a)) + ")"
-}
-
-// Writes reports whether the access includes a write.
-func (a Access) Writes() bool { return a&Write != 0 }
 
 type argKind uint8
 

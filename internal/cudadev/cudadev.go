@@ -420,7 +420,7 @@ func (d *Device) Builtin(op kernels.Op, dt kernels.DType) (*driver.Kernel, error
 // launch. Copies are cuMemcpy*Async on the op's lane. It allocates nothing
 // (a user kernel's parameter block is made at its first launch).
 func (t *Task) Submit(op *driver.Op) (uint64, error) {
-	s := t.lane(op.Lane)
+	s := t.lane(op.Lane())
 	switch op.Kind {
 	case driver.Dispatch:
 		k := op.Kernel
@@ -499,8 +499,9 @@ func (t *Task) Launch(op kernels.Op, dt kernels.DType, args kernels.Args) (uint6
 // Gemm submits C = alpha·op(A)·op(B) + beta·C on the library stream.
 func (t *Task) Gemm(dt kernels.DType, transA, transB bool, m, n, k int, alpha float64,
 	a driver.DevicePtr, lda int, b driver.DevicePtr, ldb int, beta float64, c driver.DevicePtr, ldc int) (uint64, error) {
-	t.op = driver.Op{Kind: driver.Gemm, Lane: driver.LaneLibrary, Gemm: driver.GemmArgs{DType: dt, TransA: transA, TransB: transB,
-		M: m, N: n, K: k, Alpha: alpha, A: a, LDA: lda, B: b, LDB: ldb, Beta: beta, C: c, LDC: ldc}}
+	t.op.Reset(driver.Gemm)
+	t.op.Gemm = driver.GemmArgs{DType: dt, TransA: transA, TransB: transB,
+		M: m, N: n, K: k, Alpha: alpha, A: a, LDA: lda, B: b, LDB: ldb, Beta: beta, C: c, LDC: ldc}
 	return t.Submit(&t.op)
 }
 

@@ -35,6 +35,9 @@ type recorded struct {
 
 func (r *recorded) Ops() int { return r.ops }
 
+// Lane implements driver.Recorded.
+func (r *recorded) Lane() driver.Lane { return r.lane }
+
 func (r *recorded) Release() error {
 	var err error
 	if r.exec != 0 {

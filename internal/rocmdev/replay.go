@@ -31,6 +31,7 @@ var (
 type recorded struct {
 	t          *Task
 	ops        int
+	lane       driver.Lane
 	q          *queue.Recording
 	calls      []func(stream uintptr) error
 	call       func(stream uintptr) error
@@ -50,6 +51,9 @@ type recorded struct {
 var CaptureWorkspace uint64 = 32 << 20
 
 func (r *recorded) Ops() int { return r.ops }
+
+// Lane implements driver.Recorded.
+func (r *recorded) Lane() driver.Lane { return r.lane }
 
 // Tickets implements driver.TicketsRecorded: an HSA queue segment takes a
 // ticket per packet; a stream segment takes one.
@@ -174,7 +178,7 @@ func (t *Task) Record(lane driver.Lane, ops []driver.Op) (driver.Recorded, error
 	if len(ops) == 0 {
 		return nil, errors.New("rocmdev: empty recording")
 	}
-	r := &recorded{t: t, ops: len(ops)}
+	r := &recorded{t: t, ops: len(ops), lane: lane}
 	if lane == driver.LaneKernel && t.st.Queue != nil {
 		ds := make([]queue.Dispatch, len(ops))
 		for i := range ops {
