@@ -21,7 +21,7 @@
 #   ARTIFACTS             where results go (default /artifacts)
 #   ROCSYNC_CI_TEST_PKGS  space-separated packages to test (default ./...)
 #   ROCSYNC_CI_TEST_FLAGS extra flags for go test on the GPU path (e.g.
-#                         "-run TestSeedPrograms")
+#                         "-run TestConformanceOnHardware/SeedPrograms")
 #   ROCSYNC_BENCH_FLAGS   extra flags for the bench run (e.g. "-iters 50")
 #   ROCSYNC_GO_EXEC       a program that starts the test binaries and the
 #                         bench (go's -exec), e.g. "simrun -rocm 6.4.3
