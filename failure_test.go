@@ -10,10 +10,7 @@ import (
 	"github.com/rocsync/rocsync/kernels"
 )
 
-// hangLimit is how long a test lets a call run before calling it a hang.
-const hangLimit = testcheck.HangLimit
-
-// within runs fn and fails the test if it does not return in hangLimit.
+// within runs fn and fails the test if it does not return in testcheck.HangLimit.
 func within[T any](t *testing.T, what string, fn func() T) T {
 	t.Helper()
 	return testcheck.Within(t, what, fn)

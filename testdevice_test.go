@@ -13,8 +13,6 @@ import (
 	"github.com/rocsync/rocsync/internal/testenv"
 )
 
-const n128 = 128
-
 // The root package's tests that open their device with openStrict run on
 // the emulator by default, with the hazard checker and random delays on.
 // With ROCSYNC_GPU=1 they run on real hardware instead: ROCSYNC_BACKEND
@@ -59,15 +57,6 @@ func openStrict(t *testing.T, p Policy, mod ...func(*Options)) *Device {
 func emulatorOnly(t *testing.T, d *Device, why string) {
 	if !d.Emulated() {
 		t.Skipf("needs the emulator: %s", why)
-	}
-}
-
-// instrumentedOnly skips tests that hold the device or inspect its
-// allocations, which the emulator and the simulated driver can and real
-// hardware cannot.
-func instrumentedOnly(t *testing.T, d *Device, why string) {
-	if !d.Emulated() && suiteOn() != onSimulatedDriver {
-		t.Skipf("needs the emulator or the simulated driver: %s", why)
 	}
 }
 
