@@ -2,6 +2,7 @@ package raw
 
 import (
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -112,7 +113,7 @@ func TestGraphReplayOnFakeCUDA(t *testing.T) {
 				if r.GraphTotalMedianUS <= 0 || r.GraphLaunchMedianUS <= 0 || r.GraphChecksum != r.Checksum || r.Checksum == 0 {
 					t.Errorf("replay: %+v", r)
 				}
-				if !raceEnabled && r.GraphMallocsPerIter > 0.5 {
+				if !raceEnabled && r.GraphMallocsPerIter > 0.5 && replayAllocs(t, r.Program, perCall) > 0.5 {
 					t.Errorf("%s: a replay allocates %v times", r.Program, r.GraphMallocsPerIter)
 				}
 			}
@@ -126,6 +127,25 @@ func TestGraphReplayOnFakeCUDA(t *testing.T) {
 			t.Errorf("no replay table:\n%s", buf.String())
 		}
 	}
+}
+
+// replayAllocs measures one program's replay allocations again, three
+// times, and returns the fewest: the count is the process's (MemStats),
+// so an allocation of another goroutine inside a window counts too (seen
+// once in CI, loaded: 2.6 per replay, then 0 in every rerun); a replay
+// that allocates does so in every window.
+func replayAllocs(t *testing.T, program string, perCall bool) float64 {
+	t.Helper()
+	least := math.Inf(1)
+	for range 3 {
+		out, err := Run(Config{N: 8, Iters: 20, Warmup: 2, Repeat: 2, Seed: 1, PerCall: perCall, Graph: true,
+			Programs: []string{program}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		least = min(least, out.Results[0].GraphMallocsPerIter)
+	}
+	return least
 }
 
 // A capture records instead of running, and the fake enforces the
