@@ -584,17 +584,17 @@ func (q *Queue) waitSignal(ctx context.Context, s *Signal, t uint64) error {
 	b := syncstate.Bound{Ctx: ctx, Timeout: q.timeout}
 	poll := !s.interrupt()
 	var pause syncstate.Backoff
-	spinUntil := time.Time{}
+	// A poll spins for its first pollSpin (most waits end within it: a
+	// sleep lasts far longer than asked on some VMs), then sleeps between
+	// loads.
+	var spinUntil time.Time
+	if poll {
+		spinUntil = time.Now().Add(pollSpin)
+	}
 	for {
 		if poll {
 			if q.rt.SignalLoadScacquire(s.H) < 1 {
 				return q.Failed(t)
-			}
-			// Spin for the first pollSpin (most waits end within it: a
-			// sleep lasts far longer than asked on some VMs), then sleep
-			// between loads.
-			if spinUntil.IsZero() {
-				spinUntil = time.Now().Add(pollSpin)
 			}
 			if time.Now().Before(spinUntil) {
 				continue
