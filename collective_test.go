@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rocsync/rocsync/internal/emu"
+	"github.com/rocsync/rocsync/internal/rocmdev/emu"
 )
 
 // openCollEmu opens n emulated GPUs with the hazard checker and random

@@ -45,7 +45,7 @@ func forbiddenDep(p string) string {
 		}
 	}
 	switch rel {
-	case "internal/rocmdev", "internal/cudadev", "internal/emu", "internal/drivers", "internal/collective", "backends":
+	case "internal/rocmdev", "internal/cudadev", "internal/rocmdev/emu", "internal/drivers", "internal/collective", "backends":
 		return "a concrete driver"
 	case "internal/tracecheck", "internal/hiptest", "internal/reference":
 		return "a test-only package"
@@ -59,7 +59,7 @@ func forbiddenDep(p string) string {
 // The rule itself refuses what it must.
 func TestForbiddenDepRefuses(t *testing.T) {
 	for _, p := range []string{"github.com/rocsync/rocsync/hsa", "github.com/rocsync/rocsync/hsa/kfdsim", "github.com/rocsync/rocsync/nccl",
-		"github.com/rocsync/rocsync/internal/emu", "github.com/rocsync/rocsync/internal/rocmdev", "github.com/rocsync/rocsync/internal/cudadev",
+		"github.com/rocsync/rocsync/internal/rocmdev/emu", "github.com/rocsync/rocsync/internal/rocmdev", "github.com/rocsync/rocsync/internal/cudadev",
 		"github.com/rocsync/rocsync/internal/tracecheck", "github.com/rocsync/rocsync/internal/hiptest", "github.com/ebitengine/purego"} {
 		require.NotEmpty(t, forbiddenDep(p), p)
 	}

@@ -3,8 +3,8 @@ package rocsync
 import (
 	"github.com/rocsync/rocsync/hip"
 	"github.com/rocsync/rocsync/internal/drivers" // registers the drivers Open finds
-	"github.com/rocsync/rocsync/internal/emu"
 	"github.com/rocsync/rocsync/internal/rocmdev"
+	"github.com/rocsync/rocsync/internal/rocmdev/emu"
 	"github.com/rocsync/rocsync/rocblas"
 )
 

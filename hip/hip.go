@@ -2,7 +2,7 @@
 // (libamdhip64) functions that rocsync uses, and their enum values.
 //
 // The purego binding to the real library and the emulated device in
-// internal/emu both implement Runtime.
+// internal/rocmdev/emu both implement Runtime.
 package hip
 
 import (

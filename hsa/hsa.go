@@ -3,7 +3,7 @@
 // AQL packet encoding they share.
 //
 // Two implementations stand behind Runtime: the purego binding to the real
-// library and the emulated device in internal/emu. Everything above this
+// library and the emulated device in internal/rocmdev/emu. Everything above this
 // package (queue/, the root API) is written against the interface only, so
 // it runs the same code on both.
 package hsa

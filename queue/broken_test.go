@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rocsync/rocsync/internal/emu"
+	"github.com/rocsync/rocsync/internal/rocmdev/emu"
 	"github.com/rocsync/rocsync/queue"
 	"github.com/rocsync/rocsync/syncstate"
 )

@@ -2,7 +2,7 @@
 // rocsync uses (librocblas), with their enum values.
 //
 // rocBLAS is column-major, like every BLAS. The purego binding and the
-// emulated device in internal/emu both implement Library.
+// emulated device in internal/rocmdev/emu both implement Library.
 package rocblas
 
 import (

@@ -6,7 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/hip"
-	"github.com/rocsync/rocsync/internal/emu"
+	"github.com/rocsync/rocsync/internal/rocmdev/emu"
 	"github.com/rocsync/rocsync/stream"
 	"github.com/rocsync/rocsync/syncstate"
 )

@@ -1,7 +1,7 @@
 // Package kfdsim builds and runs a simulated AMD kernel driver for tests.
 //
 // No machine rocsync's CI runs on has an AMD GPU, and the CPU emulator
-// (internal/emu) is only as strict as its authors made it. kfdsim goes one
+// (internal/rocmdev/emu) is only as strict as its authors made it. kfdsim goes one
 // step further: it simulates the kernel interface of amdgpu's KFD and DRM
 // drivers, with a C model of KFD and a GPU behind it (csrc/), so Debian's
 // REAL user space, libhsakmt 5.2.3 (the thunk), libdrm, ROCr 5.2.3

@@ -22,7 +22,7 @@ import (
 
 	"github.com/rocsync/rocsync"
 	"github.com/rocsync/rocsync/driver"
-	"github.com/rocsync/rocsync/internal/emu"
+	"github.com/rocsync/rocsync/internal/rocmdev/emu"
 	"github.com/rocsync/rocsync/kernels"
 	"github.com/rocsync/rocsync/syncstate"
 )

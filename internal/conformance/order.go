@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync"
-	"github.com/rocsync/rocsync/internal/emu"
 	"github.com/rocsync/rocsync/internal/reference"
+	"github.com/rocsync/rocsync/internal/rocmdev/emu"
 	"github.com/rocsync/rocsync/internal/testcheck"
 	"github.com/rocsync/rocsync/syncstate"
 )

@@ -15,8 +15,8 @@ import (
 	"github.com/rocsync/rocsync/driver"
 	"github.com/rocsync/rocsync/hip"
 	"github.com/rocsync/rocsync/hsa"
-	"github.com/rocsync/rocsync/internal/emu"
 	"github.com/rocsync/rocsync/internal/rocmdev"
+	"github.com/rocsync/rocsync/internal/rocmdev/emu"
 	"github.com/rocsync/rocsync/kernels"
 	"github.com/rocsync/rocsync/syncstate"
 )
