@@ -35,7 +35,7 @@ type fuzzConfig struct {
 	serial bool
 	// timeout bounds every wait of the harness itself.
 	timeout time.Duration
-	// fault, if set, makes one op fault (see fuzzfault_test.go): errors
+	// fault, if set, makes one op fault (see fuzz_faults_test.go): errors
 	// no longer stop a task, and every outcome is recorded for the
 	// fault checker instead of being judged here.
 	fault *faultSpec
