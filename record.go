@@ -316,11 +316,11 @@ func (r *Recording) build(ops []recordedOp, rops [][]access) error {
 		}
 	}
 	states := make([]*syncstate.State, len(r.operands))
-	writes := make([]bool, len(r.operands))
+	accs := make([]syncstate.Access, len(r.operands))
 	for i, x := range r.operands {
-		states[i], writes[i] = &x.b.st, x.access.Writes()
+		states[i], accs[i] = &x.b.st, x.access
 	}
-	r.grp = syncstate.NewGroup(replayName, states, writes)
+	r.grp = syncstate.NewGroup(replayName, states, accs)
 	for k := range r.segs {
 		seg := &r.segs[k]
 		seg.link.Name = replayName

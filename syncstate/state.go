@@ -38,10 +38,12 @@ type State struct {
 	// two timelines reading).
 	inline [2]Fence
 	// grp is the Group of the replayed op the State is an operand of, if
-	// any; gwrite says whether that op writes it, epoch how many of the
-	// group's replays the fields above have taken (see Group).
+	// any; gwrite says whether that op writes it, gidx which member of
+	// the group it is, epoch how many of the group's replays the fields
+	// above have taken (see Group).
 	grp    *Group
 	gwrite bool
+	gidx   int32
 	epoch  uint64
 }
 
