@@ -536,10 +536,9 @@ func (r *Recording) Close() error {
 				return err
 			}
 			t.sinks.HostWait(ReasonSync)
-			d.debugHostWait(name, r.last, ReasonSync)
-			tw := d.trace.waitBegin(name, r.last, ReasonSync, t.traceHost)
+			tw := d.obs.waitBegin(name, r.last, ReasonSync, t.traceHost)
 			err = syncstate.WaitHostContext(context.Background(), r.last)
-			d.trace.waitEnd(tw, err)
+			d.obs.waitEnd(tw, err)
 			if err != nil && waitKind(r.last, err) == ErrTimeout {
 				d.leave()
 				return &Error{Op: name, Kind: ErrTimeout, Detail: "waiting for the last replay " + r.last.String(), Err: err}

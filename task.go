@@ -138,11 +138,10 @@ func (t *Task) drainOne(ctx context.Context, tl syncstate.Timeline) error {
 		return err
 	}
 	t.sinks.HostWait(ReasonSync)
-	t.dev.debugHostWait("Synchronize", syncstate.Fence{TL: tl, Ticket: last}, ReasonSync)
-	tw := t.dev.trace.waitBegin("Synchronize", syncstate.Fence{TL: tl, Ticket: last}, ReasonSync, t.traceHost)
+	tw := t.dev.obs.waitBegin("Synchronize", syncstate.Fence{TL: tl, Ticket: last}, ReasonSync, t.traceHost)
 	f := syncstate.Fence{TL: tl, Ticket: last}
 	err := syncstate.WaitHostContext(ctx, f)
-	t.dev.trace.waitEnd(tw, err)
+	t.dev.obs.waitEnd(tw, err)
 	return faultIn("Synchronize", f, err)
 }
 
@@ -417,7 +416,7 @@ func (t *Task) submitEntered(name string, op *driver.Op, s *opSync) (syncstate.F
 	} else {
 		tl = t.timeline(op.Lane())
 	}
-	tr := d.tracer()
+	tr := d.opObserver()
 	if tr != nil {
 		t.traceBegan = tr.now()
 	}
@@ -591,9 +590,9 @@ func (t *Task) submitWaits(name, what string, f syncstate.Fence) error {
 	d := t.dev
 	if d.launchBlocking {
 		t.sinks.HostWait(ReasonLaunchBlocking)
-		tw := d.trace.waitBegin(name, f, ReasonLaunchBlocking, t.traceHost)
+		tw := d.obs.waitBegin(name, f, ReasonLaunchBlocking, t.traceHost)
 		err := f.TL.WaitHost(f.Ticket)
-		d.trace.waitEnd(tw, err)
+		d.obs.waitEnd(tw, err)
 		if err != nil {
 			return &Error{Op: name, Kind: waitKind(f, err), Detail: "launch-blocking: the " + what + " at " + f.String(), Err: err}
 		}
