@@ -292,3 +292,26 @@ func TestAutoPicksCUDAAfterROCm(t *testing.T) {
 func jsonLog(w io.Writer, level slog.Level) slog.Handler {
 	return slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level})
 }
+
+// The debug log names every host wait the stats count, those made outside
+// the sync core's decisions included: launch-blocking's wait after each
+// op, like a read-back's.
+func TestLogDebugNamesLaunchBlockingWaits(t *testing.T) {
+	var buf syncBuffer
+	d, err := Open(Options{Backend: Emulator, LogLevel: LogDebug, LogWriter: &buf, LaunchBlocking: true})
+	require.NoError(t, err)
+	tk := d.DefaultTask()
+	x, err := d.FromFloat32(2, 2, []float32{1, 2, 3, 4})
+	require.NoError(t, err)
+	sq, err := tk.Mul(x, x)
+	require.NoError(t, err)
+	_, err = tk.MatMul(sq, x, false, false)
+	require.NoError(t, err)
+	st := d.Stats()
+	require.NoError(t, d.Close())
+	out := buf.String()
+	require.NotZero(t, st.HostWaits[ReasonLaunchBlocking])
+	require.Contains(t, out, "op=Mul reason=launch-blocking")
+	require.Contains(t, out, "op=MatMul reason=launch-blocking")
+	require.EqualValues(t, st.HostWaitsTotal(), strings.Count(out, "rocsync: host wait"), out)
+}
