@@ -372,9 +372,9 @@ func (p *pendingFrees) poll(d *Device, wait, ask bool) error {
 				break
 			}
 			d.countHostWait(ReasonFree)
-			tw := d.trace.waitBegin("Free", f, ReasonFree, hostTrack)
+			tw := d.obs.waitBegin("Free", f, ReasonFree, hostTrack)
 			err := f.TL.WaitHost(f.Ticket)
-			d.trace.waitEnd(tw, err)
+			d.obs.waitEnd(tw, err)
 			if err != nil {
 				errs = append(errs, &Error{Op: "Free", Kind: waitKind(f, err), Detail: "waiting for " + f.String(), Err: err})
 				ready = false

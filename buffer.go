@@ -186,10 +186,9 @@ func (b *buffer) download(ctx context.Context, op string, dst unsafe.Pointer, wh
 			return err
 		}
 		d.countHostWait(ReasonReadBack)
-		d.debugHostWait(op, w, ReasonReadBack)
-		tw := d.trace.waitBegin(op, w, ReasonReadBack, hostTrack)
+		tw := d.obs.waitBegin(op, w, ReasonReadBack, hostTrack)
 		err := syncstate.WaitHostContext(ctx, w)
-		d.trace.waitEnd(tw, err)
+		d.obs.waitEnd(tw, err)
 		if err != nil {
 			return &Error{Op: op, Kind: waitKind(w, err), Detail: "waiting for the writer " + w.String(), Err: err}
 		}

@@ -138,14 +138,14 @@ func (d *Device) stagingWait(op string, f syncstate.Fence, blocking bool, detail
 		}
 	}
 	d.countHostWait(ReasonThrottle)
-	tw := d.trace.waitBegin(op, f, ReasonThrottle, hostTrack)
+	tw := d.obs.waitBegin(op, f, ReasonThrottle, hostTrack)
 	var err error
 	if blocking {
 		err = waitCopy(context.Background(), f)
 	} else {
 		err = f.TL.WaitHost(f.Ticket)
 	}
-	d.trace.waitEnd(tw, err)
+	d.obs.waitEnd(tw, err)
 	if err != nil && f.TL.Failed(f.Ticket) == nil {
 		return &Error{Op: op, Kind: ownWaitKind(err), Detail: detail, Err: err}
 	}
@@ -486,7 +486,7 @@ func (p *Pending) Wait(ctx context.Context) error {
 			return err
 		}
 		p.dev.countHostWait(ReasonReadBack)
-		tw = p.dev.trace.waitBegin("Wait", p.fence, ReasonReadBack, hostTrack)
+		tw = p.dev.obs.waitBegin("Wait", p.fence, ReasonReadBack, hostTrack)
 	}
 	var err error
 	for ; p.next < p.n; p.next++ {
@@ -508,7 +508,7 @@ func (p *Pending) Wait(ctx context.Context) error {
 			p.pins[i] = 0
 		}
 	}
-	p.dev.trace.waitEnd(tw, err)
+	p.dev.obs.waitEnd(tw, err)
 	if err != nil && waitKind(p.fence, err) == ErrTimeout {
 		return &Error{Op: "Wait", Kind: ErrTimeout, Detail: "download of " + p.who.String(), Err: err}
 	}
@@ -528,14 +528,7 @@ func (p *Pending) Wait(ctx context.Context) error {
 func (p *Pending) Then(fn func(error)) {
 	go func() {
 		err := p.Wait(context.Background())
-		tr := p.dev.trace
-		if tr == nil {
-			fn(err)
-			return
-		}
-		began := tr.now()
-		fn(err)
-		tr.callback("Then", p.fence, began)
+		p.dev.obs.callback("Then", p.fence, func() { fn(err) })
 	}()
 }
 

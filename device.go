@@ -58,12 +58,12 @@ type Device struct {
 	sinceCheck     atomic.Uint64 // ops submitted since the last check of it
 
 	trace      *traceProc   // nil unless tracing (Options.Trace, ROCSYNC_TRACE)
+	obs        *observer    // the trace and the debug log, hearing the op path: nil when both are off
 	traceTasks atomic.Int32 // numbers the tasks' host tracks
 
 	waitTimeout time.Duration // Options.WaitTimeout resolved (0: none), for the emulated collectives
 
 	openID uint64 // which Open made it, for messages that name it
-	debug  bool   // log enables debug: sync decisions are logged
 
 	// openCall is the Open or OpenAll call that made the device: devices
 	// of one call share their runtimes, and only they copy between each
@@ -113,10 +113,9 @@ func (d *Device) throttleDevice(sinks syncstate.Sinks, host int) error {
 			}
 			if err == nil {
 				sinks.HostWait(ReasonThrottle)
-				d.debugHostWait("submit", syncstate.Fence{TL: busiestTL, Ticket: target}, ReasonThrottle)
-				tw := d.trace.waitBegin("submit", syncstate.Fence{TL: busiestTL, Ticket: target}, ReasonThrottle, host)
+				tw := d.obs.waitBegin("submit", syncstate.Fence{TL: busiestTL, Ticket: target}, ReasonThrottle, host)
 				err = busiestTL.WaitHost(target)
-				d.trace.waitEnd(tw, err)
+				d.obs.waitEnd(tw, err)
 				if err != nil && busiestTL.Failed(target) != nil {
 					// Failed work is its waiters' to report; it holds
 					// nothing back any more.
@@ -240,7 +239,7 @@ func open(o Options, all bool) ([]*Device, error) {
 			continue
 		}
 		hosts, _ := fam.system.(driver.HostTracker)
-		d := &Device{drv: dd, backend: fam.name, system: fam.system, hosts: hosts, index: i, log: log, debug: debug, openID: openIDs.Add(1), openCall: call, peer: peerCopies{staged: o.test.StagePeerCopies}, test: o.test,
+		d := &Device{drv: dd, backend: fam.name, system: fam.system, hosts: hosts, index: i, log: log, openID: openIDs.Add(1), openCall: call, peer: peerCopies{staged: o.test.StagePeerCopies}, test: o.test,
 			engine: syncstate.Engine{Policy: o.Policy, Test: testhooks.Engine{DisableWaits: o.test.DisableWaits, DisableCrossDeviceWaits: o.test.DisableCrossDeviceWaits}}, stats: fam.stats[i],
 			cache: newMemCache(o.MemoryCache), launchBlocking: o.launchBlocking(), syncDebug: o.SyncDebug,
 			reduce:       reduceWorkspace{check: o.CheckReductionWorkspace},
@@ -248,19 +247,20 @@ func open(o Options, all bool) ([]*Device, error) {
 		if o.SyncDebug != SyncDebugOff {
 			d.engine.OnHostWait = d.implicitHostWait
 		}
-		var observers []syncstate.Observer
-		if debug {
-			observers = append(observers, decisionLog{&d.log})
-		}
 		if tr := traceFor(o); tr != nil {
 			d.trace = tr.attach(traceName(o, all, i, fam.name))
-			observers = append(observers, d.trace)
 			d.trace.wg.Add(1)
 			go d.trace.poll(d)
 		}
-		// The debug log and the trace hear the sync core's decisions
-		// through its one Observer hook.
-		d.engine.Observer = syncstate.Observers(observers...)
+		var log *zerolog.Logger
+		if debug {
+			log = &d.log
+		}
+		// The debug log and the trace hear the op path, and the sync
+		// core's decisions, through one observer.
+		if d.obs = newObserver(d.trace, log); d.obs != nil {
+			d.engine.Observer = d.obs
+		}
 		if i < len(fam.throttle) {
 			fam.throttle[i].Store(d)
 		}
@@ -305,9 +305,7 @@ func (c *configs) configFor(i int) driver.DeviceConfig {
 					return err
 				}
 			}
-			if d.trace != nil {
-				d.trace.throttled(f)
-			}
+			d.obs.throttled(f)
 			return nil
 		}
 	}

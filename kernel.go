@@ -79,7 +79,7 @@ func F64(v float64) Arg { return Arg{scalar: userkernel.Float64(v)} }
 type Kernel struct {
 	dev *Device
 	lk  *userkernel.LoadedKernel
-	drv *driver.Kernel
+	drv *driver.LoadedKernel
 }
 
 // Name is the kernel's name.
@@ -87,7 +87,7 @@ func (k *Kernel) Name() string { return k.lk.Name }
 
 // Signature is the kernel's parameters and limits, as its own metadata
 // gives them.
-func (k *Kernel) Signature() *userkernel.Kernel { return k.lk.Kernel }
+func (k *Kernel) Signature() *userkernel.Signature { return k.lk.Signature }
 
 // defaultBuilder serves devices opened without Options.KernelBuilder.
 var defaultBuilder = sync.OnceValue(func() *userkernel.Builder { return userkernel.NewBuilder(userkernel.Options{}) })
@@ -100,7 +100,7 @@ type kernelLoader struct {
 	kl driver.KernelLoader
 
 	mu      sync.Mutex
-	kernels []*driver.Kernel // by handle-1
+	kernels []*driver.LoadedKernel // by handle-1
 }
 
 var _ userkernel.Loader = (*kernelLoader)(nil)
@@ -113,7 +113,7 @@ func (l *kernelLoader) LoadImage(img *userkernel.Image) (uint64, error) {
 	return l.kl.LoadModule(img.Code)
 }
 
-func (l *kernelLoader) Function(module uint64, k *userkernel.Kernel) (uint64, error) {
+func (l *kernelLoader) Function(module uint64, k *userkernel.Signature) (uint64, error) {
 	offsets := make([]int, len(k.Params))
 	for i, p := range k.Params {
 		offsets[i] = int(p.Offset)
@@ -129,7 +129,7 @@ func (l *kernelLoader) Function(module uint64, k *userkernel.Kernel) (uint64, er
 	return uint64(len(l.kernels)), nil
 }
 
-func (l *kernelLoader) kernel(handle uint64) *driver.Kernel {
+func (l *kernelLoader) kernel(handle uint64) *driver.LoadedKernel {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if handle == 0 || handle > uint64(len(l.kernels)) {
@@ -264,7 +264,7 @@ func (t *Task) Launch(k *Kernel, g Geometry, args ...Arg) error {
 	clear(kargs)
 	op := t.newOp(driver.Dispatch)
 	op.Kernel = k.drv
-	op.Geometry = driver.Geometry{Dims: uint8(max(g.Dims, 1)), Grid: g.Grid, Workgroup: g.Workgroup}
+	op.Geometry = Geometry{Dims: max(g.Dims, 1), Grid: g.Grid, Workgroup: g.Workgroup}
 	for i := range op.Geometry.Grid {
 		op.Geometry.Grid[i] = max(op.Geometry.Grid[i], 1)
 		op.Geometry.Workgroup[i] = max(op.Geometry.Workgroup[i], 1)

@@ -35,7 +35,8 @@ const (
 	// follow, whether it was skipped (same queue, or already complete),
 	// waited for on the device, or waited for on the host and why, with
 	// the op, its queue or stream and the producer's fence; and every
-	// host wait outside ops (read-back, Synchronize, frees, throttling).
+	// host wait made outside the sync core's decisions (read-back,
+	// Synchronize, frees, throttling, launch-blocking, staging).
 	// It costs a log line per fence; below it, the sync core pays one
 	// nil check per fence.
 	LogDebug
@@ -187,15 +188,6 @@ func (l decisionLog) Decided(op string, consumer syncstate.Timeline, f syncstate
 		e = e.Stringer("reason", r)
 	}
 	e.Msg("rocsync: " + d.String())
-}
-
-// debugHostWait logs a host wait made outside the sync core's decisions
-// (read-back, Synchronize, frees, throttling, launch-blocking).
-func (d *Device) debugHostWait(op string, f syncstate.Fence, r Reason) {
-	if !d.debug {
-		return
-	}
-	d.log.Debug().Str("op", op).Str("after", f.TL.Name()).Uint64("ticket", f.Ticket).Stringer("reason", r).Msg("rocsync: host wait")
 }
 
 var _ zerolog.LevelWriter = slogWriter{}

@@ -151,7 +151,7 @@ func TestLogHandler(t *testing.T) {
 	h = slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn})
 	d, err = Open(Options{Backend: Emulator, LogHandler: h})
 	require.NoError(t, err)
-	require.False(t, d.debug, "a handler that drops debug records turns decision logging off")
+	require.True(t, d.obs == nil || d.obs.log == nil, "a handler that drops debug records turns decision logging off")
 	mixedProgram(t, d)
 	require.NoError(t, d.Close())
 	require.Empty(t, buf.String())
@@ -291,4 +291,27 @@ func TestAutoPicksCUDAAfterROCm(t *testing.T) {
 // one JSON line, its fields as they are.
 func jsonLog(w io.Writer, level slog.Level) slog.Handler {
 	return slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level})
+}
+
+// The debug log names every host wait the stats count, those made outside
+// the sync core's decisions included: launch-blocking's wait after each
+// op, like a read-back's.
+func TestLogDebugNamesLaunchBlockingWaits(t *testing.T) {
+	var buf syncBuffer
+	d, err := Open(Options{Backend: Emulator, LogLevel: LogDebug, LogWriter: &buf, LaunchBlocking: true})
+	require.NoError(t, err)
+	tk := d.DefaultTask()
+	x, err := d.FromFloat32(2, 2, []float32{1, 2, 3, 4})
+	require.NoError(t, err)
+	sq, err := tk.Mul(x, x)
+	require.NoError(t, err)
+	_, err = tk.MatMul(sq, x, false, false)
+	require.NoError(t, err)
+	st := d.Stats()
+	require.NoError(t, d.Close())
+	out := buf.String()
+	require.NotZero(t, st.HostWaits[ReasonLaunchBlocking])
+	require.Contains(t, out, "op=Mul reason=launch-blocking")
+	require.Contains(t, out, "op=MatMul reason=launch-blocking")
+	require.EqualValues(t, st.HostWaitsTotal(), strings.Count(out, "rocsync: host wait"), out)
 }

@@ -205,9 +205,9 @@ func (p *peerCopies) waitReaders(ctx context.Context, d *Device) error {
 			continue
 		}
 		d.countHostWait(ReasonSync)
-		tw := d.trace.waitBegin("Synchronize", f, ReasonSync, hostTrack)
+		tw := d.obs.waitBegin("Synchronize", f, ReasonSync, hostTrack)
 		err := syncstate.WaitHostContext(ctx, f)
-		d.trace.waitEnd(tw, err)
+		d.obs.waitEnd(tw, err)
 		if err != nil && waitKind(f, err) == ErrTimeout {
 			errs = append(errs, &Error{Op: "Synchronize", Kind: ErrTimeout, Detail: "waiting for a copy to another device at " + f.String(), Err: err})
 		}

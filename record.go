@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"sync/atomic"
-	"time"
 	"unsafe"
 
 	"github.com/rocsync/rocsync/driver"
@@ -20,7 +19,8 @@ import (
 // maximal runs on one timeline (the HSA queue, the HIP or CUDA stream, the
 // host lane), and each segment is handed to the driver once
 // (driver.Recorder) to prebuild: AQL packets with kernargs of their own,
-// the stream calls. Replay is one op of the op path: it orders itself
+// the stream calls. Replay is one op of the op path, submitted by
+// Task.submitEntered as an eager op is, the recording its opSync: it orders itself
 // after what the union of the recorded operands needs (their accesses
 // merged) on the first segment's timeline, submits the segments in order
 // as driver.Replay ops, each after the earlier segments of other
@@ -85,6 +85,7 @@ type Recording struct {
 	grp     *syncstate.Group
 	staging []unsafe.Pointer
 	last    syncstate.Fence // the newest replay's fence
+	fast    bool            // the replay under way began on grp alone
 }
 
 var recordingIDs atomic.Uint64
@@ -391,158 +392,78 @@ func (r *Recording) Replay() error {
 	if t.rec != nil {
 		return newErr(name, ErrRecording, "inside Task.Record")
 	}
-	d := t.dev
-	if err := d.enter(name); err != nil {
+	if err := t.dev.enter(name); err != nil {
 		return err
 	}
-	defer d.leave()
-	if err := t.capWait(name, uint64(len(r.segs))); err != nil {
-		return err
-	}
-	first := r.segs[0].tl
-	tr := d.trace
-	var began0 time.Duration
-	if tr != nil {
-		began0 = tr.now()
-	}
-	// A replay that finds its operands as the last one left them begins
-	// on its group alone (see syncstate.Group); any other takes them all.
-	g := r.grp
-	fast := g != nil && g.BeginReplay(&d.engine, first, t.sinks)
-	if !fast {
-		for i := range r.parts {
-			if err := r.parts[i].Begin(&d.engine, first, t.sinks); err != nil {
-				for j := range i {
-					r.parts[j].Abort()
-				}
-				if tr != nil {
-					tr.opFailed(first, t.traceHost, began0)
-				}
-				return notSubmitted(name, first, err)
-			}
-		}
-		// Free refuses a pinned buffer, so once a replay has seen its
-		// operands unfreed (the one that settles the group) none is
-		// freed until Close.
-		for _, x := range r.operands {
-			if x.b.freed { // locked by the parts
-				r.abortParts()
-				return newErr(name, ErrFreed, "%v", x.who)
-			}
-		}
-	}
-	var f syncstate.Fence
-	var lastBegan time.Duration // the last segment's, whose host slice ends after the commit
-	for k := range r.segs {
-		seg := &r.segs[k]
-		began := began0
-		if tr != nil && k > 0 {
-			began = tr.now()
-		}
-		link := &seg.link
-		if len(seg.deps) > 0 {
-			// The segment follows the earlier ones it depends on, as an
-			// eager op on its timeline would: on the device where the
-			// policy allows, else a counted host wait.
-			if err := link.Begin(&d.engine, seg.tl, t.sinks); err != nil {
-				if tr != nil {
-					tr.opFailed(seg.tl, t.traceHost, began)
-				}
-				r.failReplay(fast, err)
-				return &Error{Op: name, Kind: ErrFault, Detail: "segment on " + seg.tl.Name(), Err: err}
-			}
-		}
-		var issued time.Duration
-		if tr != nil {
-			issued = tr.opIssued(began, t.traceHost)
-		}
-		var op *driver.Op
-		if seg.rec != nil {
-			op = t.newOp(driver.Replay)
-			op.Recorded = seg.rec
-		} else {
-			op = t.newOp(driver.HostFunc)
-			op.Func = seg.host
-		}
-		ticket, err := r.submitSegment(op, link, fast)
-		if tr != nil {
-			if err != nil {
-				tr.opFailed(seg.tl, t.traceHost, began)
-			} else {
-				tr.opSubmitted(op, name, seg.tl, ticket, t.traceHost, began, issued)
-			}
-		}
-		op.Recorded, op.Func = nil, nil
-		if err != nil {
-			link.Abort()
-			kind := ErrUnavailable
-			if k > 0 || seg.tl.Failed(^uint64(0)) != nil {
-				kind = ErrFault // earlier segments ran: what they write is unknown
-			}
-			r.failReplay(fast, err)
-			return &Error{Op: name, Kind: kind, Detail: "submitting to " + seg.tl.Name(), Err: err}
-		}
-		f = syncstate.Fence{TL: seg.tl, Ticket: ticket}
-		t.sinks.Dispatch() // one per driver submission, as the trace draws them
-		link.Abort()
-		seg.mark.RecordOn(f, name)
-		if tr != nil && k < len(r.segs)-1 {
-			tr.opEnded(seg.tl, ticket, t.traceHost, began)
-		}
-		lastBegan = began
-	}
-	r.last = f
-	var cerr error
-	switch {
-	case fast:
-		g.CommitReplay(f)
-		cerr = d.engine.Committed(name, f, t.sinks)
-	case g != nil:
-		g.Settle(f)
-		r.abortParts()
-		cerr = d.engine.Committed(name, f, t.sinks)
-	default:
-		for i := range r.parts {
-			if i < len(r.parts)-1 {
-				r.parts[i].RecordOn(f, name)
-				continue
-			}
-			cerr = r.parts[i].CommitOn(f.TL, f.Ticket, t.sinks)
-		}
-	}
-	var err error
-	if cerr != nil {
-		var e *Error
-		if errors.As(cerr, &e) {
-			err = cerr
-		} else {
-			err = &Error{Op: name, Kind: waitKind(f, cerr), Detail: "on " + f.TL.Name(), Err: cerr}
-		}
-	}
-	if tr != nil {
-		tr.opEnded(f.TL, f.Ticket, t.traceHost, lastBegan)
-	}
-	if err != nil {
-		return err
-	}
-	return t.submitWaits(name, "replay", f)
+	defer t.dev.leave()
+	s := opSync{r: r}
+	_, err := t.submitEntered(name, nil, &s)
+	t.op.Recorded, t.op.Func = nil, nil // the task's op holds nothing of the recording's
+	return err
 }
 
-// submitSegment is the driver's Submit of one segment of a replay, which
-// may run library calls' functions on this goroutine. If one panics, the
-// replay fails before the panic goes on: what it writes is poisoned and
-// its operands are unlocked, as for an eager library call.
-func (r *Recording) submitSegment(op *driver.Op, link *syncstate.Op, fast bool) (ticket uint64, err error) {
-	returned := false
-	defer func() {
-		if !returned {
-			link.Abort()
-			r.failReplay(fast, errCallPanicked)
+// begin orders a replay on tl, its first segment's timeline, after what
+// the union of its operands needs. A replay that finds its operands as
+// the last one left them begins on its group alone (fast; see
+// syncstate.Group); any other takes them all, as its parts.
+func (r *Recording) begin(e *syncstate.Engine, tl syncstate.Timeline, sinks syncstate.Sinks) error {
+	r.fast = r.grp != nil && r.grp.BeginReplay(e, tl, sinks)
+	if r.fast {
+		return nil
+	}
+	for i := range r.parts {
+		if err := r.parts[i].Begin(e, tl, sinks); err != nil {
+			for j := range i {
+				r.parts[j].Abort()
+			}
+			return err
 		}
-	}()
-	ticket, err = r.t.drv.Submit(op)
-	returned = true
-	return ticket, err
+	}
+	return nil
+}
+
+// freed reports the first freed operand of a replay that took its
+// operands, aborting it. Free refuses a pinned buffer, so once a replay
+// has seen its operands unfreed (the one that settles the group) none is
+// freed until Close.
+func (r *Recording) freed(name string) error {
+	if r.fast {
+		return nil
+	}
+	for _, x := range r.operands {
+		if x.b.freed { // locked by the parts
+			r.abortParts()
+			return newErr(name, ErrFreed, "%v", x.who)
+		}
+	}
+	return nil
+}
+
+// segment makes the task's op replay segment k, and returns it with the
+// segment's timeline, the ordering after the earlier segments it depends
+// on (nil for none) and the segment's own record.
+func (r *Recording) segment(t *Task, k int) (op *driver.Op, tl syncstate.Timeline, link, mark *syncstate.Op) {
+	seg := &r.segs[k]
+	if seg.rec != nil {
+		op = t.newOp(driver.Replay)
+		op.Recorded = seg.rec
+	} else {
+		op = t.newOp(driver.HostFunc)
+		op.Func = seg.host
+	}
+	if len(seg.deps) > 0 {
+		link = &seg.link
+	}
+	return op, seg.tl, link, &seg.mark
+}
+
+// abort ends a replay that submitted nothing: nothing changes.
+func (r *Recording) abort() {
+	if r.fast {
+		r.grp.AbortReplay()
+		return
+	}
+	r.abortParts()
 }
 
 func (r *Recording) abortParts() {
@@ -551,20 +472,41 @@ func (r *Recording) abortParts() {
 	}
 }
 
-// failReplay fails a replay after it began, poisoning what it writes:
-// on its group if it began there (fast), else on its operands.
-func (r *Recording) failReplay(fast bool, err error) {
-	if fast {
+// fail fails a replay after it began, poisoning what it writes: on its
+// group if it began there (fast), else on its operands.
+func (r *Recording) fail(err error) {
+	if r.fast {
 		r.grp.FailReplay(err)
 		return
 	}
-	r.failParts(err)
-}
-
-func (r *Recording) failParts(err error) {
 	for i := range r.parts {
 		r.parts[i].Fail(err)
 	}
+}
+
+// commit records a replay's fence f, its last segment's, which stands for
+// the whole replay: on its group alone if it began there, else settling
+// the group, or else on every operand.
+func (r *Recording) commit(e *syncstate.Engine, name string, f syncstate.Fence, sinks syncstate.Sinks) error {
+	r.last = f
+	switch g := r.grp; {
+	case r.fast:
+		g.CommitReplay(f)
+		return e.Committed(name, f, sinks)
+	case g != nil:
+		g.Settle(f)
+		r.abortParts()
+		return e.Committed(name, f, sinks)
+	}
+	var err error
+	for i := range r.parts {
+		if i < len(r.parts)-1 {
+			r.parts[i].RecordOn(f, name)
+			continue
+		}
+		err = r.parts[i].CommitOn(f.TL, f.Ticket, sinks)
+	}
+	return err
 }
 
 // Close releases the recording: it waits for its newest replay (a host
@@ -594,10 +536,9 @@ func (r *Recording) Close() error {
 				return err
 			}
 			t.sinks.HostWait(ReasonSync)
-			d.debugHostWait(name, r.last, ReasonSync)
-			tw := d.trace.waitBegin(name, r.last, ReasonSync, t.traceHost)
+			tw := d.obs.waitBegin(name, r.last, ReasonSync, t.traceHost)
 			err = syncstate.WaitHostContext(context.Background(), r.last)
-			d.trace.waitEnd(tw, err)
+			d.obs.waitEnd(tw, err)
 			if err != nil && waitKind(r.last, err) == ErrTimeout {
 				d.leave()
 				return &Error{Op: name, Kind: ErrTimeout, Detail: "waiting for the last replay " + r.last.String(), Err: err}

@@ -152,7 +152,7 @@ func (t *Task) Sum(out, in *Array, r Reduction) error {
 	op := t.newOp(driver.Dispatch)
 	op.Kernel = k
 	args.Encode(op.Args[:])
-	op.Geometry = driver.Geometry{Dims: 1, Grid: [3]uint32{shape.Workgroups() * kernels.ReduceWorkgroupSize, 1, 1},
+	op.Geometry = Geometry{Dims: 1, Grid: [3]uint32{shape.Workgroups() * kernels.ReduceWorkgroupSize, 1, 1},
 		Workgroup: [3]uint32{kernels.ReduceWorkgroupSize, 1, 1}}
 	_, err = t.submit(name, op, operands)
 	return err

@@ -165,7 +165,7 @@ func TestSumUndeclaredWorkspaceIsARace(t *testing.T) {
 	op := b.newOp(driver.Dispatch)
 	op.Kernel = k
 	args.Encode(op.Args[:])
-	op.Geometry = driver.Geometry{Dims: 1, Grid: [3]uint32{shape.Workgroups() * kernels.ReduceWorkgroupSize, 1, 1},
+	op.Geometry = Geometry{Dims: 1, Grid: [3]uint32{shape.Workgroups() * kernels.ReduceWorkgroupSize, 1, 1},
 		Workgroup: [3]uint32{kernels.ReduceWorkgroupSize, 1, 1}}
 	_, err = b.submit("Sum without its workspace", op, append(b.operands[:0], access{&in.buffer, in, Read}, access{&out2.buffer, out2, Write}))
 	require.NoError(t, err)

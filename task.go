@@ -138,11 +138,10 @@ func (t *Task) drainOne(ctx context.Context, tl syncstate.Timeline) error {
 		return err
 	}
 	t.sinks.HostWait(ReasonSync)
-	t.dev.debugHostWait("Synchronize", syncstate.Fence{TL: tl, Ticket: last}, ReasonSync)
-	tw := t.dev.trace.waitBegin("Synchronize", syncstate.Fence{TL: tl, Ticket: last}, ReasonSync, t.traceHost)
+	tw := t.dev.obs.waitBegin("Synchronize", syncstate.Fence{TL: tl, Ticket: last}, ReasonSync, t.traceHost)
 	f := syncstate.Fence{TL: tl, Ticket: last}
 	err := syncstate.WaitHostContext(ctx, f)
-	t.dev.trace.waitEnd(tw, err)
+	t.dev.obs.waitEnd(tw, err)
 	return faultIn("Synchronize", f, err)
 }
 
@@ -304,7 +303,8 @@ func (t *Task) submit(name string, op *driver.Op, operands []access) (syncstate.
 	// One defer and two returns: the compiler open-codes it, where the
 	// submission's many returns would make it a deferred call record.
 	defer t.leaveSubmit(op)
-	return t.submitEntered(name, op, operands)
+	s := opSync{sop: syncstate.Op{Name: name}, operands: operands}
+	return t.submitEntered(name, op, &s)
 }
 
 // leaveSubmit ends a submission: the op holds nothing of the caller's
@@ -327,22 +327,100 @@ func (t *Task) timeline(l driver.Lane) syncstate.Timeline {
 	return tl
 }
 
-// submitEntered is submit once the device is entered.
-func (t *Task) submitEntered(name string, op *driver.Op, operands []access) (syncstate.Fence, error) {
+// opSync is how the op being submitted orders itself after what its
+// operands need and records its fence on them: one syncstate.Op over an
+// eager op's operands, or a replay's group or parts (Recording.begin).
+type opSync struct {
+	sop      syncstate.Op
+	operands []access
+	r        *Recording // the replay's; nil for an eager op
+}
+
+// parts is how many driver submissions the op makes: one, or a replay's
+// segments.
+func (s *opSync) parts() int {
+	if s.r != nil {
+		return len(s.r.segs)
+	}
+	return 1
+}
+
+// begin orders the op on tl after what its operands need, holding them.
+func (s *opSync) begin(e *syncstate.Engine, tl syncstate.Timeline, sinks syncstate.Sinks) error {
+	if s.r != nil {
+		return s.r.begin(e, tl, sinks)
+	}
+	for _, x := range s.operands {
+		s.sop.Use(&x.b.st, x.access)
+	}
+	return s.sop.Begin(e, tl, sinks)
+}
+
+// freed reports the first freed operand, the op aborted if there is one.
+func (s *opSync) freed(name string) error {
+	if s.r != nil {
+		return s.r.freed(name)
+	}
+	if err := freedIn(name, s.operands); err != nil {
+		s.sop.Abort()
+		return err
+	}
+	return nil
+}
+
+// abort ends a begun op that submitted nothing: nothing changes.
+func (s *opSync) abort() {
+	if s.r != nil {
+		s.r.abort()
+		return
+	}
+	s.sop.Abort()
+}
+
+// fail ends a begun op that failed after it may have run in part,
+// poisoning what it writes with err.
+func (s *opSync) fail(err error) {
+	if s.r != nil {
+		s.r.fail(err)
+		return
+	}
+	s.sop.Fail(err)
+}
+
+// commit records the op's fence f on its operands and releases them.
+func (s *opSync) commit(e *syncstate.Engine, name string, f syncstate.Fence, sinks syncstate.Sinks) error {
+	if s.r != nil {
+		return s.r.commit(e, name, f, sinks)
+	}
+	return s.sop.Commit(f.Ticket, sinks)
+}
+
+// submitEntered is submit once the device is entered, and Replay's
+// submission: the one path every op takes, eager or replayed. It makes
+// the run-ahead cap's wait, orders the op after what its operands need on
+// its (first) timeline, checks that none was freed, submits its parts to
+// the driver in order (one, or a replay's segments, each after the
+// earlier segments of other timelines it depends on), records its fence
+// on its operands and makes the waits that follow a submission. A
+// failure before the first part is submitted leaves the operands as they
+// were; one after it poisons what the op writes.
+func (t *Task) submitEntered(name string, op *driver.Op, s *opSync) (syncstate.Fence, error) {
 	d := t.dev
-	if err := t.capWait(name, 1); err != nil {
+	n := s.parts()
+	if err := t.capWait(name, uint64(n)); err != nil {
 		return syncstate.Fence{}, err
 	}
-	tl := t.timeline(op.Lane())
-	tr := d.tracer()
+	var tl syncstate.Timeline
+	if s.r != nil {
+		tl = s.r.segs[0].tl
+	} else {
+		tl = t.timeline(op.Lane())
+	}
+	tr := d.opObserver()
 	if tr != nil {
 		t.traceBegan = tr.now()
 	}
-	sop := syncstate.Op{Name: name}
-	for _, x := range operands {
-		sop.Use(&x.b.st, x.access)
-	}
-	if err := sop.Begin(&d.engine, tl, t.sinks); err != nil {
+	if err := s.begin(&d.engine, tl, t.sinks); err != nil {
 		if tr != nil {
 			tr.opFailed(tl, t.traceHost, t.traceBegan)
 		}
@@ -351,49 +429,83 @@ func (t *Task) submitEntered(name string, op *driver.Op, operands []access) (syn
 		}
 		return syncstate.Fence{}, notSubmitted(name, tl, err)
 	}
-	if err := freedIn(name, operands); err != nil {
-		sop.Abort()
+	if err := s.freed(name); err != nil {
 		if tr != nil {
 			tr.opFailed(tl, t.traceHost, t.traceBegan)
 		}
 		return syncstate.Fence{}, err
 	}
-	if tr != nil {
-		t.traceIssued = tr.opIssued(t.traceBegan, t.traceHost)
-	}
-	var ticket uint64
-	var err error
-	if op.Kind == driver.LibraryCall {
-		ticket, err = t.submitCall(op, &sop)
-	} else {
-		ticket, err = t.drv.Submit(op)
-	}
-	if tr != nil {
-		if err != nil {
-			tr.opFailed(tl, t.traceHost, t.traceBegan)
+	var f syncstate.Fence
+	for k := range n {
+		// A replay's segment: its op, its timeline, the earlier
+		// segments it follows (link, nil for none) and its own record
+		// (mark).
+		var link, mark *syncstate.Op
+		if s.r != nil {
+			op, tl, link, mark = s.r.segment(t, k)
+			if tr != nil && k > 0 {
+				t.traceBegan = tr.now()
+			}
+		}
+		if link != nil {
+			// The segment follows the earlier ones it depends on, as
+			// an eager op on its timeline would: on the device where
+			// the policy allows, else a counted host wait.
+			if err := link.Begin(&d.engine, tl, t.sinks); err != nil {
+				if tr != nil {
+					tr.opFailed(tl, t.traceHost, t.traceBegan)
+				}
+				s.fail(err)
+				return syncstate.Fence{}, &Error{Op: name, Kind: ErrFault, Detail: "segment on " + tl.Name(), Err: err}
+			}
+		}
+		if tr != nil {
+			t.traceIssued = tr.opIssued(t.traceBegan, t.traceHost)
+		}
+		var ticket uint64
+		var err error
+		if op.Kind == driver.LibraryCall || op.Kind == driver.Replay {
+			ticket, err = t.submitCall(op, s, link)
 		} else {
-			tr.opSubmitted(op, name, tl, ticket, t.traceHost, t.traceBegan, t.traceIssued)
+			ticket, err = t.drv.Submit(op)
+		}
+		if tr != nil {
+			if err != nil {
+				tr.opFailed(tl, t.traceHost, t.traceBegan)
+			} else {
+				tr.opSubmitted(op, name, tl, ticket, t.traceHost, t.traceBegan, t.traceIssued)
+			}
+		}
+		if link != nil {
+			link.Abort()
+		}
+		if err != nil {
+			if k == 0 && errors.Is(err, syncstate.ErrWaitRefused) {
+				s.abort() // sync-debug refused a throttle wait: nothing changed
+				return syncstate.Fence{}, err
+			}
+			kind := ErrUnavailable
+			if k > 0 || tl.Failed(math.MaxUint64) != nil || op.Kind == driver.LibraryCall {
+				// Earlier segments ran, or a library call's function
+				// failed after it may have enqueued part of its work:
+				// what the op writes is unknown.
+				kind = ErrFault
+			}
+			s.fail(err)
+			return syncstate.Fence{}, &Error{Op: name, Kind: kind, Detail: "submitting to " + tl.Name(), Err: err}
+		}
+		f = syncstate.Fence{TL: tl, Ticket: ticket}
+		t.sinks.Dispatch() // one per driver submission, as the trace draws them
+		if mark != nil {
+			mark.RecordOn(f, name)
+		}
+		if tr != nil && k < n-1 {
+			tr.opEnded(tl, ticket, t.traceHost, t.traceBegan)
 		}
 	}
-	if err != nil {
-		if errors.Is(err, syncstate.ErrWaitRefused) {
-			sop.Abort() // sync-debug refused a throttle wait: nothing changed
-			return syncstate.Fence{}, err
-		}
-		kind := ErrUnavailable
-		if tl.Failed(math.MaxUint64) != nil || op.Kind == driver.LibraryCall {
-			// A library call's function failed after it may have
-			// enqueued part of its work: what it writes is unknown.
-			kind = ErrFault
-		}
-		sop.Fail(err)
-		return syncstate.Fence{}, &Error{Op: name, Kind: kind, Detail: "submitting to " + tl.Name(), Err: err}
-	}
-	f := syncstate.Fence{TL: tl, Ticket: ticket}
-	t.sinks.Dispatch()
-	err = t.afterSubmit(name, &sop, tl, f)
+	err := t.afterSubmit(name, s, f)
 	if tr != nil {
-		tr.opEnded(tl, ticket, t.traceHost, t.traceBegan)
+		tr.opEnded(f.TL, f.Ticket, t.traceHost, t.traceBegan)
 	}
 	return f, err
 }
@@ -415,16 +527,20 @@ func notSubmitted(name string, tl syncstate.Timeline, err error) error {
 // errCallPanicked fails the op of a library call whose function panicked.
 var errCallPanicked = errors.New("the library call's function panicked")
 
-// submitCall is the driver's Submit of a library call, which runs the
-// user's function on this goroutine. If the function panics, the op fails
-// before the panic goes on: what it writes is poisoned (the function may
-// have enqueued part of its work) and its operands are unlocked, so that a
+// submitCall is the driver's Submit of an op that runs the user's
+// functions on this goroutine: a library call, or a replayed segment that
+// may hold library calls. If a function panics, the op fails before the
+// panic goes on: what it writes is poisoned (the function may have
+// enqueued part of its work) and its operands are unlocked, so that a
 // caller that recovers can still read, write and free them.
-func (t *Task) submitCall(op *driver.Op, sop *syncstate.Op) (ticket uint64, err error) {
+func (t *Task) submitCall(op *driver.Op, s *opSync, link *syncstate.Op) (ticket uint64, err error) {
 	returned := false
 	defer func() {
 		if !returned {
-			sop.Fail(errCallPanicked)
+			if link != nil {
+				link.Abort()
+			}
+			s.fail(errCallPanicked)
 		}
 	}()
 	ticket, err = t.drv.Submit(op)
@@ -432,17 +548,21 @@ func (t *Task) submitCall(op *driver.Op, sop *syncstate.Op) (ticket uint64, err 
 	return ticket, err
 }
 
-// afterSubmit records a submitted op on its operands and makes the waits
-// that follow a submission.
-func (t *Task) afterSubmit(name string, sop *syncstate.Op, tl syncstate.Timeline, f syncstate.Fence) error {
-	if err := sop.Commit(f.Ticket, t.sinks); err != nil {
+// afterSubmit records a submitted op's fence f on its operands and makes
+// the waits that follow a submission.
+func (t *Task) afterSubmit(name string, s *opSync, f syncstate.Fence) error {
+	if err := s.commit(&t.dev.engine, name, f, t.sinks); err != nil {
 		var e *Error
 		if errors.As(err, &e) {
 			return err // refused by sync-debug mode
 		}
-		return &Error{Op: name, Kind: waitKind(f, err), Detail: "on " + tl.Name(), Err: err}
+		return &Error{Op: name, Kind: waitKind(f, err), Detail: "on " + f.TL.Name(), Err: err}
 	}
-	return t.submitWaits(name, "op", f)
+	what := "op"
+	if s.r != nil {
+		what = "replay"
+	}
+	return t.submitWaits(name, what, f)
 }
 
 // capWait enforces the device's run-ahead cap ahead of a submission of
@@ -470,9 +590,9 @@ func (t *Task) submitWaits(name, what string, f syncstate.Fence) error {
 	d := t.dev
 	if d.launchBlocking {
 		t.sinks.HostWait(ReasonLaunchBlocking)
-		tw := d.trace.waitBegin(name, f, ReasonLaunchBlocking, t.traceHost)
+		tw := d.obs.waitBegin(name, f, ReasonLaunchBlocking, t.traceHost)
 		err := f.TL.WaitHost(f.Ticket)
-		d.trace.waitEnd(tw, err)
+		d.obs.waitEnd(tw, err)
 		if err != nil {
 			return &Error{Op: name, Kind: waitKind(f, err), Detail: "launch-blocking: the " + what + " at " + f.String(), Err: err}
 		}

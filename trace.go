@@ -91,16 +91,6 @@ func traceFor(o Options) *Trace {
 	return envTrace.tr
 }
 
-// tracer is the device's trace, or a constant nil where the build
-// compiled the trace out (rocsync_notrace): the submit path's hooks then
-// fold away.
-func (d *Device) tracer() *traceProc {
-	if !traceopt.Enabled {
-		return nil
-	}
-	return d.trace
-}
-
 // traceProc is one device's part of a trace (a process in the JSON).
 type traceProc struct {
 	tr   *Trace

@@ -31,6 +31,7 @@ import (
 
 	"github.com/rocsync/rocsync/kernels"
 	"github.com/rocsync/rocsync/syncstate"
+	"github.com/rocsync/rocsync/userkernel"
 )
 
 // DevicePtr is a device address; the host cannot dereference it.
@@ -76,7 +77,7 @@ type Device interface {
 	// Builtin returns rocsync's own elementwise kernel op for element type
 	// dt, loaded on the device (the first call loads the code): a Dispatch
 	// of it takes a kernels.Args block.
-	Builtin(op kernels.Op, dt kernels.DType) (*Kernel, error)
+	Builtin(op kernels.Op, dt kernels.DType) (*LoadedKernel, error)
 	// NewTask makes one task's timelines; sinks receive its counts.
 	NewTask(sinks syncstate.Sinks) (Task, error)
 	// SignalsCreated and EventsCreated count the completion objects ever
@@ -120,7 +121,7 @@ type Kind uint8
 const (
 	// KindInvalid is the zero Kind: drivers refuse it.
 	KindInvalid Kind = iota
-	// Dispatch runs a loaded Kernel over Geometry with the argument block
+	// Dispatch runs a LoadedKernel over Geometry with the argument block
 	// Args[:Kernel.ArgsSize]: rocsync's own kernels and user kernels alike.
 	// It runs on LaneKernel (rocsync dispatches kernels on its queue).
 	Dispatch
@@ -178,9 +179,9 @@ func (k Kind) String() string {
 // reserves after them.
 const MaxArgs = 512
 
-// Kernel is a kernel loaded on one device, as a Dispatch names it. The
+// LoadedKernel is a kernel loaded on one device, as a Dispatch names it. The
 // device owns it; it is immutable once returned.
-type Kernel struct {
+type LoadedKernel struct {
 	Name string
 	// Object is what the kernel queue dispatches: the AQL kernel object on
 	// ROCm, the CUfunction on CUDA.
@@ -209,14 +210,6 @@ type Kernel struct {
 	ParamOffsets []int
 }
 
-// Geometry is a dispatch's shape in work-items (as AQL counts them; CUDA
-// drivers divide by the workgroup).
-type Geometry struct {
-	Dims      uint8 // 1 to 3
-	Grid      [3]uint32
-	Workgroup [3]uint32
-}
-
 // GemmArgs are a Gemm's operands.
 type GemmArgs struct {
 	DType          kernels.DType
@@ -234,8 +227,11 @@ type Op struct {
 	Kind Kind
 
 	// Dispatch.
-	Kernel   *Kernel
-	Geometry Geometry
+	Kernel *LoadedKernel
+	// Geometry is the dispatch's shape in work-items, as AQL counts
+	// them (CUDA drivers divide by the workgroup): Dims 1 to 3, every
+	// extent at least 1.
+	Geometry userkernel.Geometry
 	Args     [MaxArgs]byte
 
 	// Gemm.
@@ -284,7 +280,7 @@ func (op *Op) Lane() Lane {
 // block: a Dispatch writes the part of it its kernel reads (ArgsSize), and
 // no other kind reads it.
 func (op *Op) Reset(k Kind) {
-	op.Kind, op.Kernel, op.Geometry, op.Gemm = k, nil, Geometry{}, GemmArgs{}
+	op.Kind, op.Kernel, op.Geometry, op.Gemm = k, nil, userkernel.Geometry{}, GemmArgs{}
 	op.Call, op.Dst, op.Src, op.Host, op.Size = nil, 0, 0, nil, 0
 	op.Func, op.Recorded, op.Peer, op.Signal = nil, nil, nil, 0
 }
@@ -309,7 +305,7 @@ type KernelLoader interface {
 	LoadModule(image []byte) (module uint64, err error)
 	// Kernel finds a kernel in a loaded module; argsSize and
 	// paramOffsets come from the kernel's own metadata.
-	Kernel(module uint64, name string, argsSize uint32, paramOffsets []int) (*Kernel, error)
+	Kernel(module uint64, name string, argsSize uint32, paramOffsets []int) (*LoadedKernel, error)
 	// AcceptsCodeObject reports whether the device's runtimes load AMD
 	// code objects of version v (always true off AMD).
 	AcceptsCodeObject(v kernels.CodeObjectVersion) bool
@@ -353,13 +349,13 @@ const MaxGrid = 1 << 24
 // Device.Builtin), over args.N elements: the argument block is args
 // encoded for dt and the grid a multiple of the kernel's workgroup, at
 // most MaxGrid. It allocates nothing.
-func (op *Op) SetBuiltin(k *Kernel, dt kernels.DType, args *kernels.Args) {
+func (op *Op) SetBuiltin(k *LoadedKernel, dt kernels.DType, args *kernels.Args) {
 	op.Reset(Dispatch)
 	op.Kernel = k
 	args.Encode(op.Args[:], dt)
 	wg := uint64(max(k.Workgroup, 1))
 	grid := min(max((args.N+wg-1)/wg*wg, wg), MaxGrid)
-	op.Geometry = Geometry{Dims: 1, Grid: [3]uint32{uint32(grid), 1, 1}, Workgroup: [3]uint32{uint32(wg), 1, 1}}
+	op.Geometry = userkernel.Grid1D(uint32(grid), uint32(wg))
 }
 
 // LaunchBuiltin submits rocsync's kernel kop for dt over args.N elements

@@ -5,6 +5,8 @@ import (
 	"unsafe"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/rocsync/rocsync/userkernel"
 )
 
 type laneRecorded struct{ lane Lane }
@@ -31,7 +33,7 @@ func TestOpLaneIsItsKinds(t *testing.T) {
 // Reset leaves nothing of the op before but its argument block.
 func TestOpResetClearsEveryField(t *testing.T) {
 	var x byte
-	op := Op{Kind: Gemm, Kernel: &Kernel{}, Geometry: Geometry{Dims: 2}, Gemm: GemmArgs{M: 3},
+	op := Op{Kind: Gemm, Kernel: &LoadedKernel{}, Geometry: userkernel.Geometry{Dims: 2}, Gemm: GemmArgs{M: 3},
 		Call: func(uintptr) error { return nil }, Dst: 1, Src: 2, Host: unsafe.Pointer(&x), Size: 4,
 		Func: func() error { return nil }, Recorded: laneRecorded{}, Signal: 5}
 	op.Args[0] = 7

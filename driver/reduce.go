@@ -12,7 +12,7 @@ import (
 // kernels.ReduceWorkgroupSize workgroups, and a zeroed workspace that it
 // leaves zeroed.
 type Reducer interface {
-	Reduction(r kernels.Reduction, dt kernels.DType) (*Kernel, error)
+	Reduction(r kernels.Reduction, dt kernels.DType) (*LoadedKernel, error)
 }
 
 // ReductionCache keeps a Reducer's kernels: one per reduction and element
@@ -20,12 +20,12 @@ type Reducer interface {
 type ReductionCache struct {
 	mu     sync.Mutex
 	loaded [kernels.SumCols + 1][2]bool
-	k      [kernels.SumCols + 1][2]Kernel
+	k      [kernels.SumCols + 1][2]LoadedKernel
 }
 
 // Get returns the kernel of (r, dt), calling load (under the cache's lock)
 // the first time; a failed load is not kept. r and dt must be valid.
-func (c *ReductionCache) Get(r kernels.Reduction, dt kernels.DType, load func() (Kernel, error)) (*Kernel, error) {
+func (c *ReductionCache) Get(r kernels.Reduction, dt kernels.DType, load func() (LoadedKernel, error)) (*LoadedKernel, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.loaded[r][dt] {

@@ -13,11 +13,11 @@ func TestReductionCacheLoadsOncePerKernel(t *testing.T) {
 	var c ReductionCache
 	loads := 0
 	boom := errors.New("boom")
-	if _, err := c.Get(kernels.SumCols, kernels.F64, func() (Kernel, error) { loads++; return Kernel{}, boom }); !errors.Is(err, boom) {
+	if _, err := c.Get(kernels.SumCols, kernels.F64, func() (LoadedKernel, error) { loads++; return LoadedKernel{}, boom }); !errors.Is(err, boom) {
 		t.Fatalf("failed load: %v, want boom", err)
 	}
-	load := func(name string) func() (Kernel, error) {
-		return func() (Kernel, error) { loads++; return Kernel{Name: name}, nil }
+	load := func(name string) func() (LoadedKernel, error) {
+		return func() (LoadedKernel, error) { loads++; return LoadedKernel{Name: name}, nil }
 	}
 	k1, err := c.Get(kernels.SumCols, kernels.F64, load("a"))
 	if err != nil || k1.Name != "a" {

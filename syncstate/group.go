@@ -408,3 +408,7 @@ func (g *Group) Settled() bool {
 	defer g.mu.Unlock()
 	return g.settled && len(g.taken) == 0
 }
+
+// AbortReplay ends a replay begun by BeginReplay that submitted nothing:
+// it unlocks the group and changes nothing else.
+func (g *Group) AbortReplay() { g.mu.Unlock() }

@@ -202,7 +202,7 @@ func (e *ArgError) Error() string {
 // Is makes errors.Is(err, ErrKernelArgs) true.
 func (e *ArgError) Is(target error) bool { return target == ErrKernelArgs }
 
-func (k *Kernel) argError(p *Param, problem ArgProblem, want, got string) error {
+func (k *Signature) argError(p *Param, problem ArgProblem, want, got string) error {
 	e := &ArgError{Kernel: k.Name, Problem: problem, Index: -1, Want: want, Got: got}
 	if p != nil {
 		e.Index, e.Name = p.Index, p.Name
@@ -211,7 +211,7 @@ func (k *Kernel) argError(p *Param, problem ArgProblem, want, got string) error 
 }
 
 // check validates one argument against its parameter.
-func (k *Kernel) check(p *Param, a Arg) error {
+func (k *Signature) check(p *Param, a Arg) error {
 	if a.kind == argInvalid {
 		return k.argError(p, ArgKind, p.Kind.String(), a.String())
 	}
@@ -256,7 +256,7 @@ func (k *Kernel) check(p *Param, a Arg) error {
 	return nil
 }
 
-func (k *Kernel) wantScalar(p *Param) string {
+func (k *Signature) wantScalar(p *Param) string {
 	s := strconv.Itoa(int(p.Size)) + "-byte " + p.Class.String() + " scalar"
 	if p.Class == ClassAny {
 		s = strconv.Itoa(int(p.Size)) + "-byte scalar"
@@ -268,14 +268,14 @@ func (k *Kernel) wantScalar(p *Param) string {
 }
 
 // Check validates a launch without packing it: the same errors as Pack.
-func (k *Kernel) Check(g Geometry, args []Arg) error {
+func (k *Signature) Check(g Geometry, args []Arg) error {
 	if err := k.checkGeometry(&g); err != nil {
 		return err
 	}
 	return k.checkArgs(args)
 }
 
-func (k *Kernel) checkArgs(args []Arg) error {
+func (k *Signature) checkArgs(args []Arg) error {
 	if k.unsupported != "" {
 		return k.argError(nil, ArgUnsupported, "a kernel rocsync can launch", k.unsupported)
 	}
@@ -312,7 +312,7 @@ func (k *Kernel) checkArgs(args []Arg) error {
 // On AMD the block is the kernarg segment of the dispatch (allocate it
 // with ArgsAlign, at least 16 for AQL); on CUDA it is the parameter buffer
 // of cuLaunchKernel's CU_LAUNCH_PARAM_BUFFER_POINTER.
-func (k *Kernel) Pack(block []byte, g Geometry, args []Arg) error {
+func (k *Signature) Pack(block []byte, g Geometry, args []Arg) error {
 	if uint64(len(block)) < uint64(k.ArgsSize) {
 		return k.argError(nil, ArgBlock, strconv.Itoa(int(k.ArgsSize))+" bytes", strconv.Itoa(len(block))+" bytes")
 	}
@@ -367,7 +367,7 @@ type BufferAccess struct {
 // Accesses appends the launch's buffer arguments to dst and returns it;
 // with room in dst it allocates nothing. Call it after Pack has accepted
 // the arguments.
-func (k *Kernel) Accesses(dst []BufferAccess, args []Arg) []BufferAccess {
+func (k *Signature) Accesses(dst []BufferAccess, args []Arg) []BufferAccess {
 	for i, a := range args {
 		if a.kind == argBuffer {
 			dst = append(dst, BufferAccess{Index: i, Ptr: a.bits, Access: a.access})
@@ -382,7 +382,7 @@ func (k *Kernel) Accesses(dst []BufferAccess, args []Arg) []BufferAccess {
 // float64 when the parameter is floating-point and as uint32 or uint64
 // otherwise. A Go reference implementation of a kernel (References) reads
 // its arguments this way. A block shorter than ArgsSize is an *ArgError.
-func (k *Kernel) Unpack(dst []Arg, block []byte) ([]Arg, error) {
+func (k *Signature) Unpack(dst []Arg, block []byte) ([]Arg, error) {
 	if uint64(len(block)) < uint64(k.ArgsSize) {
 		return dst, k.argError(nil, ArgBlock, strconv.Itoa(int(k.ArgsSize))+" bytes", strconv.Itoa(len(block))+" bytes")
 	}

@@ -11,10 +11,10 @@ import (
 	"github.com/rocsync/rocsync/kernels"
 )
 
-func saxpyKernels(t *testing.T) map[string]*Kernel {
+func saxpyKernels(t *testing.T) map[string]*Signature {
 	b := newBuilder(t)
 	src := saxpy(t)
-	return map[string]*Kernel{
+	return map[string]*Signature{
 		"gfx90a/v5": buildKernel(t, b, src, Device{ISA: "gfx90a", Accepts: acceptOnly(kernels.CodeObjectV5)}, "saxpy"),
 		"gfx90a/v4": buildKernel(t, b, src, Device{ISA: "gfx90a", Accepts: acceptOnly(kernels.CodeObjectV4)}, "saxpy"),
 		"sm_80":     buildKernel(t, b, src, Device{ISA: "sm_80"}, "saxpy"),
@@ -157,7 +157,7 @@ kernel __attribute__((reqd_work_group_size(64, 2, 1))) void fixed(global float* 
 	args := []Arg{Buffer(0x1000, ReadWrite), Buffer(0x2000, Read), Float32(1), Uint32(1)}
 	block := make([]byte, 64)
 	for _, c := range []struct {
-		k  *Kernel
+		k  *Signature
 		g  Geometry
 		ok bool
 	}{
@@ -226,7 +226,7 @@ func TestHiddenArguments(t *testing.T) {
 		}
 	}
 	meta.Args = append(meta.Args, kernels.ArgMeta{Offset: 48, Size: 8, ValueKind: "hidden_hostcall_buffer"})
-	img := &Image{Kernels: []*Kernel{amdKernel(&meta, k.Target)}}
+	img := &Image{Kernels: []*Signature{amdKernel(&meta, k.Target)}}
 	if _, err := img.Kernel("h"); !errors.Is(err, ErrUnsupportedKernel) {
 		t.Errorf("hostcall kernel: %v", err)
 	}

@@ -68,7 +68,7 @@ func declaredImage(src *Source, t Target) (*Image, error) {
 		return nil, err
 	}
 	var code bytes.Buffer
-	kernels := make([]*Kernel, len(ks))
+	kernels := make([]*Signature, len(ks))
 	code.WriteString(declaredMagic)
 	code.WriteString(t.Arch)
 	code.WriteByte(' ')
@@ -77,7 +77,7 @@ func declaredImage(src *Source, t Target) (*Image, error) {
 	for i, k := range ks {
 		code.WriteString(k.decl)
 		code.WriteString(";\n")
-		kernels[i] = k.Kernel
+		kernels[i] = k.Signature
 	}
 	return &Image{Target: t, Code: code.Bytes(), Kernels: kernels}, nil
 }
@@ -88,7 +88,7 @@ func IsDeclaredImage(code []byte) bool { return bytes.HasPrefix(code, []byte(dec
 
 // ReadDeclaredImage reads a declared image's code back into its kernels'
 // signatures, as the emulator loads it.
-func ReadDeclaredImage(code []byte) ([]*Kernel, error) {
+func ReadDeclaredImage(code []byte) ([]*Signature, error) {
 	rest, ok := bytes.CutPrefix(code, []byte(declaredMagic))
 	if !ok {
 		return nil, fmt.Errorf("%w: not a declared image", ErrDeclaration)
@@ -99,9 +99,9 @@ func ReadDeclaredImage(code []byte) ([]*Kernel, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*Kernel, len(ks))
+	out := make([]*Signature, len(ks))
 	for i, k := range ks {
-		out[i] = k.Kernel
+		out[i] = k.Signature
 	}
 	return out, nil
 }
@@ -131,7 +131,7 @@ func parseDeclarations(text string, t Target) ([]*declaredSig, error) {
 
 // declaredSig is a signature with its declaration, normalised.
 type declaredSig struct {
-	*Kernel
+	*Signature
 	decl string
 }
 
@@ -227,7 +227,7 @@ func parseOneDeclaration(s string, i int, t Target) (*declaredSig, int, error) {
 		return nil, 0, fmt.Errorf("%w: kernel %s: %w", ErrDeclaration, name, err)
 	}
 	params := strings.TrimSpace(s[i+open+1 : end-1])
-	k := &Kernel{Name: name, Symbol: name + ".kd", Target: t, ArgsAlign: 16, MaxWorkgroupSize: maxWorkgroupItems}
+	k := &Signature{Name: name, Symbol: name + ".kd", Target: t, ArgsAlign: 16, MaxWorkgroupSize: maxWorkgroupItems}
 	var decls []string
 	if params != "" && params != "void" {
 		for _, p := range splitTopLevel(params) {
@@ -246,7 +246,7 @@ func parseOneDeclaration(s string, i int, t Target) (*declaredSig, int, error) {
 		}
 	}
 	k.ArgsSize = alignUp(k.ExplicitArgsSize, 8)
-	return &declaredSig{Kernel: k, decl: "kernel void " + name + "(" + strings.Join(decls, ", ") + ")"}, end, nil
+	return &declaredSig{Signature: k, decl: "kernel void " + name + "(" + strings.Join(decls, ", ") + ")"}, end, nil
 }
 
 func alignUp(n, a uint32) uint32 { return (n + a - 1) / a * a }

@@ -42,7 +42,7 @@
 // reads its buffer arguments as slices of their declared element types
 // (Slice) and its scalars with Arg's typed getters.
 //
-// Kernel.Pack checks a launch (geometry, buffers with their access,
+// Signature.Pack checks a launch (geometry, buffers with their access,
 // typed scalars) against the kernel's metadata and writes the kernarg
 // block; every mistake is a *ArgError (errors.Is ErrKernelArgs) or a
 // *GeometryError (errors.Is ErrGeometry) before anything reaches the GPU.

@@ -53,7 +53,7 @@ func (e *GeometryError) Is(target error) bool { return target == ErrGeometry }
 const cudaMaxGridYZ = 65535
 
 // checkGeometry validates g and normalizes its unused dimensions to 1.
-func (k *Kernel) checkGeometry(g *Geometry) error {
+func (k *Signature) checkGeometry(g *Geometry) error {
 	fail := func(format string, args ...any) error {
 		return &GeometryError{Kernel: k.Name, Geometry: *g, Reason: fmt.Sprintf(format, args...)}
 	}
@@ -133,7 +133,7 @@ func (e *HiddenArgError) Is(target error) bool { return target == ErrHiddenArgs 
 // packet is not 1, or a global offset other than 0 (hipModuleLaunchKernel's
 // NDRange has none, nor has any rocsync launch). packet is normalized as a
 // launch is; block must hold ArgsSize bytes.
-func (k *Kernel) ObservedGeometry(packet Geometry, block []byte) (Geometry, error) {
+func (k *Signature) ObservedGeometry(packet Geometry, block []byte) (Geometry, error) {
 	if err := k.checkGeometry(&packet); err != nil {
 		return packet, err
 	}

@@ -51,7 +51,7 @@ func acceptOnly(v kernels.CodeObjectVersion) func(kernels.CodeObjectVersion) boo
 	return func(x kernels.CodeObjectVersion) bool { return x == v }
 }
 
-func buildKernel(t testing.TB, b *Builder, src *Source, dev Device, name string) *Kernel {
+func buildKernel(t testing.TB, b *Builder, src *Source, dev Device, name string) *Signature {
 	t.Helper()
 	img, err := b.Build(src, dev)
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 	"github.com/rocsync/rocsync/userkernel"
 )
 
-func hipKernel(t *testing.T, v kernels.CodeObjectVersion, name string) (*userkernel.Kernel, *kernels.KernelMeta) {
+func hipKernel(t *testing.T, v kernels.CodeObjectVersion, name string) (*userkernel.Signature, *kernels.KernelMeta) {
 	t.Helper()
 	co, err := hiptest.Build("gfx90a", v)
 	if errors.Is(err, hiptest.ErrNoToolchain) {

@@ -63,7 +63,7 @@ func (r *References) Register(name string, f ReferenceFunc) error {
 // ErrHiddenArgs, and the reference does not run. Its error names the
 // kernel and wraps the cause: ErrNoReference, ErrHiddenArgs, the
 // reference's own error, or ErrReferencePanic with the panic's value.
-func (r *References) Run(k *Kernel, g Geometry, block []byte, mem Memory) (err error) {
+func (r *References) Run(k *Signature, g Geometry, block []byte, mem Memory) (err error) {
 	r.mu.RLock()
 	f, ok := r.m[k.Name]
 	r.mu.RUnlock()

@@ -29,13 +29,13 @@ type Loader interface {
 	// Function finds a kernel in a loaded module and returns the handle
 	// a dispatch takes: an AQL kernel object, a hipFunction_t, a
 	// CUfunction.
-	Function(module uint64, k *Kernel) (uint64, error)
+	Function(module uint64, k *Signature) (uint64, error)
 }
 
 // LoadedKernel is a kernel ready to dispatch on one device: its signature
 // (for Pack) and the handle the device's dispatch takes.
 type LoadedKernel struct {
-	*Kernel
+	*Signature
 	Handle uint64
 }
 
@@ -98,7 +98,7 @@ func (r *Registry) Kernel(src *Source, name string) (*LoadedKernel, error) {
 	if err != nil {
 		return nil, fmt.Errorf("userkernel: kernel %s: %w", name, err)
 	}
-	lk := &LoadedKernel{Kernel: k, Handle: h}
+	lk := &LoadedKernel{Signature: k, Handle: h}
 	m.kernels.Store(name, lk)
 	return lk, nil
 }

@@ -39,7 +39,7 @@ func (f *fakeLoader) LoadImage(img *Image) (uint64, error) {
 	return uint64(len(f.loads)), nil
 }
 
-func (f *fakeLoader) Function(module uint64, k *Kernel) (uint64, error) {
+func (f *fakeLoader) Function(module uint64, k *Signature) (uint64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.lookups++
@@ -186,7 +186,7 @@ func TestRegistryRetriesAFailedLoad(t *testing.T) {
 // kernel and the panic, instead of taking the process down.
 func TestRunRecoversReferencePanic(t *testing.T) {
 	var refs References
-	k := &Kernel{Name: "k", MaxWorkgroupSize: 64}
+	k := &Signature{Name: "k", MaxWorkgroupSize: 64}
 	if err := refs.Register("k", func(Geometry, []Arg, Memory) error { panic("oops") }); err != nil {
 		t.Fatal(err)
 	}

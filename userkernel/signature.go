@@ -31,7 +31,7 @@ type Image struct {
 	// takes a C string).
 	Code []byte
 	// Kernels lists the kernels in the image, in metadata order.
-	Kernels []*Kernel
+	Kernels []*Signature
 
 	amdTarget string          // AMD: gfx and feature settings, e.g. "gfx90a:xnack+"
 	features  map[string]byte // AMD: the feature settings
@@ -41,7 +41,7 @@ type Image struct {
 // Kernel finds a kernel by name (for AMD, the descriptor symbol "name.kd"
 // is accepted too). A missing kernel is an error matching ErrNoKernel; a
 // kernel that needs what a launch cannot provide, ErrUnsupportedKernel.
-func (img *Image) Kernel(name string) (*Kernel, error) {
+func (img *Image) Kernel(name string) (*Signature, error) {
 	for _, k := range img.Kernels {
 		if k.Name == name || (k.Symbol != "" && k.Symbol == name) {
 			if k.unsupported != "" {
@@ -147,9 +147,9 @@ type hiddenArg struct {
 	kind         string // the metadata's .value_kind
 }
 
-// Kernel is one kernel's signature and launch limits, read from its
+// Signature is one kernel's signature and launch limits, read from its
 // image's metadata. It is immutable and safe to share.
-type Kernel struct {
+type Signature struct {
 	Name   string
 	Symbol string // AMD kernel descriptor ("saxpy.kd"); "" for PTX, whose entry is Name
 	Target Target
@@ -228,8 +228,8 @@ var (
 	}
 )
 
-func amdKernel(m *kernels.KernelMeta, t Target) *Kernel {
-	k := &Kernel{
+func amdKernel(m *kernels.KernelMeta, t Target) *Signature {
+	k := &Signature{
 		Name: m.Name, Symbol: m.Symbol, Target: t,
 		ArgsSize: m.KernargSegmentSize, ArgsAlign: max(m.KernargSegmentAlign, 8),
 		GroupSegmentSize: m.GroupSegmentFixedSize, PrivateSegmentSize: m.PrivateSegmentFixedSize,
@@ -280,7 +280,7 @@ func amdKernel(m *kernels.KernelMeta, t Target) *Kernel {
 
 // addHidden records a hidden argument Pack fills from the geometry, or marks
 // the kernel unsupported when it asks for a runtime service.
-func (k *Kernel) addHidden(a kernels.ArgMeta) {
+func (k *Signature) addHidden(a kernels.ArgMeta) {
 	h := hiddenArg{offset: a.Offset, size: a.Size, kind: a.ValueKind}
 	kind := strings.TrimPrefix(a.ValueKind, "hidden_")
 	dim := -1
@@ -376,8 +376,8 @@ func ptxImage(text []byte) (*Image, error) {
 	return img, nil
 }
 
-func ptxKernel(name, params, tuning string, t Target) (*Kernel, error) {
-	k := &Kernel{Name: name, Target: t, MaxWorkgroupSize: maxWorkgroupItems, ArgsAlign: 8}
+func ptxKernel(name, params, tuning string, t Target) (*Signature, error) {
+	k := &Signature{Name: name, Target: t, MaxWorkgroupSize: maxWorkgroupItems, ArgsAlign: 8}
 	off := uint32(0)
 	for decl := range strings.SplitSeq(params, ",") {
 		f := strings.Fields(decl)

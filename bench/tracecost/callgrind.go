@@ -15,6 +15,7 @@ import (
 // -callgrind reports: the submit path and the trace hooks' places.
 var callgrindFuncs = []string{
 	"rocsync.(*Task).submit",
+	"rocsync.(*Task).submitEntered",
 	"rocsync.(*Task).afterSubmit",
 	"queue.(*Queue).Dispatch",
 	"queue.(*Queue).publishLocked",

@@ -83,7 +83,7 @@ type kernelPlan struct {
 	// user is the signature of a kernel that is not rocsync's or
 	// simblas's (planUser), read from its code object's metadata note: it
 	// runs through the References given to UseReferences.
-	user *userkernel.Kernel
+	user *userkernel.Signature
 }
 
 const (

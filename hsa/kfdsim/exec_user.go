@@ -60,7 +60,7 @@ func (m gpuMemory) Bytes(ptr, size uint64, write bool) ([]byte, error) {
 // runUser runs a user kernel through its registered reference, which
 // gets the geometry the kernel reads: from code object v5 on, from the
 // hidden arguments its metadata lists in the kernarg segment
-// (userkernel.Kernel.ObservedGeometry), from the packet before. A missing
+// (userkernel.Signature.ObservedGeometry), from the packet before. A missing
 // reference is an unknown kernel (the queue faults); a reference that
 // touched unmapped memory is a VM fault; any other error (a geometry the
 // kernel cannot take, an argument block it refuses, hidden arguments that

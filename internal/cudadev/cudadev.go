@@ -155,7 +155,7 @@ type Device struct {
 	kerr    error
 	jit     time.Duration
 	funcs   [kernels.NumOps][2]uintptr // by op, then by DType (F32, F64)
-	builtin [kernels.NumOps][2]driver.Kernel
+	builtin [kernels.NumOps][2]driver.LoadedKernel
 	offsets []int
 
 	reductions driver.ReductionCache    // reduce.go
@@ -285,7 +285,7 @@ func (d *Device) loadKernels() error {
 						err = fmt.Errorf("kernel %s: %w", op.KernelName(dt), err)
 						break lookup
 					}
-					d.builtin[op][dt] = driver.Kernel{Name: op.KernelName(dt), Object: uint64(d.funcs[op][dt]),
+					d.builtin[op][dt] = driver.LoadedKernel{Name: op.KernelName(dt), Object: uint64(d.funcs[op][dt]),
 						ArgsSize: kernels.KernargSize, Workgroup: BlockSize, ParamOffsets: d.offsets}
 				}
 			}
@@ -309,7 +309,7 @@ type Task struct {
 	params  *cuda.ParamBlock // rocsync's kernels' arguments, reused by every launch under the kernel stream's lock
 	// userParams are the parameter blocks of user kernels, one per
 	// kernel (their layouts differ), made at the first launch.
-	userParams map[*driver.Kernel]*cuda.ParamBlock
+	userParams map[*driver.LoadedKernel]*cuda.ParamBlock
 	blas       uintptr   // the cuBLAS handle bound to the library stream, or 0
 	op         driver.Op // filled by Launch and Gemm
 	// host is the task's host lane. CUDA streams wait for it on the host
@@ -405,7 +405,7 @@ func (t *Task) lane(l driver.Lane) *stream.Stream {
 }
 
 // Builtin implements driver.Device, loading the module on first use.
-func (d *Device) Builtin(op kernels.Op, dt kernels.DType) (*driver.Kernel, error) {
+func (d *Device) Builtin(op kernels.Op, dt kernels.DType) (*driver.LoadedKernel, error) {
 	if _, err := d.function(op, dt); err != nil {
 		return nil, err
 	}
@@ -472,7 +472,7 @@ func (t *Task) Submit(op *driver.Op) (uint64, error) {
 // paramsFor returns the parameter block a kernel's launches use: the
 // task's shared one for rocsync's kernels (one layout), one per user
 // kernel otherwise.
-func (t *Task) paramsFor(k *driver.Kernel) (*cuda.ParamBlock, error) {
+func (t *Task) paramsFor(k *driver.LoadedKernel) (*cuda.ParamBlock, error) {
 	if len(k.ParamOffsets) > 0 && len(t.d.offsets) > 0 && &k.ParamOffsets[0] == &t.d.offsets[0] {
 		return t.params, nil
 	}
@@ -484,7 +484,7 @@ func (t *Task) paramsFor(k *driver.Kernel) (*cuda.ParamBlock, error) {
 		return nil, err
 	}
 	if t.userParams == nil {
-		t.userParams = map[*driver.Kernel]*cuda.ParamBlock{}
+		t.userParams = map[*driver.LoadedKernel]*cuda.ParamBlock{}
 	}
 	t.userParams[k] = pb
 	return pb, nil
@@ -532,12 +532,12 @@ func (t *Task) BLASHandle() uintptr { return t.blas }
 func (d *Device) LoadModule(image []byte) (uint64, error) { return d.b.loadImage(image) }
 
 // Kernel implements driver.KernelLoader with cuModuleGetFunction.
-func (d *Device) Kernel(module uint64, name string, argsSize uint32, paramOffsets []int) (*driver.Kernel, error) {
+func (d *Device) Kernel(module uint64, name string, argsSize uint32, paramOffsets []int) (*driver.LoadedKernel, error) {
 	fn, err := d.b.functionIn(module, name)
 	if err != nil {
 		return nil, err
 	}
-	return &driver.Kernel{Name: name, Object: uint64(fn), ArgsSize: argsSize, Workgroup: BlockSize,
+	return &driver.LoadedKernel{Name: name, Object: uint64(fn), ArgsSize: argsSize, Workgroup: BlockSize,
 		ParamOffsets: append([]int(nil), paramOffsets...)}, nil
 }
 

@@ -21,7 +21,7 @@ var reduceParamOffsets = sync.OnceValue(func() []int {
 
 // Reduction implements driver.Reducer. The reduction kernels are looked up
 // by name in the PTX module that holds the elementwise ones.
-func (d *Device) Reduction(r kernels.Reduction, dt kernels.DType) (*driver.Kernel, error) {
+func (d *Device) Reduction(r kernels.Reduction, dt kernels.DType) (*driver.LoadedKernel, error) {
 	if !d.kready.Load() {
 		if err := d.loadKernels(); err != nil {
 			return nil, err
@@ -30,12 +30,12 @@ func (d *Device) Reduction(r kernels.Reduction, dt kernels.DType) (*driver.Kerne
 	if !r.Valid() || dt.Size() == 0 {
 		return nil, fmt.Errorf("cudadev: no reduction %v for %v", r, dt)
 	}
-	return d.reductions.Get(r, dt, func() (driver.Kernel, error) {
+	return d.reductions.Get(r, dt, func() (driver.LoadedKernel, error) {
 		f, err := d.b.function(r.KernelName(dt))
 		if err != nil {
-			return driver.Kernel{}, fmt.Errorf("kernel %s: %w", r.KernelName(dt), err)
+			return driver.LoadedKernel{}, fmt.Errorf("kernel %s: %w", r.KernelName(dt), err)
 		}
-		return driver.Kernel{Name: r.KernelName(dt), Object: uint64(f), ArgsSize: kernels.ReduceKernargSize,
+		return driver.LoadedKernel{Name: r.KernelName(dt), Object: uint64(f), ArgsSize: kernels.ReduceKernargSize,
 			Workgroup: kernels.ReduceWorkgroupSize, ParamOffsets: reduceParamOffsets()}, nil
 	})
 }

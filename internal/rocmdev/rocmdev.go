@@ -364,7 +364,7 @@ type Device struct {
 	kernelsMu   sync.Mutex
 	kernelsDone atomic.Bool
 	kernelsErr  error
-	kernelObjs  [kernels.NumOps][2]driver.Kernel
+	kernelObjs  [kernels.NumOps][2]driver.LoadedKernel
 	codeObjects struct{ hsa, hip kernels.CodeObjectVersion } // what loaded; hip is 0 unless Unified
 	// The loaded code: ROCr keeps the reader's memory as the loaded code
 	// object's storage (its memory:// URI, which debuggers and profilers
@@ -629,7 +629,7 @@ func (d *Device) doLoadKernels() (err error) {
 			if err != nil {
 				return fmt.Errorf("kernel %s: %w", op.Symbol(dt), err)
 			}
-			k := driver.Kernel{Name: op.KernelName(dt), Workgroup: uint32(wg), ExplicitArgsSize: kernels.KernargSize}
+			k := driver.LoadedKernel{Name: op.KernelName(dt), Workgroup: uint32(wg), ExplicitArgsSize: kernels.KernargSize}
 			if err := d.fillKernel(&k, sym, op.Symbol(dt)); err != nil {
 				return err
 			}
@@ -656,7 +656,7 @@ const _ = uint(queue.KernargSlot-driver.MaxArgs) + uint(driver.MaxArgs-queue.Ker
 // segment over the queue's kernarg slot (256 bytes of explicit arguments
 // and the 256-byte implicit area, queue.KernargSlot) cannot be dispatched:
 // refused here, at load, rather than at every launch.
-func (d *Device) fillKernel(k *driver.Kernel, sym hsa.ExecutableSymbol, name string) error {
+func (d *Device) fillKernel(k *driver.LoadedKernel, sym hsa.ExecutableSymbol, name string) error {
 	rt := d.rt.HSA
 	var err error
 	if k.Object, err = rt.SymbolInfoUint64(sym, hsa.SymbolInfoKernelObject); err != nil {
@@ -678,7 +678,7 @@ func (d *Device) fillKernel(k *driver.Kernel, sym hsa.ExecutableSymbol, name str
 }
 
 // Builtin implements driver.Device.
-func (d *Device) Builtin(op kernels.Op, dt kernels.DType) (*driver.Kernel, error) {
+func (d *Device) Builtin(op kernels.Op, dt kernels.DType) (*driver.LoadedKernel, error) {
 	if err := d.loadKernels(); err != nil {
 		return nil, err
 	}

@@ -91,7 +91,7 @@ func refusedImage(err error) error {
 // ("name.kd") in the module's executable, and its HIP function under
 // Unified. A kernarg segment larger than the queue's slot, or smaller than
 // the metadata's argument block, is refused here.
-func (d *Device) Kernel(module uint64, name string, argsSize uint32, _ []int) (*driver.Kernel, error) {
+func (d *Device) Kernel(module uint64, name string, argsSize uint32, _ []int) (*driver.LoadedKernel, error) {
 	d.userMu.Lock()
 	var m *userModule
 	if module >= 1 && module <= uint64(len(d.userModules)) {
@@ -109,7 +109,7 @@ func (d *Device) Kernel(module uint64, name string, argsSize uint32, _ []int) (*
 	if err != nil {
 		return nil, err
 	}
-	k := &driver.Kernel{Name: strings.TrimSuffix(name, ".kd")}
+	k := &driver.LoadedKernel{Name: strings.TrimSuffix(name, ".kd")}
 	if err := d.fillKernel(k, sym, symbol); err != nil {
 		return nil, err
 	}

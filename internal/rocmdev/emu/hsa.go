@@ -533,7 +533,7 @@ type kernelImpl struct {
 	// user is the signature of a kernel that is not rocsync's (nil for
 	// rocsync's), read from its code object's metadata; it runs through
 	// Options.References.
-	user *userkernel.Kernel
+	user *userkernel.Signature
 
 	// A reduction kernel (rocsync_sum_*) runs kernels.ReduceBytes instead
 	// of an elementwise op.
@@ -759,7 +759,7 @@ func (h *HSA) loadDeclared(x *executable, rd *codeReader) error {
 }
 
 // declaredKernelImpl is the kernel of a declared image's signature.
-func (m *Machine) declaredKernelImpl(k *userkernel.Kernel) *kernelImpl {
+func (m *Machine) declaredKernelImpl(k *userkernel.Signature) *kernelImpl {
 	return &kernelImpl{symbol: k.Symbol, kernargSize: k.ArgsSize, groupSize: m.opts.KernelGroupSegmentSize, user: k}
 }
 
