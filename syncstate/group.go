@@ -410,5 +410,10 @@ func (g *Group) Settled() bool {
 }
 
 // AbortReplay ends a replay begun by BeginReplay that submitted nothing:
-// it unlocks the group and changes nothing else.
-func (g *Group) AbortReplay() { g.mu.Unlock() }
+// it unlocks the group and the taken members it held, and changes
+// nothing else (they stay taken).
+func (g *Group) AbortReplay() {
+	g.unlockMembers(g.holding[:g.nhold])
+	g.nhold = 0
+	g.mu.Unlock()
+}

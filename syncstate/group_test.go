@@ -270,3 +270,23 @@ func TestGroupReplayDecidesAsEveryMember(t *testing.T) {
 	}
 	require.Greater(t, partial, 500, "replays that stayed on the group after ops took members")
 }
+
+// A replay begun on the group that submits nothing (AbortReplay) leaves
+// the members it took unlocked and still taken.
+func TestGroupAbortReplayReleasesTakenMembers(t *testing.T) {
+	q := &fakeTL{name: "q"}
+	e := &Engine{Policy: DeviceSide}
+	r, w := NewState(), NewState()
+	g := NewGroup("Replay", []*State{r, w}, []Access{Read, Write})
+	require.False(t, replayOn(t, e, g, q, 1, r, w))
+	run(t, e, q, 2, []*State{r}, nil) // takes r; every decision on it a skip
+	var s Stats
+	require.True(t, g.BeginReplay(e, q, Sinks{&s}))
+	require.False(t, r.mu.TryLock(), "the replay holds the member it took")
+	g.AbortReplay()
+	require.True(t, r.mu.TryLock(), "AbortReplay unlocks it")
+	r.mu.Unlock()
+	require.False(t, g.Settled(), "and it stays taken")
+	require.True(t, replayOn(t, e, g, q, 3, r, w))
+	require.True(t, g.Settled())
+}
