@@ -28,6 +28,10 @@ func groupProgram(t *testing.T, devs []*Device, tasks []*Task, comm *Communicato
 		require.NoError(t, err)
 	}
 	require.NoError(t, comm.AllReduce(ReduceSum, xs...))
+	// The collective finishes, unobserved by the host (ordered for Go's
+	// race detector): the reads below are ordered after it only through
+	// the fences rocsync recorded.
+	devs[0].machine().Quiesce()
 	outs := make([][]float32, n)
 	for r, tk := range tasks {
 		y, err := tk.Scale(1, xs[r])
