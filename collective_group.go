@@ -23,8 +23,10 @@ import (
 //  2. each part is ordered on its library stream exactly as an eager op
 //     (the device waits for its inputs' and outputs' producers go on the
 //     stream now, ahead of the collective);
-//  3. each rank's library stream is held (driver.LibraryHolder): nothing
-//     else goes on it, and no event is recorded on it, until step 5;
+//  3. each rank's library stream is readied (the waits a submission
+//     makes: the throttle, host functions), and then all are held
+//     (driver.LibraryHolder): nothing else goes on them, and no event is
+//     recorded on them, until step 5, and nothing waits while they are;
 //  4. the group: each part's library call, then ncclGroupEnd, which puts
 //     the collectives on the streams behind their waits;
 //  5. the streams are released, each part taking its stream's next
@@ -121,6 +123,13 @@ func (c *Communicator) runGroup(name string, ops []rankOp, errs []error) (launch
 		}
 	}
 
+	for i, h := range holders {
+		if err := h.ReadyLibrary(); err != nil {
+			errs[i] = c.ranks[i].task.failHeld(&hs[i], err)
+			abortOthers(i)
+			return false, -1, true
+		}
+	}
 	streams := make([]uintptr, n)
 	for i, h := range holders {
 		s, err := h.HoldLibrary()

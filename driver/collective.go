@@ -61,12 +61,16 @@ type Collectives interface {
 // library call whose work reaches the stream later than the call
 // returns, a collective inside a group (Collectives.Group).
 type LibraryHolder interface {
+	// ReadyLibrary makes the waits Submit makes before a library call
+	// (the run-ahead throttle, host functions the stream waits for), so
+	// that HoldLibrary waits for nothing: a caller holding several
+	// streams must not wait while it holds them.
+	ReadyLibrary() error
 	// HoldLibrary takes the library lane's stream for one op, with the
-	// checks and throttle wait of Submit, and returns its raw handle.
-	// Until ReleaseLibrary nothing else is enqueued on the stream and no
-	// event is recorded on it (other callers wait), so no fence of the
-	// stream can be recorded ahead of the held op. On error nothing is
-	// held.
+	// checks of Submit, and returns its raw handle. Until ReleaseLibrary
+	// nothing else is enqueued on the stream and no event is recorded on
+	// it (other callers wait), so no fence of the stream can be recorded
+	// ahead of the held op. On error nothing is held.
 	HoldLibrary() (stream uintptr, err error)
 	// ReleaseLibrary ends the hold. enqueued says the op's work is on
 	// the stream, or may be: it then gets the stream's next ticket,

@@ -268,6 +268,9 @@ func (s *Stream) SetHostBridge(bridge func(s *Stream, f syncstate.Fence) error) 
 // Submit runs enqueue (which must put exactly one op on the stream) under
 // the stream's lock, and returns the op's ticket.
 func (s *Stream) Submit(enqueue func(stream uintptr) error) (uint64, error) {
+	if err := s.Throttle(); err != nil {
+		return 0, err
+	}
 	h, err := s.Hold()
 	if err != nil {
 		return 0, err
@@ -305,27 +308,10 @@ func (h Held) Handle() uintptr { return h.s }
 // Release, the stream takes no other work and records no event (marks
 // for consumers, the throttle's, a watch's write), so no fence of the
 // stream can be recorded ahead of the held op: every other caller waits
-// for the stream's lock. Hold makes the checks and the throttle wait of
-// Submit; on error nothing is held.
+// for the stream's lock. Hold makes the checks of Submit and waits for
+// nothing (a caller holding several streams must not wait while it holds
+// them): Throttle first; on error nothing is held.
 func (s *Stream) Hold() (Held, error) {
-	// What is known complete only grows, so the cap can bite only when the
-	// last count says so: only then ask Completed, which may query the
-	// runtime (an event query costs about as much as a launch).
-	if s.maxInFlight > 0 && s.lastTicket.Load()-s.completed.Load() >= s.maxInFlight &&
-		s.lastTicket.Load()-s.Completed() >= s.maxInFlight {
-		// Back-pressure: wait for the older half of what is in flight
-		// (a periodic mark covers it), counted as a throttle wait.
-		t := s.lastTicket.Load() - s.maxInFlight/2
-		if s.onThrottle != nil {
-			if err := s.onThrottle(syncstate.Fence{TL: s, Ticket: t}); err != nil {
-				return Held{}, err
-			}
-		}
-		s.sinks.HostWait(syncstate.ReasonThrottle)
-		if err := s.WaitHost(t); err != nil {
-			return Held{}, err
-		}
-	}
 	s.mu.Lock()
 	if err := s.health.Err(); err != nil {
 		s.mu.Unlock()
@@ -345,6 +331,29 @@ func (s *Stream) Hold() (Held, error) {
 		h.start = s.startTimingLocked(h.tm)
 	}
 	return h, nil
+}
+
+// Throttle is the back-pressure of MaxInFlight that precedes an op: past
+// the cap, a host wait for the older half of what is in flight (a
+// periodic mark covers it), counted as a throttle wait.
+func (s *Stream) Throttle() error {
+	// What is known complete only grows, so the cap can bite only when the
+	// last count says so: only then ask Completed, which may query the
+	// runtime (an event query costs about as much as a launch).
+	if s.maxInFlight > 0 && s.lastTicket.Load()-s.completed.Load() >= s.maxInFlight &&
+		s.lastTicket.Load()-s.Completed() >= s.maxInFlight {
+		// Back-pressure: wait for the older half of what is in flight
+		// (a periodic mark covers it), counted as a throttle wait.
+		t := s.lastTicket.Load() - s.maxInFlight/2
+		if s.onThrottle != nil {
+			if err := s.onThrottle(syncstate.Fence{TL: s, Ticket: t}); err != nil {
+				return err
+			}
+		}
+		s.sinks.HostWait(syncstate.ReasonThrottle)
+		return s.WaitHost(t)
+	}
+	return nil
 }
 
 // Release ends the hold h. enqueued says the op is on the stream (or may

@@ -329,6 +329,9 @@ var (
 	_ driver.LibraryHolder = (*Task)(nil)
 )
 
+// ReadyLibrary implements driver.LibraryHolder: the throttle.
+func (t *Task) ReadyLibrary() error { return t.library.Throttle() }
+
 // HoldLibrary implements driver.LibraryHolder. The caller makes the
 // call with a context current (Collectives.Group does).
 func (t *Task) HoldLibrary() (uintptr, error) {

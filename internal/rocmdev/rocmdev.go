@@ -888,15 +888,21 @@ func (t *Task) awaitHostDeps() error {
 
 var _ driver.LibraryHolder = (*Task)(nil)
 
+// ReadyLibrary implements driver.LibraryHolder with the waits Submit
+// makes for a library call: for the host functions the stream waits for
+// (the call may copy between host and device), and the throttle.
+func (t *Task) ReadyLibrary() error {
+	if err := t.awaitHostDeps(); err != nil {
+		return err
+	}
+	return t.st.Stream.Throttle()
+}
+
 // HoldLibrary implements driver.LibraryHolder with the checks Submit makes
-// for a library call: the device's fault, and the host functions the
-// stream waits for (the call may copy between host and device).
+// for a library call: the device's fault, the stream's.
 func (t *Task) HoldLibrary() (uintptr, error) {
 	if p := t.d.faultErr.Load(); p != nil {
 		return 0, *p
-	}
-	if err := t.awaitHostDeps(); err != nil {
-		return 0, err
 	}
 	h, err := t.st.Stream.Hold()
 	if err != nil {
