@@ -82,6 +82,8 @@ type Communicator struct {
 	// communicators under SubmitThreads, from their first collective
 	// until Close.
 	workers *rankWorkers
+	// scratch is runGroup's memory, made at its first use.
+	scratch *groupScratch
 
 	// dropAccess, in tests, leaves rank i's declared accesses out of the
 	// collective (to prove the hazard checker sees the race).

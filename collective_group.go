@@ -48,14 +48,22 @@ import (
 // so no part waits for a peer, and the communicator stays usable.
 func (c *Communicator) runGroup(name string, ops []rankOp, errs []error) (launched bool, cause int, ok bool) {
 	n := len(c.ranks)
-	holders := make([]driver.LibraryHolder, n)
-	for i, r := range c.ranks {
-		h, isHolder := r.task.drv.(driver.LibraryHolder)
-		if !isHolder {
-			return false, -1, false
+	g := c.scratch
+	if g == nil {
+		g = &groupScratch{holders: make([]driver.LibraryHolder, n), hs: make([]heldOp, n), sops: make([]*syncstate.Op, n),
+			streams: make([]uintptr, n), callErrs: make([]error, n), tickets: make([]uint64, n)}
+		for i, r := range c.ranks {
+			h, isHolder := r.task.drv.(driver.LibraryHolder)
+			if !isHolder {
+				return false, -1, false
+			}
+			g.holders[i] = h
 		}
-		holders[i] = h
+		c.scratch = g
 	}
+	holders, hs, sops, streams, callErrs, tickets := g.holders, g.hs, g.sops, g.streams, g.callErrs, g.tickets
+	clear(callErrs)
+	defer clear(hs) // nothing of this call's arrays stays reachable
 	entered := 0
 	defer func() {
 		for _, r := range c.ranks[:entered] {
@@ -90,8 +98,6 @@ func (c *Communicator) runGroup(name string, ops []rankOp, errs []error) (launch
 		}
 	}
 
-	hs := make([]heldOp, n)
-	sops := make([]*syncstate.Op, n)
 	for i := range hs {
 		hs[i].name, hs[i].sop.Name = name, name
 		for _, x := range ops[i].operands[:ops[i].n] {
@@ -130,7 +136,6 @@ func (c *Communicator) runGroup(name string, ops []rankOp, errs []error) (launch
 			return false, -1, true
 		}
 	}
-	streams := make([]uintptr, n)
 	for i, h := range holders {
 		s, err := h.HoldLibrary()
 		if err != nil {
@@ -143,12 +148,10 @@ func (c *Communicator) runGroup(name string, ops []rankOp, errs []error) (launch
 		}
 		streams[i] = s
 	}
-	callErrs := make([]error, n)
 	ran, finished := false, false
 	var groupErr error
 	finish := func() {
 		finished = true
-		tickets := make([]uint64, n)
 		for i, h := range holders {
 			enqueued := ran && callErrs[i] == nil
 			tickets[i] = h.ReleaseLibrary(enqueued)
@@ -189,6 +192,18 @@ func (c *Communicator) runGroup(name string, ops []rankOp, errs []error) (launch
 		}
 	}
 	return launched, cause, true
+}
+
+// groupScratch is runGroup's per-communicator memory (the communicator's
+// lock serializes its collectives): the ranks' drivers, found once, and
+// one entry per rank for each step.
+type groupScratch struct {
+	holders  []driver.LibraryHolder
+	hs       []heldOp
+	sops     []*syncstate.Op
+	streams  []uintptr
+	callErrs []error
+	tickets  []uint64
 }
 
 // group runs body inside the library's group on the first rank's device.

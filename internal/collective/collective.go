@@ -74,9 +74,13 @@ func (l *Lib) CommAbort(c driver.Comm) error { return l.C.CommAbort(nccl.Comm(c)
 // thread, so the thread is locked from ncclGroupStart to ncclGroupEnd.
 // Making dev current first is all NCCL asks of a thread that drives
 // several devices: "there is no need to set the CUDA device before every
-// NCCL communication call within a group" (NCCL's Group Calls; RCCL keeps
-// NCCL's group semantics), and ncclGroupEnd launches each communicator's
-// work on its own device, restoring the thread's current device after.
+// NCCL communication call within a group" (NCCL's Group Calls), and
+// ncclGroupEnd launches each communicator's work on its own device,
+// restoring the thread's current device after. RCCL keeps these
+// semantics (rccl.h, "Group semantics": ncclGroupEnd "only guarantees
+// that the operations are enqueued on the streams"; "operations on the
+// HIP stream depending on the RCCL operations need to be called after
+// ncclGroupEnd").
 // With dev current, what it restores is a device of this communicator,
 // not device 0, whose context the process may not have made.
 func (l *Lib) Group(dev driver.Device, body func() error) error {
