@@ -64,10 +64,11 @@ func (o ReduceOp) String() string {
 // (NewCommunicator), or this process's one rank of a communicator across
 // processes (JoinCommunicator). Each collective takes one array per local
 // rank, in rank order; with several, the calling goroutine submits every
-// rank's part inside one NCCL group (see CommSubmit). It is safe for concurrent use, but every rank of a
-// communicator must make the same collectives in the same order; a rank
-// that never calls leaves the others waiting on the device (on the
-// emulator, until Options.WaitTimeout, when their streams fail).
+// rank's part inside one NCCL group (see CommSubmit). It is safe for
+// concurrent use, but every rank of a communicator must make the same
+// collectives in the same order; a rank that never calls leaves the
+// others waiting on the device (on the emulator, until
+// Options.WaitTimeout, when their streams fail).
 type Communicator struct {
 	mu     sync.Mutex
 	lib    driver.Collectives

@@ -39,11 +39,11 @@ import (
 // the caller submits the parts otherwise. errs gets each part's error;
 // launched says some part may be on its stream, so that a failure of
 // another must abort the communicator; cause is the first part whose
-// call failed (-1: none), whose error explains the others'. A part whose call fails is not on
-// its stream and fails as any op whose submission failed; if the group
-// itself fails (ncclGroupEnd), the parts whose calls succeeded may be on
-// their streams: they take their tickets, so that later ops order after
-// them, and what they write is poisoned. A failure before the group (an
+// call failed (-1: none), whose error explains the others'. A part whose
+// call fails is not on its stream and fails as any op whose submission
+// failed; if the group itself fails (ncclGroupEnd), the parts whose calls
+// succeeded may be on their streams: they take their tickets, so that
+// later ops order after them, and what they write is poisoned. A failure before the group (an
 // input whose producer failed, a closed task) submits no part at all,
 // so no part waits for a peer, and the communicator stays usable.
 func (c *Communicator) runGroup(name string, ops []rankOp, errs []error) (launched bool, cause int, ok bool) {
