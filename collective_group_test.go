@@ -148,3 +148,21 @@ func TestCollectiveFailedPartAbortsAndNothingWaits(t *testing.T) {
 		}
 	}
 }
+
+func TestCommSubmitBadInputs(t *testing.T) {
+	for _, m := range []CommSubmit{SubmitGroup, SubmitThreads} {
+		got, err := ParseCommSubmit(m.String())
+		require.NoError(t, err)
+		require.Equal(t, m, got)
+	}
+	_, err := ParseCommSubmit("both")
+	require.ErrorIs(t, err, ErrInvalid)
+	require.Equal(t, "CommSubmit(9)", CommSubmit(9).String())
+	var nilComm *Communicator
+	require.ErrorIs(t, nilComm.SetSubmit(SubmitThreads), ErrInvalid)
+	_, tasks := openCollEmu(t, 2, DeviceSide, nil)
+	comm, err := NewCommunicator(tasks...)
+	require.NoError(t, err)
+	defer comm.Close()
+	require.ErrorIs(t, comm.SetSubmit(CommSubmit(9)), ErrInvalid)
+}
