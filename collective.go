@@ -63,10 +63,12 @@ func (o ReduceOp) String() string {
 // A Communicator holds the local ranks: every device of one process
 // (NewCommunicator), or this process's one rank of a communicator across
 // processes (JoinCommunicator). Each collective takes one array per local
-// rank, in rank order. It is safe for concurrent use, but every rank of a
-// communicator must make the same collectives in the same order; a rank
-// that never calls leaves the others waiting on the device (on the
-// emulator, until Options.WaitTimeout, when their streams fail).
+// rank, in rank order; with several, the calling goroutine submits every
+// rank's part inside one NCCL group (see CommSubmit). It is safe for
+// concurrent use, but every rank of a communicator must make the same
+// collectives in the same order; a rank that never calls leaves the
+// others waiting on the device (on the emulator, until
+// Options.WaitTimeout, when their streams fail).
 type Communicator struct {
 	mu     sync.Mutex
 	lib    driver.Collectives
@@ -74,13 +76,25 @@ type Communicator struct {
 	nranks int
 	err    error // set once a collective was submitted on some ranks only
 	closed bool
+	// submit is how the parts of a one-process communicator's
+	// collectives are submitted (SetSubmit).
+	submit CommSubmit
 	// workers submit the parts of ranks 1..N-1 of one-process
-	// communicators, from their first collective until Close.
+	// communicators under SubmitThreads, from their first collective
+	// until Close.
 	workers *rankWorkers
+	// scratch is runGroup's memory, made at its first use.
+	scratch *groupScratch
 
 	// dropAccess, in tests, leaves rank i's declared accesses out of the
 	// collective (to prove the hazard checker sees the race).
 	dropAccess func(rank int) bool
+	// fenceInGroup, in tests, records the parts' fences inside the group,
+	// before ncclGroupEnd (to prove the hazard checker sees the race).
+	fenceInGroup bool
+	// failCall, in tests, fails rank i's library call with its error
+	// before the call reaches the library.
+	failCall func(rank int) error
 }
 
 type commRank struct {
@@ -402,11 +416,70 @@ func (c *Communicator) Broadcast(root int, arrays ...*Array) error {
 	})
 }
 
+// CommSubmit is how a communicator over several GPUs of one process
+// (NewCommunicator) submits a collective's parts, one per GPU. Both give
+// the same ordering and the same results; they differ in host cost.
+type CommSubmit uint8
+
+const (
+	// SubmitGroup, the default: the calling goroutine submits every
+	// part, on one OS thread, inside ncclGroupStart/ncclGroupEnd (NCCL's
+	// and RCCL's way for one thread to drive several GPUs), and each
+	// part's fence is recorded once ncclGroupEnd has launched it.
+	SubmitGroup CommSubmit = iota
+	// SubmitThreads: each part from its own OS thread, without a group
+	// (NCCL's one thread per GPU): rank 0's on the calling goroutine, the
+	// others' on long-lived goroutines locked to their threads.
+	SubmitThreads
+)
+
+// String names the way: "group", "threads".
+func (m CommSubmit) String() string {
+	switch m {
+	case SubmitGroup:
+		return "group"
+	case SubmitThreads:
+		return "threads"
+	}
+	return fmt.Sprintf("CommSubmit(%d)", uint8(m))
+}
+
+// ParseCommSubmit reads "group" or "threads"; anything else is an
+// ErrInvalid error.
+func ParseCommSubmit(s string) (CommSubmit, error) {
+	for _, m := range []CommSubmit{SubmitGroup, SubmitThreads} {
+		if s == m.String() {
+			return m, nil
+		}
+	}
+	return 0, newErr("ParseCommSubmit", ErrInvalid, "%q: want group or threads", s)
+}
+
+// SetSubmit chooses how the communicator's collectives submit their
+// parts (default SubmitGroup; a communicator of one local rank has one
+// part, which its caller submits either way). A backend without the
+// stream holds a group needs submits as SubmitThreads does.
+func (c *Communicator) SetSubmit(m CommSubmit) error {
+	if c == nil {
+		return newErr("SetSubmit", ErrInvalid, "nil communicator")
+	}
+	if m > SubmitThreads {
+		return newErr("SetSubmit", ErrInvalid, "%v", m)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.submit = m
+	return nil
+}
+
 // run submits each local rank's part as a library-call op on its task.
-// With several local ranks they are submitted at once, rank 0's on the
-// calling goroutine and each other's on its worker (rankWorkers): NCCL's
-// documented pattern of one thread per GPU, which keeps "enqueued when
-// Submit returns" true for every rank.
+// With several local ranks they are submitted together: by the calling
+// goroutine inside one NCCL group (runGroup), or under SubmitThreads
+// (and where a group cannot be used: a backend whose streams cannot be
+// held, a task inside Record) at once, rank 0's on the calling goroutine
+// and each other's on its worker (rankWorkers), NCCL's pattern of one
+// thread per GPU. Either keeps "enqueued when the call returns" true for
+// every rank.
 func (c *Communicator) run(name string, build func(i int, r commRank, ro *rankOp)) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -422,8 +495,22 @@ func (c *Communicator) run(name string, build func(i int, r commRank, ro *rankOp
 		if c.dropAccess != nil && c.dropAccess(i) {
 			ops[i].n = 0
 		}
+		if c.failCall != nil {
+			call, fail := ops[i].call, c.failCall
+			ops[i].call = func(s uintptr) error {
+				if err := fail(i); err != nil {
+					return err
+				}
+				return call(s)
+			}
+		}
 	}
 	errs := make([]error, len(c.ranks))
+	if len(c.ranks) > 1 && c.submit == SubmitGroup {
+		if launched, cause, ok := c.runGroup(name, ops, errs); ok {
+			return c.partErrors(name, errs, launched, cause)
+		}
+	}
 	submit := func(i int) {
 		defer recoverPart(errs, i)
 		t, ro := c.ranks[i].task, &ops[i]
@@ -455,11 +542,26 @@ func (c *Communicator) run(name string, build func(i int, r commRank, ro *rankOp
 			failed++
 		}
 	}
+	return c.partErrors(name, errs, failed < len(c.ranks), -1)
+}
+
+// partErrors is the error of a collective whose parts ended with errs:
+// nil if none failed, else the error of part cause (if not -1) or of the
+// first that failed. When a part failed and another may be on its stream
+// (launched), or ranks of other processes wait for this one, the
+// communicator is aborted and refuses further use.
+func (c *Communicator) partErrors(name string, errs []error, launched bool, cause int) error {
+	failed := 0
+	for _, err := range errs {
+		if err != nil {
+			failed++
+		}
+	}
 	if failed == 0 {
 		return nil
 	}
 	err := errors.Join(errs...)
-	if failed < len(c.ranks) || c.nranks > len(c.ranks) {
+	if launched || c.nranks > len(c.ranks) {
 		// Some ranks' parts are on their streams and wait for the others:
 		// abort, so that the library stops them, and refuse further use.
 		c.err = err
@@ -467,20 +569,21 @@ func (c *Communicator) run(name string, build func(i int, r commRank, ro *rankOp
 			_ = c.lib.CommAbort(r.comm)
 		}
 	}
-	for i, e := range errs {
-		if e == nil {
-			continue
+	if cause < 0 || errs[cause] == nil {
+		cause = 0
+		for errs[cause] == nil {
+			cause++
 		}
-		var re *Error
-		if errors.As(e, &re) {
-			out := *re
-			out.Detail = fmt.Sprintf("rank %d: %s", c.ranks[i].rank, re.Detail)
-			if c.err != nil {
-				out.Detail += "; the communicator was aborted"
-			}
-			return &out
-		}
-		return &Error{Op: name, Kind: ErrFault, Detail: fmt.Sprintf("rank %d", c.ranks[i].rank), Err: e}
 	}
-	return err
+	e, rank := errs[cause], c.ranks[cause].rank
+	var re *Error
+	if errors.As(e, &re) {
+		out := *re
+		out.Detail = fmt.Sprintf("rank %d: %s", rank, re.Detail)
+		if c.err != nil {
+			out.Detail += "; the communicator was aborted"
+		}
+		return &out
+	}
+	return &Error{Op: name, Kind: ErrFault, Detail: fmt.Sprintf("rank %d", rank), Err: e}
 }

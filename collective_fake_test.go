@@ -9,10 +9,12 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ebitengine/purego"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocsync/rocsync/cublas"
 	"github.com/rocsync/rocsync/cuda"
+	"github.com/rocsync/rocsync/internal/cmem"
 	"github.com/rocsync/rocsync/nccl"
 )
 
@@ -82,6 +84,7 @@ func fakeCollChild(t *testing.T) {
 			require.NoError(t, d.Close())
 		}
 	}
+	var marksBeforeLaunch *int32
 	for _, p := range []Policy{DeviceSide, Unified} {
 		devs, err := OpenAll(Options{Backend: CUDA, Policy: p, LogLevel: LogOff})
 		require.NoError(t, err)
@@ -93,6 +96,16 @@ func fakeCollChild(t *testing.T) {
 		}
 		checkCollectivesAsOps(t, devs, tasks)
 		checkCollectivesAsOps(t, devs[:1], tasks[:1]) // one rank
+		if marksBeforeLaunch == nil {
+			// The calls of a group whose stream recorded a fence before
+			// ncclGroupEnd (rocsync has loaded the library by now).
+			h, err := purego.Dlopen(os.Getenv(nccl.EnvLibNCCL), purego.RTLD_NOW|purego.RTLD_GLOBAL)
+			require.NoError(t, err)
+			sym, err := purego.Dlsym(h, "fakenccl_marks_before_launch")
+			require.NoError(t, err)
+			marksBeforeLaunch = (*int32)(cmem.Ptr(sym))
+		}
+		require.Zero(t, *marksBeforeLaunch, "a fence recorded between a group's call and ncclGroupEnd")
 
 		// Two ranks joined from one unique id, each on its own goroutine.
 		id, err := devs[0].NewUniqueID()
@@ -121,6 +134,37 @@ func fakeCollChild(t *testing.T) {
 			require.Equal(t, []float32{1, 2, 1}, got)
 			require.NoError(t, comms[r].Close())
 		}
+		for _, d := range devs {
+			require.NoError(t, d.Close())
+		}
+	}
+	// The fake counts a fence recorded inside the group: with a mark
+	// after every op (MaxInFlight 4), one per part when the fences are
+	// recorded before ncclGroupEnd, none when after.
+	for _, early := range []bool{false, true} {
+		devs, err := OpenAll(Options{Backend: CUDA, MaxInFlight: 4, LogLevel: LogOff})
+		require.NoError(t, err)
+		tasks := make([]*Task, 2)
+		xs := make([]*Array, 2)
+		for i, d := range devs {
+			tasks[i], err = d.NewTask()
+			require.NoError(t, err)
+			xs[i], err = d.FromFloat32(1, 2, []float32{1, float32(i)})
+			require.NoError(t, err)
+		}
+		comm, err := NewCommunicator(tasks...)
+		require.NoError(t, err)
+		comm.fenceInGroup = early
+		before := *marksBeforeLaunch
+		for range 4 {
+			require.NoError(t, comm.AllReduce(ReduceSum, xs...))
+		}
+		if early {
+			require.Positive(t, *marksBeforeLaunch-before, "the fake must see fences recorded inside the group")
+		} else {
+			require.Equal(t, before, *marksBeforeLaunch, "a fence recorded between a group's call and ncclGroupEnd")
+		}
+		require.NoError(t, comm.Close())
 		for _, d := range devs {
 			require.NoError(t, d.Close())
 		}

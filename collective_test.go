@@ -60,13 +60,23 @@ func TestCollectivesOnEmulator(t *testing.T) {
 // checkCollectivesAsOps runs the three collectives over one task per
 // device (a communicator of every device), each between kernels that
 // write its input and read its output, and checks the results against
-// the CPU.
+// the CPU, with the parts submitted either way (CommSubmit).
 func checkCollectivesAsOps(t *testing.T, devs []*Device, tasks []*Task) {
+	t.Helper()
+	for _, m := range []CommSubmit{SubmitGroup, SubmitThreads} {
+		checkCollectivesSubmitted(t, devs, tasks, m)
+	}
+}
+
+// checkCollectivesSubmitted is checkCollectivesAsOps with the parts
+// submitted as m says.
+func checkCollectivesSubmitted(t *testing.T, devs []*Device, tasks []*Task, m CommSubmit) {
 	t.Helper()
 	n := len(tasks)
 	comm, err := NewCommunicator(tasks...)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, comm.Close()) }()
+	require.NoError(t, comm.SetSubmit(m))
 	require.Equal(t, n, comm.Ranks())
 	const rows, cols = 3, 5
 	xs, sends, gathered := make([]*Array, n), make([]*Array, n), make([]*Array, n)

@@ -8,18 +8,18 @@ import (
 )
 
 // rankWorkers submit the parts of a one-process collective for local ranks
-// 1..N-1 (rank 0's runs on the caller's goroutine), each on a goroutine
-// locked to its own OS thread for the communicator's life: NCCL's one
-// thread per GPU. Starting a goroutine per rank and call made every
-// collective wait for the scheduler to wake idle threads, which on a VM
-// cost more than the collective's own launch. A worker spins for
-// workerSpin after each part, so back-to-back collectives reach it
-// without a wake-up, and then parks.
+// 1..N-1 under SubmitThreads (rank 0's runs on the caller's goroutine),
+// each on a goroutine locked to its own OS thread for the communicator's
+// life: NCCL's one thread per GPU, without a group. Starting a goroutine
+// per rank and call made every collective wait for the scheduler to wake
+// idle threads, which on a VM cost more than the collective's own launch.
+// A worker spins for workerSpin after each part, so back-to-back
+// collectives reach it without a wake-up, and then parks.
 //
-// A group (ncclGroupStart/End on one thread) would need no thread at all,
-// but defers every launch to ncclGroupEnd: the op path would have to keep
-// each rank's stream locked and its fence unpublished until the group
-// ended, which it does not.
+// SubmitGroup (runGroup) needs no thread: one goroutine submits every
+// part inside ncclGroupStart/End. The workers remain for SubmitThreads,
+// to compare the two, and for what a group cannot take: a task inside
+// Record, a backend whose streams cannot be held.
 type rankWorkers struct {
 	w []*rankWorker
 }

@@ -47,6 +47,35 @@ type Collectives interface {
 	AllReduce(send, recv DevicePtr, count int, dt kernels.DType, op ReduceOp, c Comm, stream uintptr) error
 	AllGather(send, recv DevicePtr, sendCount int, dt kernels.DType, c Comm, stream uintptr) error
 	Broadcast(send, recv DevicePtr, count int, dt kernels.DType, root int, c Comm, stream uintptr) error
+	// Group runs body between ncclGroupStart and ncclGroupEnd on one OS
+	// thread, locked to it for the group (the library keeps group state
+	// per thread), with dev current on it, and returns body's error
+	// joined with the group's. The collectives body makes for several
+	// communicators are one call to many devices, launched at
+	// ncclGroupEnd, not when body makes them (NCCL's Group Calls,
+	// "Management Of Multiple GPUs From One Thread").
+	Group(dev Device, body func() error) error
+}
+
+// LibraryHolder is a Task whose library stream can be held for one
+// library call whose work reaches the stream later than the call
+// returns, a collective inside a group (Collectives.Group).
+type LibraryHolder interface {
+	// ReadyLibrary makes the waits Submit makes before a library call
+	// (the run-ahead throttle, host functions the stream waits for), so
+	// that HoldLibrary waits for nothing: a caller holding several
+	// streams must not wait while it holds them.
+	ReadyLibrary() error
+	// HoldLibrary takes the library lane's stream for one op, with the
+	// checks of Submit, and returns its raw handle. Until ReleaseLibrary
+	// nothing else is enqueued on the stream and no event is recorded on
+	// it (other callers wait), so no fence of the stream can be recorded
+	// ahead of the held op. On error nothing is held.
+	HoldLibrary() (stream uintptr, err error)
+	// ReleaseLibrary ends the hold. enqueued says the op's work is on
+	// the stream, or may be: it then gets the stream's next ticket,
+	// returned. Otherwise the stream is as before (ticket 0).
+	ReleaseLibrary(enqueued bool) uint64
 }
 
 // CollectiveDevice is a Device whose family has a collective library.

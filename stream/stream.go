@@ -268,6 +268,75 @@ func (s *Stream) SetHostBridge(bridge func(s *Stream, f syncstate.Fence) error) 
 // Submit runs enqueue (which must put exactly one op on the stream) under
 // the stream's lock, and returns the op's ticket.
 func (s *Stream) Submit(enqueue func(stream uintptr) error) (uint64, error) {
+	if err := s.Throttle(); err != nil {
+		return 0, err
+	}
+	h, err := s.Hold()
+	if err != nil {
+		return 0, err
+	}
+	released := false
+	defer func() {
+		if !released { // enqueue panicked: the stream must not stay held
+			s.Release(h, false)
+		}
+	}()
+	err = enqueue(h.s)
+	released = true
+	if err != nil {
+		s.Release(h, false)
+		return 0, err
+	}
+	return s.Release(h, true), nil
+}
+
+// Held is a stream taken by Hold for one op; Release ends the hold.
+type Held struct {
+	s     uintptr // the runtime stream
+	tm    *timing
+	start uintptr
+}
+
+// Handle is the runtime stream the held op goes on.
+func (h Held) Handle() uintptr { return h.s }
+
+// Hold takes the stream for one op whose enqueue the caller makes, and
+// which may reach the runtime stream only after the enqueuing call
+// returned: a collective inside an NCCL group is launched at
+// ncclGroupEnd ("stream operations like ncclAllReduce can return without
+// having enqueued the operation on the stream", NCCL's Group Calls). Until
+// Release, the stream takes no other work and records no event (marks
+// for consumers, the throttle's, a watch's write), so no fence of the
+// stream can be recorded ahead of the held op: every other caller waits
+// for the stream's lock. Hold makes the checks of Submit and waits for
+// nothing (a caller holding several streams must not wait while it holds
+// them): Throttle first; on error nothing is held.
+func (s *Stream) Hold() (Held, error) {
+	s.mu.Lock()
+	if err := s.health.Err(); err != nil {
+		s.mu.Unlock()
+		// Like a broken HSA queue, a failed stream takes no more work:
+		// it would run behind work that never completed.
+		return Held{}, err
+	}
+	if s.s == 0 {
+		s.mu.Unlock()
+		return Held{}, fmt.Errorf("%w: %s", ErrClosed, s.name)
+	}
+	h := Held{s: s.s}
+	if traceopt.Enabled {
+		h.tm = s.timing.Load()
+	}
+	if h.tm != nil {
+		h.start = s.startTimingLocked(h.tm)
+	}
+	return h, nil
+}
+
+// Throttle is the back-pressure of MaxInFlight that precedes an op: past
+// the cap, a host wait for the older half of what is in flight (a
+// periodic mark covers it), counted as a throttle wait.
+func (s *Stream) Throttle() error {
 	// What is known complete only grows, so the cap can bite only when the
 	// last count says so: only then ask Completed, which may query the
 	// runtime (an event query costs about as much as a launch).
@@ -278,47 +347,37 @@ func (s *Stream) Submit(enqueue func(stream uintptr) error) (uint64, error) {
 		t := s.lastTicket.Load() - s.maxInFlight/2
 		if s.onThrottle != nil {
 			if err := s.onThrottle(syncstate.Fence{TL: s, Ticket: t}); err != nil {
-				return 0, err
+				return err
 			}
 		}
 		s.sinks.HostWait(syncstate.ReasonThrottle)
-		if err := s.WaitHost(t); err != nil {
-			return 0, err
-		}
+		return s.WaitHost(t)
 	}
-	s.mu.Lock()
+	return nil
+}
+
+// Release ends the hold h. enqueued says the op is on the stream (or may
+// be: its work may still reach the stream, as after a failed
+// ncclGroupEnd): it then gets the next ticket, returned, and everything
+// recorded on the stream from now on follows it. Otherwise the stream is
+// as before the hold and the ticket is 0.
+func (s *Stream) Release(h Held, enqueued bool) uint64 {
 	defer s.mu.Unlock()
-	if err := s.health.Err(); err != nil {
-		// Like a broken HSA queue, a failed stream takes no more work:
-		// it would run behind work that never completed.
-		return 0, err
-	}
-	if s.s == 0 {
-		return 0, fmt.Errorf("%w: %s", ErrClosed, s.name)
-	}
-	var tm *timing
-	if traceopt.Enabled {
-		tm = s.timing.Load()
-	}
-	var start uintptr
-	if tm != nil {
-		start = s.startTimingLocked(tm)
-	}
-	if err := enqueue(s.s); err != nil {
-		if tm != nil {
-			s.stopTimingLocked(tm, start, 0, false)
+	if !enqueued {
+		if h.tm != nil {
+			s.stopTimingLocked(h.tm, h.start, 0, false)
 		}
-		return 0, err
+		return 0
 	}
 	t := s.lastTicket.Load() + 1
 	s.lastTicket.Store(t)
-	if tm != nil {
-		s.stopTimingLocked(tm, start, t, true)
+	if h.tm != nil {
+		s.stopTimingLocked(h.tm, h.start, t, true)
 	}
 	if s.maxInFlight >= 4 && t%(s.maxInFlight/4) == 0 {
 		s.markLocked(t)
 	}
-	return t, nil
+	return t
 }
 
 // markLocked records an event after ticket t (the newest), which nobody

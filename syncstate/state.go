@@ -1,8 +1,10 @@
 package syncstate
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -300,6 +302,54 @@ func (o *Op) Begin(e *Engine, tl Timeline, sinks Sinks) error {
 	}
 	o.e, o.tl = e, tl
 	o.lock()
+	return o.order(e, tl, sinks)
+}
+
+// BeginLocked is Begin for an op whose operands LockAll locked.
+func (o *Op) BeginLocked(e *Engine, tl Timeline, sinks Sinks) error {
+	if !o.locked {
+		return errors.New("syncstate: BeginLocked of an op LockAll did not lock")
+	}
+	o.e, o.tl = e, tl
+	return o.order(e, tl, sinks)
+}
+
+// LockAll locks the operands of several ops, which are to be submitted
+// together, in the one global order every op locks in (so they never
+// deadlock with other ops, whatever their operands), for BeginLocked.
+// The ops' operands must be distinct. An op with too many operands is an
+// error, and then nothing is locked.
+func LockAll(ops ...*Op) error {
+	n := 0
+	for _, o := range ops {
+		if o.tooMny {
+			return fmt.Errorf("%w: an op may touch at most %d arrays", ErrTooManyOperands, MaxOperands)
+		}
+		n += o.n
+	}
+	all := make([]*State, 0, n)
+	for _, o := range ops {
+		for i := 0; i < o.n; i++ {
+			all = append(all, o.acc[i].s)
+		}
+	}
+	slices.SortFunc(all, func(a, b *State) int { return cmp.Compare(a.id, b.id) })
+	for _, s := range all {
+		s.mu.Lock()
+	}
+	for _, s := range all {
+		if s.grp != nil {
+			s.fold(true, 0)
+		}
+	}
+	for _, o := range ops {
+		o.locked = true
+	}
+	return nil
+}
+
+// order is Begin once the operands are locked.
+func (o *Op) order(e *Engine, tl Timeline, sinks Sinks) error {
 	if e.Test.DisableWaits {
 		// Not even a completion poll, which would let the host observe
 		// the producer and order the op after it.
@@ -587,6 +637,24 @@ func (e *Engine) waitAlways(name string, f Fence, sinks Sinks) error {
 	err := f.TL.WaitHost(f.Ticket)
 	e.waited(f.TL, f, err)
 	return err
+}
+
+// CommitFailed records the op, submitted as ticket on the Begin timeline,
+// on its operands as Commit does, poisons what it writes with err, and
+// unlocks them: for an op whose work may have reached the timeline and
+// failed there (a collective of a group whose launch failed). Later ops
+// are ordered after the ticket; those that read what it wrote fail.
+func (o *Op) CommitFailed(ticket uint64, err error) {
+	f := Fence{TL: o.tl, Ticket: ticket}
+	for i := 0; i < o.n; i++ {
+		if o.acc[i].write {
+			o.acc[i].s.recordWrite(f, o.Name)
+		} else {
+			o.acc[i].s.recordRead(f)
+		}
+	}
+	o.poison(err)
+	o.unlock()
 }
 
 // Abort unlocks the operands without recording anything.

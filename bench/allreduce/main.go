@@ -9,6 +9,11 @@
 //
 //	go run ./bench/allreduce -backend cuda -devices 4 -sizes 1MiB,256MiB
 //
+// In one process, -submit chooses how each all-reduce's parts are
+// submitted: group (the default: one thread, inside
+// ncclGroupStart/ncclGroupEnd) or threads (one locked thread per GPU),
+// so that both can be timed, alternating, in one session.
+//
 // With -procs the command re-executes itself once per rank beyond the
 // first; the children's environment goes through nccl.ChildEnv, so NVLink
 // multicast stays off in them. On the emulator the ranks of -procs are
@@ -51,12 +56,14 @@ type config struct {
 	batch   int
 	warmup  int
 	policy  rocsync.Policy
+	submit  rocsync.CommSubmit
 	json    bool
 }
 
 // result is one message size in one shape.
 type result struct {
-	Shape     string  `json:"shape"` // "1 process" or "N processes"
+	Shape     string  `json:"shape"`            // "1 process" or "N processes"
+	Submit    string  `json:"submit,omitempty"` // one process: "group" or "threads"
 	Backend   string  `json:"backend"`
 	Devices   int     `json:"devices"`
 	Bytes     int     `json:"bytes"`
@@ -113,7 +120,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("allreduce", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg config
-	var backend, sizes, policy string
+	var backend, sizes, policy, submit string
 	fs.StringVar(&backend, "backend", "auto", "auto, emulator, rocm or cuda")
 	fs.IntVar(&cfg.devices, "devices", 2, "GPUs (ranks)")
 	fs.BoolVar(&cfg.procs, "procs", false, "one process per GPU (JoinCommunicator) instead of one process over all")
@@ -122,6 +129,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.batch, "batch", 20, "all-reduces submitted back to back per round")
 	fs.IntVar(&cfg.warmup, "warmup", 3, "rounds before timing")
 	fs.StringVar(&policy, "policy", "DeviceBridge", "policy")
+	fs.StringVar(&submit, "submit", "group", "one process: how a collective's parts are submitted, group (one thread, ncclGroupStart/End) or threads (one locked thread per GPU)")
 	fs.BoolVar(&cfg.json, "json", false, "print JSON instead of the table")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -131,6 +139,9 @@ func parse(args []string, stderr io.Writer) (config, error) {
 		return cfg, err
 	}
 	if cfg.policy, err = rocsync.ParsePolicy(policy); err != nil {
+		return cfg, err
+	}
+	if cfg.submit, err = rocsync.ParseCommSubmit(submit); err != nil {
 		return cfg, err
 	}
 	for s := range strings.SplitSeq(sizes, ",") {
@@ -215,7 +226,13 @@ func oneProcess(cfg config) ([]result, error) {
 	if r.comm, err = rocsync.NewCommunicator(r.tasks...); err != nil {
 		return nil, errors.Join(err, r.close())
 	}
+	if err := r.comm.SetSubmit(cfg.submit); err != nil {
+		return nil, errors.Join(err, r.close())
+	}
 	rs, err := timeSizes(cfg, r, 0, "1 process")
+	for i := range rs {
+		rs[i].Submit = cfg.submit.String()
+	}
 	return rs, errors.Join(err, r.close())
 }
 
@@ -414,8 +431,12 @@ func printTable(w io.Writer, rs []result) {
 	if len(rs) == 0 {
 		return
 	}
+	shape := rs[0].Shape
+	if rs[0].Submit != "" {
+		shape += ", submit " + rs[0].Submit
+	}
 	fmt.Fprintf(w, "all-reduce (sum, float32), %s, %d ranks, %s; %d back to back per round, median of %d rounds\n",
-		rs[0].Backend, rs[0].Devices, rs[0].Shape, rs[0].Batch, rs[0].Rounds)
+		rs[0].Backend, rs[0].Devices, shape, rs[0].Batch, rs[0].Rounds)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "bytes per rank\tµs per all-reduce\tp90\tbus GB/s\thost waits\t\n")
 	for _, r := range rs {

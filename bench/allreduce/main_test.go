@@ -12,11 +12,16 @@ import (
 // Both shapes on the emulator: one result per size, checked sums (run
 // fails otherwise), and no host wait while the all-reduces are submitted.
 func TestAllReduceShapesOnEmulator(t *testing.T) {
-	for _, args := range [][]string{
-		{"-devices", "4"},
-		{"-devices", "2", "-procs"},
-		{"-devices", "4", "-procs", "-policy", "DeviceSide"},
+	for _, tc := range []struct {
+		args   []string
+		submit string // in the results: one process only
+	}{
+		{[]string{"-devices", "4"}, "group"},
+		{[]string{"-devices", "4", "-submit", "threads"}, "threads"},
+		{[]string{"-devices", "2", "-procs"}, ""},
+		{[]string{"-devices", "4", "-procs", "-policy", "DeviceSide"}, ""},
 	} {
+		args := tc.args
 		var out bytes.Buffer
 		all := append([]string{"-backend", "emulator", "-sizes", "4KiB,64KiB", "-rounds", "2", "-batch", "3", "-warmup", "1", "-json"}, args...)
 		require.NoError(t, run(all, &out, io.Discard), "%v", args)
@@ -27,6 +32,7 @@ func TestAllReduceShapesOnEmulator(t *testing.T) {
 			require.Equal(t, []int{4 << 10, 64 << 10}[i], r.Bytes)
 			require.Positive(t, r.MedianUS)
 			require.Zero(t, r.HostWaits, "%v: host waits while submitting", args)
+			require.Equal(t, tc.submit, r.Submit, "%v", args)
 		}
 	}
 }
@@ -34,6 +40,7 @@ func TestAllReduceShapesOnEmulator(t *testing.T) {
 func TestAllReduceBadFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"-sizes", "3B"}, {"-sizes", "-1MiB"}, {"-sizes", "x"}, {"-devices", "0"}, {"-backend", "tpu"}, {"-policy", "Often"},
+		{"-submit", "both"},
 	} {
 		require.Error(t, run(args, io.Discard, io.Discard), "%v", args)
 	}

@@ -31,7 +31,8 @@
 //     without NVreg_EnableStreamMemOPs=1 (the H100 machine's).
 //   - cuStreamWriteValue64_v2 writes the word at the call (the stream's
 //     work has run by then).
-// fakecuda_count(i) reads call counters, for tests.
+// fakecuda_count(i) reads call counters, for tests; fakecuda_stream_marks
+// what a stream recorded for others (for fakenccl).
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -63,6 +64,7 @@ struct ctx { uint32_t magic; int dev; int refs; };
 struct obj {
   uint32_t magic; struct ctx* ctx; unsigned flags; int state; const char* image; char name[64];
   struct graph* capturing; // a stream being captured; a graph or exec's nodes
+  unsigned long long marks; // a stream's event records and value writes, for fakenccl
 };
 
 static struct ctx ctxs[NDEV];
@@ -161,6 +163,12 @@ static CUresult stream_ok(void* s) {
   SAME_CTX(s);
   return OK;
 }
+// fakecuda_stream_marks counts what a stream has recorded for others to
+// wait on (event records, value writes): the fake NCCL checks that none
+// is recorded between a group's call on the stream and ncclGroupEnd,
+// where real NCCL would put the collective behind it.
+unsigned long long fakecuda_stream_marks(void* s) { return is(s, MAGIC_STREAM) ? ((struct obj*)s)->marks : 0; }
+static void marked(void* s) { if (is(s, MAGIC_STREAM)) ((struct obj*)s)->marks++; }
 static int capturing(void* s) { return s && is(s, MAGIC_STREAM) && ((struct obj*)s)->capturing; }
 #define CAPTURE_ILLEGAL 900 // CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
 CUresult cuStreamSynchronize(void* s) { NEED_CTX(); bump(C_SYNC); if (capturing(s)) return CAPTURE_ILLEGAL; return stream_ok(s); }
@@ -196,6 +204,7 @@ CUresult cuEventRecord(void* e, void* s) {
   if (r) return r;
   static int records; /* the fake's clock: each record is 0.25 ms after the one before */
   ((struct obj*)e)->state = ++records;
+  marked(s);
   return OK;
 }
 CUresult cuEventQuery(void* e) {
@@ -314,6 +323,7 @@ CUresult cuStreamWriteValue64_v2(void* s, uint64_t addr, uint64_t value, unsigne
   if (r != OK) return r;
   if (!addr || flags != 0) return INVALID_VALUE;
   __atomic_store_n((uint64_t*)(uintptr_t)addr, value, __ATOMIC_RELEASE);
+  marked(s);
   return OK;
 }
 

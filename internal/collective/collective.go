@@ -6,7 +6,9 @@
 package collective
 
 import (
+	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 
 	"github.com/rocsync/rocsync/driver"
@@ -25,6 +27,10 @@ type Lib struct {
 	Ordinal func(d driver.Device) int
 	// InitRank joins one rank on d (ncclCommInitRank with d current).
 	InitRank func(d driver.Device, nranks int, id nccl.UniqueID, rank int) (nccl.Comm, error)
+	// OnDevice runs fn on a locked OS thread with d current on it (CUDA:
+	// its primary context; HIP: hipSetDevice); nil: on a locked thread,
+	// with no device made current (a library that needs none).
+	OnDevice func(d driver.Device, fn func() error) error
 }
 
 var _ driver.Collectives = (*Lib)(nil)
@@ -63,6 +69,35 @@ func (l *Lib) CommDestroy(c driver.Comm) error { return l.C.CommDestroy(nccl.Com
 
 // CommAbort implements driver.Collectives.
 func (l *Lib) CommAbort(c driver.Comm) error { return l.C.CommAbort(nccl.Comm(c)) }
+
+// Group implements driver.Collectives. NCCL keeps its group state per
+// thread, so the thread is locked from ncclGroupStart to ncclGroupEnd.
+// Making dev current first is all NCCL asks of a thread that drives
+// several devices: "there is no need to set the CUDA device before every
+// NCCL communication call within a group" (NCCL's Group Calls), and
+// ncclGroupEnd launches each communicator's work on its own device,
+// restoring the thread's current device after. RCCL keeps these
+// semantics (rccl.h, "Group semantics": ncclGroupEnd "only guarantees
+// that the operations are enqueued on the streams"; "operations on the
+// HIP stream depending on the RCCL operations need to be called after
+// ncclGroupEnd").
+// With dev current, what it restores is a device of this communicator,
+// not device 0, whose context the process may not have made.
+func (l *Lib) Group(dev driver.Device, body func() error) error {
+	group := func() error {
+		if err := l.C.GroupStart(); err != nil {
+			return err
+		}
+		err := body()
+		return errors.Join(err, l.C.GroupEnd())
+	}
+	if l.OnDevice != nil {
+		return l.OnDevice(dev, group)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	return group()
+}
 
 // AllReduce implements driver.Collectives.
 func (l *Lib) AllReduce(send, recv driver.DevicePtr, count int, dt kernels.DType, op driver.ReduceOp, c driver.Comm, stream uintptr) error {

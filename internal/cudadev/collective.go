@@ -27,5 +27,6 @@ func (d *Device) Collectives(time.Duration) (driver.Collectives, error) {
 				return err
 			})
 			return c, err
-		}}, nil
+		},
+		OnDevice: func(d driver.Device, fn func() error) error { return d.(*Device).OnDevice(fn) }}, nil
 }

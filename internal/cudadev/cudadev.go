@@ -320,12 +320,35 @@ type Task struct {
 	// to (hostwait.go).
 	// cuLaunchHostFunc is not used: CUDA forbids CUDA calls in it.
 	host *hostlane.Lane
+	held stream.Held // the library stream's hold (HoldLibrary)
 }
 
 var (
-	_ driver.Task        = (*Task)(nil)
-	_ driver.BLASHandler = (*Task)(nil)
+	_ driver.Task          = (*Task)(nil)
+	_ driver.BLASHandler   = (*Task)(nil)
+	_ driver.LibraryHolder = (*Task)(nil)
 )
+
+// ReadyLibrary implements driver.LibraryHolder: the throttle.
+func (t *Task) ReadyLibrary() error { return t.library.Throttle() }
+
+// HoldLibrary implements driver.LibraryHolder. The caller makes the
+// call with a context current (Collectives.Group does).
+func (t *Task) HoldLibrary() (uintptr, error) {
+	h, err := t.library.Hold()
+	if err != nil {
+		return 0, err
+	}
+	t.held = h
+	return h.Handle(), nil
+}
+
+// ReleaseLibrary implements driver.LibraryHolder.
+func (t *Task) ReleaseLibrary(enqueued bool) uint64 {
+	h := t.held
+	t.held = stream.Held{}
+	return t.library.Release(h, enqueued)
+}
 
 // NewTask implements driver.Device.
 func (d *Device) NewTask(sinks syncstate.Sinks) (driver.Task, error) {

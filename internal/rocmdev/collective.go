@@ -24,18 +24,24 @@ func (d *Device) Collectives(timeout time.Duration) (driver.Collectives, error) 
 	}
 	return &collective.Lib{LibName: "RCCL", C: l, UniqueID: l.GetUniqueID, Ordinal: HIPIndexOf,
 		InitRank: func(dd driver.Device, nranks int, id nccl.UniqueID, rank int) (nccl.Comm, error) {
-			d := dd.(*Device)
-			h, ok := d.rt.HIP.(*hip.Lib)
-			if !ok {
-				return 0, fmt.Errorf("rocsync: the HIP runtime cannot select a device for RCCL")
-			}
 			var c nccl.Comm
-			err := h.OnDevice(d.hipIndex, func() (err error) {
+			err := onDevice(dd, func() (err error) {
 				c, err = l.CommInitRank(nranks, id, rank)
 				return err
 			})
 			return c, err
-		}}, nil
+		},
+		OnDevice: onDevice}, nil
+}
+
+// onDevice runs fn on a locked OS thread after hipSetDevice(d).
+func onDevice(dd driver.Device, fn func() error) error {
+	d := dd.(*Device)
+	h, ok := d.rt.HIP.(*hip.Lib)
+	if !ok {
+		return fmt.Errorf("rocsync: the HIP runtime cannot select a device for RCCL")
+	}
+	return h.OnDevice(d.hipIndex, fn)
 }
 
 // HIPIndexOf is the HIP index of d, a Device of this package: the

@@ -699,6 +699,7 @@ type Task struct {
 	st    tls.State
 	host  *hostlane.Lane
 	sinks syncstate.Sinks
+	held  stream.Held // the library stream's hold (HoldLibrary)
 }
 
 var (
@@ -883,6 +884,39 @@ func (t *Task) awaitHostDeps() error {
 		// op's own dependency reports the failure).
 	}
 	return nil
+}
+
+var _ driver.LibraryHolder = (*Task)(nil)
+
+// ReadyLibrary implements driver.LibraryHolder with the waits Submit
+// makes for a library call: for the host functions the stream waits for
+// (the call may copy between host and device), and the throttle.
+func (t *Task) ReadyLibrary() error {
+	if err := t.awaitHostDeps(); err != nil {
+		return err
+	}
+	return t.st.Stream.Throttle()
+}
+
+// HoldLibrary implements driver.LibraryHolder with the checks Submit makes
+// for a library call: the device's fault, the stream's.
+func (t *Task) HoldLibrary() (uintptr, error) {
+	if p := t.d.faultErr.Load(); p != nil {
+		return 0, *p
+	}
+	h, err := t.st.Stream.Hold()
+	if err != nil {
+		return 0, err
+	}
+	t.held = h
+	return h.Handle(), nil
+}
+
+// ReleaseLibrary implements driver.LibraryHolder.
+func (t *Task) ReleaseLibrary(enqueued bool) uint64 {
+	h := t.held
+	t.held = stream.Held{}
+	return t.st.Stream.Release(h, enqueued)
 }
 
 // gemm runs rocBLAS on the task's stream.

@@ -16,7 +16,16 @@
 //     queued and run at the outermost ncclGroupEnd, so one thread can issue
 //     every rank's call; outside a group a call waits for its peers, and a
 //     peer that never comes is an error after fakenccl_timeout_ms (real
-//     NCCL would hang);
+//     NCCL would hang); ncclGroupEnd without ncclGroupStart is
+//     ncclInvalidUsage;
+//   - the order a group gives on the stream: real NCCL puts a group's
+//     collective on its stream at ncclGroupEnd, behind whatever was
+//     recorded there after the call. The fake's streams (the fake CUDA's)
+//     run everything at once and cannot show that order, so, with the fake
+//     CUDA loaded, ncclGroupEnd counts in fakenccl_marks_before_launch the
+//     calls whose stream recorded an event or wrote a value between the
+//     call and ncclGroupEnd: a fence that real NCCL would leave ahead of
+//     the collective;
 //   - argument checks with NCCL's result codes, and ranks that disagree on
 //     a collective (ncclInvalidUsage, also reported by
 //     ncclCommGetAsyncError);
@@ -56,6 +65,9 @@ const int fakenccl_unique_id_bytes = (int)sizeof(ncclUniqueId);
 int fakenccl_timeout_ms = 5000;
 void* fakenccl_last_stream;
 int fakenccl_live_comms;
+int fakenccl_marks_before_launch;
+// The fake CUDA's, when it is loaded (globally, as purego loads it).
+extern unsigned long long fakecuda_stream_marks(void* s) __attribute__((weak));
 char fakenccl_nvls_at_load[64];
 char fakenccl_nvls_at_init[64];
 static __thread int current_device;
@@ -252,6 +264,7 @@ struct call {
   void* recv;
   ncclComm_t comm;
   void* stream;
+  unsigned long long marks;  // the stream's marks when the call was queued
 };
 
 static size_t type_size(int dt) {
@@ -427,6 +440,10 @@ ncclResult_t ncclGroupEnd(void) {
   if (group_depth == 0) return ncclInvalidUsage;
   if (--group_depth > 0) return ncclSuccess;
   ncclResult_t err = ncclSuccess;
+  if (fakecuda_stream_marks)
+    for (int i = 0; i < nqueued; i++)
+      if (fakecuda_stream_marks(queued[i].stream) != queued[i].marks)
+        __atomic_add_fetch(&fakenccl_marks_before_launch, 1, __ATOMIC_RELAXED);
   // Round r runs the r-th queued call of every communicator together.
   int* round = calloc((size_t)nqueued + 1, sizeof *round);
   struct call* batch = calloc((size_t)nqueued + 1, sizeof *batch);
@@ -458,27 +475,28 @@ static ncclResult_t submit(struct call k) {
     if (!q) return ncclSystemError;
     queued = q;
   }
+  if (fakecuda_stream_marks) k.marks = fakecuda_stream_marks(k.stream);
   queued[nqueued++] = k;
   return ncclSuccess;
 }
 
 ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t dt, ncclRedOp_t op,
                            ncclComm_t comm, streamHandle stream) {
-  struct call k = {{OP_ALLREDUCE, dt, op, 0, count}, send, recv, comm, stream};
+  struct call k = {{OP_ALLREDUCE, dt, op, 0, count}, send, recv, comm, stream, 0};
   return submit(k);
 }
 ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataType_t dt, ncclComm_t comm,
                            streamHandle stream) {
-  struct call k = {{OP_ALLGATHER, dt, 0, 0, count}, send, recv, comm, stream};
+  struct call k = {{OP_ALLGATHER, dt, 0, 0, count}, send, recv, comm, stream, 0};
   return submit(k);
 }
 ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t dt, int root,
                            ncclComm_t comm, streamHandle stream) {
-  struct call k = {{OP_BROADCAST, dt, 0, root, count}, send, recv, comm, stream};
+  struct call k = {{OP_BROADCAST, dt, 0, root, count}, send, recv, comm, stream, 0};
   return submit(k);
 }
 ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t count, ncclDataType_t dt, ncclRedOp_t op,
                                ncclComm_t comm, streamHandle stream) {
-  struct call k = {{OP_REDUCESCATTER, dt, op, 0, count}, send, recv, comm, stream};
+  struct call k = {{OP_REDUCESCATTER, dt, op, 0, count}, send, recv, comm, stream, 0};
   return submit(k);
 }

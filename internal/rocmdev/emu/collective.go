@@ -312,11 +312,93 @@ func (cl *clique) fail(err error) {
 	}
 }
 
-// GroupStart and GroupEnd are accepted and change nothing: the emulated
-// collectives enqueue at once, and their rendezvous happens on the
-// streams, so one thread may drive every rank without a group.
-func (c *Collectives) GroupStart() error { return nil }
-func (c *Collectives) GroupEnd() error   { return nil }
+// Group calls, as NCCL's: the group state is the calling OS thread's
+// (NCCL keeps it thread-local, so a group's calls and its ncclGroupEnd
+// must come from the thread that called ncclGroupStart); groups nest,
+// and the outermost ncclGroupEnd launches the calls made inside, in
+// order. A collective called inside a group is checked at the call, as
+// NCCL checks its arguments, but reaches its stream only at
+// ncclGroupEnd: "when called inside a group, stream operations (like
+// ncclAllReduce) can return without having enqueued the operation on the
+// stream" (NCCL's Group Calls). So work or an event that a program
+// enqueues on the stream between the call and ncclGroupEnd runs before
+// the collective, as it would on NCCL. A call that fails inside a group
+// fails the group: ncclGroupEnd returns its error and launches nothing.
+// ncclGroupEnd without a ncclGroupStart on the thread is
+// ncclInvalidUsage.
+var groups struct {
+	mu       sync.Mutex
+	byThread map[int64]*group
+}
+
+type group struct {
+	depth  int
+	launch []func() error // the deferred enqueues, in call order
+	err    error          // the first call that failed inside the group
+}
+
+// GroupStart is ncclGroupStart.
+func (c *Collectives) GroupStart() error {
+	groups.mu.Lock()
+	defer groups.mu.Unlock()
+	tid := threadID()
+	g := groups.byThread[tid]
+	if g == nil {
+		if groups.byThread == nil {
+			groups.byThread = map[int64]*group{}
+		}
+		g = &group{}
+		groups.byThread[tid] = g
+	}
+	g.depth++
+	return nil
+}
+
+// GroupEnd is ncclGroupEnd: the outermost one launches the group's calls.
+func (c *Collectives) GroupEnd() error {
+	const fn = "ncclGroupEnd"
+	groups.mu.Lock()
+	tid := threadID()
+	g := groups.byThread[tid]
+	if g == nil {
+		groups.mu.Unlock()
+		return collErr(fn, nccl.InvalidUsage, "no ncclGroupStart on this thread")
+	}
+	g.depth--
+	if g.depth > 0 {
+		groups.mu.Unlock()
+		return nil
+	}
+	delete(groups.byThread, tid)
+	groups.mu.Unlock()
+	if g.err != nil {
+		return collErr(fn, nccl.InvalidUsage, "a call of the group failed: %v", g.err)
+	}
+	var errs []error
+	for _, launch := range g.launch {
+		errs = append(errs, launch())
+	}
+	return errors.Join(errs...)
+}
+
+// inGroup defers launch to the thread's ncclGroupEnd when a group is open
+// (and says so); err is the call's own error, which fails the group.
+func inGroup(err error, launch func() error) (deferred bool, _ error) {
+	groups.mu.Lock()
+	defer groups.mu.Unlock()
+	g := groups.byThread[threadID()]
+	if g == nil {
+		return false, err
+	}
+	if err != nil {
+		if g.err == nil {
+			g.err = err
+		}
+		return true, err
+	}
+	g.launch = append(g.launch, launch)
+	return true, nil
+}
 
 func elemSize(fn string, dt nccl.DataType) (int, error) {
 	switch dt {
@@ -345,11 +427,12 @@ func (c *Collectives) AllGather(send, recv uintptr, sendCount int, dt nccl.DataT
 func (c *Collectives) Broadcast(send, recv uintptr, count int, dt nccl.DataType, root int, h nccl.Comm, stream uintptr) error {
 	d := collDesc{fn: "ncclBroadcast", count: count, dt: dt, root: root}
 	e, err := lookup(d.fn, h)
-	if err != nil {
-		return err
+	if err == nil && (root < 0 || root >= e.cl.nranks) {
+		err = collErr(d.fn, nccl.InvalidArgument, "root %d of %d ranks", root, e.cl.nranks)
 	}
-	if root < 0 || root >= e.cl.nranks {
-		return collErr(d.fn, nccl.InvalidArgument, "root %d of %d ranks", root, e.cl.nranks)
+	if err != nil {
+		_, err = inGroup(err, nil) // fails the thread's group, if one is open
+		return err
 	}
 	isRoot := e.rank == root
 	return c.enqueue(d, send, recv, h, stream, func(n int) (uint64, uint64) {
@@ -374,85 +457,103 @@ func (c *Collectives) ReduceScatter(send, recv uintptr, recvCount int, dt nccl.D
 // writes this rank's result from every rank's send data.
 func (c *Collectives) enqueue(d collDesc, send, recv uintptr, h nccl.Comm, sid uintptr,
 	sizes func(nranks int) (uint64, uint64), compute func(data [][]byte, rank int, out []byte)) error {
-	e, err := lookup(d.fn, h)
+	launch, err := c.prepare(d, send, recv, h, sid, sizes, compute)
+	if deferred, err := inGroup(err, launch); deferred {
+		return err
+	}
 	if err != nil {
 		return err
 	}
+	return launch()
+}
+
+// prepare checks one rank's part of a collective and returns what puts it
+// on its stream.
+func (c *Collectives) prepare(d collDesc, send, recv uintptr, h nccl.Comm, sid uintptr,
+	sizes func(nranks int) (uint64, uint64), compute func(data [][]byte, rank int, out []byte)) (func() error, error) {
+	e, err := lookup(d.fn, h)
+	if err != nil {
+		return nil, err
+	}
 	if e.c.m != c.m {
-		return collErr(d.fn, nccl.InvalidUsage, "communicator of another machine")
+		return nil, collErr(d.fn, nccl.InvalidUsage, "communicator of another machine")
 	}
 	es, err := elemSize(d.fn, d.dt)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if d.count < 0 {
-		return collErr(d.fn, nccl.InvalidArgument, "count %d", d.count)
+		return nil, collErr(d.fn, nccl.InvalidArgument, "count %d", d.count)
 	}
 	if d.fn == "ncclAllReduce" || d.fn == "ncclReduceScatter" {
 		if d.op < nccl.Sum || d.op > nccl.Min {
-			return collErr(d.fn, nccl.InvalidArgument, "%v is not emulated", d.op)
+			return nil, collErr(d.fn, nccl.InvalidArgument, "%v is not emulated", d.op)
 		}
 	}
 	s, err := c.m.hip.stream(d.fn, hip.Stream(sid))
 	if err != nil {
-		return collErr(d.fn, nccl.InvalidArgument, "stream: %v", err)
+		return nil, collErr(d.fn, nccl.InvalidArgument, "stream: %v", err)
 	}
 	if s.dev != e.gpu {
-		return collErr(d.fn, nccl.InvalidUsage, "a stream of gpu%d for rank %d, whose device is gpu%d", s.dev, e.rank, e.gpu)
+		return nil, collErr(d.fn, nccl.InvalidUsage, "a stream of gpu%d for rank %d, whose device is gpu%d", s.dev, e.rank, e.gpu)
 	}
 	cl := e.cl
 	nSend, nRecv := sizes(cl.nranks)
 	sendBytes, recvBytes := nSend*uint64(es), nRecv*uint64(es)
-	cl.mu.Lock()
-	seq := e.issued
-	e.issued++
-	cl.mu.Unlock()
 	m, rank, gpu := c.m, e.rank, e.gpu
-	what := fmt.Sprintf("%s (rank %d of %d, collective #%d)", d.fn, rank, cl.nranks, seq)
-	return s.enqueue(cmd{kind: cmdWork, what: what, fn: func(a *actor) error {
-		var staged []byte
-		in, rerr := m.gpuSpan(gpu, uint64(send), sendBytes, false, a)
-		if rerr == nil {
-			staged = slices.Clone(in)
-		}
-		var vc vclock
-		if a != nil {
-			vc = a.vc.clone()
-		}
-		r := cl.arrive(seq, rank, d, staged, vc, m, rerr, c.timeout)
-		if rerr != nil {
-			return rerr
-		}
-		if err := c.await(r.done); err != nil {
-			cl.fail(fmt.Errorf("%w: %s: collective #%d (%v): rank %d waited %v for ranks %v", ErrCollectiveTimeout,
-				d.fn, seq, d, rank, c.timeout, r.missing()))
-		}
+	return func() error {
+		// The collective's number on its communicator is its launch's:
+		// a group that launches nothing numbers nothing.
 		cl.mu.Lock()
-		err := r.err
+		seq := e.issued
+		e.issued++
 		cl.mu.Unlock()
-		if err != nil {
-			r.leave(cl, seq)
-			return err
-		}
-		if a != nil {
-			// This rank has received every peer's data: it is ordered after
-			// what each peer of this machine did before its part.
-			for i, pvc := range r.vcs {
-				if r.machines[i] == m {
-					a.vc.join(pvc)
+		what := fmt.Sprintf("%s (rank %d of %d, collective #%d)", d.fn, rank, cl.nranks, seq)
+		return s.enqueue(cmd{kind: cmdWork, what: what, fn: func(a *actor) error {
+			var staged []byte
+			in, rerr := m.gpuSpan(gpu, uint64(send), sendBytes, false, a)
+			if rerr == nil {
+				staged = slices.Clone(in)
+			}
+			var vc vclock
+			if a != nil {
+				vc = a.vc.clone()
+			}
+			r := cl.arrive(seq, rank, d, staged, vc, m, rerr, c.timeout)
+			if rerr != nil {
+				return rerr
+			}
+			if err := c.await(r.done); err != nil {
+				cl.fail(fmt.Errorf("%w: %s: collective #%d (%v): rank %d waited %v for ranks %v", ErrCollectiveTimeout,
+					d.fn, seq, d, rank, c.timeout, r.missing()))
+			}
+			cl.mu.Lock()
+			err := r.err
+			cl.mu.Unlock()
+			if err != nil {
+				r.leave(cl, seq)
+				return err
+			}
+			if a != nil {
+				// This rank has received every peer's data: it is ordered after
+				// what each peer of this machine did before its part.
+				for i, pvc := range r.vcs {
+					if r.machines[i] == m {
+						a.vc.join(pvc)
+					}
 				}
 			}
-		}
-		out := make([]byte, recvBytes)
-		compute(r.data, rank, out)
-		r.leave(cl, seq)
-		dst, err := m.gpuSpan(gpu, uint64(recv), recvBytes, true, a)
-		if err != nil {
-			return err
-		}
-		copy(dst, out)
-		return nil
-	}})
+			out := make([]byte, recvBytes)
+			compute(r.data, rank, out)
+			r.leave(cl, seq)
+			dst, err := m.gpuSpan(gpu, uint64(recv), recvBytes, true, a)
+			if err != nil {
+				return err
+			}
+			copy(dst, out)
+			return nil
+		}})
+	}, nil
 }
 
 // arrive adds a rank's part to round seq, making it if needed.

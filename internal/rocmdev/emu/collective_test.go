@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -253,5 +254,108 @@ func TestReduceIntoEveryDataType(t *testing.T) {
 				t.Errorf("%v %v: % x, want % x", dt, tc.op, out, tc.want)
 			}
 		}
+	}
+}
+
+// Group calls as NCCL's: inside a group a collective is checked but not
+// on its stream; work the program puts on the stream before
+// ncclGroupEnd (an event here) runs before it; the outermost
+// ncclGroupEnd launches the group, in order; group state is the thread's.
+func TestEmulatedCollectiveGroupDefersLaunch(t *testing.T) {
+	r := newCollRig(t, 2, 5*time.Second)
+	h := r.m.HIP()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	a := [2]uintptr{r.upload(t, 0, f64b(1, 2)), r.upload(t, 1, f64b(10, 20))}
+	ev, err := h.EventCreate(0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.c.GroupStart(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.c.GroupStart(); err != nil { // nested
+		t.Fatal(err)
+	}
+	for d := range 2 {
+		if err := r.c.AllReduce(a[d], a[d], 2, nccl.Float64, nccl.Sum, r.comms[d], uintptr(r.streams[d])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.c.GroupEnd(); err != nil { // the inner end launches nothing
+		t.Fatal(err)
+	}
+	// Another thread has no group to end.
+	other := make(chan error)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		other <- r.c.GroupEnd()
+	}()
+	if err := <-other; !errors.Is(err, &nccl.Error{Func: "ncclGroupEnd", Result: nccl.InvalidUsage}) {
+		t.Fatalf("ncclGroupEnd on a thread without a group: %v", err)
+	}
+	// An event recorded now is ahead of the collective: it completes
+	// with the collective not yet run (outside a group rank 0's part
+	// would be on the stream, and the event behind it).
+	if err := h.EventRecord(ev, r.streams[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.EventSynchronize(ev); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.download(t, 0, a[0], 16); string(got) != string(f64b(1, 2)) {
+		t.Fatalf("rank 0 before ncclGroupEnd: % x", got)
+	}
+	if err := r.c.GroupEnd(); err != nil {
+		t.Fatal(err)
+	}
+	for d := range 2 {
+		if err := h.StreamSynchronize(r.streams[d]); err != nil {
+			t.Fatal(err)
+		}
+		if got := r.download(t, d, a[d], 16); string(got) != string(f64b(11, 22)) {
+			t.Fatalf("rank %d after ncclGroupEnd: % x", d, got)
+		}
+	}
+	if err := r.c.GroupEnd(); !errors.Is(err, &nccl.Error{Func: "ncclGroupEnd", Result: nccl.InvalidUsage}) {
+		t.Fatalf("ncclGroupEnd without ncclGroupStart: %v", err)
+	}
+
+	// A call that fails inside a group fails ncclGroupEnd, which launches
+	// nothing: no part waits for a peer that never comes.
+	if err := r.c.GroupStart(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.c.AllReduce(a[0], a[0], 2, nccl.Float64, nccl.Sum, r.comms[0], uintptr(r.streams[1])); !errors.Is(err, &nccl.Error{Result: nccl.InvalidUsage}) {
+		t.Fatalf("a stream of another GPU: %v", err)
+	}
+	if err := r.c.AllReduce(a[1], a[1], 2, nccl.Float64, nccl.Sum, r.comms[1], uintptr(r.streams[1])); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.c.GroupEnd(); !errors.Is(err, &nccl.Error{Func: "ncclGroupEnd", Result: nccl.InvalidUsage}) {
+		t.Fatalf("ncclGroupEnd of a failed group: %v", err)
+	}
+	for d := range 2 {
+		if err := h.StreamSynchronize(r.streams[d]); err != nil {
+			t.Fatalf("rank %d: %v", d, err)
+		}
+	}
+	if got := r.download(t, 1, a[1], 16); string(got) != string(f64b(11, 22)) {
+		t.Fatalf("rank 1 after a failed group: % x", got)
+	}
+	// The failed group numbered nothing: the next collective pairs up.
+	for d := range 2 {
+		if err := r.c.AllReduce(a[d], a[d], 2, nccl.Float64, nccl.Max, r.comms[d], uintptr(r.streams[d])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for d := range 2 {
+		if err := h.StreamSynchronize(r.streams[d]); err != nil {
+			t.Fatalf("rank %d: %v", d, err)
+		}
+	}
+	if hs := r.m.Hazards(); len(hs) != 0 {
+		t.Fatal(hs)
 	}
 }
