@@ -99,11 +99,11 @@ func (c *Communicator) runGroup(name string, ops []rankOp, errs []error) (launch
 	}
 
 	for i := range hs {
-		hs[i].name, hs[i].sop.Name = name, name
+		hs[i].name, hs[i].s.sop.Name = name, name
 		for _, x := range ops[i].operands[:ops[i].n] {
-			hs[i].sop.Use(&x.b.st, x.access)
+			hs[i].s.sop.Use(&x.b.st, x.access)
 		}
-		sops[i] = &hs[i].sop
+		sops[i] = &hs[i].s.sop
 	}
 	if err := syncstate.LockAll(sops...); err != nil {
 		errs[0] = &Error{Op: name, Kind: ErrInvalid, Err: err}
@@ -114,10 +114,10 @@ func (c *Communicator) runGroup(name string, ops []rankOp, errs []error) (launch
 	abortOthers := func(i int) {
 		for j := range hs {
 			if j != i {
-				if tr := c.ranks[j].task.dev.tracer(); tr != nil && hs[j].tl != nil {
+				if tr := c.ranks[j].task.dev.opObserver(); tr != nil && hs[j].tl != nil {
 					tr.opFailed(hs[j].tl, c.ranks[j].task.traceHost, c.ranks[j].task.traceBegan)
 				}
-				hs[j].sop.Abort()
+				hs[j].s.sop.Abort()
 			}
 		}
 	}

@@ -19,7 +19,7 @@ import (
 // together), so nobody sees the fence before it is recorded.
 type heldOp struct {
 	name string
-	sop  syncstate.Op
+	s    opSync
 	tl   syncstate.Timeline
 	op   *driver.Op // the task's op, for the trace
 }
@@ -33,18 +33,18 @@ func (t *Task) beginHeld(h *heldOp, operands []access) error {
 	d := t.dev
 	h.op = t.newOp(driver.LibraryCall)
 	h.tl = t.timeline(driver.LaneLibrary)
-	tr := d.tracer()
+	tr := d.opObserver()
 	if tr != nil {
 		t.traceBegan = tr.now()
 	}
-	if err := h.sop.BeginLocked(&d.engine, h.tl, t.sinks); err != nil {
+	if err := h.s.sop.BeginLocked(&d.engine, h.tl, t.sinks); err != nil {
 		if tr != nil {
 			tr.opFailed(h.tl, t.traceHost, t.traceBegan)
 		}
 		return notSubmitted(h.name, h.tl, err)
 	}
 	if err := freedIn(h.name, operands); err != nil {
-		h.sop.Abort()
+		h.s.sop.Abort()
 		if tr != nil {
 			tr.opFailed(h.tl, t.traceHost, t.traceBegan)
 		}
@@ -61,27 +61,27 @@ func (t *Task) beginHeld(h *heldOp, operands []access) error {
 // enqueued part of its work), except for a refused throttle wait, which
 // changed nothing.
 func (t *Task) failHeld(h *heldOp, err error) error {
-	if tr := t.dev.tracer(); tr != nil {
+	if tr := t.dev.opObserver(); tr != nil {
 		tr.opFailed(h.tl, t.traceHost, t.traceBegan)
 	}
 	if errors.Is(err, syncstate.ErrWaitRefused) {
-		h.sop.Abort()
+		h.s.sop.Abort()
 		return err
 	}
-	h.sop.Fail(err)
+	h.s.sop.Fail(err)
 	return &Error{Op: h.name, Kind: ErrFault, Detail: "submitting to " + h.tl.Name(), Err: err}
 }
 
 // commitHeld records h, on its stream as ticket, on its operands and
 // makes the waits that follow a submission, as submitEntered does.
 func (t *Task) commitHeld(h *heldOp, ticket uint64) error {
-	tr := t.dev.tracer()
+	tr := t.dev.opObserver()
 	if tr != nil {
 		tr.opSubmitted(h.op, h.name, h.tl, ticket, t.traceHost, t.traceBegan, t.traceIssued)
 	}
 	f := syncstate.Fence{TL: h.tl, Ticket: ticket}
 	t.sinks.Dispatch()
-	err := t.afterSubmit(h.name, &h.sop, h.tl, f)
+	err := t.afterSubmit(h.name, &h.s, f)
 	if tr != nil {
 		tr.opEnded(h.tl, ticket, t.traceHost, t.traceBegan)
 	}
@@ -92,10 +92,10 @@ func (t *Task) commitHeld(h *heldOp, ticket uint64) error {
 // but failed there (its group's launch failed), and poisons what it
 // writes with err.
 func (t *Task) commitHeldFailed(h *heldOp, ticket uint64, err error) error {
-	if tr := t.dev.tracer(); tr != nil {
+	if tr := t.dev.opObserver(); tr != nil {
 		tr.opSubmitted(h.op, h.name, h.tl, ticket, t.traceHost, t.traceBegan, t.traceIssued)
 		tr.opEnded(h.tl, ticket, t.traceHost, t.traceBegan)
 	}
-	h.sop.CommitFailed(ticket, err)
+	h.s.sop.CommitFailed(ticket, err)
 	return &Error{Op: h.name, Kind: ErrFault, Detail: "launching on " + h.tl.Name(), Err: err}
 }
