@@ -154,6 +154,7 @@ func fakeCollChild(t *testing.T) {
 		}
 		comm, err := NewCommunicator(tasks...)
 		require.NoError(t, err)
+		require.NoError(t, comm.SetSubmit(SubmitGroup))
 		comm.fenceInGroup = early
 		before := *marksBeforeLaunch
 		for range 4 {

@@ -58,9 +58,12 @@ func TestCollectiveGroupFenceAfterGroupEnd(t *testing.T) {
 					require.NoError(t, err)
 					defer comm.Close()
 					switch mode {
+					case "group":
+						require.NoError(t, comm.SetSubmit(SubmitGroup))
 					case "threads":
 						require.NoError(t, comm.SetSubmit(SubmitThreads))
 					case "fence in group":
+						require.NoError(t, comm.SetSubmit(SubmitGroup))
 						comm.fenceInGroup = true
 					}
 					outs := groupProgram(t, devs, tasks, comm)

@@ -10,8 +10,8 @@
 //	go run ./bench/allreduce -backend cuda -devices 4 -sizes 1MiB,256MiB
 //
 // In one process, -submit chooses how each all-reduce's parts are
-// submitted: group (the default: one thread, inside
-// ncclGroupStart/ncclGroupEnd) or threads (one locked thread per GPU),
+// submitted: threads (the default: one locked thread per GPU) or group
+// (one thread, inside ncclGroupStart/ncclGroupEnd),
 // so that both can be timed, alternating, in one session.
 //
 // With -procs the command re-executes itself once per rank beyond the
@@ -129,7 +129,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.batch, "batch", 20, "all-reduces submitted back to back per round")
 	fs.IntVar(&cfg.warmup, "warmup", 3, "rounds before timing")
 	fs.StringVar(&policy, "policy", "DeviceBridge", "policy")
-	fs.StringVar(&submit, "submit", "group", "one process: how a collective's parts are submitted, group (one thread, ncclGroupStart/End) or threads (one locked thread per GPU)")
+	fs.StringVar(&submit, "submit", "threads", "one process: how a collective's parts are submitted, group (one thread, ncclGroupStart/End) or threads (one locked thread per GPU)")
 	fs.BoolVar(&cfg.json, "json", false, "print JSON instead of the table")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err

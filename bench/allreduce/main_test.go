@@ -16,8 +16,8 @@ func TestAllReduceShapesOnEmulator(t *testing.T) {
 		args   []string
 		submit string // in the results: one process only
 	}{
-		{[]string{"-devices", "4"}, "group"},
-		{[]string{"-devices", "4", "-submit", "threads"}, "threads"},
+		{[]string{"-devices", "4"}, "threads"},
+		{[]string{"-devices", "4", "-submit", "group"}, "group"},
 		{[]string{"-devices", "2", "-procs"}, ""},
 		{[]string{"-devices", "4", "-procs", "-policy", "DeviceSide"}, ""},
 	} {
