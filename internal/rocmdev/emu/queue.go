@@ -194,6 +194,7 @@ func (q *queue) execute(idx uint64, slot *[hsa.PacketSize]byte, header uint16) b
 	if barrier {
 		q.inflight.Wait()
 	}
+	q.m.hsa.countFences(header)
 	switch hsa.HeaderType(header) {
 	case hsa.PacketTypeKernelDispatch:
 		act := q.actor(idx, barrier, "dispatch")
