@@ -32,7 +32,7 @@ type HSA struct {
 	// fences counts processed packets' fence scopes: [0] acquire, [1]
 	// release, by kind and scope (see hsa.FenceCounts).
 	fences [2][hsa.FenceKinds][4]atomic.Uint64
-	events        sysEvents
+	events sysEvents
 }
 
 // Interrupts counts the end-of-pipe interrupts AQL packets raised: one per
