@@ -285,14 +285,16 @@ func TestDispatchInterruptsOnSimulatedDriver(t *testing.T) {
 
 // The fence scopes of the AQL packets 1,000 dispatches and a read-back
 // cost on the simulated driver, whose command processor counts them by
-// packet kind (rocsync's packets and ROCr's and HIP's own). Run with -v
-// for the table (the parent prints the child's).
+// packet kind (rocsync's packets and ROCr's and HIP's own): the kernels
+// release at agent scope, and only the packets that hand work to the host
+// at system scope, where each would write back the L2 on gfx90a and
+// gfx942. Run with -v for the table (the parent prints the child's).
 func TestDispatchFenceScopesOnSimulatedDriver(t *testing.T) {
 	if !kfdsim.InChild(t) {
 		parentOfSimulatedDriver(t)
 		out := kfdsim.Run(t, simulatedSuiteRuns[0].gpus, t.Name(), kfdsim.Options{Release: simRelease(t), Env: simblasEnv(t)})
 		if i := strings.Index(out, "fence scopes of"); i >= 0 {
-			table, _, _ := strings.Cut(out[i:], "---")
+			table, _, _ := strings.Cut(out[i:], "--- ")
 			t.Logf("child: %s", table)
 		}
 		return
@@ -321,5 +323,13 @@ func TestDispatchFenceScopesOnSimulatedDriver(t *testing.T) {
 		c := after.Sub(before)
 		t.Logf("fence scopes of 1,000 dispatches and a read-back:\n%s", c.Table())
 		require.GreaterOrEqual(t, c.Packets(hsa.FenceKindDispatch), uint64(1000))
+		// Kernels release at agent scope; what the read-back reads is
+		// released at system scope by the marker its host wait adds.
+		var system uint64
+		for k := range c.Release {
+			system += c.Release[k][hsa.FenceScopeSystem]
+		}
+		require.LessOrEqual(t, system, uint64(5), "system-scope releases")
+		require.GreaterOrEqual(t, c.Release[hsa.FenceKindDispatch][hsa.FenceScopeAgent], uint64(1000))
 	})
 }

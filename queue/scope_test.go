@@ -1,0 +1,113 @@
+package queue_test
+
+import (
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rocsync/rocsync/hip"
+	"github.com/rocsync/rocsync/hsa"
+	"github.com/rocsync/rocsync/internal/rocmdev/emu"
+	"github.com/rocsync/rocsync/internal/testhooks"
+	"github.com/rocsync/rocsync/queue"
+	"github.com/rocsync/rocsync/syncstate"
+)
+
+// narrowQueue is a queue with AgentScope on the rig's GPU, whose Flush
+// puts a barrier-AND packet on a queue of its own (which releases at
+// system scope) and counts the flushes.
+func (r *rig) narrowQueue(t *testing.T, name string, flushes *int) *queue.Queue {
+	agents, _ := r.rt.Agents()
+	pools, _ := r.rt.MemoryPools(agents[0])
+	fq := r.queue(t, name+"-flush", 64)
+	q, err := queue.New(r.rt, queue.Config{Name: name, Agent: agents[1], Size: 64, KernargPool: pools[0],
+		Signals: r.signals, Sinks: syncstate.Sinks{&r.stats}, AgentScope: true, Flush: func() error {
+			*flushes++
+			ft, err := fq.BarrierAnd([hsa.BarrierAndMaxDependencies]*queue.Signal{})
+			if err != nil {
+				return err
+			}
+			return fq.WaitHost(ft)
+		}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = q.Close() })
+	return q
+}
+
+// With AgentScope, dispatches release at agent scope, and a host wait
+// makes what the ticket wrote visible to the host: with a marker that
+// releases at system scope right after the newest ticket, and with a
+// flush for an older one that a packet waiting for the host itself
+// follows (a marker behind that packet would never complete). The hazard
+// checker, which reports a host read that no system-scope release
+// precedes, finds nothing.
+//
+// Without those releases (the SkipSystemRelease switch) the checker
+// reports both reads.
+func TestAgentScopeHostWaitsSeeTheWrites(t *testing.T) {
+	for _, skip := range []bool{false, true} {
+		t.Run(map[bool]string{false: "releases", true: "no system-scope release"}[skip], func(t *testing.T) {
+			testhooks.SkipSystemRelease.Store(skip)
+			defer testhooks.SkipSystemRelease.Store(false)
+			agentScopeHostWaits(t, skip)
+		})
+	}
+}
+
+func agentScopeHostWaits(t *testing.T, skip bool) {
+	r := newRig(t, emu.Options{Hazards: true, MaxDelay: 100 * time.Microsecond, Seed: 5})
+	var flushes int
+	q := r.narrowQueue(t, "q", &flushes)
+	require.Error(t, func() error {
+		_, err := queue.New(r.rt, queue.Config{Name: "bad", AgentScope: true})
+		return err
+	}(), "AgentScope without Flush")
+	buf, _ := r.m.HIP().Malloc(0, 64)
+	buf2, _ := r.m.HIP().Malloc(0, 64)
+	read := func(p uint64) float32 {
+		var out [16]float32
+		require.NoError(t, r.m.HIP().MemcpyDtoH(0, unsafe.Pointer(&out[0]), hip.DevicePtr(p), 64))
+		return out[15]
+	}
+
+	t1 := r.fillDispatch(t, q, uint64(buf), 1)
+	require.NoError(t, q.WaitHost(t1))
+	require.Equal(t, t1+1, q.LastTicket(), "a marker follows the newest ticket")
+	require.GreaterOrEqual(t, q.Completed(), t1)
+	require.Equal(t, float32(1), read(uint64(buf)))
+	require.Zero(t, flushes)
+
+	// A packet after t2 waits for a signal the host completes only after
+	// its wait for t2.
+	hold := queue.Foreign(mustSignal(t, r.rt))
+	t2 := r.fillDispatch(t, q, uint64(buf2), 2)
+	_, err := q.BarrierAnd([hsa.BarrierAndMaxDependencies]*queue.Signal{hold})
+	require.NoError(t, err)
+	t3 := r.fillDispatch(t, q, uint64(buf), 3)
+	require.Less(t, q.Completed(), t2)
+	require.NoError(t, q.WaitHost(t2))
+	require.GreaterOrEqual(t, q.Completed(), t2)
+	require.Equal(t, float32(2), read(uint64(buf2)))
+	r.rt.SignalStoreScrelease(hold.H, 0)
+	require.NoError(t, q.WaitHost(t3))
+	require.Equal(t, float32(3), read(uint64(buf)))
+	if skip {
+		require.Zero(t, flushes)
+		hs := r.m.Hazards()
+		require.Len(t, hs, 3, "%v", hs)
+		for _, h := range hs {
+			require.Equal(t, emu.HazardVisibility, h.Kind, "%v", h)
+		}
+		return
+	}
+	require.Equal(t, 1, flushes, "the wait for t2 flushed")
+	require.Empty(t, r.m.Hazards())
+}
+
+func mustSignal(t *testing.T, rt hsa.Runtime) hsa.Signal {
+	s, err := rt.SignalCreate(1, nil)
+	require.NoError(t, err)
+	return s
+}
