@@ -655,7 +655,7 @@ func (q *Queue) makeVisible(t uint64) error {
 	q.retireLocked()
 	c := q.completed.Load()
 	if c == q.lastTicket.Load() && q.Err() == nil && t > q.visible.Load() {
-		if mt, err := q.systemMarkerLocked(); err == nil {
+		if mt, err := q.hostMarkerLocked(); err == nil {
 			s := q.slot(mt).sig
 			s.Retain()
 			q.mu.Unlock()
@@ -942,6 +942,20 @@ func (q *Queue) markerLocked(sig *Signal) (uint64, error) {
 		q.timing.untimed[idx&q.mask] = true
 	}
 	return q.publishLocked(idx, sig, slot, p.FirstWord(), true), nil
+}
+
+// hostMarkerLocked submits a marker that releases at system scope for a
+// host to block on: its completion signal is an interrupt signal where
+// the queue has WakeSignals.
+func (q *Queue) hostMarkerLocked() (uint64, error) {
+	if q.wake == nil {
+		return q.systemMarkerLocked()
+	}
+	sig, err := q.wake.Get()
+	if err != nil {
+		return 0, err
+	}
+	return q.markerLocked(sig)
 }
 
 // systemMarkerLocked submits a barrier-AND packet with no dependencies
