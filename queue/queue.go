@@ -479,13 +479,27 @@ func (q *Queue) Completed() uint64 {
 }
 
 // visibleTicket is the newest ticket whose writes are visible outside the
-// GPU. On a broken queue it is the newest complete one: a failed ticket
-// counts as complete, and whoever waits for it learns the failure.
+// GPU. On a broken queue whose tickets that succeeded are all visible it
+// is the newest complete one: a failed ticket counts as complete, and
+// whoever waits for it learns the failure.
 func (q *Queue) visibleTicket() uint64 {
-	if !q.agentScope || q.brokenFrom.Load() != 0 {
+	if !q.agentScope {
 		return q.completed.Load()
 	}
-	return q.visible.Load()
+	v := q.visible.Load()
+	if from := q.brokenFrom.Load(); from != 0 && v+1 >= from {
+		return q.completed.Load()
+	}
+	return v
+}
+
+// afterBreak makes what the tickets before a break wrote visible outside
+// the GPU, once a wait has learned of the break: they succeeded, and
+// their results stay readable.
+func (q *Queue) afterBreak() {
+	if from := q.brokenFrom.Load(); q.agentScope && from > 1 && q.visible.Load() < from-1 && q.completed.Load() >= from-1 {
+		_ = q.makeVisible(from - 1)
+	}
 }
 
 // seeVisible records that every ticket up to t is visible outside the GPU.
@@ -637,11 +651,16 @@ func (q *Queue) WaitHostContext(ctx context.Context, t uint64) error {
 		q.retireLocked()
 		q.mu.Unlock()
 		if err != nil {
+			q.afterBreak()
 			return err
 		}
 	}
-	if err := q.Failed(t); err != nil || t <= q.visibleTicket() {
+	if err := q.Failed(t); err != nil {
+		q.afterBreak()
 		return err
+	}
+	if t <= q.visibleTicket() {
+		return nil
 	}
 	return q.makeVisible(t)
 }
