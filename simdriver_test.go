@@ -282,3 +282,54 @@ func TestDispatchInterruptsOnSimulatedDriver(t *testing.T) {
 		require.LessOrEqual(t, after-before, uint64(10))
 	})
 }
+
+// The fence scopes of the AQL packets 1,000 dispatches and a read-back
+// cost on the simulated driver, whose command processor counts them by
+// packet kind (rocsync's packets and ROCr's and HIP's own): the kernels
+// release at agent scope, and only the packets that hand work to the host
+// at system scope, where each would write back the L2 on gfx90a and
+// gfx942. Run with -v for the table (the parent prints the child's).
+func TestDispatchFenceScopesOnSimulatedDriver(t *testing.T) {
+	if !kfdsim.InChild(t) {
+		parentOfSimulatedDriver(t)
+		out := kfdsim.Run(t, simulatedSuiteRuns[0].gpus, t.Name(), kfdsim.Options{Release: simRelease(t), Env: simblasEnv(t)})
+		if i := strings.Index(out, "fence scopes of"); i >= 0 {
+			table, _, _ := strings.Cut(out[i:], "--- ")
+			t.Logf("child: %s", table)
+		}
+		return
+	}
+	childTest(t, simulatedSuiteRuns[0].gpus, nil, func(t *testing.T) {
+		d, err := Open(Options{Backend: ROCm, Policy: DeviceSide, LogLevel: LogOff})
+		require.NoError(t, err)
+		defer d.Close()
+		tk := d.DefaultTask()
+		x, err := d.FromFloat32(1, 4, []float32{1, 2, 3, 4})
+		require.NoError(t, err)
+		y, err := tk.Add(x, x)
+		require.NoError(t, err)
+		_, err = y.Float32s()
+		require.NoError(t, err)
+		before, err := kfdsim.FenceScopes("")
+		require.NoError(t, err)
+		for range 1000 {
+			require.NoError(t, tk.AddInto(y, y, x))
+		}
+		got, err := y.Float32s()
+		require.NoError(t, err)
+		require.Equal(t, []float32{1002, 2004, 3006, 4008}, got)
+		after, err := kfdsim.FenceScopes("")
+		require.NoError(t, err)
+		c := after.Sub(before)
+		t.Logf("fence scopes of 1,000 dispatches and a read-back:\n%s", c.Table())
+		require.GreaterOrEqual(t, c.Packets(hsa.FenceKindDispatch), uint64(1000))
+		// Kernels release at agent scope; what the read-back reads is
+		// released at system scope by the marker its host wait adds.
+		var system uint64
+		for k := range c.Release {
+			system += c.Release[k][hsa.FenceScopeSystem]
+		}
+		require.LessOrEqual(t, system, uint64(5), "system-scope releases")
+		require.GreaterOrEqual(t, c.Release[hsa.FenceKindDispatch][hsa.FenceScopeAgent], uint64(1000))
+	})
+}

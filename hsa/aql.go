@@ -2,6 +2,8 @@ package hsa
 
 import (
 	"encoding/binary"
+	"fmt"
+	"strings"
 	"sync/atomic"
 	"unsafe"
 )
@@ -179,3 +181,97 @@ func LoadHeader(slot *[PacketSize]byte) uint32 {
 
 // InvalidFirstWord marks a slot as free (INVALID packet type).
 const InvalidFirstWord = uint32(PacketTypeInvalid)
+
+// HeaderAcquireScope is the acquire fence scope of a header.
+func HeaderAcquireScope(h uint16) uint16 { return h >> HeaderAcquireFenceShift & 3 }
+
+// HeaderReleaseScope is the release fence scope of a header.
+func HeaderReleaseScope(h uint16) uint16 { return h >> HeaderReleaseFenceShift & 3 }
+
+// Packet kinds FenceCounts tells apart.
+const (
+	FenceKindDispatch = iota
+	FenceKindBarrierAnd
+	FenceKindBarrierOr
+	FenceKindVendor
+	FenceKinds
+)
+
+// fenceKindNames are the FenceKind* names, for tables.
+var fenceKindNames = [FenceKinds]string{"kernel dispatch", "barrier-AND", "barrier-OR", "vendor (AMD)"}
+
+// FenceKindOf is the FenceCounts kind of a packet type, or -1 for one
+// that has no fences (INVALID, agent dispatch).
+func FenceKindOf(t PacketType) int {
+	switch t {
+	case PacketTypeKernelDispatch:
+		return FenceKindDispatch
+	case PacketTypeBarrierAnd:
+		return FenceKindBarrierAnd
+	case PacketTypeBarrierOr:
+		return FenceKindBarrierOr
+	case PacketTypeVendor:
+		return FenceKindVendor
+	}
+	return -1
+}
+
+// FenceCounts counts processed AQL packets by kind and by the scope of
+// their acquire and release fences: Acquire[k][s] is the number of packets
+// of kind k (FenceKindDispatch, ...) whose acquire fence has scope s
+// (FenceScopeNone, FenceScopeAgent, FenceScopeSystem; 3 is reserved).
+//
+// The scopes are a packet's cost: on gfx90a and gfx942 a system-scope
+// release writes back the GPU's L2 and a system-scope acquire invalidates
+// it (LLVM AMDGPUUsage, "Memory Model GFX90A" and "GFX942": release at
+// system scope is buffer_wbl2, acquire buffer_invl2 / buffer_inv sc1), which
+// agent scope does not need where the consumer shares the L2.
+type FenceCounts struct {
+	Acquire, Release [FenceKinds][4]uint64
+}
+
+// Count adds a packet with header h.
+func (c *FenceCounts) Count(h uint16) {
+	k := FenceKindOf(HeaderType(h))
+	if k < 0 {
+		return
+	}
+	c.Acquire[k][HeaderAcquireScope(h)]++
+	c.Release[k][HeaderReleaseScope(h)]++
+}
+
+// Sub is c minus an earlier count o.
+func (c FenceCounts) Sub(o FenceCounts) FenceCounts {
+	for k := range c.Acquire {
+		for s := range c.Acquire[k] {
+			c.Acquire[k][s] -= o.Acquire[k][s]
+			c.Release[k][s] -= o.Release[k][s]
+		}
+	}
+	return c
+}
+
+// Packets is the number of packets of kind k counted.
+func (c FenceCounts) Packets(k int) uint64 {
+	var n uint64
+	for _, x := range c.Acquire[k] {
+		n += x
+	}
+	return n
+}
+
+// Table renders the counts as a Markdown table, one row per kind that
+// has packets.
+func (c FenceCounts) Table() string {
+	var b strings.Builder
+	b.WriteString("| packet | count | acquire none/agent/system | release none/agent/system |\n|---|---|---|---|\n")
+	for k := range c.Acquire {
+		if c.Packets(k) == 0 {
+			continue
+		}
+		a, r := c.Acquire[k], c.Release[k]
+		fmt.Fprintf(&b, "| %s | %d | %d / %d / %d | %d / %d / %d |\n", fenceKindNames[k], c.Packets(k),
+			a[FenceScopeNone], a[FenceScopeAgent], a[FenceScopeSystem], r[FenceScopeNone], r[FenceScopeAgent], r[FenceScopeSystem])
+	}
+	return b.String()
+}

@@ -61,6 +61,9 @@ type Dispatch struct {
 type entry struct {
 	sig  *Signal
 	deps [hsa.BarrierAndMaxDependencies]*Signal
+	// system says the packet releases at system scope: once it completes,
+	// what every packet up to it wrote is visible outside its GPU.
+	system bool
 }
 
 // Queue is one HSA queue with its completion tracking.
@@ -141,6 +144,16 @@ type Queue struct {
 	// replaySigs, under mu, holds a timed replay's per-packet signals
 	// while it is submitted (reused: no allocation per replay).
 	replaySigs []*Signal
+
+	// agentScope is Config.AgentScope; flush is Config.Flush.
+	agentScope bool
+	flush      func() error
+	// visible is the newest ticket whose writes are known visible outside
+	// the GPU: a packet at or after it that releases at system scope has
+	// completed (or a flush has followed it). sysLast, under mu, is the
+	// newest ticket whose packet releases at system scope.
+	visible atomic.Uint64
+	sysLast uint64
 }
 
 // SetBridge lets the queue wait on the device for fences of other domains:
@@ -202,6 +215,34 @@ type Config struct {
 	// callee must make sure Break follows; it runs on a runtime thread
 	// and must not block.
 	OnMemoryViolation func(q *Queue)
+	// AgentScope makes kernel dispatches and barrier-AND packets release
+	// at agent scope: what they write is visible to later packets of the
+	// GPU's queues (which share its L2), and reaches anything outside it
+	// (the host, a copy engine, another GPU, a HIP stream, whose copies
+	// bypass the L2) only through a packet that releases at system scope.
+	// On gfx90a and gfx942 a system-scope release writes back the whole
+	// L2 (LLVM AMDGPUUsage, "Memory Model GFX90A"/"GFX942": buffer_wbl2),
+	// which an agent-scope one does not: HIP releases kernels at agent
+	// scope too (clr rocvirtual.cpp, VirtualGPU::create with
+	// AMD_OPT_FLUSH=1, the default, as of rocm-6.2.0) and puts a
+	// system-scope barrier where the host or a copy takes over
+	// (VirtualGPU::releaseGpuMemoryFence, kBarrierPacketHeader; event
+	// markers, submitMarker). The queue makes every hand-off outside the
+	// GPU follow such a release: a host wait waits for a marker that
+	// releases at system scope, Marker's packets release at system scope,
+	// a barrier-AND on another GPU waits for one, and Completed counts a
+	// ticket complete only once one has followed it.
+	//
+	// Unset, every packet releases at system scope.
+	AgentScope bool
+	// Flush, required with AgentScope, makes every write the GPU's
+	// queues completed before the call visible outside the GPU, without
+	// waiting for anything else: a packet that releases at system scope on
+	// another queue of the same GPU, which waits for nothing (the L2
+	// write-back is of the whole L2). A host wait uses it for a ticket
+	// that no such release follows and after which no marker can go (a
+	// packet behind it may wait for that very host).
+	Flush func() error
 }
 
 // New creates the HSA queue and its kernarg ring.
@@ -209,8 +250,11 @@ func New(rt hsa.Runtime, c Config) (*Queue, error) {
 	if c.Size == 0 || c.Size&(c.Size-1) != 0 {
 		return nil, fmt.Errorf("queue: size %d is not a power of two", c.Size)
 	}
+	if c.AgentScope && c.Flush == nil {
+		return nil, fmt.Errorf("queue: %s: AgentScope without Flush", c.Name)
+	}
 	q := &Queue{rt: rt, agent: c.Agent, name: c.Name, signals: c.Signals, wake: c.WakeSignals, sinks: c.Sinks, kernargPool: c.KernargPool, timeout: c.WaitTimeout,
-		onThrottle: c.OnThrottle, place: c.Place, onMemoryViolation: c.OnMemoryViolation}
+		onThrottle: c.OnThrottle, place: c.Place, onMemoryViolation: c.OnMemoryViolation, agentScope: c.AgentScope, flush: c.Flush}
 	hq, err := rt.QueueCreate(c.Agent, c.Size, hsa.QueueTypeSingle, q.onError)
 	if err != nil {
 		return nil, err
@@ -419,14 +463,49 @@ func (q *Queue) LastTicket() uint64 { return q.lastTicket.Load() }
 
 // Completed implements syncstate.Timeline: it polls the oldest packets'
 // signals when the queue lock is free, and never blocks.
+//
+// With AgentScope it is the newest ticket whose writes are visible outside
+// the GPU (see Config.AgentScope): whoever learns from it that a ticket is
+// complete may read what it wrote from anywhere. A later packet of the
+// GPU's queues, which may read it sooner, waits for the packet's own
+// signal (WaitDevice), which reaches 0 at its end.
 func (q *Queue) Completed() uint64 {
 	c := q.completed.Load()
-	if c == q.lastTicket.Load() || !q.mu.TryLock() {
-		return c
+	if c != q.lastTicket.Load() && q.mu.TryLock() {
+		q.retireLocked()
+		q.mu.Unlock()
 	}
-	q.retireLocked()
-	q.mu.Unlock()
-	return q.completed.Load()
+	return q.visibleTicket()
+}
+
+// visibleTicket is the newest ticket whose writes are visible outside the
+// GPU. On a broken queue whose tickets that succeeded are all visible it
+// is the newest complete one: a failed ticket counts as complete, and
+// whoever waits for it learns the failure.
+func (q *Queue) visibleTicket() uint64 {
+	if !q.agentScope {
+		return q.completed.Load()
+	}
+	v := q.visible.Load()
+	if from := q.brokenFrom.Load(); from != 0 && v+1 >= from {
+		return q.completed.Load()
+	}
+	return v
+}
+
+// afterBreak makes what the tickets before a break wrote visible outside
+// the GPU, once a wait has learned of the break: they succeeded, and
+// their results stay readable.
+func (q *Queue) afterBreak() {
+	if from := q.brokenFrom.Load(); q.agentScope && from > 1 && q.visible.Load() < from-1 && q.completed.Load() >= from-1 {
+		_ = q.makeVisible(from - 1)
+	}
+}
+
+// seeVisible records that every ticket up to t is visible outside the GPU.
+func (q *Queue) seeVisible(t uint64) {
+	for v := q.visible.Load(); v < t && !q.visible.CompareAndSwap(v, t); v = q.visible.Load() {
+	}
 }
 
 // slot returns the in-flight entry of ticket t.
@@ -440,6 +519,9 @@ func (q *Queue) retireLocked() {
 			break
 		}
 		q.completed.Store(c + 1)
+		if e.system {
+			q.seeVisible(c + 1)
+		}
 		if traceopt.Enabled && q.timing != nil {
 			q.reportTimeLocked(c+1, e.sig)
 		}
@@ -455,6 +537,7 @@ func (q *Queue) retireLocked() {
 			}
 		}
 		e.sig = nil
+		e.system = false
 	}
 	q.health.Prune(q.completed.Load())
 }
@@ -489,6 +572,10 @@ func (q *Queue) pendingLocked(t uint64) bool {
 // WakeSignals it is t's own signal. With them it is the interrupt signal
 // of the marker right after t (armWakeLocked), or t's own GPU-only signal,
 // which waitSignal then polls.
+//
+// With AgentScope the marker releases at system scope, so that the host
+// may read what t wrote once it completes; where no marker fits, the
+// caller makes t visible once it has completed (makeVisible).
 func (q *Queue) wakeSignalFor(t uint64) *Signal {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -496,7 +583,7 @@ func (q *Queue) wakeSignalFor(t uint64) *Signal {
 		return nil
 	}
 	e := q.slot(t)
-	if q.wake != nil && q.armWakeLocked(t) {
+	if (q.wake != nil || q.agentScope) && q.armWakeLocked(t) {
 		e = q.slot(t + 1)
 	}
 	e.sig.Retain()
@@ -508,7 +595,7 @@ func (q *Queue) wakeSignalFor(t uint64) *Signal {
 // t is still the newest packet, the marker goes in now, while it waits
 // for nothing else.
 func (q *Queue) ArmWake(t uint64) {
-	if q.wake == nil || t <= q.completed.Load() {
+	if (q.wake == nil && !q.agentScope) || t <= q.completed.Load() {
 		return
 	}
 	q.mu.Lock()
@@ -532,7 +619,11 @@ func (q *Queue) armWakeLocked(t uint64) bool {
 	if t != q.lastTicket.Load() || t-q.completed.Load() >= q.maxInFlight || q.Err() != nil {
 		return false
 	}
-	sig, err := q.wake.Get()
+	pool := q.wake
+	if pool == nil {
+		pool = q.signals // AgentScope without WakeSignals: the marker is for its release
+	}
+	sig, err := pool.Get()
 	if err != nil {
 		return false
 	}
@@ -550,19 +641,65 @@ func (q *Queue) WaitHost(t uint64) error { return q.WaitHostContext(context.Back
 // WaitHostContext implements syncstate.ContextWaiter: WaitHost that also
 // ends when ctx is done (nil: never).
 func (q *Queue) WaitHostContext(ctx context.Context, t uint64) error {
-	if t <= q.completed.Load() {
+	if t <= q.visibleTicket() {
 		return q.Failed(t)
 	}
-	s := q.wakeSignalFor(t)
-	if s == nil {
-		return q.Failed(t)
+	if s := q.wakeSignalFor(t); s != nil {
+		err := q.waitSignal(ctx, s, t)
+		s.Release()
+		q.mu.Lock()
+		q.retireLocked()
+		q.mu.Unlock()
+		if err != nil {
+			q.afterBreak()
+			return err
+		}
 	}
-	err := q.waitSignal(ctx, s, t)
-	s.Release()
+	if err := q.Failed(t); err != nil {
+		q.afterBreak()
+		return err
+	}
+	if t <= q.visibleTicket() {
+		return nil
+	}
+	return q.makeVisible(t)
+}
+
+// makeVisible makes complete ticket t's writes visible outside the GPU
+// where no packet that releases at system scope has followed it yet: with
+// a marker that does, where the queue has nothing else in flight (it then
+// waits for nothing), else with Config.Flush.
+func (q *Queue) makeVisible(t uint64) error {
 	q.mu.Lock()
 	q.retireLocked()
+	c := q.completed.Load()
+	if c == q.lastTicket.Load() && q.Err() == nil && t > q.visible.Load() {
+		if mt, err := q.hostMarkerLocked(); err == nil {
+			s := q.slot(mt).sig
+			s.Retain()
+			q.mu.Unlock()
+			err := q.waitSignal(context.Background(), s, mt)
+			s.Release()
+			q.mu.Lock()
+			q.retireLocked()
+			q.mu.Unlock()
+			return err
+		}
+	}
 	q.mu.Unlock()
-	return err
+	if t <= q.visible.Load() {
+		return nil
+	}
+	if testhooks.SkipSystemRelease.Load() {
+		q.seeVisible(c) // as if flushed
+		return nil
+	}
+	if err := q.flush(); err != nil {
+		return fmt.Errorf("queue: %s: making ticket %d visible outside the GPU: %w", q.name, t, err)
+	}
+	// Everything complete before the flush is visible after it.
+	q.seeVisible(c)
+	return nil
 }
 
 // retireEvery is how many submissions may pass between two retires.
@@ -660,7 +797,11 @@ func (q *Queue) WaitDevice(fences []syncstate.Fence) error {
 		q.health.AddUpstream(q.name, f, q.lastTicket.Load()+1)
 		var s *Signal
 		if p, ok := f.TL.(*Queue); ok {
-			s = p.signalFor(f.Ticket)
+			if p.agent == q.agent {
+				s = p.signalFor(f.Ticket)
+			} else {
+				s = p.systemSignalFor(f.Ticket)
+			}
 		} else if bridge := q.bridgeFor(f.TL.Domain()); bridge != nil {
 			var err error
 			if s, err = bridge(f); err != nil {
@@ -707,10 +848,60 @@ func releaseAll(s []*Signal) {
 	}
 }
 
-// header is what every packet rocsync writes carries: the barrier bit, and
-// system-scope fences so that host-visible memory is coherent at the edges.
-func header(t hsa.PacketType) uint16 {
+// header is what every packet rocsync writes carries: the barrier bit, a
+// system-scope acquire (what it reads may come from the host, a copy or
+// another GPU), and a system-scope release unless AgentScope narrows it
+// (see Config.AgentScope).
+func (q *Queue) header(t hsa.PacketType) uint16 {
+	if q.agentScope {
+		return hsa.Header(t, true, hsa.FenceScopeSystem, hsa.FenceScopeAgent)
+	}
 	return hsa.Header(t, true, hsa.FenceScopeSystem, hsa.FenceScopeSystem)
+}
+
+// systemHeader is the header of a packet that releases at system scope:
+// the markers that hand a queue's work to the host or to anything else
+// outside the GPU.
+func (q *Queue) systemHeader(t hsa.PacketType) uint16 {
+	if q.agentScope && testhooks.SkipSystemRelease.Load() {
+		return hsa.Header(t, true, hsa.FenceScopeSystem, hsa.FenceScopeAgent)
+	}
+	return hsa.Header(t, true, hsa.FenceScopeSystem, hsa.FenceScopeSystem)
+}
+
+// systemSignalFor returns a retained signal that completes once ticket t
+// has and its writes are visible outside the GPU, for a packet on another
+// GPU to wait for, or nil when they already are. Where no packet at or
+// after t releases at system scope, a marker that does goes at the end:
+// the packets before it were all submitted before the waiter, so none of
+// them waits for it.
+func (q *Queue) systemSignalFor(t uint64) *Signal {
+	if !q.agentScope {
+		return q.signalFor(t)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if t <= q.visible.Load() {
+		return nil
+	}
+	if q.sysLast >= t && q.sysLast > q.completed.Load() {
+		s := q.slot(q.sysLast).sig
+		s.Retain()
+		return s
+	}
+	if q.Err() == nil {
+		if mt, err := q.systemMarkerLocked(); err == nil {
+			s := q.slot(mt).sig
+			s.Retain()
+			return s
+		}
+	}
+	if !q.pendingLocked(t) {
+		return nil
+	}
+	e := q.slot(t)
+	e.sig.Retain()
+	return e.sig
 }
 
 // BarrierAnd submits a barrier-AND packet that waits for deps (nil entries
@@ -724,7 +915,7 @@ func (q *Queue) BarrierAnd(deps [hsa.BarrierAndMaxDependencies]*Signal) (uint64,
 		releaseAll(deps[:])
 		return 0, err
 	}
-	p := hsa.BarrierAndPacket{Header: header(hsa.PacketTypeBarrierAnd), CompletionSignal: sig.H}
+	p := hsa.BarrierAndPacket{Header: q.header(hsa.PacketTypeBarrierAnd), CompletionSignal: sig.H}
 	for i, d := range deps {
 		if d != nil {
 			p.DepSignals[i] = d.H
@@ -737,15 +928,21 @@ func (q *Queue) BarrierAnd(deps [hsa.BarrierAndMaxDependencies]*Signal) (uint64,
 	if traceopt.Enabled && q.timing != nil {
 		q.timing.untimed[idx&q.mask] = true
 	}
-	return q.publishLocked(idx, sig, slot, p.FirstWord()), nil
+	return q.publishLocked(idx, sig, slot, p.FirstWord(), releasesSystem(p.Header)), nil
 }
+
+// releasesSystem says whether a packet with header h releases at system
+// scope.
+func releasesSystem(h uint16) bool { return hsa.HeaderReleaseScope(h) == hsa.FenceScopeSystem }
 
 // Marker submits a barrier-AND packet with no dependencies whose
 // completion signal is sig: packets complete in order, so sig reaches 0
 // once everything submitted before it has completed. It takes over one
 // reference to sig, dropped once the packet retires (or on error). It lets
 // a signal of another kind than the queue's own (one with a value address,
-// for HIP) follow the queue.
+// for HIP) follow the queue. The marker releases at system scope: whoever
+// waits for sig (a HIP stream, the host, another process) may read what
+// the queue wrote before it from anywhere.
 func (q *Queue) Marker(sig *Signal) (uint64, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -757,13 +954,44 @@ func (q *Queue) markerLocked(sig *Signal) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	p := hsa.BarrierAndPacket{Header: header(hsa.PacketTypeBarrierAnd), CompletionSignal: sig.H}
+	p := hsa.BarrierAndPacket{Header: q.systemHeader(hsa.PacketTypeBarrierAnd), CompletionSignal: sig.H}
 	slot := hsa.Slot(q.hq, idx)
 	p.EncodeBody(slot)
 	if traceopt.Enabled && q.timing != nil {
 		q.timing.untimed[idx&q.mask] = true
 	}
-	return q.publishLocked(idx, sig, slot, p.FirstWord()), nil
+	return q.publishLocked(idx, sig, slot, p.FirstWord(), true), nil
+}
+
+// hostMarkerLocked submits a marker that releases at system scope for a
+// host to block on: its completion signal is an interrupt signal where
+// the queue has WakeSignals.
+func (q *Queue) hostMarkerLocked() (uint64, error) {
+	if q.wake == nil {
+		return q.systemMarkerLocked()
+	}
+	sig, err := q.wake.Get()
+	if err != nil {
+		return 0, err
+	}
+	return q.markerLocked(sig)
+}
+
+// systemMarkerLocked submits a barrier-AND packet with no dependencies
+// that releases at system scope, with a completion signal of the queue's
+// own, and returns its ticket.
+func (q *Queue) systemMarkerLocked() (uint64, error) {
+	idx, sig, err := q.reserveLocked()
+	if err != nil {
+		return 0, err
+	}
+	p := hsa.BarrierAndPacket{Header: q.systemHeader(hsa.PacketTypeBarrierAnd), CompletionSignal: sig.H}
+	slot := hsa.Slot(q.hq, idx)
+	p.EncodeBody(slot)
+	if traceopt.Enabled && q.timing != nil {
+		q.timing.untimed[idx&q.mask] = true
+	}
+	return q.publishLocked(idx, sig, slot, p.FirstWord(), true), nil
 }
 
 // Dispatch submits a kernel dispatch packet and returns its ticket.
@@ -779,10 +1007,10 @@ func (q *Queue) Dispatch(d *Dispatch) (uint64, error) {
 	}
 	ka := unsafe.Add(q.kernarg, uintptr(idx&q.mask)*KernargSlot)
 	copy(unsafe.Slice((*byte)(ka), KernargSlot), d.Kernarg)
-	p := d.packet(uint64(uintptr(ka)), sig.H)
+	p := d.packet(q.header(hsa.PacketTypeKernelDispatch), uint64(uintptr(ka)), sig.H)
 	slot := hsa.Slot(q.hq, idx)
 	p.EncodeBody(slot)
-	return q.publishLocked(idx, sig, slot, p.FirstWord()), nil
+	return q.publishLocked(idx, sig, slot, p.FirstWord(), releasesSystem(p.Header)), nil
 }
 
 // throttleLocked waits on the host for the oldest packet in flight
@@ -874,13 +1102,26 @@ func (q *Queue) reserveWithLocked(sig *Signal) (uint64, *Signal, error) {
 	return idx, sig, nil
 }
 
-func (q *Queue) publishLocked(idx uint64, sig *Signal, slot *[hsa.PacketSize]byte, first uint32) uint64 {
+// system says the packet releases at system scope (or was meant to, where
+// a test switch narrows it: SkipSystemRelease).
+func (q *Queue) publishLocked(idx uint64, sig *Signal, slot *[hsa.PacketSize]byte, first uint32, system bool) uint64 {
 	t := idx + 1
-	q.slot(t).sig = sig
+	e := q.slot(t)
+	e.sig = sig
+	q.noteReleaseLocked(e, t, system)
 	q.lastTicket.Store(t)
 	hsa.PublishHeader(slot, first)
 	q.rt.SignalStoreScrelease(q.hq.Doorbell, int64(idx))
 	return t
+}
+
+// noteReleaseLocked records whether ticket t's packet releases at system
+// scope.
+func (q *Queue) noteReleaseLocked(e *entry, t uint64, system bool) {
+	e.system = system
+	if system {
+		q.sysLast = t
+	}
 }
 
 // Drain waits on the host for everything submitted so far.

@@ -60,17 +60,18 @@ func (q *Queue) NewRecording(ds []Dispatch) (*Recording, error) {
 		d := &ds[i]
 		p := unsafe.Add(ka, offs[i])
 		copy(unsafe.Slice((*byte)(p), len(d.Kernarg)), d.Kernarg)
-		pk := d.packet(uint64(uintptr(p)), 0)
+		pk := d.packet(q.header(hsa.PacketTypeKernelDispatch), uint64(uintptr(p)), 0)
 		pk.EncodeBody(&r.bodies[i])
 		r.first[i] = pk.FirstWord()
 	}
 	return r, nil
 }
 
-// packet is the AQL packet of d with its kernarg address and signal.
-func (d *Dispatch) packet(kernarg uint64, sig hsa.Signal) hsa.DispatchPacket {
+// packet is the AQL packet of d with its header, kernarg address and
+// signal.
+func (d *Dispatch) packet(header uint16, kernarg uint64, sig hsa.Signal) hsa.DispatchPacket {
 	return hsa.DispatchPacket{
-		Header:             header(hsa.PacketTypeKernelDispatch),
+		Header:             header,
 		Setup:              max(d.Dims, 1),
 		WorkgroupSize:      [3]uint16{d.Workgroup, max(d.WorkgroupYZ[0], 1), max(d.WorkgroupYZ[1], 1)},
 		GridSize:           [3]uint32{d.Grid, max(d.GridYZ[0], 1), max(d.GridYZ[1], 1)},
@@ -191,6 +192,7 @@ func (q *Queue) replayLocked(bodies [][hsa.PacketSize]byte, first []uint32) (uin
 		slot := hsa.Slot(q.hq, idx+i)
 		copy(slot[4:], bodies[i][4:])
 		e := q.slot(idx + i + 1)
+		q.noteReleaseLocked(e, idx+i+1, releasesSystem(uint16(first[i])))
 		switch {
 		case i+1 == n:
 			*(*uint64)(unsafe.Pointer(&slot[hsa.DispatchOffCompletionSignal])) = uint64(sig.H)

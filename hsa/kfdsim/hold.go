@@ -9,6 +9,7 @@ import (
 
 	"github.com/ebitengine/purego"
 
+	"github.com/rocsync/rocsync/hsa"
 	"github.com/rocsync/rocsync/internal/cmem"
 )
 
@@ -85,4 +86,33 @@ func EOPInterrupts(libPath string) (uint64, error) {
 		return 0, fmt.Errorf("%w: %s has no kfdsim_eop_interrupts: %v", ErrNoThunk, libPath, err)
 	}
 	return uint64(cmem.Call(fn)), nil
+}
+
+// FenceScopes counts the AQL packets the simulated command processors of
+// this process's simulated driver (libPath, or ShimSoname when empty) have
+// processed, by kind and by the scopes of their acquire and release
+// fences: rocsync's packets, and ROCr's and HIP's own.
+func FenceScopes(libPath string) (hsa.FenceCounts, error) {
+	var c hsa.FenceCounts
+	if libPath == "" {
+		libPath = ShimSoname
+	}
+	h, err := purego.Dlopen(libPath, purego.RTLD_NOW|purego.RTLD_LOCAL)
+	if err != nil {
+		return c, fmt.Errorf("%w: dlopen %s: %v", ErrNoThunk, libPath, err)
+	}
+	defer purego.Dlclose(h)
+	fn, err := purego.Dlsym(h, "kfdsim_fence_scopes")
+	if err != nil {
+		return c, fmt.Errorf("%w: %s has no kfdsim_fence_scopes: %v", ErrNoThunk, libPath, err)
+	}
+	var raw [2 * hsa.FenceKinds * 4]uint64
+	cmem.Call(fn, uintptr(unsafe.Pointer(&raw[0])))
+	for k := range hsa.FenceKinds {
+		for s := range 4 {
+			c.Acquire[k][s] = raw[k*4+s]
+			c.Release[k][s] = raw[16+k*4+s]
+		}
+	}
+	return c, nil
 }

@@ -377,6 +377,13 @@ type Device struct {
 	userMu      sync.Mutex
 	userModules []*userModule // user kernels' code, by handle-1
 
+	// flushQ is the queue of the flushes a host wait makes (flush), made
+	// at the first, with flushMu; its packets release at system scope
+	// and wait for nothing.
+	flushMu sync.Mutex
+	flushQ  *queue.Queue
+	// kernarg is the kernarg pool the queues take their rings from.
+	kernarg hsa.MemoryPool
 	// syncS is the stream of synchronous copies (syncStream).
 	syncOnce sync.Once
 	syncS    hip.Stream
@@ -398,7 +405,7 @@ func newDevice(rt Runtimes, cfg driver.DeviceConfig, index int, agent hsa.Agent,
 	if err != nil {
 		return nil, fmt.Errorf("rocmdev: reading gpu%d's ISA: %w", index, err)
 	}
-	d := &Device{rt: rt, cfg: cfg, index: index, agent: agent, hipIndex: hipIndex, isa: isa, place: syncstate.NewPlace()}
+	d := &Device{rt: rt, cfg: cfg, index: index, agent: agent, hipIndex: hipIndex, isa: isa, place: syncstate.NewPlace(), kernarg: kernarg}
 	bridge := cfg.Policy == syncstate.DeviceBridge
 	if bridge {
 		if ok, why := bridgeSupported(rt.HIP); !ok {
@@ -428,7 +435,7 @@ func newDevice(rt Runtimes, cfg driver.DeviceConfig, index int, agent hsa.Agent,
 		q, err := queue.New(rt.HSA, queue.Config{Name: fmt.Sprintf("gpu%d/hsa-q%d", index, i), Agent: agent,
 			Size: cfg.QueueSize, KernargPool: kernarg, Signals: d.signals, WakeSignals: d.wakeSignals, Sinks: syncstate.Sinks{cfg.Stats},
 			WaitTimeout: cfg.WaitTimeout, MaxInFlight: cfg.MaxInFlight, OnThrottle: cfg.OnThrottle, Place: d.place,
-			OnMemoryViolation: d.memoryViolation})
+			OnMemoryViolation: d.memoryViolation, AgentScope: true, Flush: d.flush})
 		if err == nil && bridge {
 			q.SetBridge(d.hipToHSA)
 		}
@@ -441,6 +448,38 @@ func newDevice(rt Runtimes, cfg driver.DeviceConfig, index int, agent hsa.Agent,
 		return q, err
 	}}
 	return d, nil
+}
+
+// flush makes every write the GPU's queues have completed visible outside
+// the GPU (queue.Config.Flush): a barrier-AND packet that waits for nothing
+// and releases at system scope, on a queue of its own, whose packets all
+// do so and never wait for anything, so a flush never waits behind work
+// that may wait for the host that flushes. A system-scope release writes
+// back the GPU's whole L2 (LLVM AMDGPUUsage, "Memory Model GFX90A" and
+// "GFX942"), whichever queue's packet makes it.
+func (d *Device) flush() error {
+	if err := d.Fault(); err != nil {
+		return err
+	}
+	d.flushMu.Lock()
+	fq := d.flushQ
+	if fq == nil {
+		var err error
+		fq, err = queue.New(d.rt.HSA, queue.Config{Name: fmt.Sprintf("gpu%d/hsa-flush", d.index), Agent: d.agent,
+			Size: 64, KernargPool: d.kernarg, Signals: d.signals, WakeSignals: d.wakeSignals, Place: d.place})
+		if err != nil {
+			d.flushMu.Unlock()
+			return err
+		}
+		d.trackQueue(fq) // a GPU memory fault breaks it as it does the others
+		d.flushQ = fq
+	}
+	d.flushMu.Unlock()
+	t, err := fq.BarrierAnd([hsa.BarrierAndMaxDependencies]*queue.Signal{})
+	if err != nil {
+		return err
+	}
+	return fq.WaitHost(t)
 }
 
 // Target implements driver.Device.
@@ -533,7 +572,14 @@ func (d *Device) Close() error {
 	d.kernelsMu.Lock()
 	unload := d.unloadKernels()
 	d.kernelsMu.Unlock()
-	err := errors.Join(d.queues.Close(), d.signals.Destroy(), d.wakeSignals.Destroy(), d.bridgeSignals.Destroy(), d.destroyExported(), d.events.Destroy(), unload, d.unloadUserModules())
+	d.flushMu.Lock()
+	var flushErr error
+	if d.flushQ != nil {
+		flushErr = d.flushQ.Close()
+		d.flushQ = nil
+	}
+	d.flushMu.Unlock()
+	err := errors.Join(d.queues.Close(), flushErr, d.signals.Destroy(), d.wakeSignals.Destroy(), d.bridgeSignals.Destroy(), d.destroyExported(), d.events.Destroy(), unload, d.unloadUserModules())
 	d.syncOnce.Do(func() {}) // none is made after Close
 	if d.syncS != 0 {
 		if d.Fault() != nil {

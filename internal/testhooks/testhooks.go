@@ -43,6 +43,13 @@ var Switches struct {
 	// operands and is not ordered after that op.
 	SkipGroupUnsettle atomic.Bool
 
+	// SkipSystemRelease makes an HSA queue with AgentScope drop the
+	// system-scope releases it adds where its work leaves the GPU: its
+	// markers release at agent scope and a host wait makes no flush, so
+	// the host, copies and other GPUs read what may still sit in the
+	// GPU's L2.
+	SkipSystemRelease atomic.Bool
+
 	// CUDAEmulator makes the CUDA driver (internal/cudadev) open its Go
 	// emulator (internal/cudadev/emulator.go) instead of libcuda and
 	// cuBLAS: the conformance suites' CUDA-emulator backend.
@@ -57,6 +64,7 @@ var (
 	SkipHIPCapture         = &Switches.SkipHIPCapture
 	SkipGroupFold          = &Switches.SkipGroupFold
 	SkipGroupUnsettle      = &Switches.SkipGroupUnsettle
+	SkipSystemRelease      = &Switches.SkipSystemRelease
 )
 
 // Device are one device's test switches, each off by default:

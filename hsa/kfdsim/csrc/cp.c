@@ -111,6 +111,37 @@ __attribute__((visibility("default"))) uint64_t kfdsim_eop_interrupts(void)
 	return __atomic_load_n(&eop_interrupts, __ATOMIC_RELAXED);
 }
 
+/* Fence scopes of the AQL packets processed, by kind (dispatch, barrier-AND,
+ * barrier-OR, vendor) and scope (none, agent, system, reserved): on gfx90a
+ * and gfx942 a system-scope release writes back the L2 and a system-scope
+ * acquire invalidates it (LLVM AMDGPUUsage, memory models GFX90A/GFX942),
+ * the cost a packet pays beyond its work. [0] acquire, [1] release. */
+static uint64_t fence_scopes[2][4][4];
+
+static void count_fences(uint16_t header)
+{
+	int kind;
+	switch (header & 0xff) {
+	case HSA_PACKET_TYPE_KERNEL_DISPATCH: kind = 0; break;
+	case HSA_PACKET_TYPE_BARRIER_AND: kind = 1; break;
+	case HSA_PACKET_TYPE_BARRIER_OR: kind = 2; break;
+	case HSA_PACKET_TYPE_VENDOR_SPECIFIC: kind = 3; break;
+	default: return;
+	}
+	__atomic_add_fetch(&fence_scopes[0][kind][(header >> HSA_PACKET_HEADER_SCACQUIRE_FENCE_SCOPE) & 3], 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&fence_scopes[1][kind][(header >> HSA_PACKET_HEADER_SCRELEASE_FENCE_SCOPE) & 3], 1, __ATOMIC_RELAXED);
+}
+
+/* Test hook: copies the 32 counters (acquire[kind][scope], then release)
+ * into out. */
+__attribute__((visibility("default"))) void kfdsim_fence_scopes(uint64_t *out)
+{
+	for (int i = 0; i < 2; i++)
+		for (int k = 0; k < 4; k++)
+			for (int sc = 0; sc < 4; sc++)
+				out[i * 16 + k * 4 + sc] = __atomic_load_n(&fence_scopes[i][k][sc], __ATOMIC_RELAXED);
+}
+
 /* Completes a signal the way the CP's end-of-pipe does. Returns 0, or -1
  * after faulting the queue. */
 static int complete_signal(kfdsim_queue *q, uint64_t handle, uint64_t start_ts)
@@ -327,6 +358,7 @@ static void aql_loop(kfdsim_queue *q)
 		backoff_reset(&b);
 		KFDSIM_DEBUG("queue %llu: packet %llu type %u header %#x", (unsigned long long)q->id,
 			     (unsigned long long)rd, header & 0xff, header);
+		count_fences(header);
 		int rc = process_packet(q, slot, header);
 		if (rc != 0) continue; /* faulted (nothing more runs) or stopping */
 		__atomic_store_n((uint16_t *)slot, (uint16_t)HSA_PACKET_TYPE_INVALID, __ATOMIC_RELEASE);

@@ -56,12 +56,17 @@ func newRig(t *testing.T, o Options) *rig {
 // submit writes one dispatch packet with the real encoder and rings the
 // doorbell; it returns the completion signal.
 func (r *rig) submit(t *testing.T, op string, barrier bool, args kernels.Args) hsa.Signal {
+	return r.submitHeader(t, op, hsa.Header(hsa.PacketTypeKernelDispatch, barrier, hsa.FenceScopeSystem, hsa.FenceScopeSystem), args)
+}
+
+// submitHeader is submit with the packet's header given.
+func (r *rig) submitHeader(t *testing.T, op string, header uint16, args kernels.Args) hsa.Signal {
 	sig, err := r.h.SignalCreate(1, nil)
 	require.NoError(t, err)
 	idx := r.h.QueueAddWriteIndexScacqScrel(r.q, 1)
 	ka := unsafe.Add(r.karg, uintptr(idx%64)*64)
 	args.Encode(unsafe.Slice((*byte)(ka), 64), kernels.F32)
-	p := hsa.DispatchPacket{Header: hsa.Header(hsa.PacketTypeKernelDispatch, barrier, hsa.FenceScopeSystem, hsa.FenceScopeSystem),
+	p := hsa.DispatchPacket{Header: header,
 		Setup: 1, WorkgroupSize: [3]uint16{64, 1, 1}, GridSize: [3]uint32{uint32(args.N), 1, 1},
 		KernelObject: r.kernel[op], KernargAddress: uint64(uintptr(ka)), CompletionSignal: sig}
 	slot := hsa.Slot(r.q, idx)

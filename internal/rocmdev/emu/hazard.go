@@ -46,6 +46,14 @@ type actor struct {
 	vc    vclock
 	what  string // e.g. "rocsync_mul_f32 (dispatch #3)"
 	where string // e.g. "hsa-queue gpu0/q1"
+	// scoped says the access is an AQL packet's, whose writes reach
+	// agents outside its GPU only through a system-scope release;
+	// release is its packet's release fence scope.
+	scoped  bool
+	release uint16
+	// copyEngine says the access is a copy engine's (an SDMA or blit
+	// copy HIP or ROCr makes), which does not go through any GPU's L2.
+	copyEngine bool
 }
 
 // HazardKind classifies a detected hazard.
@@ -56,6 +64,12 @@ const (
 	HazardReadWrite    HazardKind = "read/write"
 	HazardUseAfterFree HazardKind = "use after free"
 	HazardFreeInUse    HazardKind = "free while in use"
+	// HazardVisibility is an access ordered after an HSA queue packet's
+	// write that has not been made visible to it: the packet released at
+	// agent scope and no system-scope release on that GPU followed, so
+	// the bytes may still sit in the GPU's L2 where the host, a copy
+	// engine or another GPU does not see them.
+	HazardVisibility HazardKind = "visibility"
 )
 
 // ErrHazard is matched by errors.Is for every *HazardError.
@@ -71,6 +85,10 @@ type HazardError struct {
 }
 
 func (e *HazardError) Error() string {
+	if e.Kind == HazardVisibility {
+		return fmt.Sprintf("emu: %s hazard on [%#x, %#x): %s on %s accesses what %s on %s wrote, which no system-scope release has made visible outside that GPU",
+			e.Kind, e.Lo, e.Hi, e.Op, e.Queue, e.Prior, e.PriorQ)
+	}
 	return fmt.Sprintf("emu: %s hazard on [%#x, %#x): %s on %s is not ordered with %s on %s",
 		e.Kind, e.Lo, e.Hi, e.Op, e.Queue, e.Prior, e.PriorQ)
 }
@@ -85,7 +103,15 @@ type accessRec struct {
 	seq    uint32
 	what   string
 	where  string
+	// l2 is 1 + the GPU whose L2 the access went through (0: none);
+	// scoped, that it was an HSA queue packet's (see actor.scoped).
+	l2     int
+	scoped bool
 }
+
+// visibleFunc reports whether a system-scope release on GPU l2-1 has
+// followed the access of agent at seq.
+type visibleFunc func(l2, agent int, seq uint32) bool
 
 // shadow tracks, per allocation, the accesses that later ones must be
 // ordered after: the writes, and the reads since the writes that covered
@@ -99,13 +125,25 @@ func hb(r *accessRec, vc vclock) bool { return vc.get(r.agent) >= r.seq }
 
 // access checks one access against the record and then adds it. It returns
 // the hazards found (at most one per conflicting record).
-func (s *shadow) access(lo, hi uint64, write bool, a *actor) []*HazardError {
+//
+// l2 is 1 + the GPU whose L2 the access goes through (0: none). An access
+// ordered after an HSA queue packet's write through another L2 (or none)
+// needs that write made visible by a system-scope release (visible), or it
+// is a visibility hazard.
+func (s *shadow) access(lo, hi uint64, write bool, a *actor, l2 int, visible visibleFunc) []*HazardError {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var found []*HazardError
 	for i := range s.recs {
 		r := &s.recs[i]
-		if r.hi <= lo || hi <= r.lo || (!r.write && !write) || hb(r, a.vc) {
+		if r.hi <= lo || hi <= r.lo || (!r.write && !write) {
+			continue
+		}
+		if hb(r, a.vc) {
+			if r.write && r.scoped && r.l2 != l2 && visible != nil && !visible(r.l2, r.agent, r.seq) {
+				found = append(found, &HazardError{Kind: HazardVisibility, Lo: max(lo, r.lo), Hi: min(hi, r.hi),
+					Op: a.what, Queue: a.where, Prior: r.what, PriorQ: r.where})
+			}
 			continue
 		}
 		kind := HazardReadWrite
@@ -126,7 +164,8 @@ func (s *shadow) access(lo, hi uint64, write bool, a *actor) []*HazardError {
 		}
 		kept = append(kept, r)
 	}
-	s.recs = append(kept, accessRec{lo: lo, hi: hi, write: write, agent: a.agent, seq: a.seq, what: a.what, where: a.where})
+	s.recs = append(kept, accessRec{lo: lo, hi: hi, write: write, agent: a.agent, seq: a.seq, what: a.what, where: a.where,
+		l2: l2, scoped: a.scoped})
 	return found
 }
 

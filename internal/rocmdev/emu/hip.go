@@ -410,7 +410,13 @@ func (s *hstream) actor(c *cmd) *actor {
 	}
 	s.seq++
 	s.mu.Lock()
-	a := &actor{agent: s.agent, seq: s.seq, vc: s.vc.clone(), what: c.what, where: s.name}
+	a := &actor{agent: s.agent, seq: s.seq, vc: s.vc.clone(), what: c.what, where: s.name,
+		// HIP copies on a copy engine (SDMA) or blit kernels after a
+		// system-scope barrier (clr rocblit.cpp, DmaBlitManager::readBuffer
+		// and hsaCopy: releaseGpuMemoryFence before, addSystemScope
+		// after): either way outside the L2 that holds what an HSA queue
+		// released at agent scope.
+		copyEngine: c.kind == cmdCopy || c.what == "hipMemcpyPeerAsync"}
 	s.mu.Unlock()
 	a.vc.join(c.host)
 	a.vc.set(s.agent, s.seq)

@@ -29,12 +29,36 @@ type HSA struct {
 	storageFaults []string
 	busyWaits     atomic.Uint64
 	interrupts    atomic.Uint64
-	events        sysEvents
+	// fences counts processed packets' fence scopes: [0] acquire, [1]
+	// release, by kind and scope (see hsa.FenceCounts).
+	fences [2][hsa.FenceKinds][4]atomic.Uint64
+	events sysEvents
 }
 
 // Interrupts counts the end-of-pipe interrupts AQL packets raised: one per
 // packet whose completion signal is an interrupt signal.
 func (h *HSA) Interrupts() uint64 { return h.interrupts.Load() }
+
+// FenceScopes counts the AQL packets the packet processors have
+// processed, by kind and fence scope.
+func (h *HSA) FenceScopes() hsa.FenceCounts {
+	var c hsa.FenceCounts
+	for k := range hsa.FenceKinds {
+		for sc := range 4 {
+			c.Acquire[k][sc] = h.fences[0][k][sc].Load()
+			c.Release[k][sc] = h.fences[1][k][sc].Load()
+		}
+	}
+	return c
+}
+
+// countFences adds a processed packet's header to FenceScopes.
+func (h *HSA) countFences(header uint16) {
+	if k := hsa.FenceKindOf(hsa.HeaderType(header)); k >= 0 {
+		h.fences[0][k][hsa.HeaderAcquireScope(header)].Add(1)
+		h.fences[1][k][hsa.HeaderReleaseScope(header)].Add(1)
+	}
+}
 
 // BusyHostWaits counts host waits on non-interrupt signals, which ROCr
 // serves by polling instead of blocking.

@@ -148,6 +148,11 @@ type Machine struct {
 	sigMu  sync.Mutex
 	sigTab atomic.Pointer[[]*signal] // handle = index+1
 
+	// sysMu guards sysRel: sysRel[g] joins the clocks of the packets on
+	// GPU g's queues that completed with a system-scope release.
+	sysMu  sync.Mutex
+	sysRel []vclock
+
 	clockMu  sync.Mutex
 	agents   int    // agent ids handed out; 0 is the host
 	host     vclock // what the host has observed
@@ -376,6 +381,32 @@ func (m *Machine) hostAcquire(vc vclock) {
 	m.clockMu.Unlock()
 }
 
+// systemRelease records a packet on GPU dev completing with a
+// system-scope release: every write on that GPU that happened before it
+// (vc) is visible to the whole system from now on. The write-back is of
+// the GPU's whole L2, so it covers every queue's writes, not only its own
+// queue's (LLVM AMDGPUUsage, "Memory Model GFX90A"/"GFX942": a release at
+// system scope is buffer_wbl2, which writes back the L2).
+func (m *Machine) systemRelease(dev int, vc vclock) {
+	m.sysMu.Lock()
+	for len(m.sysRel) <= dev {
+		m.sysRel = append(m.sysRel, nil)
+	}
+	m.sysRel[dev].join(vc)
+	m.sysMu.Unlock()
+}
+
+// systemVisible reports whether a system-scope release on GPU l2-1 has
+// followed the access of agent at seq.
+func (m *Machine) systemVisible(l2, agent int, seq uint32) bool {
+	if l2 == 0 {
+		return true
+	}
+	m.sysMu.Lock()
+	defer m.sysMu.Unlock()
+	return l2-1 < len(m.sysRel) && m.sysRel[l2-1].get(agent) >= seq
+}
+
 // delayer injects seeded random delays.
 type delayer struct {
 	max time.Duration
@@ -448,7 +479,11 @@ func (m *Machine) gpuSpan(dev int, addr, n uint64, write bool, a *actor) ([]byte
 		m.vmFault(f)
 		return nil, f
 	}
-	return m.spanIn(r, addr, n, write, a)
+	l2 := dev + 1
+	if a != nil && a.copyEngine {
+		l2 = 0
+	}
+	return m.spanIn(r, addr, n, write, a, l2)
 }
 
 // allowAccess grants GPU dev access to the region holding addr.
@@ -536,11 +571,12 @@ func (m *Machine) span(addr, n uint64, write bool, a *actor) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return m.spanIn(r, addr, n, write, a)
+	return m.spanIn(r, addr, n, write, a, 0)
 }
 
-// spanIn is span of [addr, addr+n) within the region r that holds it.
-func (m *Machine) spanIn(r *alloc, addr, n uint64, write bool, a *actor) ([]byte, error) {
+// spanIn is span of [addr, addr+n) within the region r that holds it, for
+// an access through the L2 of GPU l2-1 (0: none, the host's).
+func (m *Machine) spanIn(r *alloc, addr, n uint64, write bool, a *actor, l2 int) ([]byte, error) {
 	if r.freed {
 		if a != nil {
 			m.report([]*HazardError{{Kind: HazardUseAfterFree, Lo: addr, Hi: addr + n, Op: a.what, Queue: a.where,
@@ -549,7 +585,7 @@ func (m *Machine) spanIn(r *alloc, addr, n uint64, write bool, a *actor) ([]byte
 		return nil, fmt.Errorf("emu: [%#x, %#x) was freed", addr, addr+n)
 	}
 	if a != nil && m.opts.Hazards && (r.device >= 0 || r.checked.Load()) {
-		m.report(r.shadow.access(addr, addr+n, write, a))
+		m.report(r.shadow.access(addr, addr+n, write, a, l2, m.systemVisible))
 	}
 	off := addr - r.base
 	return r.data[off : off+n], nil

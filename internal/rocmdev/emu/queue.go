@@ -194,9 +194,10 @@ func (q *queue) execute(idx uint64, slot *[hsa.PacketSize]byte, header uint16) b
 	if barrier {
 		q.inflight.Wait()
 	}
+	q.m.hsa.countFences(header)
 	switch hsa.HeaderType(header) {
 	case hsa.PacketTypeKernelDispatch:
-		act := q.actor(idx, barrier, "dispatch")
+		act := q.actor(idx, barrier, "dispatch", header)
 		if !barrier {
 			q.launchConcurrent(hsa.DecodeDispatch(slot[:]), act)
 			return true
@@ -205,7 +206,7 @@ func (q *queue) execute(idx uint64, slot *[hsa.PacketSize]byte, header uint16) b
 		q.dispatch(&p, act)
 	case hsa.PacketTypeBarrierAnd, hsa.PacketTypeBarrierOr:
 		p := hsa.DecodeBarrierAnd(slot[:])
-		act := q.actor(idx, barrier, "barrier")
+		act := q.actor(idx, barrier, "barrier", header)
 		if !q.barrier(&p, hsa.HeaderType(header) == hsa.PacketTypeBarrierAnd, act) {
 			return false
 		}
@@ -228,14 +229,14 @@ func (q *queue) launchConcurrent(p hsa.DispatchPacket, act *actor) {
 // actor builds the clock of the op in packet idx. A packet with the barrier
 // bit follows every earlier packet of the queue; one without it may run
 // alongside the ones still running, so it gets a fresh clock index.
-func (q *queue) actor(idx uint64, barrier bool, kind string) *actor {
+func (q *queue) actor(idx uint64, barrier bool, kind string, header uint16) *actor {
 	if !q.m.opts.Hazards {
 		return nil
 	}
 	host := q.hostClockFor(idx)
 	q.clockMu.Lock()
 	defer q.clockMu.Unlock()
-	a := &actor{where: q.name, what: fmt.Sprintf("%s packet #%d", kind, idx)}
+	a := &actor{where: q.name, what: fmt.Sprintf("%s packet #%d", kind, idx), scoped: true, release: hsa.HeaderReleaseScope(header)}
 	// Packets launch in order, but only the barrier bit waits for the
 	// earlier ones to complete.
 	if barrier {
@@ -264,6 +265,10 @@ func (q *queue) complete(sig hsa.Signal, a *actor) {
 		q.vc.join(a.vc)
 		q.clockMu.Unlock()
 		vc = a.vc
+		if a.release == hsa.FenceScopeSystem {
+			// Before the signal: whoever observes it sees the write-back.
+			q.m.systemRelease(q.dev, a.vc)
+		}
 	}
 	if sig != 0 {
 		if s := q.m.signal(sig); s != nil {

@@ -1,0 +1,198 @@
+package queue_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rocsync/rocsync/hip"
+	"github.com/rocsync/rocsync/hsa"
+	"github.com/rocsync/rocsync/internal/rocmdev/emu"
+	"github.com/rocsync/rocsync/internal/testhooks"
+	"github.com/rocsync/rocsync/kernels"
+	"github.com/rocsync/rocsync/queue"
+	"github.com/rocsync/rocsync/syncstate"
+)
+
+// narrowQueue is a queue with AgentScope on the rig's GPU, whose Flush
+// puts a barrier-AND packet on a queue of its own (which releases at
+// system scope) and counts the flushes.
+func (r *rig) narrowQueue(t *testing.T, name string, flushes *int) *queue.Queue {
+	agents, _ := r.rt.Agents()
+	pools, _ := r.rt.MemoryPools(agents[0])
+	fq := r.queue(t, name+"-flush", 64)
+	q, err := queue.New(r.rt, queue.Config{Name: name, Agent: agents[1], Size: 64, KernargPool: pools[0],
+		Signals: r.signals, Sinks: syncstate.Sinks{&r.stats}, AgentScope: true, Flush: func() error {
+			*flushes++
+			ft, err := fq.BarrierAnd([hsa.BarrierAndMaxDependencies]*queue.Signal{})
+			if err != nil {
+				return err
+			}
+			return fq.WaitHost(ft)
+		}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = q.Close() })
+	return q
+}
+
+// With AgentScope, dispatches release at agent scope, and a host wait
+// makes what the ticket wrote visible to the host: with a marker that
+// releases at system scope right after the newest ticket, and with a
+// flush for an older one that a packet waiting for the host itself
+// follows (a marker behind that packet would never complete). The hazard
+// checker, which reports a host read that no system-scope release
+// precedes, finds nothing.
+//
+// Without those releases (the SkipSystemRelease switch) the checker
+// reports both reads.
+func TestAgentScopeHostWaitsSeeTheWrites(t *testing.T) {
+	for _, skip := range []bool{false, true} {
+		t.Run(map[bool]string{false: "releases", true: "no system-scope release"}[skip], func(t *testing.T) {
+			testhooks.SkipSystemRelease.Store(skip)
+			defer testhooks.SkipSystemRelease.Store(false)
+			agentScopeHostWaits(t, skip)
+		})
+	}
+}
+
+func agentScopeHostWaits(t *testing.T, skip bool) {
+	r := newRig(t, emu.Options{Hazards: true, MaxDelay: 100 * time.Microsecond, Seed: 5})
+	var flushes int
+	q := r.narrowQueue(t, "q", &flushes)
+	require.Error(t, func() error {
+		_, err := queue.New(r.rt, queue.Config{Name: "bad", AgentScope: true})
+		return err
+	}(), "AgentScope without Flush")
+	buf, _ := r.m.HIP().Malloc(0, 64)
+	buf2, _ := r.m.HIP().Malloc(0, 64)
+	read := func(p uint64) float32 {
+		var out [16]float32
+		require.NoError(t, r.m.HIP().MemcpyDtoH(0, unsafe.Pointer(&out[0]), hip.DevicePtr(p), 64))
+		return out[15]
+	}
+
+	t1 := r.fillDispatch(t, q, uint64(buf), 1)
+	require.NoError(t, q.WaitHost(t1))
+	require.Equal(t, t1+1, q.LastTicket(), "a marker follows the newest ticket")
+	require.GreaterOrEqual(t, q.Completed(), t1)
+	require.Equal(t, float32(1), read(uint64(buf)))
+	require.Zero(t, flushes)
+
+	// A packet after t2 waits for a signal the host completes only after
+	// its wait for t2.
+	hold := queue.Foreign(mustSignal(t, r.rt))
+	t2 := r.fillDispatch(t, q, uint64(buf2), 2)
+	_, err := q.BarrierAnd([hsa.BarrierAndMaxDependencies]*queue.Signal{hold})
+	require.NoError(t, err)
+	t3 := r.fillDispatch(t, q, uint64(buf), 3)
+	require.Less(t, q.Completed(), t2)
+	require.NoError(t, q.WaitHost(t2))
+	require.GreaterOrEqual(t, q.Completed(), t2)
+	require.Equal(t, float32(2), read(uint64(buf2)))
+	r.rt.SignalStoreScrelease(hold.H, 0)
+	require.NoError(t, q.WaitHost(t3))
+	require.Equal(t, float32(3), read(uint64(buf)))
+	if skip {
+		require.Zero(t, flushes)
+		hs := r.m.Hazards()
+		require.Len(t, hs, 3, "%v", hs)
+		for _, h := range hs {
+			require.Equal(t, emu.HazardVisibility, h.Kind, "%v", h)
+		}
+		return
+	}
+	require.Equal(t, 1, flushes, "the wait for t2 flushed")
+	require.Empty(t, r.m.Hazards())
+}
+
+func mustSignal(t *testing.T, rt hsa.Runtime) hsa.Signal {
+	s, err := rt.SignalCreate(1, nil)
+	require.NoError(t, err)
+	return s
+}
+
+// A barrier-AND on another GPU's queue waits for a system-scope release
+// after the producer's ticket (a marker the producer queue adds where none
+// follows it), so what the producer released at agent scope reaches the
+// other GPU: its fill of the same pinned buffer is ordered after the
+// producer's and sees it, and the checker finds nothing. Without the
+// release (SkipSystemRelease) it reports the other GPU's write as a
+// visibility hazard.
+func TestAgentScopeCrossGPUWaitReleasesAtSystemScope(t *testing.T) {
+	for _, skip := range []bool{false, true} {
+		t.Run(map[bool]string{false: "releases", true: "no system-scope release"}[skip], func(t *testing.T) {
+			testhooks.SkipSystemRelease.Store(skip)
+			defer testhooks.SkipSystemRelease.Store(false)
+			m := emu.New(emu.Options{Devices: 2, Hazards: true, MaxDelay: 200 * time.Microsecond, Seed: 9})
+			rt := m.HSA()
+			require.NoError(t, rt.Init())
+			agents, err := rt.Agents()
+			require.NoError(t, err)
+			code, err := kernels.CodeObject(m.Options().ISA)
+			require.NoError(t, err)
+			rd, err := rt.CodeObjectReaderCreateFromMemory(code)
+			require.NoError(t, err)
+			exe, err := rt.ExecutableCreateAlt(hsa.ProfileFull, 0)
+			require.NoError(t, err)
+			pools, err := rt.MemoryPools(agents[0])
+			require.NoError(t, err)
+			signals := queue.NewSignalPool(rt, 0)
+			var qs [2]*queue.Queue
+			var fill [2]uint64
+			for g := range qs {
+				require.NoError(t, rt.ExecutableLoadAgentCodeObject(exe, agents[1+g], rd))
+			}
+			require.NoError(t, rt.ExecutableFreeze(exe))
+			for g := range qs {
+				sym, err := rt.ExecutableSymbolByName(exe, kernels.Fill.Symbol(kernels.F32), agents[1+g])
+				require.NoError(t, err)
+				fill[g], err = rt.SymbolInfoUint64(sym, hsa.SymbolInfoKernelObject)
+				require.NoError(t, err)
+				fq, err := queue.New(rt, queue.Config{Name: fmt.Sprintf("gpu%d-flush", g), Agent: agents[1+g], Size: 64,
+					KernargPool: pools[0], Signals: signals})
+				require.NoError(t, err)
+				defer fq.Close()
+				qs[g], err = queue.New(rt, queue.Config{Name: fmt.Sprintf("gpu%d", g), Agent: agents[1+g], Size: 64,
+					KernargPool: pools[0], Signals: signals, Place: uint64(g + 1), AgentScope: true,
+					Flush: func() error {
+						ft, err := fq.BarrierAnd([hsa.BarrierAndMaxDependencies]*queue.Signal{})
+						if err != nil {
+							return err
+						}
+						return fq.WaitHost(ft)
+					}})
+				require.NoError(t, err)
+				defer qs[g].Close()
+			}
+			buf, err := m.HIP().HostMalloc(64)
+			require.NoError(t, err)
+			dispatch := func(g int, v float64) uint64 {
+				args := kernels.Args{Out: uint64(uintptr(buf)), Alpha: v, N: 16}
+				var ka [kernels.KernargSize]byte
+				args.Encode(ka[:], kernels.F32)
+				ticket, err := qs[g].Dispatch(&queue.Dispatch{KernelObject: fill[g], Grid: 16, Workgroup: 16, Kernarg: ka[:]})
+				require.NoError(t, err)
+				return ticket
+			}
+			t0 := dispatch(0, 1)
+			require.NoError(t, qs[1].WaitDevice([]syncstate.Fence{{TL: qs[0], Ticket: t0}}))
+			require.Equal(t, t0+1, qs[0].LastTicket(), "a system-scope marker follows the producer's ticket")
+			t1 := dispatch(1, 2)
+			require.NoError(t, qs[1].WaitHost(t1))
+			require.NoError(t, qs[0].WaitHost(t0))
+			require.Equal(t, float32(2), *(*float32)(buf), "GPU 1's fill ran last")
+			hz := m.Hazards()
+			if !skip {
+				require.Empty(t, hz)
+				return
+			}
+			require.NotEmpty(t, hz)
+			require.Equal(t, emu.HazardVisibility, hz[0].Kind, "%v", hz[0])
+			require.Contains(t, hz[0].Queue, "gpu1")
+			require.Contains(t, hz[0].PriorQ, "gpu0")
+		})
+	}
+}
