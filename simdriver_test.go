@@ -251,6 +251,30 @@ func TestDeviceMatchingByPCILocationOnSimulatedDriver(t *testing.T) {
 	}
 }
 
+// thousandAdds opens a DeviceSide device on the simulated driver, makes
+// y = x + x and reads it back, then calls before, submits 1,000 y += x,
+// reads y back (checking it), and calls after.
+func thousandAdds(t *testing.T, before, after func()) {
+	d, err := Open(Options{Backend: ROCm, Policy: DeviceSide, LogLevel: LogOff})
+	require.NoError(t, err)
+	defer d.Close()
+	tk := d.DefaultTask()
+	x, err := d.FromFloat32(1, 4, []float32{1, 2, 3, 4})
+	require.NoError(t, err)
+	y, err := tk.Add(x, x)
+	require.NoError(t, err)
+	_, err = y.Float32s()
+	require.NoError(t, err)
+	before()
+	for range 1000 {
+		require.NoError(t, tk.AddInto(y, y, x))
+	}
+	got, err := y.Float32s()
+	require.NoError(t, err)
+	require.Equal(t, []float32{1002, 2004, 3006, 4008}, got)
+	after()
+}
+
 // Only packets a host blocks on raise end-of-pipe interrupts on the
 // simulated driver, which raises one per completed packet whose
 // completion signal has an event mailbox, as the CP does: 1,000
@@ -258,26 +282,16 @@ func TestDeviceMatchingByPCILocationOnSimulatedDriver(t *testing.T) {
 // HIP's copy), not one per dispatch.
 func TestDispatchInterruptsOnSimulatedDriver(t *testing.T) {
 	childTest(t, simulatedSuiteRuns[0].gpus, nil, func(t *testing.T) {
-		d, err := Open(Options{Backend: ROCm, Policy: DeviceSide, LogLevel: LogOff})
-		require.NoError(t, err)
-		defer d.Close()
-		tk := d.DefaultTask()
-		x, err := d.FromFloat32(1, 4, []float32{1, 2, 3, 4})
-		require.NoError(t, err)
-		y, err := tk.Add(x, x)
-		require.NoError(t, err)
-		_, err = y.Float32s()
-		require.NoError(t, err)
-		before, err := kfdsim.EOPInterrupts("")
-		require.NoError(t, err)
-		for range 1000 {
-			require.NoError(t, tk.AddInto(y, y, x))
-		}
-		got, err := y.Float32s()
-		require.NoError(t, err)
-		require.Equal(t, []float32{1002, 2004, 3006, 4008}, got)
-		after, err := kfdsim.EOPInterrupts("")
-		require.NoError(t, err)
+		var before, after uint64
+		thousandAdds(t, func() {
+			var err error
+			before, err = kfdsim.EOPInterrupts("")
+			require.NoError(t, err)
+		}, func() {
+			var err error
+			after, err = kfdsim.EOPInterrupts("")
+			require.NoError(t, err)
+		})
 		t.Logf("1,000 dispatches and a read-back raised %d end-of-pipe interrupts", after-before)
 		require.LessOrEqual(t, after-before, uint64(10))
 	})
@@ -300,26 +314,16 @@ func TestDispatchFenceScopesOnSimulatedDriver(t *testing.T) {
 		return
 	}
 	childTest(t, simulatedSuiteRuns[0].gpus, nil, func(t *testing.T) {
-		d, err := Open(Options{Backend: ROCm, Policy: DeviceSide, LogLevel: LogOff})
-		require.NoError(t, err)
-		defer d.Close()
-		tk := d.DefaultTask()
-		x, err := d.FromFloat32(1, 4, []float32{1, 2, 3, 4})
-		require.NoError(t, err)
-		y, err := tk.Add(x, x)
-		require.NoError(t, err)
-		_, err = y.Float32s()
-		require.NoError(t, err)
-		before, err := kfdsim.FenceScopes("")
-		require.NoError(t, err)
-		for range 1000 {
-			require.NoError(t, tk.AddInto(y, y, x))
-		}
-		got, err := y.Float32s()
-		require.NoError(t, err)
-		require.Equal(t, []float32{1002, 2004, 3006, 4008}, got)
-		after, err := kfdsim.FenceScopes("")
-		require.NoError(t, err)
+		var before, after hsa.FenceCounts
+		thousandAdds(t, func() {
+			var err error
+			before, err = kfdsim.FenceScopes("")
+			require.NoError(t, err)
+		}, func() {
+			var err error
+			after, err = kfdsim.FenceScopes("")
+			require.NoError(t, err)
+		})
 		c := after.Sub(before)
 		t.Logf("fence scopes of 1,000 dispatches and a read-back:\n%s", c.Table())
 		require.GreaterOrEqual(t, c.Packets(hsa.FenceKindDispatch), uint64(1000))

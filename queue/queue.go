@@ -980,19 +980,7 @@ func (q *Queue) hostMarkerLocked() (uint64, error) {
 // systemMarkerLocked submits a barrier-AND packet with no dependencies
 // that releases at system scope, with a completion signal of the queue's
 // own, and returns its ticket.
-func (q *Queue) systemMarkerLocked() (uint64, error) {
-	idx, sig, err := q.reserveLocked()
-	if err != nil {
-		return 0, err
-	}
-	p := hsa.BarrierAndPacket{Header: q.systemHeader(hsa.PacketTypeBarrierAnd), CompletionSignal: sig.H}
-	slot := hsa.Slot(q.hq, idx)
-	p.EncodeBody(slot)
-	if traceopt.Enabled && q.timing != nil {
-		q.timing.untimed[idx&q.mask] = true
-	}
-	return q.publishLocked(idx, sig, slot, p.FirstWord(), true), nil
-}
+func (q *Queue) systemMarkerLocked() (uint64, error) { return q.markerLocked(nil) }
 
 // Dispatch submits a kernel dispatch packet and returns its ticket.
 func (q *Queue) Dispatch(d *Dispatch) (uint64, error) {

@@ -300,6 +300,27 @@ type Held struct {
 // Handle is the runtime stream the held op goes on.
 func (h Held) Handle() uintptr { return h.s }
 
+// Holding keeps a driver's hold of a stream between its Hold and its
+// Release, which come in separate calls (driver.LibraryHolder).
+type Holding struct{ held Held }
+
+// Hold is s.Hold, kept, returning the runtime stream.
+func (h *Holding) Hold(s *Stream) (uintptr, error) {
+	x, err := s.Hold()
+	if err != nil {
+		return 0, err
+	}
+	h.held = x
+	return x.Handle(), nil
+}
+
+// Release is s.Release of the kept hold.
+func (h *Holding) Release(s *Stream, enqueued bool) uint64 {
+	x := h.held
+	h.held = Held{}
+	return s.Release(x, enqueued)
+}
+
 // Hold takes the stream for one op whose enqueue the caller makes, and
 // which may reach the runtime stream only after the enqueuing call
 // returned: a collective inside an NCCL group is launched at

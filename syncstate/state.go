@@ -613,6 +613,14 @@ func WaitError(f Fence, err error) error {
 // Commit records the op, submitted as ticket on the Begin timeline, on its
 // operands and unlocks them. Under WaitAlways it then waits for the op.
 func (o *Op) Commit(ticket uint64, sinks Sinks) error {
+	f := o.record(ticket)
+	o.unlock()
+	return o.e.waitAlways(o.Name, f, sinks)
+}
+
+// record records the op, submitted as ticket on the Begin timeline, on
+// its operands (which stay locked) and returns its fence.
+func (o *Op) record(ticket uint64) Fence {
 	f := Fence{TL: o.tl, Ticket: ticket}
 	for i := 0; i < o.n; i++ {
 		if o.acc[i].write {
@@ -621,8 +629,7 @@ func (o *Op) Commit(ticket uint64, sinks Sinks) error {
 			o.acc[i].s.recordRead(f)
 		}
 	}
-	o.unlock()
-	return o.e.waitAlways(o.Name, f, sinks)
+	return f
 }
 
 // waitAlways is WaitAlways' host wait for f, the fence of op name just
@@ -645,14 +652,7 @@ func (e *Engine) waitAlways(name string, f Fence, sinks Sinks) error {
 // failed there (a collective of a group whose launch failed). Later ops
 // are ordered after the ticket; those that read what it wrote fail.
 func (o *Op) CommitFailed(ticket uint64, err error) {
-	f := Fence{TL: o.tl, Ticket: ticket}
-	for i := 0; i < o.n; i++ {
-		if o.acc[i].write {
-			o.acc[i].s.recordWrite(f, o.Name)
-		} else {
-			o.acc[i].s.recordRead(f)
-		}
-	}
+	o.record(ticket)
 	o.poison(err)
 	o.unlock()
 }

@@ -320,7 +320,7 @@ type Task struct {
 	// to (hostwait.go).
 	// cuLaunchHostFunc is not used: CUDA forbids CUDA calls in it.
 	host *hostlane.Lane
-	held stream.Held // the library stream's hold (HoldLibrary)
+	held stream.Holding // the library stream's hold (HoldLibrary)
 }
 
 var (
@@ -334,21 +334,10 @@ func (t *Task) ReadyLibrary() error { return t.library.Throttle() }
 
 // HoldLibrary implements driver.LibraryHolder. The caller makes the
 // call with a context current (Collectives.Group does).
-func (t *Task) HoldLibrary() (uintptr, error) {
-	h, err := t.library.Hold()
-	if err != nil {
-		return 0, err
-	}
-	t.held = h
-	return h.Handle(), nil
-}
+func (t *Task) HoldLibrary() (uintptr, error) { return t.held.Hold(t.library) }
 
 // ReleaseLibrary implements driver.LibraryHolder.
-func (t *Task) ReleaseLibrary(enqueued bool) uint64 {
-	h := t.held
-	t.held = stream.Held{}
-	return t.library.Release(h, enqueued)
-}
+func (t *Task) ReleaseLibrary(enqueued bool) uint64 { return t.held.Release(t.library, enqueued) }
 
 // NewTask implements driver.Device.
 func (d *Device) NewTask(sinks syncstate.Sinks) (driver.Task, error) {

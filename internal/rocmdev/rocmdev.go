@@ -745,7 +745,7 @@ type Task struct {
 	st    tls.State
 	host  *hostlane.Lane
 	sinks syncstate.Sinks
-	held  stream.Held // the library stream's hold (HoldLibrary)
+	held  stream.Holding // the library stream's hold (HoldLibrary)
 }
 
 var (
@@ -950,20 +950,11 @@ func (t *Task) HoldLibrary() (uintptr, error) {
 	if p := t.d.faultErr.Load(); p != nil {
 		return 0, *p
 	}
-	h, err := t.st.Stream.Hold()
-	if err != nil {
-		return 0, err
-	}
-	t.held = h
-	return h.Handle(), nil
+	return t.held.Hold(t.st.Stream)
 }
 
 // ReleaseLibrary implements driver.LibraryHolder.
-func (t *Task) ReleaseLibrary(enqueued bool) uint64 {
-	h := t.held
-	t.held = stream.Held{}
-	return t.st.Stream.Release(h, enqueued)
-}
+func (t *Task) ReleaseLibrary(enqueued bool) uint64 { return t.held.Release(t.st.Stream, enqueued) }
 
 // gemm runs rocBLAS on the task's stream.
 func (t *Task) gemm(g *driver.GemmArgs) (uint64, error) {
