@@ -299,8 +299,8 @@ func TestDispatchInterruptsOnSimulatedDriver(t *testing.T) {
 
 // The fence scopes of the AQL packets 1,000 dispatches and a read-back
 // cost on the simulated driver, whose command processor counts them by
-// packet kind (rocsync's packets and ROCr's and HIP's own): the kernels
-// release at agent scope, and only the packets that hand work to the host
+// packet kind (rocsync's packets and ROCr's and HIP's own): with
+// agent-scope fences on, the kernels release at agent scope, and only the packets that hand work to the host
 // at system scope, where each would write back the L2 on gfx90a and
 // gfx942. Run with -v for the table (the parent prints the child's).
 func TestDispatchFenceScopesOnSimulatedDriver(t *testing.T) {
@@ -314,6 +314,7 @@ func TestDispatchFenceScopesOnSimulatedDriver(t *testing.T) {
 		return
 	}
 	childTest(t, simulatedSuiteRuns[0].gpus, nil, func(t *testing.T) {
+		agentScopeFences(t)
 		var before, after hsa.FenceCounts
 		thousandAdds(t, func() {
 			var err error

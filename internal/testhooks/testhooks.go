@@ -43,6 +43,14 @@ var Switches struct {
 	// operands and is not ordered after that op.
 	SkipGroupUnsettle atomic.Bool
 
+	// AgentScopeFences makes the ROCm driver's HSA queues release kernel
+	// dispatches and barrier-AND packets at agent scope
+	// (queue.Config.AgentScope) instead of system scope. Off by default:
+	// the fault fuzzer (TestFuzzFaults seed 3 under -race) still reads a
+	// pre-fault result after a queue break that no system-scope release
+	// has made visible.
+	AgentScopeFences atomic.Bool
+
 	// SkipSystemRelease makes an HSA queue with AgentScope drop the
 	// system-scope releases it adds where its work leaves the GPU: its
 	// markers release at agent scope and a host wait makes no flush, so
@@ -65,6 +73,7 @@ var (
 	SkipGroupFold          = &Switches.SkipGroupFold
 	SkipGroupUnsettle      = &Switches.SkipGroupUnsettle
 	SkipSystemRelease      = &Switches.SkipSystemRelease
+	AgentScopeFences       = &Switches.AgentScopeFences
 )
 
 // Device are one device's test switches, each off by default:
