@@ -130,6 +130,12 @@ func Get(cacheDir, key string, m Entry, build func(dir string) error) (string, e
 		return "", err
 	}
 	if _, err := os.Lstat(root); err == nil {
+		// Another Get of the key may have published its identical build
+		// while this one built: use it, rather than move aside an entry
+		// its caller may be reading.
+		if m.Verify(root) == nil {
+			return root, nil
+		}
 		// Present but not verified: corrupt, truncated or foreign.
 		old := root + ".corrupt-" + filepath.Base(tmp)
 		if err := os.Rename(root, old); err != nil {

@@ -139,3 +139,39 @@ func TestGetBuildFailureLeavesNothing(t *testing.T) {
 		t.Errorf("failed builds left %d entries", len(ents))
 	}
 }
+
+// A build that finishes after another Get of the same key has published a
+// verified entry uses that entry: it must not move it aside as unverified
+// while the other's caller reads it (a racing fetch then failed with
+// ErrCorrupt: its entry vanished under its own final check).
+func TestGetKeepsAnEntryPublishedDuringItsBuild(t *testing.T) {
+	cache := filepath.Join(t.TempDir(), "cache")
+	var first counter
+	var published os.FileInfo
+	root, err := Get(cache, "k", testManifest, func(dir string) error {
+		// Another Get of the key runs to the end while this one builds.
+		var other counter
+		r, err := Get(cache, "k", testManifest, other.build)
+		if err != nil {
+			return err
+		}
+		if published, err = os.Stat(r); err != nil {
+			return err
+		}
+		return first.build(dir)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, err := os.Stat(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !os.SameFile(published, now) {
+		t.Error("the entry the other Get published was replaced")
+	}
+	if err := testManifest.Verify(root); err != nil {
+		t.Error(err)
+	}
+	noLeftovers(t, cache)
+}
