@@ -12,7 +12,6 @@ import (
 	"github.com/rocsync/rocsync/hsa"
 	"github.com/rocsync/rocsync/internal/rocmdev/emu"
 	"github.com/rocsync/rocsync/internal/testhooks"
-	"github.com/rocsync/rocsync/kernels"
 	"github.com/rocsync/rocsync/queue"
 	"github.com/rocsync/rocsync/syncstate"
 )
@@ -126,65 +125,34 @@ func TestAgentScopeCrossGPUWaitReleasesAtSystemScope(t *testing.T) {
 		t.Run(map[bool]string{false: "releases", true: "no system-scope release"}[skip], func(t *testing.T) {
 			testhooks.SkipSystemRelease.Store(skip)
 			defer testhooks.SkipSystemRelease.Store(false)
-			m := emu.New(emu.Options{Devices: 2, Hazards: true, MaxDelay: 200 * time.Microsecond, Seed: 9})
-			rt := m.HSA()
-			require.NoError(t, rt.Init())
-			agents, err := rt.Agents()
-			require.NoError(t, err)
-			code, err := kernels.CodeObject(m.Options().ISA)
-			require.NoError(t, err)
-			rd, err := rt.CodeObjectReaderCreateFromMemory(code)
-			require.NoError(t, err)
-			exe, err := rt.ExecutableCreateAlt(hsa.ProfileFull, 0)
-			require.NoError(t, err)
-			pools, err := rt.MemoryPools(agents[0])
-			require.NoError(t, err)
-			signals := queue.NewSignalPool(rt, 0)
+			g := newTwoGPUs(t)
 			var qs [2]*queue.Queue
-			var fill [2]uint64
-			for g := range qs {
-				require.NoError(t, rt.ExecutableLoadAgentCodeObject(exe, agents[1+g], rd))
-			}
-			require.NoError(t, rt.ExecutableFreeze(exe))
-			for g := range qs {
-				sym, err := rt.ExecutableSymbolByName(exe, kernels.Fill.Symbol(kernels.F32), agents[1+g])
-				require.NoError(t, err)
-				fill[g], err = rt.SymbolInfoUint64(sym, hsa.SymbolInfoKernelObject)
-				require.NoError(t, err)
-				fq, err := queue.New(rt, queue.Config{Name: fmt.Sprintf("gpu%d-flush", g), Agent: agents[1+g], Size: 64,
-					KernargPool: pools[0], Signals: signals})
+			for i := range qs {
+				fq, err := queue.New(g.rt, queue.Config{Name: fmt.Sprintf("gpu%d-flush", i), Agent: g.agents[1+i], Size: 64,
+					KernargPool: g.pool, Signals: g.signals})
 				require.NoError(t, err)
 				defer fq.Close()
-				qs[g], err = queue.New(rt, queue.Config{Name: fmt.Sprintf("gpu%d", g), Agent: agents[1+g], Size: 64,
-					KernargPool: pools[0], Signals: signals, Place: uint64(g + 1), AgentScope: true,
-					Flush: func() error {
-						ft, err := fq.BarrierAnd([hsa.BarrierAndMaxDependencies]*queue.Signal{})
-						if err != nil {
-							return err
-						}
-						return fq.WaitHost(ft)
-					}})
+				c := g.config(i)
+				c.AgentScope = true
+				c.Flush = func() error {
+					ft, err := fq.BarrierAnd([hsa.BarrierAndMaxDependencies]*queue.Signal{})
+					if err != nil {
+						return err
+					}
+					return fq.WaitHost(ft)
+				}
+				qs[i], err = queue.New(g.rt, c)
 				require.NoError(t, err)
-				defer qs[g].Close()
+				defer qs[i].Close()
 			}
-			buf, err := m.HIP().HostMalloc(64)
-			require.NoError(t, err)
-			dispatch := func(g int, v float64) uint64 {
-				args := kernels.Args{Out: uint64(uintptr(buf)), Alpha: v, N: 16}
-				var ka [kernels.KernargSize]byte
-				args.Encode(ka[:], kernels.F32)
-				ticket, err := qs[g].Dispatch(&queue.Dispatch{KernelObject: fill[g], Grid: 16, Workgroup: 16, Kernarg: ka[:]})
-				require.NoError(t, err)
-				return ticket
-			}
-			t0 := dispatch(0, 1)
+			t0 := g.fill(t, qs[0], 0, 1)
 			require.NoError(t, qs[1].WaitDevice([]syncstate.Fence{{TL: qs[0], Ticket: t0}}))
 			require.Equal(t, t0+1, qs[0].LastTicket(), "a system-scope marker follows the producer's ticket")
-			t1 := dispatch(1, 2)
+			t1 := g.fill(t, qs[1], 1, 2)
 			require.NoError(t, qs[1].WaitHost(t1))
 			require.NoError(t, qs[0].WaitHost(t0))
-			require.Equal(t, float32(2), *(*float32)(buf), "GPU 1's fill ran last")
-			hz := m.Hazards()
+			require.Equal(t, float32(2), *(*float32)(g.buf), "GPU 1's fill ran last")
+			hz := g.m.Hazards()
 			if !skip {
 				require.Empty(t, hz)
 				return
