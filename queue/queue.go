@@ -659,7 +659,7 @@ func (q *Queue) WaitHostContext(ctx context.Context, t uint64) error {
 		q.afterBreak()
 		return err
 	}
-	if t <= q.visibleTicket() {
+	if !q.agentScope || t <= q.visibleTicket() {
 		return nil
 	}
 	return q.makeVisible(t)
