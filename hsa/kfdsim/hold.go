@@ -47,32 +47,9 @@ func Hold(libPath string) (release func(), err error) {
 	}, nil
 }
 
-// Allocated reports whether addr lies in memory the simulated driver has
-// handed out (AllocMemory) or registered and not yet freed: the
-// simulated-driver counterpart of asking the emulator whether a device
-// allocation is still live.
-func Allocated(libPath string, addr uintptr) (bool, error) {
-	if libPath == "" {
-		libPath = ShimSoname
-	}
-	h, err := purego.Dlopen(libPath, purego.RTLD_NOW|purego.RTLD_LOCAL)
-	if err != nil {
-		return false, fmt.Errorf("%w: dlopen %s: %v", ErrNoThunk, libPath, err)
-	}
-	defer purego.Dlclose(h)
-	lookup, err := purego.Dlsym(h, "kfdsim_lookup")
-	if err != nil {
-		return false, fmt.Errorf("%w: %s has no kfdsim_lookup: %v", ErrNoThunk, libPath, err)
-	}
-	var rec [40]byte // kfdsim_alloc: base, size, home_node, mapped_mask, flags
-	return uint8(cmem.Call(lookup, addr, uintptr(unsafe.Pointer(&rec[0])))) != 0, nil
-}
-
-// EOPInterrupts is how many end-of-pipe interrupts the simulated command
-// processors of this process's simulated driver (libPath, or ShimSoname
-// when empty) have raised for AQL packets: one per completed packet whose
-// completion signal has an event mailbox (an interrupt signal).
-func EOPInterrupts(libPath string) (uint64, error) {
+// shimCall calls the simulated driver's test hook sym (in libPath, or
+// ShimSoname when empty) with args, and returns its result.
+func shimCall(libPath, sym string, args ...uintptr) (uintptr, error) {
 	if libPath == "" {
 		libPath = ShimSoname
 	}
@@ -81,11 +58,30 @@ func EOPInterrupts(libPath string) (uint64, error) {
 		return 0, fmt.Errorf("%w: dlopen %s: %v", ErrNoThunk, libPath, err)
 	}
 	defer purego.Dlclose(h)
-	fn, err := purego.Dlsym(h, "kfdsim_eop_interrupts")
+	fn, err := purego.Dlsym(h, sym)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %s has no kfdsim_eop_interrupts: %v", ErrNoThunk, libPath, err)
+		return 0, fmt.Errorf("%w: %s has no %s: %v", ErrNoThunk, libPath, sym, err)
 	}
-	return uint64(cmem.Call(fn)), nil
+	return cmem.Call(fn, args...), nil
+}
+
+// Allocated reports whether addr lies in memory the simulated driver has
+// handed out (AllocMemory) or registered and not yet freed: the
+// simulated-driver counterpart of asking the emulator whether a device
+// allocation is still live.
+func Allocated(libPath string, addr uintptr) (bool, error) {
+	var rec [40]byte // kfdsim_alloc: base, size, home_node, mapped_mask, flags
+	r, err := shimCall(libPath, "kfdsim_lookup", addr, uintptr(unsafe.Pointer(&rec[0])))
+	return uint8(r) != 0, err
+}
+
+// EOPInterrupts is how many end-of-pipe interrupts the simulated command
+// processors of this process's simulated driver (libPath, or ShimSoname
+// when empty) have raised for AQL packets: one per completed packet whose
+// completion signal has an event mailbox (an interrupt signal).
+func EOPInterrupts(libPath string) (uint64, error) {
+	r, err := shimCall(libPath, "kfdsim_eop_interrupts")
+	return uint64(r), err
 }
 
 // FenceScopes counts the AQL packets the simulated command processors of
@@ -94,20 +90,10 @@ func EOPInterrupts(libPath string) (uint64, error) {
 // fences: rocsync's packets, and ROCr's and HIP's own.
 func FenceScopes(libPath string) (hsa.FenceCounts, error) {
 	var c hsa.FenceCounts
-	if libPath == "" {
-		libPath = ShimSoname
-	}
-	h, err := purego.Dlopen(libPath, purego.RTLD_NOW|purego.RTLD_LOCAL)
-	if err != nil {
-		return c, fmt.Errorf("%w: dlopen %s: %v", ErrNoThunk, libPath, err)
-	}
-	defer purego.Dlclose(h)
-	fn, err := purego.Dlsym(h, "kfdsim_fence_scopes")
-	if err != nil {
-		return c, fmt.Errorf("%w: %s has no kfdsim_fence_scopes: %v", ErrNoThunk, libPath, err)
-	}
 	var raw [2 * hsa.FenceKinds * 4]uint64
-	cmem.Call(fn, uintptr(unsafe.Pointer(&raw[0])))
+	if _, err := shimCall(libPath, "kfdsim_fence_scopes", uintptr(unsafe.Pointer(&raw[0]))); err != nil {
+		return c, err
+	}
 	for k := range hsa.FenceKinds {
 		for s := range 4 {
 			c.Acquire[k][s] = raw[k*4+s]
