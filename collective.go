@@ -525,7 +525,7 @@ func (c *Communicator) run(name string, build func(i int, r commRank, ro *rankOp
 			return
 		}
 		defer t.end()
-		op := t.newOp(driver.LibraryCall)
+		op := &t.ops.call
 		op.Call = ro.call
 		accs := append(t.operands[:0], ro.operands[:ro.n]...)
 		_, errs[i] = t.submit(name, op, accs)

@@ -269,8 +269,8 @@ func (t *Task) Upload(dst Operand, src []byte) error {
 		if size != 0 {
 			hostCopy(host, unsafe.Add(from, off), size, &slot.wg)
 		}
-		op := t.newOp(driver.CopyHtoD)
-		op.Dst, op.Host, op.Size = b.ptr+driver.DevicePtr(off), host, size
+		op := &t.ops.copy
+		*op = driver.CopyOp{Direction: driver.HostToDevice, Dst: b.ptr + driver.DevicePtr(off), Host: host, Size: size}
 		var f syncstate.Fence
 		f, err = t.submit(name, op, append(t.operands[:0], access{b, dst, Write}))
 		if !f.IsZero() {
@@ -379,8 +379,8 @@ func (t *Task) Download(src Operand, dst []byte) (*Pending, error) {
 	p.chunk, p.n = chunking(b.size)
 	for i := range p.n {
 		off := uint64(i) * p.chunk
-		op := t.newOp(driver.CopyDtoH)
-		op.Src, op.Host, op.Size = b.ptr+driver.DevicePtr(off), unsafe.Add(slot.p, off), min(p.chunk, b.size-off)
+		op := &t.ops.copy
+		*op = driver.CopyOp{Direction: driver.DeviceToHost, Src: b.ptr + driver.DevicePtr(off), Host: unsafe.Add(slot.p, off), Size: min(p.chunk, b.size-off)}
 		f, err := t.submit(name, op, append(t.operands[:0], access{b, src, Read}))
 		if err != nil {
 			if !f.IsZero() {
@@ -562,8 +562,8 @@ func (t *Task) copyBuffer(name string, dst, src Operand) error {
 	if s == d {
 		return newErr(name, ErrInvalid, "source and destination are the same buffer")
 	}
-	op := t.newOp(driver.CopyDtoD)
-	op.Dst, op.Src, op.Size = d.ptr, s.ptr, d.size
+	op := &t.ops.copy
+	*op = driver.CopyOp{Direction: driver.DeviceToDevice, Dst: d.ptr, Src: s.ptr, Size: d.size}
 	_, err = t.submit(name, op, append(t.operands[:0], access{s, src, Read}, access{d, dst, Write}))
 	return err
 }

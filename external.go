@@ -80,7 +80,7 @@ func (t *Task) handshake(name string, foreign uintptr, operands []Arg, export bo
 	if export {
 		call = func(library uintptr) error { return j.JoinStreams(foreign, library) }
 	}
-	op := t.newOp(driver.LibraryCall)
+	op := &t.ops.call
 	op.Call = call
 	_, err := t.submit(name, op, accs)
 	return err
@@ -129,8 +129,8 @@ func (t *Task) ExportSignal(operands ...Arg) (uint64, error) {
 	if err != nil {
 		return 0, &Error{Op: name, Kind: ErrUnavailable, Detail: "creating the signal", Err: err}
 	}
-	op := t.newOp(driver.SignalExport)
-	op.Signal = h
+	op := &t.ops.signal
+	*op = driver.SignalOp{Signal: h}
 	if err := t.submitHandshake(name, op, operands); err != nil {
 		_ = sf.ReleaseExternalSignal(h)
 		return 0, err
@@ -154,8 +154,8 @@ func (t *Task) ImportSignal(signal uint64, operands ...Arg) error {
 	if signal == 0 {
 		return newErr(name, ErrInvalid, "the null signal")
 	}
-	op := t.newOp(driver.SignalImport)
-	op.Signal = signal
+	op := &t.ops.signal
+	*op = driver.SignalOp{Signal: signal, Import: true}
 	return t.submitHandshake(name, op, operands)
 }
 
@@ -201,7 +201,7 @@ func (t *Task) signalFencer(name string, operands []Arg) (driver.SignalFencer, e
 }
 
 // submitHandshake submits op with the operands' accesses.
-func (t *Task) submitHandshake(name string, op *driver.Op, operands []Arg) error {
+func (t *Task) submitHandshake(name string, op *driver.SignalOp, operands []Arg) error {
 	accs := t.operands[:0]
 	for i, a := range operands {
 		if a.who == nil {

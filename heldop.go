@@ -21,7 +21,7 @@ type heldOp struct {
 	name string
 	s    opSync
 	tl   syncstate.Timeline
-	op   *driver.Op // the task's op, for the trace
+	op   *driver.LibraryCallOp // the task's op, for the trace
 }
 
 // beginHeld orders h, whose operands syncstate.LockAll locked, on the
@@ -31,7 +31,8 @@ type heldOp struct {
 // poisoned as submitEntered's ordering failures poison it.
 func (t *Task) beginHeld(h *heldOp, operands []access) error {
 	d := t.dev
-	h.op = t.newOp(driver.LibraryCall)
+	h.op = &t.ops.call
+	h.op.Call = nil
 	h.tl = t.timeline(driver.LaneLibrary)
 	tr := d.opObserver()
 	if tr != nil {

@@ -75,7 +75,7 @@ operands:
 		accs = append(accs, access{a.buf, a.who, a.access})
 	}
 	h.ops = append(h.opsBuf[:0], accs...)
-	op := t.newOp(driver.HostFunc)
+	op := &t.ops.host
 	op.Func = func() error {
 		h.ended.Store(false) // a replayed recording runs it again
 		defer h.ended.Store(true)

@@ -257,12 +257,12 @@ func (t *Task) Launch(k *Kernel, g Geometry, args ...Arg) error {
 	if k.drv.ArgsSize > driver.MaxArgs {
 		return newErr(name, ErrInvalid, "kernel %s takes a %d-byte argument block, at most %d", k.Name(), k.drv.ArgsSize, driver.MaxArgs)
 	}
-	if err := k.lk.Pack(t.op.Args[:], g, kargs); err != nil {
+	op := &t.ops.dispatch
+	if err := k.lk.Pack(op.Args[:], g, kargs); err != nil {
 		clear(kargs)
 		return &Error{Op: name, Kind: ErrInvalid, Detail: k.Name(), Err: err}
 	}
 	clear(kargs)
-	op := t.newOp(driver.Dispatch)
 	op.Kernel = k.drv
 	op.Geometry = Geometry{Dims: max(g.Dims, 1), Grid: g.Grid, Workgroup: g.Workgroup}
 	for i := range op.Geometry.Grid {
@@ -307,7 +307,7 @@ func (t *Task) LibraryCall(operands []Arg, fn func(stream uintptr) error) error 
 		}
 		accs = append(accs, access{a.buf, a.who, a.access})
 	}
-	op := t.newOp(driver.LibraryCall)
+	op := &t.ops.call
 	op.Call = fn
 	_, err := t.submit(name, op, accs)
 	return err

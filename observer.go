@@ -69,7 +69,7 @@ func (o *observer) opIssued(began time.Duration, host int) time.Duration {
 
 // opSubmitted records an op the driver accepted as ticket on tl; host is
 // the submitting task's host track.
-func (o *observer) opSubmitted(op *driver.Op, name string, tl syncstate.Timeline, ticket uint64, host int, began, issued time.Duration) {
+func (o *observer) opSubmitted(op driver.Op, name string, tl syncstate.Timeline, ticket uint64, host int, began, issued time.Duration) {
 	if o.trace != nil {
 		o.trace.opSubmitted(op, name, tl, ticket, host, began, issued)
 	}

@@ -438,8 +438,9 @@ func TestCopyErrors(t *testing.T) {
 // Each kind of copy, submitted without declaring what it reads or writes,
 // is a race the hazard checker reports.
 func TestCopyMissingAccessIsARace(t *testing.T) {
-	for _, kind := range []driver.Kind{driver.CopyHtoD, driver.CopyDtoH, driver.CopyDtoD} {
-		t.Run(kind.String(), func(t *testing.T) {
+	for _, dir := range []driver.CopyDirection{driver.HostToDevice, driver.DeviceToHost, driver.DeviceToDevice} {
+		op := &driver.CopyOp{Direction: dir}
+		t.Run(op.Kind().String(), func(t *testing.T) {
 			d := openOpPath(t, DeviceBridge)
 			tk := d.DefaultTask()
 			x, err := tk.Full(4, 4, Float32, 1) // written on the kernel queue
@@ -455,10 +456,9 @@ func TestCopyMissingAccessIsARace(t *testing.T) {
 			d.machine().Quiesce()
 			slot, err := d.staging.take(d, "test", 64)
 			require.NoError(t, err)
-			op := tk.newOp(kind)
 			op.Host, op.Size = slot.p, 64
 			op.Dst, op.Src = x.ptr, x.ptr
-			if kind == driver.CopyDtoD {
+			if dir == driver.DeviceToDevice {
 				op.Dst = y.ptr // write-after-read on y, read-after-write on x
 			}
 			f, err := tk.submit("copy without operands", op, nil)

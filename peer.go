@@ -125,8 +125,8 @@ func (t *Task) CopyPeer(dst, src Operand) error {
 		return err
 	}
 	if direct {
-		op := t.newOp(driver.CopyPeer)
-		op.Dst, op.Src, op.Size, op.Peer = d.ptr, s.ptr, d.size, from.drv
+		op := &t.ops.peer
+		*op = driver.PeerCopyOp{Dst: d.ptr, Src: s.ptr, Size: d.size, Peer: from.drv}
 		f, err := t.submit(name, op, append(t.operands[:0], access{s, src, Read}, access{d, dst, Write}))
 		if err == nil {
 			from.peer.noteReader(f)
@@ -271,8 +271,8 @@ func (t *Task) copyStaged(name string, dst, src Operand, d, s *buffer) error {
 		return err
 	}
 	from.peer.taskMu.Lock()
-	down := pt.newOp(driver.CopyDtoH)
-	down.Src, down.Host, down.Size = s.ptr, slot.p, s.size
+	down := &pt.ops.copy
+	*down = driver.CopyOp{Direction: driver.DeviceToHost, Src: s.ptr, Host: slot.p, Size: s.size}
 	_, err = pt.submit(name, down, append(pt.operands[:0], access{s, src, Read}, access{&slot.buf, slot, Write}))
 	from.peer.taskMu.Unlock()
 	if err != nil {
@@ -281,8 +281,8 @@ func (t *Task) copyStaged(name string, dst, src Operand, d, s *buffer) error {
 			// the slot: the second half carries that to dst, as the
 			// direct copy poisons it (it fails in ordering, and is not
 			// submitted).
-			op := t.newOp(driver.CopyHtoD)
-			op.Dst, op.Host, op.Size = d.ptr, slot.p, d.size
+			op := &t.ops.copy
+			*op = driver.CopyOp{Direction: driver.HostToDevice, Dst: d.ptr, Host: slot.p, Size: d.size}
 			_, _ = t.submit(name, op, append(t.operands[:0], access{&slot.buf, slot, Read}, access{d, dst, Write}))
 		}
 		return err
@@ -290,8 +290,8 @@ func (t *Task) copyStaged(name string, dst, src Operand, d, s *buffer) error {
 	if h := t.dev.test.BetweenHalves; h != nil {
 		h()
 	}
-	op := t.newOp(driver.CopyHtoD)
-	op.Dst, op.Host, op.Size = d.ptr, slot.p, d.size
+	op := &t.ops.copy
+	*op = driver.CopyOp{Direction: driver.HostToDevice, Dst: d.ptr, Host: slot.p, Size: d.size}
 	_, err = t.submit(name, op, append(t.operands[:0], access{&slot.buf, slot, Read}, access{d, dst, Write}))
 	return err
 }

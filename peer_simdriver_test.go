@@ -97,8 +97,8 @@ func TestPeerMappingEnforcedOnSimulatedDriver(t *testing.T) {
 			require.NoError(t, err)
 			k, err := on.drv.Builtin(kernels.Neg, kernels.F32)
 			require.NoError(t, err)
-			tk.op.SetBuiltin(k, kernels.F32, &kernels.Args{Out: uint64(out.ptr), A: uint64(in.ptr), N: 4})
-			ticket, err := tk.drv.Submit(&tk.op)
+			tk.ops.dispatch.SetBuiltin(k, kernels.F32, &kernels.Args{Out: uint64(out.ptr), A: uint64(in.ptr), N: 4})
+			ticket, err := tk.drv.Submit(&tk.ops.dispatch)
 			require.NoError(t, err)
 			return out, tk.drv.Timeline(driver.LaneKernel).WaitHost(ticket)
 		}

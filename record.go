@@ -23,7 +23,7 @@ import (
 // Task.submitEntered as an eager op is, the recording its opSync: it orders itself
 // after what the union of the recorded operands needs (their accesses
 // merged) on the first segment's timeline, submits the segments in order
-// as driver.Replay ops, each after the earlier segments of other
+// as driver.ReplayOp values, each after the earlier segments of other
 // timelines it conflicts with (on the device where the policy allows,
 // else a counted host wait, as the eager crossing was), and records one
 // fence, the last segment's, on every operand (linkSegments orders every
@@ -207,10 +207,10 @@ func (t *Task) Record(fn func() error) (*Recording, error) {
 
 // record is Task.submit while Record runs: it keeps a copy of op and
 // pins its operands. The fence it returns is zero: nothing ran.
-func (t *Task) record(name string, op *driver.Op, operands []access) (syncstate.Fence, error) {
-	defer func() { op.Call, op.Host, op.Func = nil, nil, nil }()
+func (t *Task) record(name string, op driver.Op, operands []access) (syncstate.Fence, error) {
+	defer t.ops.drop()
 	r := t.rec.r
-	if op.Kind == driver.CopyDtoH {
+	if op.Kind() == driver.CopyDtoH {
 		return syncstate.Fence{}, newErr(name, ErrRecording, "a download waits on the host for its copy; download after Replay")
 	}
 	for _, x := range operands {
@@ -221,8 +221,8 @@ func (t *Task) record(name string, op *driver.Op, operands []access) (syncstate.
 			return syncstate.Fence{}, newErr(name, ErrFreed, "%v", x.who)
 		}
 	}
-	ro := recordedOp{op: *op, tl: t.drv.Timeline(op.Lane())}
-	if op.Kind == driver.CopyHtoD {
+	ro := recordedOp{op: op.Clone(), tl: t.drv.Timeline(op.Lane())}
+	if up, ok := ro.op.(*driver.CopyOp); ok && up.Direction == driver.HostToDevice {
 		// The staging slot goes back to the pool: the recording keeps
 		// the bytes in pinned memory of its own, which every replay
 		// uploads.
@@ -230,13 +230,13 @@ func (t *Task) record(name string, op *driver.Op, operands []access) (syncstate.
 		if !ok {
 			return syncstate.Fence{}, newErr(name, ErrUnavailable, "no pinned host memory")
 		}
-		p, err := hm.HostAlloc(op.Size)
+		p, err := hm.HostAlloc(up.Size)
 		if err != nil {
 			return syncstate.Fence{}, &Error{Op: name, Kind: ErrUnavailable, Detail: "pinned memory for a recorded upload", Err: err}
 		}
 		r.staging = append(r.staging, p)
-		copy(unsafe.Slice((*byte)(p), op.Size), unsafe.Slice((*byte)(op.Host), op.Size))
-		ro.op.Host = p
+		copy(unsafe.Slice((*byte)(p), up.Size), unsafe.Slice((*byte)(up.Host), up.Size))
+		up.Host = p
 	}
 	for _, x := range operands {
 		r.addOperand(x)
@@ -340,7 +340,7 @@ func (t *Task) buildSegment(ops []recordedOp) (replaySegment, error) {
 	if seg.lane == driver.LaneHost {
 		fns := make([]func() error, len(ops))
 		for i := range ops {
-			fns[i] = ops[i].op.Func
+			fns[i] = ops[i].op.(*driver.HostFuncOp).Func
 		}
 		seg.host = func() error {
 			for _, f := range fns {
@@ -398,7 +398,7 @@ func (r *Recording) Replay() error {
 	defer t.dev.leave()
 	s := opSync{r: r}
 	_, err := t.submitEntered(name, nil, &s)
-	t.op.Recorded, t.op.Func = nil, nil // the task's op holds nothing of the recording's
+	t.ops.drop() // the task's ops hold nothing of the recording's
 	return err
 }
 
@@ -442,14 +442,14 @@ func (r *Recording) freed(name string) error {
 // segment makes the task's op replay segment k, and returns it with the
 // segment's timeline, the ordering after the earlier segments it depends
 // on (nil for none) and the segment's own record.
-func (r *Recording) segment(t *Task, k int) (op *driver.Op, tl syncstate.Timeline, link, mark *syncstate.Op) {
+func (r *Recording) segment(t *Task, k int) (op driver.Op, tl syncstate.Timeline, link, mark *syncstate.Op) {
 	seg := &r.segs[k]
 	if seg.rec != nil {
-		op = t.newOp(driver.Replay)
-		op.Recorded = seg.rec
+		t.ops.replay.Recorded = seg.rec
+		op = &t.ops.replay
 	} else {
-		op = t.newOp(driver.HostFunc)
-		op.Func = seg.host
+		t.ops.host.Func = seg.host
+		op = &t.ops.host
 	}
 	if len(seg.deps) > 0 {
 		link = &seg.link

@@ -149,7 +149,7 @@ func (t *Task) Sum(out, in *Array, r Reduction) error {
 		args.Workspace = uint64(b.ptr)
 		operands = append(operands, access{b, (*Buffer)(b), ReadWrite})
 	}
-	op := t.newOp(driver.Dispatch)
+	op := &t.ops.dispatch
 	op.Kernel = k
 	args.Encode(op.Args[:])
 	op.Geometry = Geometry{Dims: 1, Grid: [3]uint32{shape.Workgroups() * kernels.ReduceWorkgroupSize, 1, 1},

@@ -162,7 +162,7 @@ func TestSumUndeclaredWorkspaceIsARace(t *testing.T) {
 	require.NoError(t, err)
 	ws := d.reduce.buf
 	args := kernels.ReduceArgs{Out: uint64(out2.ptr), In: uint64(in.ptr), Workspace: uint64(ws.ptr), Rows: 1, Cols: 10000}
-	op := b.newOp(driver.Dispatch)
+	op := &b.ops.dispatch
 	op.Kernel = k
 	args.Encode(op.Args[:])
 	op.Geometry = Geometry{Dims: 1, Grid: [3]uint32{shape.Workgroups() * kernels.ReduceWorkgroupSize, 1, 1},

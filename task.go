@@ -40,7 +40,7 @@ type Task struct {
 	// The op being submitted and its operands: owned by the task (which
 	// serves one goroutine), so that an op passed to the driver through
 	// its interface costs no allocation.
-	op       driver.Op
+	ops      taskOps
 	operands [syncstate.MaxOperands]access
 	kargs    [maxKernelArgs]userkernel.Arg
 	// lanes caches drv.Timeline per lane (a driver task's timelines are
@@ -280,20 +280,32 @@ func freedIn(op string, operands []access) error {
 	return nil
 }
 
-// newOp returns the task's op description made an op of kind k, every
-// field of the op before it cleared (driver.Op.Reset): the task owns it
-// (it serves one goroutine), so that passing it to the driver through its
-// interface costs no allocation.
-func (t *Task) newOp(k driver.Kind) *driver.Op {
-	t.op.Reset(k)
-	return &t.op
+// taskOps are a task's op values, one per op type. An op is built in its
+// type's value, every field set, and passed to the driver by pointer: the
+// task serves one goroutine, and a pointer in an interface costs no
+// allocation.
+type taskOps struct {
+	dispatch driver.DispatchOp
+	gemm     driver.GemmOp
+	call     driver.LibraryCallOp
+	copy     driver.CopyOp
+	peer     driver.PeerCopyOp
+	host     driver.HostFuncOp
+	replay   driver.ReplayOp
+	signal   driver.SignalOp
+}
+
+// drop clears what the ops hold of the caller's (its functions, its host
+// memory, a recording), so that a submitted op keeps none of it alive.
+func (o *taskOps) drop() {
+	o.call.Call, o.host.Func, o.copy.Host, o.replay.Recorded = nil, nil, nil, nil
 }
 
 // submit orders op after what it must follow, submits it and records it:
 // the one path every kind of op takes. operands are what it reads and
 // writes; op says what it does, and its kind the lane it runs on. It
 // returns the op's fence.
-func (t *Task) submit(name string, op *driver.Op, operands []access) (syncstate.Fence, error) {
+func (t *Task) submit(name string, op driver.Op, operands []access) (syncstate.Fence, error) {
 	if t.rec != nil {
 		return t.record(name, op, operands)
 	}
@@ -302,15 +314,15 @@ func (t *Task) submit(name string, op *driver.Op, operands []access) (syncstate.
 	}
 	// One defer and two returns: the compiler open-codes it, where the
 	// submission's many returns would make it a deferred call record.
-	defer t.leaveSubmit(op)
+	defer t.leaveSubmit()
 	s := opSync{sop: syncstate.Op{Name: name}, operands: operands}
 	return t.submitEntered(name, op, &s)
 }
 
-// leaveSubmit ends a submission: the op holds nothing of the caller's
-// any more, and the device may close.
-func (t *Task) leaveSubmit(op *driver.Op) {
-	op.Call, op.Host, op.Func = nil, nil, nil
+// leaveSubmit ends a submission: the task's ops hold nothing of the
+// caller's any more, and the device may close.
+func (t *Task) leaveSubmit() {
+	t.ops.drop()
 	t.dev.leave()
 }
 
@@ -404,7 +416,7 @@ func (s *opSync) commit(e *syncstate.Engine, name string, f syncstate.Fence, sin
 // on its operands and makes the waits that follow a submission. A
 // failure before the first part is submitted leaves the operands as they
 // were; one after it poisons what the op writes.
-func (t *Task) submitEntered(name string, op *driver.Op, s *opSync) (syncstate.Fence, error) {
+func (t *Task) submitEntered(name string, op driver.Op, s *opSync) (syncstate.Fence, error) {
 	d := t.dev
 	n := s.parts()
 	if err := t.capWait(name, uint64(n)); err != nil {
@@ -464,9 +476,10 @@ func (t *Task) submitEntered(name string, op *driver.Op, s *opSync) (syncstate.F
 		}
 		var ticket uint64
 		var err error
-		if op.Kind == driver.LibraryCall || op.Kind == driver.Replay {
+		switch op.(type) {
+		case *driver.LibraryCallOp, *driver.ReplayOp:
 			ticket, err = t.submitCall(op, s, link)
-		} else {
+		default:
 			ticket, err = t.drv.Submit(op)
 		}
 		if tr != nil {
@@ -485,7 +498,7 @@ func (t *Task) submitEntered(name string, op *driver.Op, s *opSync) (syncstate.F
 				return syncstate.Fence{}, err
 			}
 			kind := ErrUnavailable
-			if k > 0 || tl.Failed(math.MaxUint64) != nil || op.Kind == driver.LibraryCall {
+			if _, call := op.(*driver.LibraryCallOp); k > 0 || tl.Failed(math.MaxUint64) != nil || call {
 				// Earlier segments ran, or a library call's function
 				// failed after it may have enqueued part of its work:
 				// what the op writes is unknown.
@@ -533,7 +546,7 @@ var errCallPanicked = errors.New("the library call's function panicked")
 // panic goes on: what it writes is poisoned (the function may have
 // enqueued part of its work) and its operands are unlocked, so that a
 // caller that recovers can still read, write and free them.
-func (t *Task) submitCall(op *driver.Op, s *opSync, link *syncstate.Op) (ticket uint64, err error) {
+func (t *Task) submitCall(op driver.Op, s *opSync, link *syncstate.Op) (ticket uint64, err error) {
 	returned := false
 	defer func() {
 		if !returned {
@@ -645,7 +658,7 @@ func (t *Task) elementwise(name string, op kernels.Op, out, a, b *Array, alpha f
 		operands = append(operands, access{&b.buffer, b, Read})
 	}
 	operands = append(operands, access{&out.buffer, out, Write})
-	dop := &t.op
+	dop := &t.ops.dispatch
 	dop.SetBuiltin(k, out.dtype, &args)
 	_, err = t.submit(name, dop, operands)
 	return err
@@ -694,8 +707,8 @@ func (t *Task) gemm(name string, transA, transB bool, alpha float64, a, b *Array
 		out = ReadWrite
 	}
 	operands := append(t.operands[:0], access{&a.buffer, a, Read}, access{&b.buffer, b, Read}, access{&c.buffer, c, out})
-	op := t.newOp(driver.Gemm)
-	op.Gemm = driver.GemmArgs{DType: c.dtype, TransA: transB, TransB: transA,
+	op := &t.ops.gemm
+	*op = driver.GemmOp{DType: c.dtype, TransA: transB, TransB: transA,
 		M: n, N: m, K: k, Alpha: alpha, Beta: beta, A: b.ptr, LDA: b.cols, B: a.ptr, LDB: a.cols, C: c.ptr, LDC: c.cols}
 	_, err := t.submit(name, op, operands)
 	return err

@@ -350,13 +350,13 @@ func (p *traceProc) opBegin() time.Duration {
 // opSubmitted records an op the driver accepted as ticket on tl; host is
 // the submitting task's host track. Host waits the op made through the
 // sync core are put on that track.
-func (p *traceProc) opSubmitted(op *driver.Op, name string, tl syncstate.Timeline, ticket uint64, host int, begin, issued time.Duration) {
+func (p *traceProc) opSubmitted(op driver.Op, name string, tl syncstate.Timeline, ticket uint64, host int, begin, issued time.Duration) {
 	now := p.now()
 	p.tr.mu.Lock()
 	defer p.tr.mu.Unlock()
-	o := traceOp{name: name, kind: op.Kind, lane: op.Lane(), tl: tl, ticket: ticket, tickets: 1, host: host, begin: begin, issued: issued, end: now}
-	if op.Kind == driver.Replay && op.Recorded != nil {
-		o.tickets = driver.ReplayTickets(op.Recorded)
+	o := traceOp{name: name, kind: op.Kind(), lane: op.Lane(), tl: tl, ticket: ticket, tickets: 1, host: host, begin: begin, issued: issued, end: now}
+	if r, ok := op.(*driver.ReplayOp); ok && r.Recorded != nil {
+		o.tickets = driver.ReplayTickets(r.Recorded)
 	}
 	if len(p.throttles) != 0 {
 		p.endThrottles(begin, now, host)

@@ -6,8 +6,8 @@
 // and do not change per family.
 //
 // Every kind of work reaches a driver as one value, an Op, through one
-// method, Task.Submit: a new kind of op is a new Kind constant and one
-// case per driver, not a new method on every layer. What a driver may
+// method, Task.Submit: a new kind of op is a new op type and one case per
+// driver, not a new method on every layer. What a driver may
 // lack is a separate optional interface (KernelLoader, HostMemory,
 // CollectiveDevice; HazardReporter and HostTracker for an emulated
 // System), which the front package asks for with a type assertion and
@@ -31,7 +31,6 @@ import (
 
 	"github.com/rocsync/rocsync/kernels"
 	"github.com/rocsync/rocsync/syncstate"
-	"github.com/rocsync/rocsync/userkernel"
 )
 
 // DevicePtr is a device address; the host cannot dereference it.
@@ -115,185 +114,16 @@ func (l Lane) String() string {
 	return "Lane(?)"
 }
 
-// Kind says what an Op does and which of its fields it uses.
-type Kind uint8
-
-const (
-	// KindInvalid is the zero Kind: drivers refuse it.
-	KindInvalid Kind = iota
-	// Dispatch runs a LoadedKernel over Geometry with the argument block
-	// Args[:Kernel.ArgsSize]: rocsync's own kernels and user kernels alike.
-	// It runs on LaneKernel (rocsync dispatches kernels on its queue).
-	Dispatch
-	// Gemm is C = alpha·op(A)·op(B) + beta·C, column-major (BLAS
-	// convention), described by Op.Gemm, on LaneLibrary.
-	Gemm
-	// LibraryCall runs Op.Call with the raw handle of the lane's stream
-	// (hipStream_t, CUstream); the function enqueues work on it. LaneLibrary.
-	LibraryCall
-	// CopyHtoD copies Size bytes from host memory Host to device address
-	// Dst, asynchronously on the lane's stream. Host must be pinned
-	// (HostMemory) and stay untouched until the op completes.
-	CopyHtoD
-	// CopyDtoH copies Size bytes from device address Src to pinned host
-	// memory Host, asynchronously.
-	CopyDtoH
-	// CopyDtoD copies Size bytes from Src to Dst on the device.
-	CopyDtoD
-	// HostFunc runs Op.Func on the task's host lane (LaneHost) once the
-	// fences the lane was told to wait for have completed; the submitter
-	// does not wait. Its error fails its ticket.
-	HostFunc
-	// Replay submits a recorded sequence of ops of one timeline as one
-	// op: Op.Recorded, built by the task's Recorder. One ticket.
-	Replay
-	// CopyPeer copies Size bytes from Src, memory of device Peer, to Dst
-	// on this task's device, asynchronously on the lane's stream, after
-	// PeerCopier.EnablePeer(Peer) said the devices reach each other.
-	CopyPeer
-	// SignalExport completes the HSA signal Op.Signal (from
-	// SignalFencer.NewExternalSignal) once everything before it on the
-	// kernel queue has completed: a marker packet. LaneKernel.
-	SignalExport
-	// SignalImport makes the kernel queue wait until the foreign HSA
-	// signal Op.Signal reads 0: a barrier-AND packet. LaneKernel.
-	SignalImport
-	numKinds
-)
-
-var kindNames = [...]string{KindInvalid: "invalid", Dispatch: "dispatch", Gemm: "gemm", LibraryCall: "library call",
-	CopyHtoD: "copy host to device", CopyDtoH: "copy device to host", CopyDtoD: "copy device to device", HostFunc: "host function",
-	Replay: "replay", CopyPeer: "copy between devices",
-	SignalExport: "signal export", SignalImport: "signal import"}
-
-func (k Kind) String() string {
-	if k < numKinds {
-		return kindNames[k]
-	}
-	return "Kind(?)"
-}
-
-// MaxArgs is the largest argument block a Dispatch carries (the HSA
-// queue's kernarg slot, queue.KernargSlot): 256 bytes of explicit
-// arguments and the 256-byte implicit-argument area code object v5
-// reserves after them.
-const MaxArgs = 512
-
-// LoadedKernel is a kernel loaded on one device, as a Dispatch names it. The
-// device owns it; it is immutable once returned.
-type LoadedKernel struct {
-	Name string
-	// Object is what the kernel queue dispatches: the AQL kernel object on
-	// ROCm, the CUfunction on CUDA.
-	Object uint64
-	// Function is the same kernel as a hipFunction_t, under the Unified
-	// policy on ROCm (kernels run on the HIP stream); 0 otherwise.
-	Function uint64
-	// ArgsSize is the argument block's size (the kernarg segment size on
-	// AMD, hidden arguments included; the parameter buffer on CUDA).
-	ArgsSize uint32
-	// ExplicitArgsSize is the part of the block the explicit parameters
-	// span, at its start: what hipModuleLaunchKernel is given under
-	// Unified, since HIP fills the hidden arguments itself (clr,
-	// VirtualGPU::submitKernelInternal) and current clr refuses a non-zero
-	// size for a kernel without parameters (ihipLaunchKernelCommand,
-	// hipamd/src/hip_module.cpp: hipErrorLaunchOutOfResources).
-	ExplicitArgsSize uint32
-	// GroupSegmentSize and PrivateSegmentSize are the static LDS per
-	// workgroup and the scratch per work-item an AQL packet carries.
-	GroupSegmentSize, PrivateSegmentSize uint32
-	// Workgroup is the 1-D workgroup size rocsync's own kernels launch
-	// with on this device.
-	Workgroup uint32
-	// ParamOffsets are the offsets of the parameters in the argument
-	// block: cuLaunchKernel takes one pointer per parameter.
-	ParamOffsets []int
-}
-
-// GemmArgs are a Gemm's operands.
-type GemmArgs struct {
-	DType          kernels.DType
-	TransA, TransB bool
-	M, N, K        int
-	Alpha, Beta    float64
-	A, B, C        DevicePtr
-	LDA, LDB, LDC  int
-}
-
-// Op is one unit of work of any kind. The front package fills one it owns
-// per task (a task serves one goroutine) and passes it by pointer, so that
-// submitting allocates nothing; a driver reads it during Submit only.
-type Op struct {
-	Kind Kind
-
-	// Dispatch.
-	Kernel *LoadedKernel
-	// Geometry is the dispatch's shape in work-items, as AQL counts
-	// them (CUDA drivers divide by the workgroup): Dims 1 to 3, every
-	// extent at least 1.
-	Geometry userkernel.Geometry
-	Args     [MaxArgs]byte
-
-	// Gemm.
-	Gemm GemmArgs
-
-	// LibraryCall: called once, with the stream's raw handle, while the
-	// stream is held; it must enqueue its work on that stream only.
-	Call func(stream uintptr) error
-
-	// Copies.
-	Dst, Src DevicePtr
-	Host     unsafe.Pointer
-	Size     uint64
-
-	// HostFunc: called once, on the host lane's goroutine.
-	Func func() error
-
-	// Replay: a sequence the task's Recorder built.
-	Recorded Recorded
-	// CopyPeer: the device Src is on (of the same family).
-	Peer Device
-	// SignalExport, SignalImport: an hsa_signal_t handle.
-	Signal uint64
-}
-
-// Lane is the lane op runs on, which its kind decides: Dispatch and the
-// signal kinds on LaneKernel, HostFunc on LaneHost, a Replay on the lane
-// its recording was made for, every other kind on LaneLibrary.
-func (op *Op) Lane() Lane {
-	switch op.Kind {
-	case Dispatch, SignalExport, SignalImport:
-		return LaneKernel
-	case HostFunc:
-		return LaneHost
-	case Replay:
-		if op.Recorded != nil {
-			return op.Recorded.Lane()
-		}
-		return LaneKernel
-	}
-	return LaneLibrary
-}
-
-// Reset makes op an op of kind k with every field of every kind zero, so
-// that nothing of the op before it survives into it, except the argument
-// block: a Dispatch writes the part of it its kernel reads (ArgsSize), and
-// no other kind reads it.
-func (op *Op) Reset(k Kind) {
-	op.Kind, op.Kernel, op.Geometry, op.Gemm = k, nil, userkernel.Geometry{}, GemmArgs{}
-	op.Call, op.Dst, op.Src, op.Host, op.Size = nil, 0, 0, nil, 0
-	op.Func, op.Recorded, op.Peer, op.Signal = nil, nil, nil, 0
-}
-
 // Task is one task's place to submit work: a timeline per lane (the same
 // timeline for both when the policy puts everything on one stream).
 type Task interface {
 	// Timeline returns the timeline of a lane.
 	Timeline(l Lane) syncstate.Timeline
 	// Submit puts op on op.Lane()'s timeline and returns its ticket. An op
-	// of a kind the driver does not run is an error matching
-	// ErrUnsupported; nothing is submitted then.
-	Submit(op *Op) (ticket uint64, err error)
+	// of a type the driver does not run is an error matching
+	// ErrUnsupported; nothing is submitted then. The driver reads op
+	// during Submit only.
+	Submit(op Op) (ticket uint64, err error)
 	// Close drains and releases the task's resources.
 	Close() error
 }
@@ -337,34 +167,6 @@ type PeerCopier interface {
 }
 
 // ErrUnsupported is matched (errors.Is) by Submit's error for an op the
-// driver does not run, such as a Gemm without a BLAS library's kind, or a
-// kind from a newer front package.
+// driver does not run, such as a GemmOp without a BLAS library's kind, or
+// an op type from a newer front package.
 var ErrUnsupported = errors.New("driver: op not supported")
-
-// MaxGrid caps the work-items of one dispatch of rocsync's own kernels:
-// they loop over the rest with a grid stride.
-const MaxGrid = 1 << 24
-
-// SetBuiltin makes op a Dispatch of k, one of rocsync's own kernels (from
-// Device.Builtin), over args.N elements: the argument block is args
-// encoded for dt and the grid a multiple of the kernel's workgroup, at
-// most MaxGrid. It allocates nothing.
-func (op *Op) SetBuiltin(k *LoadedKernel, dt kernels.DType, args *kernels.Args) {
-	op.Reset(Dispatch)
-	op.Kernel = k
-	args.Encode(op.Args[:], dt)
-	wg := uint64(max(k.Workgroup, 1))
-	grid := min(max((args.N+wg-1)/wg*wg, wg), MaxGrid)
-	op.Geometry = userkernel.Grid1D(uint32(grid), uint32(wg))
-}
-
-// LaunchBuiltin submits rocsync's kernel kop for dt over args.N elements
-// on t's kernel lane, through op (which it overwrites).
-func LaunchBuiltin(d Device, t Task, op *Op, kop kernels.Op, dt kernels.DType, args kernels.Args) (uint64, error) {
-	k, err := d.Builtin(kop, dt)
-	if err != nil {
-		return 0, err
-	}
-	op.SetBuiltin(k, dt, &args)
-	return t.Submit(op)
-}

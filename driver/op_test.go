@@ -5,8 +5,6 @@ import (
 	"unsafe"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/rocsync/rocsync/userkernel"
 )
 
 type laneRecorded struct{ lane Lane }
@@ -15,33 +13,60 @@ func (r laneRecorded) Ops() int       { return 1 }
 func (r laneRecorded) Lane() Lane     { return r.lane }
 func (r laneRecorded) Release() error { return nil }
 
-// An op's lane is its kind's; a replay's is its recording's.
-func TestOpLaneIsItsKinds(t *testing.T) {
-	want := map[Kind]Lane{Dispatch: LaneKernel, SignalExport: LaneKernel, SignalImport: LaneKernel,
-		Gemm: LaneLibrary, LibraryCall: LaneLibrary, CopyHtoD: LaneLibrary, CopyDtoH: LaneLibrary,
-		CopyDtoD: LaneLibrary, CopyPeer: LaneLibrary, HostFunc: LaneHost}
-	for k, l := range want {
-		op := Op{Kind: k}
-		require.Equal(t, l, op.Lane(), "%v", k)
-	}
-	for _, l := range []Lane{LaneKernel, LaneLibrary} {
-		op := Op{Kind: Replay, Recorded: laneRecorded{l}}
-		require.Equal(t, l, op.Lane())
+// Every op type, with the kind and lane it has.
+func TestOpKindAndLaneFollowFromItsType(t *testing.T) {
+	for _, c := range []struct {
+		op   Op
+		kind Kind
+		lane Lane
+	}{
+		{&DispatchOp{}, Dispatch, LaneKernel},
+		{&SignalOp{}, SignalExport, LaneKernel},
+		{&SignalOp{Import: true}, SignalImport, LaneKernel},
+		{&GemmOp{}, Gemm, LaneLibrary},
+		{&LibraryCallOp{}, LibraryCall, LaneLibrary},
+		{&CopyOp{Direction: HostToDevice}, CopyHtoD, LaneLibrary},
+		{&CopyOp{Direction: DeviceToHost}, CopyDtoH, LaneLibrary},
+		{&CopyOp{Direction: DeviceToDevice}, CopyDtoD, LaneLibrary},
+		{&CopyOp{}, KindInvalid, LaneLibrary},
+		{&PeerCopyOp{}, CopyPeer, LaneLibrary},
+		{&HostFuncOp{}, HostFunc, LaneHost},
+		{&ReplayOp{}, Replay, LaneKernel},
+		{&ReplayOp{Recorded: laneRecorded{LaneLibrary}}, Replay, LaneLibrary},
+		{&ReplayOp{Recorded: laneRecorded{LaneHost}}, Replay, LaneHost},
+	} {
+		require.Equal(t, c.kind, c.op.Kind(), "%T", c.op)
+		require.Equal(t, c.lane, c.op.Lane(), "%T %v", c.op, c.kind)
 	}
 }
 
-// Reset leaves nothing of the op before but its argument block.
-func TestOpResetClearsEveryField(t *testing.T) {
+// A clone is equal to the op and shares none of its storage: a recording
+// keeps its clone while the task reuses the op.
+func TestOpCloneSharesNothingTheTaskReuses(t *testing.T) {
 	var x byte
-	op := Op{Kind: Gemm, Kernel: &LoadedKernel{}, Geometry: userkernel.Geometry{Dims: 2}, Gemm: GemmArgs{M: 3},
-		Call: func(uintptr) error { return nil }, Dst: 1, Src: 2, Host: unsafe.Pointer(&x), Size: 4,
-		Func: func() error { return nil }, Recorded: laneRecorded{}, Signal: 5}
-	op.Args[0] = 7
-	op.Reset(CopyDtoD)
-	want := Op{Kind: CopyDtoD}
-	want.Args[0] = 7
-	require.Nil(t, op.Call)
-	require.Nil(t, op.Func)
-	op.Call, op.Func = nil, nil
-	require.Equal(t, want, op)
+	d := &DispatchOp{Kernel: &LoadedKernel{Name: "k"}}
+	d.Args[0] = 7
+	c := &CopyOp{Direction: DeviceToHost, Src: 1, Host: unsafe.Pointer(&x), Size: 4}
+	for _, op := range []Op{d, c, &GemmOp{M: 3}, &LibraryCallOp{}, &PeerCopyOp{Size: 2}, &HostFuncOp{},
+		&ReplayOp{Recorded: laneRecorded{LaneLibrary}}, &SignalOp{Signal: 5, Import: true}} {
+		cl := op.Clone()
+		require.Equal(t, op, cl, "%T", op)
+		require.NotSame(t, op, cl, "%T", op)
+	}
+	cl := d.Clone().(*DispatchOp)
+	d.Args[0] = 8
+	require.Equal(t, byte(7), cl.Args[0], "the clone's argument block is its own")
+}
+
+// Submitting one of the task's ops allocates nothing: a pointer to it is
+// the interface's data word.
+func TestOpAsInterfaceAllocatesNothing(t *testing.T) {
+	var d DispatchOp
+	var sink Kind
+	n := testing.AllocsPerRun(100, func() {
+		var op Op = &d
+		sink = op.Kind()
+	})
+	require.Zero(t, n)
+	_ = sink
 }

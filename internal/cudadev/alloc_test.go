@@ -35,8 +35,8 @@ func TestSteadyStateAllocations(t *testing.T) {
 			y := h.alloc(side*side, kernels.F32)
 			args := kernels.Args{Out: uint64(y.ptr), A: uint64(x.ptr), B: uint64(x.ptr), N: side * side}
 			var tk uint64
-			libOp := driver.Op{Kind: driver.LibraryCall, Call: func(uintptr) error { return nil }}
-			copyOp := driver.Op{Kind: driver.CopyDtoD, Dst: y.ptr, Src: x.ptr, Size: 64}
+			libOp := driver.LibraryCallOp{Call: func(uintptr) error { return nil }}
+			copyOp := driver.CopyOp{Direction: driver.DeviceToDevice, Dst: y.ptr, Src: x.ptr, Size: 64}
 			calls := []struct {
 				name string
 				f    func()

@@ -52,9 +52,9 @@ type backend interface {
 	loadImage(image []byte) (uint64, error)
 	functionIn(module uint64, name string) (uintptr, error)
 
-	// copyAsync enqueues an asynchronous copy on s: kind is
-	// driver.CopyHtoD, CopyDtoH or CopyDtoD; host is the pinned side.
-	copyAsync(kind driver.Kind, dst, src driver.DevicePtr, host unsafe.Pointer, size uint64, s uintptr) error
+	// copyAsync enqueues an asynchronous copy on s, the way dir says;
+	// host is the pinned side.
+	copyAsync(dir driver.CopyDirection, dst, src driver.DevicePtr, host unsafe.Pointer, size uint64, s uintptr) error
 	hostAlloc(size uint64) (unsafe.Pointer, error)
 	hostFree(p unsafe.Pointer) error
 	// streamMemOps is nil when streams can wait on the device for a
@@ -294,17 +294,17 @@ func (b *cudaBackend) functionIn(module uint64, name string) (uintptr, error) {
 	return uintptr(f), err
 }
 
-func (b *cudaBackend) copyAsync(kind driver.Kind, dst, src driver.DevicePtr, host unsafe.Pointer, size uint64, s uintptr) error {
+func (b *cudaBackend) copyAsync(dir driver.CopyDirection, dst, src driver.DevicePtr, host unsafe.Pointer, size uint64, s uintptr) error {
 	c := b.ctx.Load()
-	switch kind {
-	case driver.CopyHtoD:
+	switch dir {
+	case driver.HostToDevice:
 		return c.MemcpyHtoDAsync(cuda.DevicePtr(dst), host, size, cuda.Stream(s))
-	case driver.CopyDtoH:
+	case driver.DeviceToHost:
 		return c.MemcpyDtoHAsync(host, cuda.DevicePtr(src), size, cuda.Stream(s))
-	case driver.CopyDtoD:
+	case driver.DeviceToDevice:
 		return c.MemcpyDtoDAsync(cuda.DevicePtr(dst), cuda.DevicePtr(src), size, cuda.Stream(s))
 	}
-	return fmt.Errorf("%w: %v", driver.ErrUnsupported, kind)
+	return fmt.Errorf("%w: copy of direction %d", driver.ErrUnsupported, dir)
 }
 
 func (b *cudaBackend) hostAlloc(size uint64) (unsafe.Pointer, error) {

@@ -310,8 +310,9 @@ type Task struct {
 	// userParams are the parameter blocks of user kernels, one per
 	// kernel (their layouts differ), made at the first launch.
 	userParams map[*driver.LoadedKernel]*cuda.ParamBlock
-	blas       uintptr   // the cuBLAS handle bound to the library stream, or 0
-	op         driver.Op // filled by Launch and Gemm
+	blas       uintptr           // the cuBLAS handle bound to the library stream, or 0
+	dispatch   driver.DispatchOp // filled by Launch
+	gemmOp     driver.GemmOp     // filled by Gemm
 	// host is the task's host lane. CUDA streams wait for it on the host
 	// (a boundary wait) by default; with
 	// driver.DeviceConfig.StreamWaitsForHostLanes, and where stream memory
@@ -424,17 +425,17 @@ func (d *Device) Builtin(op kernels.Op, dt kernels.DType) (*driver.LoadedKernel,
 	return &d.builtin[op][dt], nil
 }
 
-// Submit implements driver.Task, one case per kind of op. A dispatch is
+// Submit implements driver.Task, one case per op type. A dispatch is
 // cuLaunchKernel on the kernel stream with the grid counted in blocks; its
 // argument block is copied into the kernel's parameter block (whose
 // pointer array is the kernelParams) under the stream's lock, and the
 // driver copies the values at the call, so the block is reused by the next
 // launch. Copies are cuMemcpy*Async on the op's lane. It allocates nothing
 // (a user kernel's parameter block is made at its first launch).
-func (t *Task) Submit(op *driver.Op) (uint64, error) {
-	s := t.lane(op.Lane())
-	switch op.Kind {
-	case driver.Dispatch:
+func (t *Task) Submit(o driver.Op) (uint64, error) {
+	s := t.lane(o.Lane())
+	switch op := o.(type) {
+	case *driver.DispatchOp:
 		k := op.Kernel
 		if k == nil || k.Object == 0 {
 			return 0, fmt.Errorf("%w: dispatch of no kernel", driver.ErrUnsupported)
@@ -457,28 +458,31 @@ func (t *Task) Submit(op *driver.Op) (uint64, error) {
 			copy(pb.Bytes(), args)
 			return t.d.b.launch(fn, grid, block, s, pb)
 		})
-	case driver.Gemm:
-		return t.gemm(&op.Gemm)
-	case driver.LibraryCall:
+	case *driver.GemmOp:
+		return t.gemm(op)
+	case *driver.LibraryCallOp:
 		if op.Call == nil {
 			return 0, fmt.Errorf("%w: library call of no function", driver.ErrUnsupported)
 		}
 		call := op.Call
 		return s.Submit(func(s uintptr) error { return t.d.b.call(call, s) })
-	case driver.CopyHtoD, driver.CopyDtoH, driver.CopyDtoD:
-		kind, dst, src, host, n := op.Kind, op.Dst, op.Src, op.Host, op.Size
-		return s.Submit(func(s uintptr) error { return t.d.b.copyAsync(kind, dst, src, host, n, s) })
-	case driver.HostFunc:
+	case *driver.CopyOp:
+		if op.Kind() == driver.KindInvalid {
+			return 0, fmt.Errorf("%w: copy of direction %d", driver.ErrUnsupported, op.Direction)
+		}
+		dir, dst, src, host, n := op.Direction, op.Dst, op.Src, op.Host, op.Size
+		return s.Submit(func(s uintptr) error { return t.d.b.copyAsync(dir, dst, src, host, n, s) })
+	case *driver.HostFuncOp:
 		if op.Func == nil {
 			return 0, fmt.Errorf("%w: host function of no function", driver.ErrUnsupported)
 		}
 		return t.host.Submit(op.Func)
-	case driver.Replay:
+	case *driver.ReplayOp:
 		return t.replay(op)
-	case driver.CopyPeer:
+	case *driver.PeerCopyOp:
 		return t.submitPeerCopy(op, s)
 	}
-	return 0, fmt.Errorf("%w: %v", driver.ErrUnsupported, op.Kind)
+	return 0, fmt.Errorf("%w: %T", driver.ErrUnsupported, o)
 }
 
 // paramsFor returns the parameter block a kernel's launches use: the
@@ -505,21 +509,20 @@ func (t *Task) paramsFor(k *driver.LoadedKernel) (*cuda.ParamBlock, error) {
 // Launch submits rocsync's kernel op for dt over args.N elements: ceil(n/256)
 // blocks (at least 1, at most 2^16) of 256 threads.
 func (t *Task) Launch(op kernels.Op, dt kernels.DType, args kernels.Args) (uint64, error) {
-	return driver.LaunchBuiltin(t.d, t, &t.op, op, dt, args)
+	return driver.LaunchBuiltin(t.d, t, &t.dispatch, op, dt, args)
 }
 
 // Gemm submits C = alpha·op(A)·op(B) + beta·C on the library stream.
 func (t *Task) Gemm(dt kernels.DType, transA, transB bool, m, n, k int, alpha float64,
 	a driver.DevicePtr, lda int, b driver.DevicePtr, ldb int, beta float64, c driver.DevicePtr, ldc int) (uint64, error) {
-	t.op.Reset(driver.Gemm)
-	t.op.Gemm = driver.GemmArgs{DType: dt, TransA: transA, TransB: transB,
+	t.gemmOp = driver.GemmOp{DType: dt, TransA: transA, TransB: transB,
 		M: m, N: n, K: k, Alpha: alpha, A: a, LDA: lda, B: b, LDB: ldb, Beta: beta, C: c, LDC: ldc}
-	return t.Submit(&t.op)
+	return t.Submit(&t.gemmOp)
 }
 
 // gemm is cublasSgemm_v2 or cublasDgemm_v2 on the library stream,
 // column-major, alpha and beta by host pointer.
-func (t *Task) gemm(g *driver.GemmArgs) (uint64, error) {
+func (t *Task) gemm(g *driver.GemmOp) (uint64, error) {
 	if t.blas == 0 {
 		if err := t.d.b.blasError(); err != nil {
 			return 0, err

@@ -489,7 +489,7 @@ func (f *emuBackend) functionIn(uint64, string) (uintptr, error) {
 }
 
 // copyAsync runs the copy in stream order.
-func (f *emuBackend) copyAsync(kind driver.Kind, dst, src driver.DevicePtr, host unsafe.Pointer, size uint64, s uintptr) error {
+func (f *emuBackend) copyAsync(dir driver.CopyDirection, dst, src driver.DevicePtr, host unsafe.Pointer, size uint64, s uintptr) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	st := f.streams[s]
@@ -499,11 +499,11 @@ func (f *emuBackend) copyAsync(kind driver.Kind, dst, src driver.DevicePtr, host
 	f.push(st, emuOp{run: func() {
 		var from, to []byte
 		var err error
-		switch kind {
-		case driver.CopyHtoD:
+		switch dir {
+		case driver.HostToDevice:
 			from = unsafe.Slice((*byte)(host), size)
 			to, err = f.bytesAt(uint64(dst), size)
-		case driver.CopyDtoH:
+		case driver.DeviceToHost:
 			to = unsafe.Slice((*byte)(host), size)
 			from, err = f.bytesAt(uint64(src), size)
 		default:

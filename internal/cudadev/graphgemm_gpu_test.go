@@ -72,8 +72,8 @@ func BenchmarkGPUGemmGraphCapture(b *testing.B) {
 		if i > 0 {
 			a = t[i-1]
 		}
-		ops = append(ops, driver.Op{Kind: driver.Gemm, Gemm: driver.GemmArgs{DType: kernels.F32,
-			M: n, N: n, K: n, Alpha: 1, A: x.ptr, LDA: n, B: a.ptr, LDB: n, C: c.ptr, LDC: n}})
+		ops = append(ops, &driver.GemmOp{DType: kernels.F32,
+			M: n, N: n, K: n, Alpha: 1, A: x.ptr, LDA: n, B: a.ptr, LDB: n, C: c.ptr, LDC: n})
 	}
 	rec, err := tk.tk.Record(driver.LaneLibrary, ops)
 	must(err)

@@ -25,7 +25,7 @@ func (tk *htask) hostFunc(reads, writes []*harr, fn func() error) {
 	if err := sop.Begin(&h.eng, tk.tk.Timeline(driver.LaneHost), tk.sinks); err != nil {
 		h.t.Fatal(err)
 	}
-	ticket, err := tk.tk.Submit(&driver.Op{Kind: driver.HostFunc, Func: fn})
+	ticket, err := tk.tk.Submit(&driver.HostFuncOp{Func: fn})
 	if err != nil {
 		sop.Abort()
 		h.t.Fatal(err)

@@ -40,7 +40,7 @@ func (d *Device) EnablePeer(peer driver.Device) (bool, error) {
 }
 
 // submitPeerCopy runs a CopyPeer op on stream s.
-func (t *Task) submitPeerCopy(op *driver.Op, s *stream.Stream) (uint64, error) {
+func (t *Task) submitPeerCopy(op *driver.PeerCopyOp, s *stream.Stream) (uint64, error) {
 	p, ok := op.Peer.(*Device)
 	pb, isPeer := t.d.b.(peerBackend)
 	if !ok || !isPeer {

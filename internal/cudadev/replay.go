@@ -103,7 +103,7 @@ func (t *Task) Record(lane driver.Lane, ops []driver.Op) (driver.Recorded, error
 	r := &recorded{t: t, ops: len(ops), lane: lane}
 	calls := make([]func(uintptr) error, 0, len(ops))
 	for i := range ops {
-		c, err := t.recordCall(r, &ops[i])
+		c, err := t.recordCall(r, ops[i])
 		if err != nil {
 			_ = r.Release()
 			return nil, err
@@ -117,10 +117,10 @@ func (t *Task) Record(lane driver.Lane, ops []driver.Op) (driver.Recorded, error
 }
 
 // recordCall is the driver call an op makes on its stream, made once.
-func (t *Task) recordCall(r *recorded, op *driver.Op) (func(uintptr) error, error) {
+func (t *Task) recordCall(r *recorded, o driver.Op) (func(uintptr) error, error) {
 	b := t.d.b
-	switch op.Kind {
-	case driver.Dispatch:
+	switch op := o.(type) {
+	case *driver.DispatchOp:
 		k := op.Kernel
 		if k == nil || k.Object == 0 {
 			return nil, fmt.Errorf("%w: dispatch of no kernel", driver.ErrUnsupported)
@@ -139,32 +139,36 @@ func (t *Task) recordCall(r *recorded, op *driver.Op) (func(uintptr) error, erro
 		}
 		fn := uintptr(k.Object)
 		return func(s uintptr) error { return b.launch(fn, grid, block, s, pb) }, nil
-	case driver.Gemm:
+	case *driver.GemmOp:
 		if t.blas == 0 {
 			if err := b.blasError(); err != nil {
 				return nil, err
 			}
 			return nil, ErrNoBLAS
 		}
-		a, h := op.Gemm, t.blas
+		a, h := *op, t.blas
 		return func(uintptr) error {
 			return b.gemm(h, a.DType, a.TransA, a.TransB, a.M, a.N, a.K, a.Alpha, a.A, a.LDA, a.B, a.LDB, a.Beta, a.C, a.LDC)
 		}, nil
-	case driver.LibraryCall:
+	case *driver.LibraryCallOp:
 		call := op.Call
 		if call == nil {
 			return nil, fmt.Errorf("%w: library call of no function", driver.ErrUnsupported)
 		}
 		return func(s uintptr) error { return b.call(call, s) }, nil
-	case driver.CopyHtoD, driver.CopyDtoD:
-		kind, dst, src, host, n := op.Kind, op.Dst, op.Src, op.Host, op.Size
-		return func(s uintptr) error { return b.copyAsync(kind, dst, src, host, n, s) }, nil
+	case *driver.CopyOp:
+		// A download is no part of a recording: the front package
+		// refuses it (its result is read on the host).
+		if op.Direction == driver.HostToDevice || op.Direction == driver.DeviceToDevice {
+			dir, dst, src, host, n := op.Direction, op.Dst, op.Src, op.Host, op.Size
+			return func(s uintptr) error { return b.copyAsync(dir, dst, src, host, n, s) }, nil
+		}
 	}
-	return nil, fmt.Errorf("%w: %v in a recording", driver.ErrUnsupported, op.Kind)
+	return nil, fmt.Errorf("%w: %v in a recording", driver.ErrUnsupported, o.Kind())
 }
 
 // replay submits a recorded sequence on its stream.
-func (t *Task) replay(op *driver.Op) (uint64, error) {
+func (t *Task) replay(op *driver.ReplayOp) (uint64, error) {
 	r, ok := op.Recorded.(*recorded)
 	if !ok || r.t != t {
 		return 0, fmt.Errorf("%w: a replay recorded on another task or driver", driver.ErrUnsupported)

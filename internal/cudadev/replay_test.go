@@ -30,9 +30,9 @@ func TestRecordReplayStreams(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				ops := make([]driver.Op, 2)
-				ops[0].SetBuiltin(k, kernels.F32, &kernels.Args{Out: uint64(tmp.ptr), A: uint64(x.ptr), B: uint64(x.ptr), N: side * side})
-				ops[1].SetBuiltin(k, kernels.F32, &kernels.Args{Out: uint64(replayed.ptr), A: uint64(tmp.ptr), B: uint64(x.ptr), N: side * side})
+				ops := []driver.Op{new(driver.DispatchOp), new(driver.DispatchOp)}
+				ops[0].(*driver.DispatchOp).SetBuiltin(k, kernels.F32, &kernels.Args{Out: uint64(tmp.ptr), A: uint64(x.ptr), B: uint64(x.ptr), N: side * side})
+				ops[1].(*driver.DispatchOp).SetBuiltin(k, kernels.F32, &kernels.Args{Out: uint64(replayed.ptr), A: uint64(tmp.ptr), B: uint64(x.ptr), N: side * side})
 				rec, err := tk.tk.Record(driver.LaneKernel, ops)
 				if err != nil {
 					t.Fatal(err)
@@ -45,7 +45,7 @@ func TestRecordReplayStreams(t *testing.T) {
 					t.Fatalf("not captured into a graph: %v", why)
 				}
 				for range 3 {
-					ticket, err := tk.tk.Submit(&driver.Op{Kind: driver.Replay, Recorded: rec})
+					ticket, err := tk.tk.Submit(&driver.ReplayOp{Recorded: rec})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -61,7 +61,7 @@ func TestRecordReplayStreams(t *testing.T) {
 				}
 				// A recording of another task is refused.
 				other := h.task()
-				if _, err := other.tk.Submit(&driver.Op{Kind: driver.Replay, Recorded: rec}); err == nil {
+				if _, err := other.tk.Submit(&driver.ReplayOp{Recorded: rec}); err == nil {
 					t.Fatal("replayed another task's recording")
 				}
 			})
@@ -83,8 +83,8 @@ func TestRecordReplayGemmGraph(t *testing.T) {
 			const side = 8
 			a, b := h.upload(randVals(1, side*side)), h.upload(randVals(2, side*side))
 			eager, replayed := h.alloc(side*side, kernels.F32), h.alloc(side*side, kernels.F32)
-			op := driver.Op{Kind: driver.Gemm, Gemm: driver.GemmArgs{DType: kernels.F32,
-				M: side, N: side, K: side, Alpha: 1, A: b.ptr, LDA: side, B: a.ptr, LDB: side, C: replayed.ptr, LDC: side}}
+			op := &driver.GemmOp{DType: kernels.F32,
+				M: side, N: side, K: side, Alpha: 1, A: b.ptr, LDA: side, B: a.ptr, LDB: side, C: replayed.ptr, LDC: side}
 			rec, err := tk.tk.Record(driver.LaneLibrary, []driver.Op{op})
 			if err != nil {
 				t.Fatal(err)
@@ -97,7 +97,7 @@ func TestRecordReplayGemmGraph(t *testing.T) {
 				tk.mul(a, a, b) // change the input: the graph must read it at replay
 				tk.matmul(eager, a, b)
 				want := h.read(eager)
-				ticket, err := tk.tk.Submit(&driver.Op{Kind: driver.Replay, Recorded: rec})
+				ticket, err := tk.tk.Submit(&driver.ReplayOp{Recorded: rec})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -126,7 +126,7 @@ func TestRecordReplayFallsBackWithoutCapture(t *testing.T) {
 			h := newHarness(t, kind, syncstate.DeviceSide)
 			tk := h.task()
 			calls := 0
-			op := driver.Op{Kind: driver.LibraryCall, Call: func(s uintptr) error {
+			op := &driver.LibraryCallOp{Call: func(s uintptr) error {
 				calls++
 				return h.d.b.streamSynchronize(s)
 			}}
@@ -139,7 +139,7 @@ func TestRecordReplayFallsBackWithoutCapture(t *testing.T) {
 				t.Fatalf("captured a stream synchronization (graph %v, %v)", ok, why)
 			}
 			before := calls
-			ticket, err := tk.tk.Submit(&driver.Op{Kind: driver.Replay, Recorded: rec})
+			ticket, err := tk.tk.Submit(&driver.ReplayOp{Recorded: rec})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -160,7 +160,7 @@ func TestFailedCaptureDestroysItsGraph(t *testing.T) {
 	h := newHarness(t, backendKinds[0], syncstate.DeviceSide)
 	tk := h.task()
 	boom := errors.New("the library refused")
-	op := driver.Op{Kind: driver.LibraryCall, Call: func(uintptr) error { return boom }}
+	op := &driver.LibraryCallOp{Call: func(uintptr) error { return boom }}
 	rec, err := tk.tk.Record(driver.LaneLibrary, []driver.Op{op})
 	if err != nil {
 		t.Fatal(err)

@@ -79,7 +79,7 @@ func runEveryKernel(t *testing.T, d *rocmdev.Device) {
 		require.NoError(t, d.CopyHtoD(pb, unsafe.Pointer(&b[0]), size))
 		for _, op := range kernels.AllOps() {
 			const alpha = -2.5
-			ticket, err := driver.LaunchBuiltin(d, task, new(driver.Op), op, dt, kernels.Args{Out: uint64(pout), A: uint64(pa), B: uint64(pb), Alpha: alpha, N: n})
+			ticket, err := driver.LaunchBuiltin(d, task, new(driver.DispatchOp), op, dt, kernels.Args{Out: uint64(pout), A: uint64(pa), B: uint64(pb), Alpha: alpha, N: n})
 			require.NoError(t, err, "%s %s", op, dt)
 			require.NoError(t, task.Timeline(driver.LaneKernel).WaitHost(ticket))
 			require.NoError(t, d.CopyDtoH(unsafe.Pointer(&got[0]), pout, size))
@@ -205,7 +205,7 @@ func TestLoadDoesNotFallBackOnOtherErrors(t *testing.T) {
 	task, err := d.NewTask(syncstate.Sinks{})
 	require.NoError(t, err)
 	defer task.Close()
-	_, err = driver.LaunchBuiltin(d, task, new(driver.Op), kernels.Fill, kernels.F32, kernels.Args{N: 0})
+	_, err = driver.LaunchBuiltin(d, task, new(driver.DispatchOp), kernels.Fill, kernels.F32, kernels.Args{N: 0})
 	require.ErrorIs(t, err, other)
 	require.Equal(t, []kernels.CodeObjectVersion{kernels.CodeObjectV5}, h.loads)
 
@@ -219,7 +219,7 @@ func TestLoadDoesNotFallBackOnOtherErrors(t *testing.T) {
 	task2, err := d2.NewTask(syncstate.Sinks{})
 	require.NoError(t, err)
 	defer task2.Close()
-	_, err = driver.LaunchBuiltin(d2, task2, new(driver.Op), kernels.Fill, kernels.F32, kernels.Args{N: 0})
+	_, err = driver.LaunchBuiltin(d2, task2, new(driver.DispatchOp), kernels.Fill, kernels.F32, kernels.Args{N: 0})
 	require.ErrorIs(t, err, refused)
 	require.Contains(t, err.Error(), "code object v5")
 	require.Contains(t, err.Error(), "code object v4")

@@ -46,7 +46,7 @@ func (d *Device) EnablePeer(peer driver.Device) (bool, error) {
 }
 
 // submitPeerCopy runs a CopyPeer op on the task's stream.
-func (t *Task) submitPeerCopy(op *driver.Op) (uint64, error) {
+func (t *Task) submitPeerCopy(op *driver.PeerCopyOp) (uint64, error) {
 	p, ok := op.Peer.(*Device)
 	if !ok || p.rt.HIP != t.d.rt.HIP {
 		return 0, fmt.Errorf("%w: copy from %T", driver.ErrUnsupported, op.Peer)

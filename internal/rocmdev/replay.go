@@ -181,12 +181,12 @@ func (t *Task) Record(lane driver.Lane, ops []driver.Op) (driver.Recorded, error
 	r := &recorded{t: t, ops: len(ops), lane: lane}
 	if lane == driver.LaneKernel && t.st.Queue != nil {
 		ds := make([]queue.Dispatch, len(ops))
-		for i := range ops {
-			op := &ops[i]
-			k := op.Kernel
-			if op.Kind != driver.Dispatch || k == nil || k.Object == 0 {
-				return nil, fmt.Errorf("%w: %v in a kernel-queue recording", driver.ErrUnsupported, op.Kind)
+		for i, o := range ops {
+			op, ok := o.(*driver.DispatchOp)
+			if !ok || op.Kernel == nil || op.Kernel.Object == 0 {
+				return nil, fmt.Errorf("%w: %v in a kernel-queue recording", driver.ErrUnsupported, o.Kind())
 			}
+			k := op.Kernel
 			g := &op.Geometry
 			ds[i] = queue.Dispatch{KernelObject: k.Object, Grid: g.Grid[0], Workgroup: uint16(g.Workgroup[0]),
 				Dims: uint16(g.Dims), GridYZ: [2]uint32{g.Grid[1], g.Grid[2]}, WorkgroupYZ: [2]uint16{uint16(g.Workgroup[1]), uint16(g.Workgroup[2])},
@@ -203,7 +203,7 @@ func (t *Task) Record(lane driver.Lane, ops []driver.Op) (driver.Recorded, error
 		return nil, fmt.Errorf("%w: host functions are replayed by the front package", driver.ErrUnsupported)
 	}
 	for i := range ops {
-		c, err := t.streamCall(&ops[i])
+		c, err := t.streamCall(ops[i])
 		if err != nil {
 			return nil, err
 		}
@@ -217,10 +217,10 @@ func (t *Task) Record(lane driver.Lane, ops []driver.Op) (driver.Recorded, error
 
 // streamCall is the HIP call an op makes on the task's stream, with its
 // arguments copied (the op is the front package's and changes).
-func (t *Task) streamCall(op *driver.Op) (func(uintptr) error, error) {
+func (t *Task) streamCall(o driver.Op) (func(uintptr) error, error) {
 	hp := t.d.rt.HIP
-	switch op.Kind {
-	case driver.Dispatch:
+	switch op := o.(type) {
+	case *driver.DispatchOp:
 		k := op.Kernel
 		if k == nil || k.Function == 0 {
 			return nil, fmt.Errorf("%w: dispatch of no HIP function on the stream", driver.ErrUnsupported)
@@ -234,25 +234,28 @@ func (t *Task) streamCall(op *driver.Op) (func(uintptr) error, error) {
 		}
 		fn := hip.Function(k.Function)
 		return func(s uintptr) error { return hp.ModuleLaunchKernel(fn, grid, block, 0, hip.Stream(s), kernarg) }, nil
-	case driver.Gemm:
-		return t.gemmCall(op.Gemm)
-	case driver.LibraryCall:
+	case *driver.GemmOp:
+		return t.gemmCall(*op)
+	case *driver.LibraryCallOp:
 		if op.Call == nil {
 			return nil, fmt.Errorf("%w: library call of no function", driver.ErrUnsupported)
 		}
 		return op.Call, nil
-	case driver.CopyHtoD:
-		dst, src, n := hip.DevicePtr(op.Dst), op.Host, op.Size
-		return func(s uintptr) error { return hp.MemcpyHtoDAsync(dst, src, n, hip.Stream(s)) }, nil
-	case driver.CopyDtoD:
-		dst, src, n := hip.DevicePtr(op.Dst), hip.DevicePtr(op.Src), op.Size
-		return func(s uintptr) error { return hp.MemcpyDtoDAsync(dst, src, n, hip.Stream(s)) }, nil
+	case *driver.CopyOp:
+		switch op.Direction {
+		case driver.HostToDevice:
+			dst, src, n := hip.DevicePtr(op.Dst), op.Host, op.Size
+			return func(s uintptr) error { return hp.MemcpyHtoDAsync(dst, src, n, hip.Stream(s)) }, nil
+		case driver.DeviceToDevice:
+			dst, src, n := hip.DevicePtr(op.Dst), hip.DevicePtr(op.Src), op.Size
+			return func(s uintptr) error { return hp.MemcpyDtoDAsync(dst, src, n, hip.Stream(s)) }, nil
+		}
 	}
-	return nil, fmt.Errorf("%w: %v in a stream recording", driver.ErrUnsupported, op.Kind)
+	return nil, fmt.Errorf("%w: %v in a stream recording", driver.ErrUnsupported, o.Kind())
 }
 
 // gemmCall is gemm's rocBLAS call as a function of the stream.
-func (t *Task) gemmCall(g driver.GemmArgs) (func(uintptr) error, error) {
+func (t *Task) gemmCall(g driver.GemmOp) (func(uintptr) error, error) {
 	c, err := t.rocGemm(&g)
 	if err != nil {
 		return nil, err
@@ -262,7 +265,7 @@ func (t *Task) gemmCall(g driver.GemmArgs) (func(uintptr) error, error) {
 
 // replay submits a recorded sequence: one Replay of the queue's packets,
 // or one stream submission: a hipGraphLaunch, or the recorded calls.
-func (t *Task) replay(op *driver.Op) (uint64, error) {
+func (t *Task) replay(op *driver.ReplayOp) (uint64, error) {
 	r, ok := op.Recorded.(*recorded)
 	if !ok || r.t != t {
 		return 0, fmt.Errorf("%w: a replay recorded on another task or driver", driver.ErrUnsupported)

@@ -810,18 +810,18 @@ func (t *Task) Timeline(l driver.Lane) syncstate.Timeline {
 	return t.st.Stream
 }
 
-// Submit implements driver.Task: one case per kind of op. Dispatches go to
+// Submit implements driver.Task: one case per op type. Dispatches go to
 // the HSA queue as AQL packets (under Unified, hipModuleLaunchKernel on
 // the stream; HIP counts the grid in blocks, AQL in work-items); every
 // other kind runs on the HIP stream. The closures passed to Stream.Submit
 // do not escape (it only calls them), so submitting allocates nothing.
-func (t *Task) Submit(op *driver.Op) (uint64, error) {
+func (t *Task) Submit(op driver.Op) (uint64, error) {
 	if p := t.d.faultErr.Load(); p != nil {
 		return 0, *p
 	}
 	hp := t.d.rt.HIP
-	switch op.Kind {
-	case driver.Dispatch:
+	switch op := op.(type) {
+	case *driver.DispatchOp:
 		k := op.Kernel
 		if k == nil || k.Object == 0 {
 			return 0, fmt.Errorf("%w: dispatch of no kernel", driver.ErrUnsupported)
@@ -851,9 +851,9 @@ func (t *Task) Submit(op *driver.Op) (uint64, error) {
 		return t.st.Queue.Dispatch(&queue.Dispatch{KernelObject: k.Object, Grid: g.Grid[0], Workgroup: uint16(g.Workgroup[0]),
 			Dims: uint16(g.Dims), GridYZ: [2]uint32{g.Grid[1], g.Grid[2]}, WorkgroupYZ: [2]uint16{uint16(g.Workgroup[1]), uint16(g.Workgroup[2])},
 			PrivateSegmentSize: k.PrivateSegmentSize, GroupSegmentSize: k.GroupSegmentSize, Kernarg: op.Args[:k.ArgsSize]})
-	case driver.Gemm:
-		return t.gemm(&op.Gemm)
-	case driver.LibraryCall:
+	case *driver.GemmOp:
+		return t.gemm(op)
+	case *driver.LibraryCallOp:
 		call := op.Call
 		if call == nil {
 			return 0, fmt.Errorf("%w: library call of no function", driver.ErrUnsupported)
@@ -863,39 +863,52 @@ func (t *Task) Submit(op *driver.Op) (uint64, error) {
 			return 0, err
 		}
 		return t.st.Stream.Submit(call)
-	case driver.CopyHtoD:
+	case *driver.CopyOp:
+		return t.submitCopy(op)
+	case *driver.HostFuncOp:
+		if op.Func == nil {
+			return 0, fmt.Errorf("%w: host function of no function", driver.ErrUnsupported)
+		}
+		return t.host.Submit(op.Func)
+	case *driver.ReplayOp:
+		return t.replay(op)
+	case *driver.PeerCopyOp:
+		if err := t.awaitHostDeps(); err != nil {
+			return 0, err
+		}
+		return t.submitPeerCopy(op)
+	case *driver.SignalOp:
+		if op.Import {
+			return t.importSignal(op.Signal)
+		}
+		return t.exportSignal(op.Signal)
+	}
+	return 0, fmt.Errorf("%w: %T", driver.ErrUnsupported, op)
+}
+
+// submitCopy puts a copy on the HIP stream; one between host and device
+// first waits for the host functions the stream waits for
+// (awaitHostDeps).
+func (t *Task) submitCopy(op *driver.CopyOp) (uint64, error) {
+	hp := t.d.rt.HIP
+	switch op.Direction {
+	case driver.HostToDevice:
 		if err := t.awaitHostDeps(); err != nil {
 			return 0, err
 		}
 		dst, src, n := hip.DevicePtr(op.Dst), op.Host, op.Size
 		return t.st.Stream.Submit(func(s uintptr) error { return hp.MemcpyHtoDAsync(dst, src, n, hip.Stream(s)) })
-	case driver.CopyDtoH:
+	case driver.DeviceToHost:
 		if err := t.awaitHostDeps(); err != nil {
 			return 0, err
 		}
 		dst, src, n := op.Host, hip.DevicePtr(op.Src), op.Size
 		return t.st.Stream.Submit(func(s uintptr) error { return hp.MemcpyDtoHAsync(dst, src, n, hip.Stream(s)) })
-	case driver.CopyDtoD:
+	case driver.DeviceToDevice:
 		dst, src, n := hip.DevicePtr(op.Dst), hip.DevicePtr(op.Src), op.Size
 		return t.st.Stream.Submit(func(s uintptr) error { return hp.MemcpyDtoDAsync(dst, src, n, hip.Stream(s)) })
-	case driver.HostFunc:
-		if op.Func == nil {
-			return 0, fmt.Errorf("%w: host function of no function", driver.ErrUnsupported)
-		}
-		return t.host.Submit(op.Func)
-	case driver.Replay:
-		return t.replay(op)
-	case driver.CopyPeer:
-		if err := t.awaitHostDeps(); err != nil {
-			return 0, err
-		}
-		return t.submitPeerCopy(op)
-	case driver.SignalExport:
-		return t.exportSignal(op.Signal)
-	case driver.SignalImport:
-		return t.importSignal(op.Signal)
 	}
-	return 0, fmt.Errorf("%w: %v", driver.ErrUnsupported, op.Kind)
+	return 0, fmt.Errorf("%w: copy of direction %d", driver.ErrUnsupported, op.Direction)
 }
 
 // awaitHostDeps waits on the host for the host functions the task's stream
@@ -957,7 +970,7 @@ func (t *Task) HoldLibrary() (uintptr, error) {
 func (t *Task) ReleaseLibrary(enqueued bool) uint64 { return t.held.Release(t.st.Stream, enqueued) }
 
 // gemm runs rocBLAS on the task's stream.
-func (t *Task) gemm(g *driver.GemmArgs) (uint64, error) {
+func (t *Task) gemm(g *driver.GemmOp) (uint64, error) {
 	c, err := t.rocGemm(g)
 	if err != nil {
 		return 0, err
@@ -979,7 +992,7 @@ type blasGemm struct {
 }
 
 // rocGemm converts g for rocBLAS on the task's handle.
-func (t *Task) rocGemm(g *driver.GemmArgs) (blasGemm, error) {
+func (t *Task) rocGemm(g *driver.GemmOp) (blasGemm, error) {
 	blas := t.d.rt.BLAS
 	if blas == nil {
 		return blasGemm{}, fmt.Errorf("%w: %w", ErrNoBLAS, t.d.rt.BLASErr)
