@@ -751,6 +751,15 @@ func (q *Queue) waitSignal(ctx context.Context, s *Signal, t uint64) error {
 			return err
 		}
 		if p := q.brokenErr.Load(); p != nil {
+			// The break failed the tickets from brokenFrom on, which
+			// failInFlight set before publishing it. An older ticket
+			// completed before the fault (every packet has the barrier
+			// bit), though this wait may not have seen its signal yet: it
+			// slept across the completion and the next packet's fault,
+			// or it waits on a marker after the ticket that never ran.
+			if from := q.brokenFrom.Load(); from != 0 && t < from {
+				return nil
+			}
 			return *p
 		}
 		if err := b.Check(syncstate.Fence{TL: q, Ticket: t}); err != nil {
