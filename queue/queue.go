@@ -519,7 +519,12 @@ func (q *Queue) retireLocked() {
 			break
 		}
 		q.completed.Store(c + 1)
-		if e.system {
+		// A packet that releases at system scope makes everything
+		// before it visible outside the GPU, but only if it ran: a
+		// broken queue's failed packets complete because rocsync
+		// completes their signals (releaseBroken), not because the
+		// packet processor executed them and their release.
+		if from := q.brokenFrom.Load(); e.system && (from == 0 || c+1 < from) {
 			q.seeVisible(c + 1)
 		}
 		if traceopt.Enabled && q.timing != nil {

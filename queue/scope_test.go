@@ -12,6 +12,7 @@ import (
 	"github.com/rocsync/rocsync/hsa"
 	"github.com/rocsync/rocsync/internal/rocmdev/emu"
 	"github.com/rocsync/rocsync/internal/testhooks"
+	"github.com/rocsync/rocsync/kernels"
 	"github.com/rocsync/rocsync/queue"
 	"github.com/rocsync/rocsync/syncstate"
 )
@@ -163,4 +164,32 @@ func TestAgentScopeCrossGPUWaitReleasesAtSystemScope(t *testing.T) {
 			require.Contains(t, hz[0].PriorQ, "gpu0")
 		})
 	}
+}
+
+// A broken queue's packets that never ran release nothing. rocsync
+// completes their signals so that their waiters wake (releaseBroken), and
+// a system-scope marker among them must not count as the release that
+// makes the writes before the break visible outside the GPU: the wait
+// that learns of the break flushes instead, and the host reads what the
+// ticket before the break wrote with no visibility hazard. Counting the
+// failed marker as a release skipped the flush, and the checker reported
+// the read (the fault fuzzer's seed 3 with agent scope on).
+func TestAgentScopeFailedMarkerReleasesNothing(t *testing.T) {
+	r := newRig(t, emu.Options{Hazards: true, MaxDelay: 100 * time.Microsecond, Seed: 7})
+	var flushes int
+	q := r.narrowQueue(t, "q", &flushes)
+	buf, _ := r.m.HIP().Malloc(0, 64)
+	t1 := r.fillDispatch(t, q, uint64(buf), 1)
+	var ka [kernels.KernargSize]byte
+	_, err := q.Dispatch(&queue.Dispatch{KernelObject: 0xbad, Grid: 1, Workgroup: 1, Kernarg: ka[:]})
+	require.NoError(t, err)
+	mt, err := q.Marker(nil)
+	require.NoError(t, err)
+	require.ErrorIs(t, q.WaitHost(mt), queue.ErrQueueBroken, "the marker failed with the queue")
+	require.Equal(t, 1, flushes, "learning of the break made the ticket before it visible")
+	require.NoError(t, q.WaitHost(t1), "the ticket before the break succeeded")
+	var out [16]float32
+	require.NoError(t, r.m.HIP().MemcpyDtoH(0, unsafe.Pointer(&out[0]), buf, 64))
+	require.Equal(t, float32(1), out[15])
+	require.Empty(t, r.m.Hazards())
 }

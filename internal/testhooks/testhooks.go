@@ -43,13 +43,12 @@ var Switches struct {
 	// operands and is not ordered after that op.
 	SkipGroupUnsettle atomic.Bool
 
-	// AgentScopeFences makes the ROCm driver's HSA queues release kernel
-	// dispatches and barrier-AND packets at agent scope
-	// (queue.Config.AgentScope) instead of system scope. Off by default:
-	// the fault fuzzer (TestFuzzFaults seed 3 under -race) still reads a
-	// pre-fault result after a queue break that no system-scope release
-	// has made visible.
-	AgentScopeFences atomic.Bool
+	// SystemScopeFences makes the ROCm driver's HSA queues release every
+	// packet at system scope, as they did before kernel dispatches and
+	// barrier-AND packets were narrowed to agent scope
+	// (queue.Config.AgentScope, on by default): the counts before the
+	// narrowing.
+	SystemScopeFences atomic.Bool
 
 	// SkipSystemRelease makes an HSA queue with AgentScope drop the
 	// system-scope releases it adds where its work leaves the GPU: its
@@ -73,7 +72,7 @@ var (
 	SkipGroupFold          = &Switches.SkipGroupFold
 	SkipGroupUnsettle      = &Switches.SkipGroupUnsettle
 	SkipSystemRelease      = &Switches.SkipSystemRelease
-	AgentScopeFences       = &Switches.AgentScopeFences
+	SystemScopeFences      = &Switches.SystemScopeFences
 )
 
 // Device are one device's test switches, each off by default:
