@@ -16,23 +16,41 @@ import (
 	"github.com/rocsync/rocsync/syncstate"
 )
 
-// countingAPI counts the queries a Stream makes.
+// countingAPI counts the queries a Stream makes, and reports on blocked
+// (when set) each blocking call it enters.
 type countingAPI struct {
 	stream.API
 	queries atomic.Int64
-	last    atomic.Int64 // when the latest query was made (UnixNano)
+	blocked chan struct{}
 }
 
 func (c *countingAPI) EventQuery(ev uintptr) (bool, error) {
 	c.queries.Add(1)
-	c.last.Store(time.Now().UnixNano())
 	return c.API.EventQuery(ev)
 }
 
 func (c *countingAPI) StreamQuery(s uintptr) (bool, error) {
 	c.queries.Add(1)
-	c.last.Store(time.Now().UnixNano())
 	return c.API.StreamQuery(s)
+}
+
+func (c *countingAPI) EventSynchronize(ev uintptr) error {
+	c.enterBlocking()
+	return c.API.EventSynchronize(ev)
+}
+
+func (c *countingAPI) StreamSynchronize(s uintptr) error {
+	c.enterBlocking()
+	return c.API.StreamSynchronize(s)
+}
+
+func (c *countingAPI) enterBlocking() {
+	if c.blocked != nil {
+		select {
+		case c.blocked <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // gate is an op that holds a stream until open: the stream waits for a
@@ -76,14 +94,17 @@ func newBoundedStream(t *testing.T, m *emu.Machine, api stream.API, timeout time
 	return s
 }
 
-// A bounded wait (WaitTimeout set) queries for spinFor, then blocks in the runtime instead of
-// polling: a wait of tens of milliseconds for the whole stream, and one for
-// an older ticket (an event), each ask the runtime O(1) questions. The
-// polling waits asked one every 100µs at most.
+// A bounded wait (WaitTimeout set) queries for spinFor, then blocks in
+// the runtime instead of polling: once it has entered the blocking call
+// (hipStreamSynchronize for the whole stream, hipEventSynchronize for an
+// older ticket), it asks the runtime nothing more until the work
+// completes. The gate opens only after the wait has blocked, so the test
+// depends on no timing: the polling waits never entered a blocking call,
+// and queried every 100µs at most until the gate opened.
 func TestBoundedWaitDoesNotPoll(t *testing.T) {
 	m := emu.New(emu.Options{Hazards: true})
-	api := &countingAPI{API: stream.HIP(m.HIP(), 0)}
-	s := newBoundedStream(t, m, api, 10*time.Second)
+	api := &countingAPI{API: stream.HIP(m.HIP(), 0), blocked: make(chan struct{}, 1)}
+	s := newBoundedStream(t, m, api, time.Minute)
 	buf, err := m.HIP().Malloc(0, 64)
 	require.NoError(t, err)
 
@@ -93,17 +114,30 @@ func TestBoundedWaitDoesNotPoll(t *testing.T) {
 		if !whole {
 			memset(t, m, s, buf, 1) // the wait for held is then an event's
 		}
-		api.queries.Store(0)
-		go func() { time.Sleep(30 * time.Millisecond); g.open(t) }()
-		start := time.Now()
+		select {
+		case <-api.blocked: // the last iteration's Drain
+		default:
+		}
+		var blocked atomic.Bool
+		var atBlock atomic.Int64
+		var opened atomic.Bool
+		go func() {
+			// A wait that never blocks would hang on the gate: open it
+			// after a bound that only a failing wait reaches.
+			select {
+			case <-api.blocked:
+				blocked.Store(true)
+			case <-time.After(20 * time.Second):
+			}
+			atBlock.Store(api.queries.Load())
+			opened.Store(true)
+			g.open(t)
+		}()
 		require.NoError(t, s.WaitHost(held))
-		require.GreaterOrEqual(t, time.Since(start), 25*time.Millisecond)
-		// The wait queries only in its first spinFor (100 µs; 10 ms of
-		// slack for a loaded machine), then blocks: the old polling wait
-		// queried until the gate opened 30 ms later.
-		require.Less(t, time.Duration(api.last.Load()-start.UnixNano()), 10*time.Millisecond,
-			"whole stream %v: queried %d times, the last %v into a 30 ms wait", whole, api.queries.Load(),
-			time.Duration(api.last.Load()-start.UnixNano()))
+		require.True(t, opened.Load(), "whole stream %v: the wait returned before the gate opened", whole)
+		require.True(t, blocked.Load(), "whole stream %v: the wait never entered a blocking call (queried %d times)", whole, api.queries.Load())
+		require.LessOrEqual(t, api.queries.Load()-atBlock.Load(), int64(1),
+			"whole stream %v: queried %d times after blocking", whole, api.queries.Load()-atBlock.Load())
 		require.NoError(t, s.Drain())
 	}
 }
@@ -124,12 +158,23 @@ func TestBoundedWaitBehindAbandoned(t *testing.T) {
 		require.ErrorIs(t, err, syncstate.ErrWaitTimeout)
 		require.Less(t, time.Since(start), 2*time.Second)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(5*time.Millisecond, cancel)
-	start := time.Now()
-	require.ErrorIs(t, s.WaitHostContext(ctx, held), context.Canceled)
-	require.Less(t, time.Since(start), 35*time.Millisecond, "cancelled before the timeout")
 	require.Less(t, s.Completed(), held, "the work is still running")
+
+	// A cancelled wait ends with its context, also behind an abandoned
+	// call: on a stream whose own timeout (a minute) no cancellation
+	// races, the first wait abandons its blocking call and the second
+	// waits behind it.
+	c := newBoundedStream(t, m, stream.HIP(m.HIP(), 0), time.Minute)
+	gc := newGate(t, m)
+	heldC := gc.hold(t, c)
+	for range 2 {
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(5*time.Millisecond, cancel)
+		require.ErrorIs(t, c.WaitHostContext(ctx, heldC), context.Canceled)
+	}
+	require.Less(t, c.Completed(), heldC, "the work is still running")
+	gc.open(t)
+	require.NoError(t, c.WaitHost(heldC))
 
 	g.open(t)
 	require.NoError(t, s.WaitHost(held))
