@@ -100,7 +100,15 @@ func fenceScopeProgram(t *testing.T, devs []*Device) {
 	}
 }
 
-// Kernels on HSA queues release at agent scope (queue.Config.AgentScope):
+// agentScopeFences turns the ROCm driver's agent-scope fences on for t
+// (testhooks.AgentScopeFences; off by default).
+func agentScopeFences(t *testing.T) {
+	testhooks.AgentScopeFences.Store(true)
+	t.Cleanup(func() { testhooks.AgentScopeFences.Store(false) })
+}
+
+// With agent-scope fences on, kernels on HSA queues release at agent
+// scope (queue.Config.AgentScope):
 // what they write reaches the host, HIP's copies and other GPUs only
 // through the system-scope releases queue/ puts where work leaves the GPU.
 // Under every policy, with the hazard checker (which reports a visibility
@@ -108,6 +116,7 @@ func fenceScopeProgram(t *testing.T, devs []*Device) {
 // precedes) and random delays, the host and the other GPU see the right
 // values, on one GPU and on two.
 func TestNarrowedFenceScopesKeepDataCorrect(t *testing.T) {
+	agentScopeFences(t)
 	for _, p := range syncstate.Policies {
 		t.Run(p.String(), func(t *testing.T) {
 			t.Run("one GPU", func(t *testing.T) { fenceScopeProgram(t, []*Device{openStrict(t, p)}) })
@@ -127,6 +136,7 @@ func TestNarrowedFenceScopesKeepDataCorrect(t *testing.T) {
 // catches the host reading what a kernel left in the GPU's L2, naming
 // the kernel, under every policy that puts kernels on HSA queues.
 func TestMissingSystemScopeReleaseIsCaught(t *testing.T) {
+	agentScopeFences(t)
 	for _, p := range syncstate.Policies {
 		if p == Unified {
 			continue // kernels run on HIP streams, whose fences HIP sets

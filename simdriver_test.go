@@ -17,7 +17,6 @@ import (
 	"github.com/rocsync/rocsync/hsa"
 	"github.com/rocsync/rocsync/hsa/kfdsim"
 	"github.com/rocsync/rocsync/internal/dl"
-	"github.com/rocsync/rocsync/internal/testhooks"
 	"github.com/rocsync/rocsync/rocblas/simblas"
 )
 
@@ -300,12 +299,10 @@ func TestDispatchInterruptsOnSimulatedDriver(t *testing.T) {
 
 // The fence scopes of the AQL packets 1,000 dispatches and a read-back
 // cost on the simulated driver, whose command processor counts them by
-// packet kind (rocsync's packets and ROCr's and HIP's own): by default the
-// kernels release at agent scope, and only the packets that hand work to
-// the host at system scope, where each would write back the L2 on gfx90a
-// and gfx942. With the test switch SystemScopeFences every packet
-// releases at system scope, as before the narrowing. Run with -v for both
-// tables (the parent prints the child's).
+// packet kind (rocsync's packets and ROCr's and HIP's own): with
+// agent-scope fences on, the kernels release at agent scope, and only the packets that hand work to the host
+// at system scope, where each would write back the L2 on gfx90a and
+// gfx942. Run with -v for the table (the parent prints the child's).
 func TestDispatchFenceScopesOnSimulatedDriver(t *testing.T) {
 	if !kfdsim.InChild(t) {
 		parentOfSimulatedDriver(t)
@@ -317,26 +314,19 @@ func TestDispatchFenceScopesOnSimulatedDriver(t *testing.T) {
 		return
 	}
 	childTest(t, simulatedSuiteRuns[0].gpus, nil, func(t *testing.T) {
-		counts := func() hsa.FenceCounts {
-			var before, after hsa.FenceCounts
-			thousandAdds(t, func() {
-				var err error
-				before, err = kfdsim.FenceScopes("")
-				require.NoError(t, err)
-			}, func() {
-				var err error
-				after, err = kfdsim.FenceScopes("")
-				require.NoError(t, err)
-			})
-			return after.Sub(before)
-		}
-		testhooks.SystemScopeFences.Store(true)
-		wide := counts()
-		testhooks.SystemScopeFences.Store(false)
-		c := counts()
-		t.Logf("fence scopes of 1,000 dispatches and a read-back, every packet at system scope (SystemScopeFences):\n%s", wide.Table())
-		t.Logf("fence scopes of 1,000 dispatches and a read-back (the default):\n%s", c.Table())
-		require.GreaterOrEqual(t, wide.Release[hsa.FenceKindDispatch][hsa.FenceScopeSystem], uint64(1000))
+		agentScopeFences(t)
+		var before, after hsa.FenceCounts
+		thousandAdds(t, func() {
+			var err error
+			before, err = kfdsim.FenceScopes("")
+			require.NoError(t, err)
+		}, func() {
+			var err error
+			after, err = kfdsim.FenceScopes("")
+			require.NoError(t, err)
+		})
+		c := after.Sub(before)
+		t.Logf("fence scopes of 1,000 dispatches and a read-back:\n%s", c.Table())
 		require.GreaterOrEqual(t, c.Packets(hsa.FenceKindDispatch), uint64(1000))
 		// Kernels release at agent scope; what the read-back reads is
 		// released at system scope by the marker its host wait adds.

@@ -43,12 +43,14 @@ var Switches struct {
 	// operands and is not ordered after that op.
 	SkipGroupUnsettle atomic.Bool
 
-	// SystemScopeFences makes the ROCm driver's HSA queues release every
-	// packet at system scope, as they did before kernel dispatches and
-	// barrier-AND packets were narrowed to agent scope
-	// (queue.Config.AgentScope, on by default): the counts before the
-	// narrowing.
-	SystemScopeFences atomic.Bool
+	// AgentScopeFences makes the ROCm driver's HSA queues release kernel
+	// dispatches and barrier-AND packets at agent scope
+	// (queue.Config.AgentScope) instead of system scope. Off by default:
+	// with it, CI's fault fuzzer (TestFuzzFaults seed 133 under
+	// DeviceBridge, -race) failed an op that depended only on work before
+	// the fault, through the HIP bridge's system-scope marker, which a
+	// concurrent faulting packet can precede.
+	AgentScopeFences atomic.Bool
 
 	// SkipSystemRelease makes an HSA queue with AgentScope drop the
 	// system-scope releases it adds where its work leaves the GPU: its
@@ -72,7 +74,7 @@ var (
 	SkipGroupFold          = &Switches.SkipGroupFold
 	SkipGroupUnsettle      = &Switches.SkipGroupUnsettle
 	SkipSystemRelease      = &Switches.SkipSystemRelease
-	SystemScopeFences      = &Switches.SystemScopeFences
+	AgentScopeFences       = &Switches.AgentScopeFences
 )
 
 // Device are one device's test switches, each off by default:
