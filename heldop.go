@@ -21,8 +21,11 @@ type heldOp struct {
 	name string
 	s    opSync
 	tl   syncstate.Timeline
-	op   *driver.LibraryCallOp // the task's op, for the trace
 }
+
+// heldCallOp is what the trace records a held op as: a library call
+// (the function is the caller's, enqueued while the stream is held).
+var heldCallOp driver.LibraryCallOp
 
 // beginHeld orders h, whose operands syncstate.LockAll locked, on the
 // library lane of t, which the caller entered (Task.begin, Device.enter):
@@ -31,8 +34,6 @@ type heldOp struct {
 // poisoned as submitEntered's ordering failures poison it.
 func (t *Task) beginHeld(h *heldOp, operands []access) error {
 	d := t.dev
-	h.op = &t.ops.call
-	h.op.Call = nil
 	h.tl = t.timeline(driver.LaneLibrary)
 	tr := d.opObserver()
 	if tr != nil {
@@ -78,7 +79,7 @@ func (t *Task) failHeld(h *heldOp, err error) error {
 func (t *Task) commitHeld(h *heldOp, ticket uint64) error {
 	tr := t.dev.opObserver()
 	if tr != nil {
-		tr.opSubmitted(h.op, h.name, h.tl, ticket, t.traceHost, t.traceBegan, t.traceIssued)
+		tr.opSubmitted(&heldCallOp, h.name, h.tl, ticket, t.traceHost, t.traceBegan, t.traceIssued)
 	}
 	f := syncstate.Fence{TL: h.tl, Ticket: ticket}
 	t.sinks.Dispatch()
@@ -94,7 +95,7 @@ func (t *Task) commitHeld(h *heldOp, ticket uint64) error {
 // writes with err.
 func (t *Task) commitHeldFailed(h *heldOp, ticket uint64, err error) error {
 	if tr := t.dev.opObserver(); tr != nil {
-		tr.opSubmitted(h.op, h.name, h.tl, ticket, t.traceHost, t.traceBegan, t.traceIssued)
+		tr.opSubmitted(&heldCallOp, h.name, h.tl, ticket, t.traceHost, t.traceBegan, t.traceIssued)
 		tr.opEnded(h.tl, ticket, t.traceHost, t.traceBegan)
 	}
 	h.s.sop.CommitFailed(ticket, err)

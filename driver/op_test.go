@@ -57,16 +57,3 @@ func TestOpCloneSharesNothingTheTaskReuses(t *testing.T) {
 	d.Args[0] = 8
 	require.Equal(t, byte(7), cl.Args[0], "the clone's argument block is its own")
 }
-
-// Submitting one of the task's ops allocates nothing: a pointer to it is
-// the interface's data word.
-func TestOpAsInterfaceAllocatesNothing(t *testing.T) {
-	var d DispatchOp
-	var sink Kind
-	n := testing.AllocsPerRun(100, func() {
-		var op Op = &d
-		sink = op.Kind()
-	})
-	require.Zero(t, n)
-	_ = sink
-}

@@ -19,17 +19,22 @@ import (
 // by the broken queue is a fault of the device, not an unavailable
 // backend. A ticket that completed before the break stays sound.
 func TestBrokenQueueFailsFutureTicketsAtOnce(t *testing.T) {
-	r := newRig(t, emu.Options{})
-	q := r.queue(t, "q", 64)
-	buf, err := r.m.HIP().Malloc(0, 64)
-	require.NoError(t, err)
-	done := r.fillDispatch(t, q, uint64(buf), 1)
+	_, q, done := filledQueue(t)
 	require.NoError(t, q.WaitHost(done))
 
 	q.PublishBreakOnly(errors.New("queue error"))
 	require.Error(t, q.Failed(math.MaxUint64), "a ticket not yet submitted")
 	require.Error(t, q.Failed(done+1), "the next ticket")
 	require.NoError(t, q.Failed(done), "a ticket complete before the break")
+}
+
+// filledQueue is a queue on an emulated GPU with one fill submitted, done.
+func filledQueue(t *testing.T) (*rig, *queue.Queue, uint64) {
+	r := newRig(t, emu.Options{})
+	q := r.queue(t, "q", 64)
+	buf, err := r.m.HIP().Malloc(0, 64)
+	require.NoError(t, err)
+	return r, q, r.fillDispatch(t, q, uint64(buf), 1)
 }
 
 // failedTL is a timeline of another domain whose ticket 1 has completed
@@ -72,11 +77,7 @@ func TestWaitDeviceForAFenceCompletedFailedBreaksTheQueue(t *testing.T) {
 // instead, and an op that depended only on work before the fault failed
 // (the fault fuzzer's seed 133, about 1 run in 20 under -race).
 func TestWaitForATicketBeforeTheBreakSucceeds(t *testing.T) {
-	r := newRig(t, emu.Options{})
-	q := r.queue(t, "q", 64)
-	buf, err := r.m.HIP().Malloc(0, 64)
-	require.NoError(t, err)
-	done := r.fillDispatch(t, q, uint64(buf), 1)
+	r, q, done := filledQueue(t)
 	var ka [kernels.KernargSize]byte
 	bad, err := q.Dispatch(&queue.Dispatch{KernelObject: 0xbad, Grid: 1, Workgroup: 1, Kernarg: ka[:]})
 	require.NoError(t, err)
