@@ -3,7 +3,9 @@ package rocsync
 // Regression tests for what the fault fuzzer (TestFuzzFaults) found.
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -199,4 +201,72 @@ func TestBrokenQueueWaitingOnAStreamThatWaitsOnIt(t *testing.T) {
 	require.NoError(t, err, "the stream's work before it waited for the queue is sound")
 	require.Error(t, within(t, "Close", d.Close))
 	require.Empty(t, d.Hazards())
+}
+
+// With agent-scope fences, an op on a HIP stream that reads what a kernel
+// wrote before a later kernel on the same queue faulted must still run,
+// and read the kernel's result: that kernel succeeded. The HIP bridge
+// waits for a system-scope marker after the kernel, which a fault can take
+// away in two ways:
+//   - the queue has broken before the gemm is submitted, and takes no
+//     marker: the bridge failed the gemm ("not submitted ... HSA queue
+//     error"; the fault fuzzer's seed 133 under DeviceBridge, in CI). The
+//     test waits for the faulted op's output to report the fault, which
+//     asks the queue without waiting on it (a host wait on the broken
+//     queue flushes, and hid the defect);
+//   - the marker is in, behind the faulting kernel: it never runs, and
+//     rocsync completes its signal (releaseBroken) without its release,
+//     so a copy, which reads around the GPU's L2, read what the kernel
+//     may not have written back (the hazard checker's visibility rule).
+func TestAgentScopeBridgeAfterBreakKeepsEarlierWork(t *testing.T) {
+	for _, before := range []bool{true, false} {
+		t.Run(map[bool]string{true: "break before the gemm", false: "break after the gemm"}[before], func(t *testing.T) {
+			agentScopeFences(t)
+			d := openFaulty(t, DeviceBridge)
+			defer func() { _ = within(t, "Close", d.Close) }()
+			task := newTasks(t, d, 1)[0]
+			xs := randMatrix(24, 4)
+			x, err := d.FromFloat32(4, 4, xs)
+			require.NoError(t, err)
+			a, _ := d.Empty(4, 4, Float32)
+			b, _ := d.Empty(4, 4, Float32)
+			c, _ := d.Empty(4, 4, Float32)
+			faultOn(d, kernels.Add.KernelName(kernels.F32))
+			release := func() {}
+			if !before {
+				release = d.machine().Hold()
+			}
+			require.NoError(t, task.MulInto(a, x, x))
+			require.NoError(t, task.AddInto(b, x, x)) // faults
+			if before {
+				require.ErrorIs(t, within(t, "the fault to reach the faulted op's output", func() error {
+					for b.Err() == nil {
+						time.Sleep(50 * time.Microsecond)
+					}
+					return b.Err()
+				}), ErrFault)
+			}
+			require.NoError(t, task.MatMulInto(c, a, x, false, false), "the gemm reads only work before the fault")
+			down := make([]float32, 16)
+			pending, err := task.DownloadFloat32(a, down) // a copy reads through no L2: it needs a system-scope release
+			require.NoError(t, err, "the download reads only work before the fault")
+			release()
+			require.NoError(t, within(t, "the download", func() error { return pending.Wait(context.Background()) }))
+			for i := range down {
+				require.Equal(t, xs[i]*xs[i], down[i], "a[%d]", i)
+			}
+			got, err := within2(t, "the gemm's read-back", c.Float32s)
+			require.NoError(t, err)
+			for i := 0; i < 4; i++ {
+				for j := 0; j < 4; j++ {
+					var want float32
+					for k := 0; k < 4; k++ {
+						want += xs[i*4+k] * xs[i*4+k] * xs[k*4+j]
+					}
+					require.InDelta(t, want, got[i*4+j], 1e-4, "c[%d,%d]", i, j)
+				}
+			}
+			require.Empty(t, d.Hazards())
+		})
+	}
 }

@@ -391,7 +391,14 @@ func (q *Queue) failInFlight(err error) {
 // without waiting for the whole stream, which may in turn wait for this
 // queue. It asks the producers up the chain (Probe) while it waits, so
 // that a broken stream's bridge signals are released.
+//
+// With AgentScope it first makes what the tickets before the break wrote
+// visible outside the GPU (afterBreak): among the failed packets may be
+// system-scope markers that a HIP stream, another GPU or another process
+// waits for to read those writes, and completing their signals stands in
+// for their release too.
 func (q *Queue) releaseBroken(from, last uint64) {
+	q.afterBreak()
 	var pause syncstate.Backoff
 	for t := from; t <= last; t++ {
 		for !q.release.Stopped() && !q.depsDone(t) {
@@ -888,34 +895,70 @@ func (q *Queue) systemHeader(t hsa.PacketType) uint16 {
 // GPU to wait for, or nil when they already are. Where no packet at or
 // after t releases at system scope, a marker that does goes at the end:
 // the packets before it were all submitted before the waiter, so none of
-// them waits for it.
+// them waits for it. Where no marker can go in, the host makes t visible
+// (VisibleBeforeBreak, or a host wait).
 func (q *Queue) systemSignalFor(t uint64) *Signal {
 	if !q.agentScope {
 		return q.signalFor(t)
 	}
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	if t <= q.visible.Load() {
+		q.mu.Unlock()
 		return nil
 	}
 	if q.sysLast >= t && q.sysLast > q.completed.Load() {
+		// If the queue breaks before that packet runs, releaseBroken
+		// flushes before it completes the packet's signal.
 		s := q.slot(q.sysLast).sig
 		s.Retain()
+		q.mu.Unlock()
 		return s
 	}
 	if q.Err() == nil {
 		if mt, err := q.systemMarkerLocked(); err == nil {
 			s := q.slot(mt).sig
 			s.Retain()
+			q.mu.Unlock()
 			return s
 		}
 	}
-	if !q.pendingLocked(t) {
+	q.mu.Unlock()
+	if q.Err() == nil {
+		// The queue could not take a marker (no signal for it): wait
+		// for t on the host, which makes it visible. A failure reaches
+		// the waiter through the fence's health, as on the device.
+		_ = q.WaitHost(t)
 		return nil
 	}
-	e := q.slot(t)
-	e.sig.Retain()
-	return e.sig
+	if before, _ := q.VisibleBeforeBreak(t); before {
+		return nil
+	}
+	return q.signalFor(t)
+}
+
+// VisibleBeforeBreak is for a waiter on ticket t that could not put a
+// packet on the queue because the queue had broken. It says whether t
+// completed before the break; if so, with AgentScope it makes what t wrote
+// visible outside the GPU, as the waiter's system-scope marker would have,
+// and returns what Failed(t) says (t may have waited for failed work), or
+// the flush's failure. A ticket before the break completed and succeeded
+// on the queue; failing its waiter with the break failed work that did not
+// depend on the fault (the fault fuzzer's seed 133 under DeviceBridge,
+// with agent-scope fences on: the HIP bridge's marker was refused and the
+// gemm behind it failed).
+func (q *Queue) VisibleBeforeBreak(t uint64) (bool, error) {
+	from := q.brokenFrom.Load()
+	if from == 0 || t >= from {
+		return false, nil
+	}
+	if q.agentScope && t > q.visible.Load() {
+		// Every ticket before the break completed first (every packet
+		// carries the barrier bit), and failInFlight retired them.
+		if err := q.makeVisible(from - 1); err != nil {
+			return true, err
+		}
+	}
+	return true, q.Failed(t)
 }
 
 // BarrierAnd submits a barrier-AND packet that waits for deps (nil entries

@@ -127,25 +127,7 @@ func TestAgentScopeCrossGPUWaitReleasesAtSystemScope(t *testing.T) {
 			testhooks.SkipSystemRelease.Store(skip)
 			defer testhooks.SkipSystemRelease.Store(false)
 			g := newTwoGPUs(t)
-			var qs [2]*queue.Queue
-			for i := range qs {
-				fq, err := queue.New(g.rt, queue.Config{Name: fmt.Sprintf("gpu%d-flush", i), Agent: g.agents[1+i], Size: 64,
-					KernargPool: g.pool, Signals: g.signals})
-				require.NoError(t, err)
-				defer fq.Close()
-				c := g.config(i)
-				c.AgentScope = true
-				c.Flush = func() error {
-					ft, err := fq.BarrierAnd([hsa.BarrierAndMaxDependencies]*queue.Signal{})
-					if err != nil {
-						return err
-					}
-					return fq.WaitHost(ft)
-				}
-				qs[i], err = queue.New(g.rt, c)
-				require.NoError(t, err)
-				defer qs[i].Close()
-			}
+			qs := g.narrowPair(t)
 			t0 := g.fill(t, qs[0], 0, 1)
 			require.NoError(t, qs[1].WaitDevice([]syncstate.Fence{{TL: qs[0], Ticket: t0}}))
 			require.Equal(t, t0+1, qs[0].LastTicket(), "a system-scope marker follows the producer's ticket")
@@ -162,6 +144,68 @@ func TestAgentScopeCrossGPUWaitReleasesAtSystemScope(t *testing.T) {
 			require.Equal(t, emu.HazardVisibility, hz[0].Kind, "%v", hz[0])
 			require.Contains(t, hz[0].Queue, "gpu1")
 			require.Contains(t, hz[0].PriorQ, "gpu0")
+		})
+	}
+}
+
+// narrowPair is two agent-scope queues, one per GPU of g, each flushing
+// through a queue of its own.
+func (g *twoGPUs) narrowPair(t *testing.T) [2]*queue.Queue {
+	var qs [2]*queue.Queue
+	for i := range qs {
+		fq, err := queue.New(g.rt, queue.Config{Name: fmt.Sprintf("gpu%d-flush", i), Agent: g.agents[1+i], Size: 64,
+			KernargPool: g.pool, Signals: g.signals})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = fq.Close() })
+		c := g.config(i)
+		c.AgentScope = true
+		c.Flush = func() error {
+			ft, err := fq.BarrierAnd([hsa.BarrierAndMaxDependencies]*queue.Signal{})
+			if err != nil {
+				return err
+			}
+			return fq.WaitHost(ft)
+		}
+		qs[i], err = queue.New(g.rt, c)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = qs[i].Close() })
+	}
+	return qs
+}
+
+// Another GPU waits for a ticket that completed before its queue broke at
+// a later packet. Its system-scope release is gone in both orders: the
+// queue broke before the wait and takes no marker (systemSignalFor
+// returned "complete" without one), or the marker went in behind the
+// faulting packet and never ran (releaseBroken completed its signal
+// without a release). Either way GPU 1's fill, ordered after GPU 0's,
+// wrote past what GPU 0 had not written back: the checker reported a
+// visibility hazard. The producer's queue now flushes in both.
+func TestAgentScopeCrossGPUWaitOnABrokenQueue(t *testing.T) {
+	for _, before := range []bool{true, false} {
+		t.Run(map[bool]string{true: "broken before the wait", false: "broken after the wait"}[before], func(t *testing.T) {
+			g := newTwoGPUs(t)
+			qs := g.narrowPair(t)
+			hold := queue.Foreign(mustSignal(t, g.rt))
+			t0 := g.fill(t, qs[0], 0, 1)
+			if !before {
+				_, err := qs[0].BarrierAnd([hsa.BarrierAndMaxDependencies]*queue.Signal{hold})
+				require.NoError(t, err)
+			}
+			var ka [kernels.KernargSize]byte
+			bad, err := qs[0].Dispatch(&queue.Dispatch{KernelObject: 0xbad, Grid: 1, Workgroup: 1, Kernarg: ka[:]})
+			require.NoError(t, err)
+			if before {
+				require.Eventually(t, func() bool { return qs[0].Err() != nil }, time.Minute, 50*time.Microsecond)
+			}
+			require.NoError(t, qs[1].WaitDevice([]syncstate.Fence{{TL: qs[0], Ticket: t0}}))
+			g.rt.SignalStoreScrelease(hold.H, 0)
+			t1 := g.fill(t, qs[1], 1, 2)
+			require.NoError(t, qs[1].WaitHost(t1), "GPU 1 waited only for work before the fault")
+			require.ErrorIs(t, qs[0].WaitHost(bad), queue.ErrQueueBroken)
+			require.NoError(t, qs[0].WaitHost(t0))
+			require.Equal(t, float32(2), *(*float32)(g.buf), "GPU 1's fill ran last")
+			require.Empty(t, g.m.Hazards())
 		})
 	}
 }

@@ -1169,13 +1169,12 @@ func (d *Device) hsaToHIP(s *stream.Stream, f syncstate.Fence) error {
 	sig.Retain() // one reference for the marker packet, one for the stream
 	if _, err := p.Marker(sig); err != nil {
 		sig.Release()
-		if f.Ticket <= p.Completed() {
-			// The queue broke after the check above, at a later packet:
-			// the fence had completed by then (a broken queue takes no
-			// marker, and its earlier packets need none). Failing here
-			// failed an op that did not depend on the fault (found by
-			// the fault fuzzer, seed 133 under DeviceBridge with -race).
-			return p.Failed(f.Ticket)
+		// The queue broke after the check above, at a later packet: the
+		// fence had completed by then, and a broken queue takes no
+		// marker. Failing here failed an op that did not depend on the
+		// fault (the fault fuzzer's seed 133 under DeviceBridge).
+		if before, ferr := p.VisibleBeforeBreak(f.Ticket); before {
+			return ferr
 		}
 		return err
 	}
