@@ -45,11 +45,16 @@ var Switches struct {
 
 	// AgentScopeFences makes the ROCm driver's HSA queues release kernel
 	// dispatches and barrier-AND packets at agent scope
-	// (queue.Config.AgentScope) instead of system scope. Off by default:
-	// with it, CI's fault fuzzer (TestFuzzFaults seed 133 under
-	// DeviceBridge, -race) failed an op that depended only on work before
-	// the fault, through the HIP bridge's system-scope marker, which a
-	// concurrent faulting packet can precede.
+	// (queue.Config.AgentScope) instead of system scope. Off by default: a
+	// GPU memory fault evicts every queue of the GPU (amdgpu
+	// kfd_int_process_v9.c, event_interrupt_wq_v9, kfd_dqm_evict_pasid),
+	// after which no packet can release at system scope (the device's
+	// flush is refused), so what kernels released only at agent scope may
+	// stay in the GPU's L2 while the host reuses its memory. With it on,
+	// the fault fuzzer under -race found that as a visibility hazard
+	// (TestFuzzFaults/seed=305 with ROCSYNC_FUZZ_FAULTS=400, DeviceBridge).
+	// The releases a fault took away from waiters on earlier work (seed
+	// 133) are fixed (queue.VisibleBeforeBreak, releaseBroken).
 	AgentScopeFences atomic.Bool
 
 	// SkipSystemRelease makes an HSA queue with AgentScope drop the
