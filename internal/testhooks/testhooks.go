@@ -45,16 +45,15 @@ var Switches struct {
 
 	// AgentScopeFences makes the ROCm driver's HSA queues release kernel
 	// dispatches and barrier-AND packets at agent scope
-	// (queue.Config.AgentScope) instead of system scope. Off by default: a
-	// GPU memory fault evicts every queue of the GPU (amdgpu
-	// kfd_int_process_v9.c, event_interrupt_wq_v9, kfd_dqm_evict_pasid),
-	// after which no packet can release at system scope (the device's
-	// flush is refused), so what kernels released only at agent scope may
-	// stay in the GPU's L2 while the host reuses its memory. With it on,
-	// the fault fuzzer under -race found that as a visibility hazard
-	// (TestFuzzFaults/seed=305 with ROCSYNC_FUZZ_FAULTS=400, DeviceBridge).
-	// The releases a fault took away from waiters on earlier work (seed
-	// 133) are fixed (queue.VisibleBeforeBreak, releaseBroken).
+	// (queue.Config.AgentScope) instead of system scope. Off by default:
+	// with it on, the fault fuzzer under -race finds a visibility hazard
+	// (TestFuzzFaults/seed=305 with ROCSYNC_FUZZ_FAULTS=400, DeviceBridge):
+	// the host overwrites memory that a kernel wrote, after a wait that
+	// ordered it after the kernel but with no system-scope release
+	// between. The kernel's queue is not the one that broke. The cause is
+	// not found yet. The releases a fault took away from waiters on
+	// earlier work (seed 133) are fixed (queue.VisibleBeforeBreak,
+	// releaseBroken).
 	AgentScopeFences atomic.Bool
 
 	// SkipSystemRelease makes an HSA queue with AgentScope drop the
