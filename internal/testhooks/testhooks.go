@@ -46,14 +46,14 @@ var Switches struct {
 	// AgentScopeFences makes the ROCm driver's HSA queues release kernel
 	// dispatches and barrier-AND packets at agent scope
 	// (queue.Config.AgentScope) instead of system scope. Off by default:
-	// with it on, the fault fuzzer under -race finds a visibility hazard
-	// (TestFuzzFaults/seed=305 with ROCSYNC_FUZZ_FAULTS=400, DeviceBridge):
-	// the host overwrites memory that a kernel wrote, after a wait that
-	// ordered it after the kernel but with no system-scope release
-	// between. The kernel's queue is not the one that broke. The cause is
-	// not found yet. The releases a fault took away from waiters on
-	// earlier work (seed 133) are fixed (queue.VisibleBeforeBreak,
-	// releaseBroken).
+	// with it on, a broken queue completes a failed barrier-AND that
+	// waited for a kernel on another queue with no release after that
+	// kernel, so memory the kernel wrote at agent scope can be freed and
+	// overwritten by the host before its write-back (the fault fuzzer's
+	// TestFuzzFaults/seed=305 with ROCSYNC_FUZZ_FAULTS=400, DeviceBridge,
+	// about 4% of runs under -race). The releases a fault took away from
+	// waiters on earlier work (seed 133) are fixed
+	// (queue.VisibleBeforeBreak, releaseBroken).
 	AgentScopeFences atomic.Bool
 
 	// SkipSystemRelease makes an HSA queue with AgentScope drop the
