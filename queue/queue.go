@@ -154,6 +154,8 @@ type Queue struct {
 	// newest ticket whose packet releases at system scope.
 	visible atomic.Uint64
 	sysLast uint64
+	// breakMu serializes releaseBeforeBreak.
+	breakMu sync.Mutex
 }
 
 // SetBridge lets the queue wait on the device for fences of other domains:
@@ -503,10 +505,23 @@ func (q *Queue) visibleTicket() uint64 {
 // afterBreak makes what the tickets before a break wrote visible outside
 // the GPU, once a wait has learned of the break: they succeeded, and
 // their results stay readable.
-func (q *Queue) afterBreak() {
-	if from := q.brokenFrom.Load(); q.agentScope && from > 1 && q.visible.Load() < from-1 && q.completed.Load() >= from-1 {
-		_ = q.makeVisible(from - 1)
+func (q *Queue) afterBreak() { _ = q.releaseBeforeBreak() }
+
+// releaseBeforeBreak is afterBreak's flush, reporting its failure. The
+// waits that learn of the break and releaseBroken may all ask at once;
+// breakMu makes the later ones find the first one's flush done instead
+// of flushing again.
+func (q *Queue) releaseBeforeBreak() error {
+	from := q.brokenFrom.Load()
+	if !q.agentScope || from <= 1 {
+		return nil
 	}
+	q.breakMu.Lock()
+	defer q.breakMu.Unlock()
+	if q.visible.Load() >= from-1 || q.completed.Load() < from-1 {
+		return nil
+	}
+	return q.makeVisible(from - 1)
 }
 
 // seeVisible records that every ticket up to t is visible outside the GPU.
@@ -951,12 +966,10 @@ func (q *Queue) VisibleBeforeBreak(t uint64) (bool, error) {
 	if from == 0 || t >= from {
 		return false, nil
 	}
-	if q.agentScope && t > q.visible.Load() {
-		// Every ticket before the break completed first (every packet
-		// carries the barrier bit), and failInFlight retired them.
-		if err := q.makeVisible(from - 1); err != nil {
-			return true, err
-		}
+	// Every ticket before the break completed first (every packet
+	// carries the barrier bit), and failInFlight retired them.
+	if err := q.releaseBeforeBreak(); err != nil {
+		return true, err
 	}
 	return true, q.Failed(t)
 }
