@@ -251,6 +251,21 @@ func TestDeviceMatchingByPCILocationOnSimulatedDriver(t *testing.T) {
 	}
 }
 
+// aroundThousandAdds reads a counter of the simulated driver (read, for
+// every GPU: "") before and after thousandAdds' 1,000 dispatches and
+// read-back.
+func aroundThousandAdds[T any](t *testing.T, read func(string) (T, error)) (before, after T) {
+	get := func(v *T) func() {
+		return func() {
+			var err error
+			*v, err = read("")
+			require.NoError(t, err)
+		}
+	}
+	thousandAdds(t, get(&before), get(&after))
+	return before, after
+}
+
 // thousandAdds opens a DeviceSide device on the simulated driver, makes
 // y = x + x and reads it back, then calls before, submits 1,000 y += x,
 // reads y back (checking it), and calls after.
@@ -282,16 +297,7 @@ func thousandAdds(t *testing.T, before, after func()) {
 // HIP's copy), not one per dispatch.
 func TestDispatchInterruptsOnSimulatedDriver(t *testing.T) {
 	childTest(t, simulatedSuiteRuns[0].gpus, nil, func(t *testing.T) {
-		var before, after uint64
-		thousandAdds(t, func() {
-			var err error
-			before, err = kfdsim.EOPInterrupts("")
-			require.NoError(t, err)
-		}, func() {
-			var err error
-			after, err = kfdsim.EOPInterrupts("")
-			require.NoError(t, err)
-		})
+		before, after := aroundThousandAdds(t, kfdsim.EOPInterrupts)
 		t.Logf("1,000 dispatches and a read-back raised %d end-of-pipe interrupts", after-before)
 		require.LessOrEqual(t, after-before, uint64(10))
 	})
@@ -300,9 +306,10 @@ func TestDispatchInterruptsOnSimulatedDriver(t *testing.T) {
 // The fence scopes of the AQL packets 1,000 dispatches and a read-back
 // cost on the simulated driver, whose command processor counts them by
 // packet kind (rocsync's packets and ROCr's and HIP's own): with
-// agent-scope fences on, the kernels release at agent scope, and only the packets that hand work to the host
-// at system scope, where each would write back the L2 on gfx90a and
-// gfx942. Run with -v for the table (the parent prints the child's).
+// agent-scope fences on, the kernels release at agent scope, and only the
+// packets that hand work to the host at system scope, where each would
+// write back the L2 on gfx90a and gfx942. Run with -v for the table (the
+// parent prints the child's).
 func TestDispatchFenceScopesOnSimulatedDriver(t *testing.T) {
 	if !kfdsim.InChild(t) {
 		parentOfSimulatedDriver(t)
@@ -315,16 +322,7 @@ func TestDispatchFenceScopesOnSimulatedDriver(t *testing.T) {
 	}
 	childTest(t, simulatedSuiteRuns[0].gpus, nil, func(t *testing.T) {
 		agentScopeFences(t)
-		var before, after hsa.FenceCounts
-		thousandAdds(t, func() {
-			var err error
-			before, err = kfdsim.FenceScopes("")
-			require.NoError(t, err)
-		}, func() {
-			var err error
-			after, err = kfdsim.FenceScopes("")
-			require.NoError(t, err)
-		})
+		before, after := aroundThousandAdds(t, kfdsim.FenceScopes)
 		c := after.Sub(before)
 		t.Logf("fence scopes of 1,000 dispatches and a read-back:\n%s", c.Table())
 		require.GreaterOrEqual(t, c.Packets(hsa.FenceKindDispatch), uint64(1000))
