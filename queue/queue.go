@@ -938,10 +938,12 @@ func (q *Queue) systemSignalFor(t uint64) *Signal {
 		}
 	}
 	q.mu.Unlock()
-	if q.Err() == nil {
-		// The queue could not take a marker (no signal for it): wait
-		// for t on the host, which makes it visible. A failure reaches
-		// the waiter through the fence's health, as on the device.
+	if q.brokenFrom.Load() == 0 {
+		// The queue could not take a marker without breaking: it had no
+		// signal for one, or it waited for failed work and takes no more
+		// packets. t's packet runs all the same; wait for it on the host,
+		// which makes it visible. A failure reaches the waiter through
+		// the fence's health, as on the device.
 		_ = q.WaitHost(t)
 		return nil
 	}

@@ -237,3 +237,30 @@ func TestAgentScopeFailedMarkerReleasesNothing(t *testing.T) {
 	require.Equal(t, float32(1), out[15])
 	require.Empty(t, r.m.Hazards())
 }
+
+// A queue that waited on the device for failed work takes no more
+// packets, though it did not break itself: a ticket before that wait
+// succeeded, and another GPU waiting for it still needs its release.
+// systemSignalFor looked only for a break, handed the waiter the ticket's
+// own signal with no release, and the checker reported GPU 1's fill.
+func TestAgentScopeCrossGPUWaitOnAnUpstreamFailedQueue(t *testing.T) {
+	g := newTwoGPUs(t)
+	qs := g.narrowPair(t)
+	c := g.config(0)
+	c.Name = "gpu0-producer"
+	producer, err := queue.New(g.rt, c)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = producer.Close() })
+	var ka [kernels.KernargSize]byte
+	bad, err := producer.Dispatch(&queue.Dispatch{KernelObject: 0xbad, Grid: 1, Workgroup: 1, Kernarg: ka[:]})
+	require.NoError(t, err)
+	t0 := g.fill(t, qs[0], 0, 1)
+	require.NoError(t, qs[0].WaitDevice([]syncstate.Fence{{TL: producer, Ticket: bad}}))
+	require.ErrorIs(t, producer.WaitHost(bad), queue.ErrQueueBroken)
+	require.Eventually(t, func() bool { return qs[0].Err() != nil }, time.Minute, 50*time.Microsecond)
+	require.NoError(t, qs[1].WaitDevice([]syncstate.Fence{{TL: qs[0], Ticket: t0}}))
+	t1 := g.fill(t, qs[1], 1, 2)
+	require.NoError(t, qs[1].WaitHost(t1))
+	require.Equal(t, float32(2), *(*float32)(g.buf), "GPU 1's fill ran last")
+	require.Empty(t, g.m.Hazards())
+}
