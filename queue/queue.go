@@ -821,16 +821,24 @@ func (q *Queue) CanWaitPeer(d syncstate.Domain) bool { return q.CanWaitDevice(d)
 
 // WaitDevice implements syncstate.Timeline with barrier-AND packets, at
 // most five signals each.
+//
+// Each fence is recorded in the queue's health (AddUpstream) with the
+// first ticket behind its wait: the barrier's own, taken under the lock
+// that publishes the barrier. The ticket the queue would give next is not
+// it: another goroutine may put a packet on the queue meanwhile (a marker
+// for a HIP stream or another GPU that waits for earlier work). The
+// record would then name that packet, which does not wait, and be
+// pruned once it completed, while the barrier still waited; a host
+// waiting behind the barrier then no longer asked the producer whether
+// it had failed, and a stream whose failure only a query reveals left the
+// barrier waiting for ever (the fault fuzzer's seed 224 under
+// DeviceBridge).
 func (q *Queue) WaitDevice(fences []syncstate.Fence) error {
 	var sigs [16]*Signal
+	var waited [16]syncstate.Fence
 	n := 0
 	for _, f := range fences {
 		q.hostDeps.Note(f)
-		// Recorded whether or not a packet is needed: a fence that has
-		// completed since the consumer looked at it needs none, but may
-		// have failed, and the work behind the wait then runs on what it
-		// left.
-		q.health.AddUpstream(q.name, f, q.lastTicket.Load()+1)
 		var s *Signal
 		if p, ok := f.TL.(*Queue); ok {
 			if p.agent == q.agent {
@@ -848,21 +856,28 @@ func (q *Queue) WaitDevice(fences []syncstate.Fence) error {
 			releaseAll(sigs[:n])
 			return fmt.Errorf("queue: %s cannot wait on the device for %s (%s)", q.name, f.TL.Name(), f.TL.Domain())
 		}
-		if s != nil {
-			if n == len(sigs) {
-				releaseAll(sigs[:n])
-				return fmt.Errorf("queue: too many fences (%d) for one device wait", len(fences))
-			}
-			sigs[n] = s
-			n++
+		if s == nil {
+			// Recorded though no packet waits: a fence that has
+			// completed since the consumer looked at it may have
+			// failed, and the work behind the wait then runs on what it
+			// left.
+			q.health.AddUpstream(q.name, f, q.lastTicket.Load()+1)
+			continue
 		}
+		if n == len(sigs) {
+			releaseAll(sigs[:n])
+			return fmt.Errorf("queue: too many fences (%d) for one device wait", len(fences))
+		}
+		sigs[n], waited[n] = s, f
+		n++
 	}
 	for i := 0; i < n; i += hsa.BarrierAndMaxDependencies {
+		j := min(n, i+hsa.BarrierAndMaxDependencies)
 		var deps [hsa.BarrierAndMaxDependencies]*Signal
-		copy(deps[:], sigs[i:min(n, i+hsa.BarrierAndMaxDependencies)])
-		if _, err := q.BarrierAnd(deps); err != nil {
+		copy(deps[:], sigs[i:j])
+		if _, err := q.barrierAnd(deps, waited[i:j]); err != nil {
 			// The rest were not handed to a packet.
-			releaseAll(sigs[min(n, i+hsa.BarrierAndMaxDependencies):n])
+			releaseAll(sigs[j:n])
 			return err
 		}
 	}
@@ -980,12 +995,21 @@ func (q *Queue) VisibleBeforeBreak(t uint64) (bool, error) {
 // are satisfied). It takes over the references to deps, which are dropped
 // once the packet completes.
 func (q *Queue) BarrierAnd(deps [hsa.BarrierAndMaxDependencies]*Signal) (uint64, error) {
+	return q.barrierAnd(deps, nil)
+}
+
+// barrierAnd is BarrierAnd that also records, before the packet is
+// published, that it waits for the fences waited (see WaitDevice).
+func (q *Queue) barrierAnd(deps [hsa.BarrierAndMaxDependencies]*Signal, waited []syncstate.Fence) (uint64, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	idx, sig, err := q.reserveLocked()
 	if err != nil {
 		releaseAll(deps[:])
 		return 0, err
+	}
+	for _, f := range waited {
+		q.health.AddUpstream(q.name, f, idx+1)
 	}
 	p := hsa.BarrierAndPacket{Header: q.header(hsa.PacketTypeBarrierAnd), CompletionSignal: sig.H}
 	for i, d := range deps {

@@ -171,10 +171,10 @@ type Stream struct {
 
 	// bridge, when set, makes this stream wait on the device for a fence
 	// of a timeline that is not a Stream (HSA→HIP under DeviceBridge).
-	bridge func(s *Stream, f syncstate.Fence) error
+	bridge Bridge
 	// hostBridge, when set, makes this stream wait on the device for a
 	// fence of a host lane (syncstate.DomainHost).
-	hostBridge func(s *Stream, f syncstate.Fence) error
+	hostBridge Bridge
 
 	// timing, set once by EnableTiming, times every op (tracing).
 	timing atomic.Pointer[timing]
@@ -255,14 +255,33 @@ func (s *Stream) Name() string { return s.name }
 // LastTicket is the ticket of the newest op.
 func (s *Stream) LastTicket() uint64 { return s.lastTicket.Load() }
 
+// A Bridge makes stream s wait on the device for fence f of a timeline
+// the stream cannot wait for with an event. It puts its wait on s with
+// SubmitWait and returns that op's ticket, or 0 when f needs no wait.
+type Bridge func(s *Stream, f syncstate.Fence) (uint64, error)
+
 // SetBridge lets the stream wait on the device for fences of timelines
 // that are not streams.
-func (s *Stream) SetBridge(bridge func(s *Stream, f syncstate.Fence) error) { s.bridge = bridge }
+func (s *Stream) SetBridge(bridge Bridge) { s.bridge = bridge }
 
 // SetHostBridge lets the stream wait on the device for fences of host
 // lanes (a memory word the lane writes after the function).
-func (s *Stream) SetHostBridge(bridge func(s *Stream, f syncstate.Fence) error) {
-	s.hostBridge = bridge
+func (s *Stream) SetHostBridge(bridge Bridge) { s.hostBridge = bridge }
+
+// SubmitWait is Submit for an op that waits on the device for fence f (a
+// Bridge's wait). f goes on the stream's health record with the op's own
+// ticket, under the lock that gives it: another goroutine may submit to
+// the stream meanwhile (a bridge's write for an HSA queue), and a record
+// naming that op, which is before the wait, would be pruned once it
+// completed, while the wait still waited (see WaitDevice).
+func (s *Stream) SubmitWait(f syncstate.Fence, enqueue func(stream uintptr) error) (uint64, error) {
+	return s.Submit(func(h uintptr) error {
+		if err := enqueue(h); err != nil {
+			return err
+		}
+		s.health.AddUpstream(s.name, f, s.lastTicket.Load()+1)
+		return nil
+	})
 }
 
 // Submit runs enqueue (which must put exactly one op on the stream) under
@@ -1069,45 +1088,62 @@ func (s *Stream) CanWaitPeer(d syncstate.Domain) bool { return s.CanWaitDevice(d
 // event, which captures the event's newest record when it is enqueued: the
 // event may be recycled as soon as the call returns and the producer has
 // passed it.
+//
+// Each fence goes on the stream's health record with the first ticket
+// behind its wait, taken under the lock that enqueues the wait (a bridge's
+// wait is an op of its own: SubmitWait). The ticket the stream would give
+// next when WaitDevice starts is not it: another goroutine may submit
+// meanwhile, and a record naming that op would fail it with the producer,
+// and be pruned once it completed while the wait still waited; a host
+// waiting behind the wait then no longer asks the producer up the chain
+// whether it failed (Probe), and a failure only a query reveals leaves the
+// wait waiting for ever.
 func (s *Stream) WaitDevice(fences []syncstate.Fence) error {
 	for _, f := range fences {
-		s.health.AddUpstream(s.name, f, s.lastTicket.Load()+1)
 		s.hostDeps.Note(f)
-		if f.TL.Domain() == syncstate.DomainHost {
-			if s.hostBridge == nil {
-				return fmt.Errorf("stream: %s cannot wait on the device for the host lane %s", s.name, f.TL.Name())
-			}
-			if err := s.hostBridge(s, f); err != nil {
-				return err
-			}
-			continue
-		}
-		p, ok := f.TL.(*Stream)
-		if !ok || (p.domain != s.domain && !s.crossDomain) {
-			if s.bridge == nil {
-				return fmt.Errorf("stream: %s (%s) cannot wait on the device for %s (%s)", s.name, s.domain, f.TL.Name(), f.TL.Domain())
-			}
-			if err := s.bridge(s, f); err != nil {
-				return err
-			}
-			continue
-		}
-		ev, ok, err := p.eventFor(f.Ticket)
+		waited, err := s.waitDevice(f)
 		if err != nil {
 			return err
 		}
-		if !ok {
-			continue
-		}
-		s.mu.Lock()
-		err = s.api.StreamWaitEvent(s.s, ev)
-		s.mu.Unlock()
-		p.releaseEvent(ev)
-		if err != nil {
-			return err
+		if !waited {
+			// Recorded though nothing waits: a fence that has completed
+			// since the consumer looked at it may have failed, and the
+			// work behind the wait then runs on what it left.
+			s.health.AddUpstream(s.name, f, s.lastTicket.Load()+1)
 		}
 	}
 	return nil
+}
+
+// waitDevice makes the stream wait on the device for f, and says whether
+// it enqueued a wait (which it recorded).
+func (s *Stream) waitDevice(f syncstate.Fence) (bool, error) {
+	if f.TL.Domain() == syncstate.DomainHost {
+		if s.hostBridge == nil {
+			return false, fmt.Errorf("stream: %s cannot wait on the device for the host lane %s", s.name, f.TL.Name())
+		}
+		t, err := s.hostBridge(s, f)
+		return t != 0, err
+	}
+	p, ok := f.TL.(*Stream)
+	if !ok || (p.domain != s.domain && !s.crossDomain) {
+		if s.bridge == nil {
+			return false, fmt.Errorf("stream: %s (%s) cannot wait on the device for %s (%s)", s.name, s.domain, f.TL.Name(), f.TL.Domain())
+		}
+		t, err := s.bridge(s, f)
+		return t != 0, err
+	}
+	ev, ok, err := p.eventFor(f.Ticket)
+	if err != nil || !ok {
+		return false, err
+	}
+	s.mu.Lock()
+	// The wait is no op of its own: the next op is the first behind it.
+	s.health.AddUpstream(s.name, f, s.lastTicket.Load()+1)
+	err = s.api.StreamWaitEvent(s.s, ev)
+	s.mu.Unlock()
+	p.releaseEvent(ev)
+	return true, err
 }
 
 // Drain waits on the host for everything submitted so far.

@@ -127,24 +127,23 @@ func (d *Device) forgetLane(l *hostlane.Lane) {
 }
 
 // hostToStream is a stream's device-side wait for a host lane's fence.
-func (d *Device) hostToStream(s *stream.Stream, f syncstate.Fence) error {
+func (d *Device) hostToStream(s *stream.Stream, f syncstate.Fence) (uint64, error) {
 	lane, ok := f.TL.(*hostlane.Lane)
 	if !ok {
-		return fmt.Errorf("cudadev: %s is not a host lane", f.TL.Name())
+		return 0, fmt.Errorf("cudadev: %s is not a host lane", f.TL.Name())
 	}
 	if f.Ticket <= lane.Completed() {
-		return nil
+		return 0, nil
 	}
 	w := &d.hostWords
 	w.mu.Lock()
 	addr, ok := w.byLane[lane]
 	w.mu.Unlock()
 	if !ok {
-		return fmt.Errorf("cudadev: host lane %s has no word on %s", lane.Name(), d.name)
+		return 0, fmt.Errorf("cudadev: host lane %s has no word on %s", lane.Name(), d.name)
 	}
 	b, ticket := d.b, f.Ticket
-	_, err := s.Submit(func(h uintptr) error { return b.streamWaitValueGEQ(h, addr, ticket) })
-	return err
+	return s.SubmitWait(f, func(h uintptr) error { return b.streamWaitValueGEQ(h, addr, ticket) })
 }
 
 // freeLaneWords releases the host lanes' and the streams' words; the

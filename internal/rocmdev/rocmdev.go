@@ -1154,17 +1154,17 @@ func (s *releaseSignal) Run()  { (*queue.Signal)(s).Release() }
 // hipStreamWaitValue64 until that signal reads 0. The signal stays
 // retained (so the pool cannot reset it to 1) until the stream has passed
 // the wait.
-func (d *Device) hsaToHIP(s *stream.Stream, f syncstate.Fence) error {
+func (d *Device) hsaToHIP(s *stream.Stream, f syncstate.Fence) (uint64, error) {
 	p, ok := f.TL.(*queue.Queue)
 	if !ok {
-		return fmt.Errorf("rocmdev: cannot bridge from %s", f.TL.Name())
+		return 0, fmt.Errorf("rocmdev: cannot bridge from %s", f.TL.Name())
 	}
 	if f.Ticket <= p.Completed() {
-		return nil
+		return 0, nil
 	}
 	sig, ptr, err := d.bridgeSignal()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	sig.Retain() // one reference for the marker packet, one for the stream
 	if _, err := p.Marker(sig); err != nil {
@@ -1174,11 +1174,11 @@ func (d *Device) hsaToHIP(s *stream.Stream, f syncstate.Fence) error {
 		// marker. Failing here failed an op that did not depend on the
 		// fault (the fault fuzzer's seed 133 under DeviceBridge).
 		if before, ferr := p.VisibleBeforeBreak(f.Ticket); before {
-			return ferr
+			return 0, ferr
 		}
-		return err
+		return 0, err
 	}
-	return d.streamWaitZero(s, sig, ptr)
+	return d.streamWaitZero(s, f, sig, ptr)
 }
 
 // bridgeSignal returns a GPU-only signal from the bridge pool and the
@@ -1197,20 +1197,21 @@ func (d *Device) bridgeSignal() (*queue.Signal, unsafe.Pointer, error) {
 	return sig, ptr, nil
 }
 
-// streamWaitZero makes s wait on the device until the value at ptr (sig's)
-// reads 0, and hands the stream's reference to sig back once that wait has
-// completed (at once when it could not be enqueued).
-func (d *Device) streamWaitZero(s *stream.Stream, sig *queue.Signal, ptr unsafe.Pointer) error {
+// streamWaitZero makes s wait on the device for fence f until the value
+// at ptr (sig's) reads 0, returns the wait's ticket, and hands the
+// stream's reference to sig back once that wait has completed (at once
+// when it could not be enqueued).
+func (d *Device) streamWaitZero(s *stream.Stream, f syncstate.Fence, sig *queue.Signal, ptr unsafe.Pointer) (uint64, error) {
 	hp := d.rt.HIP
-	t, err := s.Submit(func(hs uintptr) error {
+	t, err := s.SubmitWait(f, func(hs uintptr) error {
 		return hp.StreamWaitValue64(hip.Stream(hs), ptr, 0, hip.StreamWaitValueEq, ^uint64(0))
 	})
 	if err != nil {
 		sig.Release()
-		return err
+		return 0, err
 	}
 	s.AfterCompleteHook(t, (*releaseSignal)(sig))
-	return nil
+	return t, nil
 }
 
 // storeZeroOnComplete has the lane's goroutine set sig to 0 once the
@@ -1253,19 +1254,19 @@ func (d *Device) hostToHSA(f syncstate.Fence) (*queue.Signal, error) {
 // reads 0, stored by the lane's goroutine after the function. The lane is
 // told first, so that the stream never waits for a store that was due
 // before it asked.
-func (d *Device) hostToHIP(s *stream.Stream, f syncstate.Fence) error {
+func (d *Device) hostToHIP(s *stream.Stream, f syncstate.Fence) (uint64, error) {
 	lane, ok := f.TL.(*hostlane.Lane)
 	if !ok {
-		return fmt.Errorf("rocmdev: %s is not a host lane", f.TL.Name())
+		return 0, fmt.Errorf("rocmdev: %s is not a host lane", f.TL.Name())
 	}
 	sig, ptr, err := d.bridgeSignal()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if !d.storeZeroOnComplete(lane, f.Ticket, sig) {
-		return nil
+		return 0, nil
 	}
-	return d.streamWaitZero(s, sig, ptr)
+	return d.streamWaitZero(s, f, sig, ptr)
 }
 
 // HIPIndex is the device's HIP device number (what RCCL calls the device;
