@@ -14,6 +14,10 @@
 // (one thread, inside ncclGroupStart/ncclGroupEnd),
 // so that both can be timed, alternating, in one session.
 //
+// -raw times the one-process shape with NCCL and the CUDA driver alone,
+// without rocsync: the floor of that shape, which rocsync's one-process
+// figures are read against.
+//
 // With -procs the command re-executes itself once per rank beyond the
 // first; the children's environment goes through nccl.ChildEnv, so NVLink
 // multicast stays off in them. On the emulator the ranks of -procs are
@@ -51,6 +55,7 @@ type config struct {
 	backend rocsync.Backend
 	devices int
 	procs   bool
+	raw     bool
 	sizes   []int // bytes
 	rounds  int
 	batch   int
@@ -99,9 +104,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return json.NewEncoder(stdout).Encode(rs)
 	}
 	var rs []result
-	if cfg.procs {
+	switch {
+	case cfg.raw:
+		rs, err = rawOneProcess(cfg)
+	case cfg.procs:
 		rs, err = processes(cfg)
-	} else {
+	default:
 		rs, err = oneProcess(cfg)
 	}
 	if err != nil {
@@ -124,6 +132,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&backend, "backend", "auto", "auto, emulator, rocm or cuda")
 	fs.IntVar(&cfg.devices, "devices", 2, "GPUs (ranks)")
 	fs.BoolVar(&cfg.procs, "procs", false, "one process per GPU (JoinCommunicator) instead of one process over all")
+	fs.BoolVar(&cfg.raw, "raw", false, "one process over all GPUs with NCCL and the CUDA driver alone, without rocsync (CUDA only; -submit applies)")
 	fs.StringVar(&sizes, "sizes", "1MiB,256MiB", "comma-separated message sizes per rank (B, KiB, MiB, GiB)")
 	fs.IntVar(&cfg.rounds, "rounds", 30, "timed rounds per size")
 	fs.IntVar(&cfg.batch, "batch", 20, "all-reduces submitted back to back per round")
@@ -150,6 +159,9 @@ func parse(args []string, stderr io.Writer) (config, error) {
 			return cfg, err
 		}
 		cfg.sizes = append(cfg.sizes, n)
+	}
+	if cfg.raw && (cfg.procs || cfg.backend != rocsync.CUDA) {
+		return cfg, fmt.Errorf("-raw runs one process on CUDA: give -backend cuda and no -procs")
 	}
 	if cfg.devices < 1 || cfg.rounds < 1 || cfg.batch < 1 || cfg.warmup < 0 {
 		return cfg, fmt.Errorf("-devices, -rounds and -batch must be positive, -warmup not negative")

@@ -40,7 +40,7 @@ func TestAllReduceShapesOnEmulator(t *testing.T) {
 func TestAllReduceBadFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"-sizes", "3B"}, {"-sizes", "-1MiB"}, {"-sizes", "x"}, {"-devices", "0"}, {"-backend", "tpu"}, {"-policy", "Often"},
-		{"-submit", "both"},
+		{"-submit", "both"}, {"-raw"}, {"-raw", "-backend", "emulator"}, {"-raw", "-backend", "cuda", "-procs"},
 	} {
 		require.Error(t, run(args, io.Discard, io.Discard), "%v", args)
 	}
