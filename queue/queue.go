@@ -407,12 +407,35 @@ func (q *Queue) releaseBroken(from, last uint64) {
 			q.health.Probe()
 			pause.Sleep()
 		}
+		if q.agentScope && q.hasDeps(t) {
+			// The failed barrier stands between the work it waited for
+			// (kernels of other queues, released at agent scope) and
+			// whoever waits for it, who may then use that work's output
+			// from outside the GPU; the packet processor would have run
+			// its release. Without it, a free saw the failed writer
+			// done, and an upload overwrote the block before the L2
+			// wrote the kernel's output back (the fault fuzzer's seed
+			// 305 under DeviceBridge, agent scope on).
+			_ = q.flush()
+		}
 		q.mu.Lock()
 		if e := q.slot(t); e.sig != nil {
 			q.rt.SignalStoreScrelease(e.sig.H, 0)
 		}
 		q.mu.Unlock()
 	}
+}
+
+// hasDeps says whether ticket t's packet waits for any signal.
+func (q *Queue) hasDeps(t uint64) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, d := range q.slot(t).deps {
+		if d != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // depsDone reports whether every dependency signal of ticket t's packet

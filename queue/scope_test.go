@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -263,4 +264,61 @@ func TestAgentScopeCrossGPUWaitOnAnUpstreamFailedQueue(t *testing.T) {
 	require.NoError(t, qs[1].WaitHost(t1))
 	require.Equal(t, float32(2), *(*float32)(g.buf), "GPU 1's fill ran last")
 	require.Empty(t, g.m.Hazards())
+}
+
+// A broken queue's failed barrier-AND that waited for a kernel on another
+// queue of the GPU stands between that kernel and whoever waits for the
+// barrier. The kernel released at agent scope; releaseBroken completed the
+// barrier's signal once the kernel was done, with no release, and the
+// host, told the barrier's ticket was done, wrote the kernel's buffer
+// before the L2 wrote it back: the checker reported the host's write (the
+// fault fuzzer's seed 305 under DeviceBridge with agent scope on: a freed
+// array's block went back to the cache and an upload overwrote it). The
+// break now flushes before it completes such a barrier.
+func TestAgentScopeFailedBarrierKeepsTheReleaseOfWhatItWaitedFor(t *testing.T) {
+	r := newRig(t, emu.Options{Hazards: true, MaxDelay: 100 * time.Microsecond, Seed: 11})
+	agents, _ := r.rt.Agents()
+	pools, _ := r.rt.MemoryPools(agents[0])
+	var flushes atomic.Int32
+	narrow := func(name string) *queue.Queue {
+		fq := r.queue(t, name+"-flush", 64)
+		q, err := queue.New(r.rt, queue.Config{Name: name, Agent: agents[1], Size: 64, KernargPool: pools[0],
+			Signals: r.signals, AgentScope: true, Flush: func() error {
+				ft, err := fq.BarrierAnd([hsa.BarrierAndMaxDependencies]*queue.Signal{})
+				if err == nil {
+					err = fq.WaitHost(ft)
+				}
+				flushes.Add(1)
+				return err
+			}})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = q.Close() })
+		return q
+	}
+	producer, consumer := narrow("producer"), narrow("consumer")
+	buf, _ := r.m.HIP().Malloc(0, 64)
+
+	holdProducer, holdConsumer := queue.Foreign(mustSignal(t, r.rt)), queue.Foreign(mustSignal(t, r.rt))
+	_, err := producer.BarrierAnd([hsa.BarrierAndMaxDependencies]*queue.Signal{holdProducer})
+	require.NoError(t, err)
+	fill := r.fillDispatch(t, producer, uint64(buf), 1)
+	_, err = consumer.BarrierAnd([hsa.BarrierAndMaxDependencies]*queue.Signal{holdConsumer})
+	require.NoError(t, err)
+	var ka [kernels.KernargSize]byte
+	_, err = consumer.Dispatch(&queue.Dispatch{KernelObject: 0xbad, Grid: 1, Workgroup: 1, Kernarg: ka[:]})
+	require.NoError(t, err)
+	require.NoError(t, consumer.WaitDevice([]syncstate.Fence{{TL: producer, Ticket: fill}}))
+	barrier := consumer.LastTicket()
+
+	// The consumer breaks at the bad dispatch; learning of it flushes once
+	// (its first ticket succeeded), before the fill has run.
+	r.rt.SignalStoreScrelease(holdConsumer.H, 0)
+	require.Eventually(t, func() bool { return flushes.Load() == 1 }, time.Minute, 50*time.Microsecond)
+	r.rt.SignalStoreScrelease(holdProducer.H, 0)
+	require.Eventually(t, func() bool { return consumer.Completed() >= barrier }, time.Minute, 50*time.Microsecond)
+	require.ErrorIs(t, consumer.Failed(barrier), queue.ErrQueueBroken)
+
+	twos := [16]float32{2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2}
+	require.NoError(t, r.m.HIP().MemcpyHtoD(0, buf, unsafe.Pointer(&twos[0]), 64))
+	require.Empty(t, r.m.Hazards(), "the host wrote what the fill wrote before its write-back")
 }
