@@ -221,7 +221,6 @@ func TestBrokenQueueWaitingOnAStreamThatWaitsOnIt(t *testing.T) {
 func TestAgentScopeBridgeAfterBreakKeepsEarlierWork(t *testing.T) {
 	for _, before := range []bool{true, false} {
 		t.Run(map[bool]string{true: "break before the gemm", false: "break after the gemm"}[before], func(t *testing.T) {
-			agentScopeFences(t)
 			d := openFaulty(t, DeviceBridge)
 			defer func() { _ = within(t, "Close", d.Close) }()
 			task := newTasks(t, d, 1)[0]

@@ -100,11 +100,12 @@ func fenceScopeProgram(t *testing.T, devs []*Device) {
 	}
 }
 
-// agentScopeFences turns the ROCm driver's agent-scope fences on for t
-// (testhooks.AgentScopeFences; off by default).
-func agentScopeFences(t *testing.T) {
-	testhooks.AgentScopeFences.Store(true)
-	t.Cleanup(func() { testhooks.AgentScopeFences.Store(false) })
+// systemScopeFences makes the ROCm driver's HSA queues release every
+// packet at system scope for t (testhooks.SystemScopeFences), as before
+// agent-scope fences became the default.
+func systemScopeFences(t *testing.T) {
+	testhooks.SystemScopeFences.Store(true)
+	t.Cleanup(func() { testhooks.SystemScopeFences.Store(false) })
 }
 
 // With agent-scope fences on, kernels on HSA queues release at agent
@@ -116,7 +117,6 @@ func agentScopeFences(t *testing.T) {
 // precedes) and random delays, the host and the other GPU see the right
 // values, on one GPU and on two.
 func TestNarrowedFenceScopesKeepDataCorrect(t *testing.T) {
-	agentScopeFences(t)
 	for _, p := range syncstate.Policies {
 		t.Run(p.String(), func(t *testing.T) {
 			t.Run("one GPU", func(t *testing.T) { fenceScopeProgram(t, []*Device{openStrict(t, p)}) })
@@ -136,7 +136,6 @@ func TestNarrowedFenceScopesKeepDataCorrect(t *testing.T) {
 // catches the host reading what a kernel left in the GPU's L2, naming
 // the kernel, under every policy that puts kernels on HSA queues.
 func TestMissingSystemScopeReleaseIsCaught(t *testing.T) {
-	agentScopeFences(t)
 	for _, p := range syncstate.Policies {
 		if p == Unified {
 			continue // kernels run on HIP streams, whose fences HIP sets

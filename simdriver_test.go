@@ -306,22 +306,39 @@ func TestDispatchInterruptsOnSimulatedDriver(t *testing.T) {
 // The fence scopes of the AQL packets 1,000 dispatches and a read-back
 // cost on the simulated driver, whose command processor counts them by
 // packet kind (rocsync's packets and ROCr's and HIP's own): with
-// agent-scope fences on, the kernels release at agent scope, and only the
-// packets that hand work to the host at system scope, where each would
-// write back the L2 on gfx90a and gfx942. Run with -v for the table (the
-// parent prints the child's).
+// agent-scope fences (the default) the kernels release at agent scope, and
+// only the packets that hand work to the host at system scope, where each
+// would write back the L2 on gfx90a and gfx942; with every packet at
+// system scope (the switch), every kernel writes it back. Run with -v for
+// the tables (the parent prints the child's).
 func TestDispatchFenceScopesOnSimulatedDriver(t *testing.T) {
 	if !kfdsim.InChild(t) {
 		parentOfSimulatedDriver(t)
 		out := kfdsim.Run(t, simulatedSuiteRuns[0].gpus, t.Name(), kfdsim.Options{Release: simRelease(t), Env: simblasEnv(t)})
-		if i := strings.Index(out, "fence scopes of"); i >= 0 {
-			table, _, _ := strings.Cut(out[i:], "--- ")
-			t.Logf("child: %s", table)
+		for rest := out; ; {
+			i := strings.Index(rest, "fence scopes of")
+			if i < 0 {
+				break
+			}
+			table := rest[i:]
+			for _, end := range []string{"--- ", "=== ", "fence scopes of"} {
+				if j := strings.Index(table[1:], end); j >= 0 {
+					table = table[:j+1]
+				}
+			}
+			t.Logf("child: %s", strings.TrimSpace(table))
+			rest = rest[i+len("fence scopes of"):]
 		}
 		return
 	}
 	childTest(t, simulatedSuiteRuns[0].gpus, nil, func(t *testing.T) {
-		agentScopeFences(t)
+		t.Run("system scope", func(t *testing.T) {
+			systemScopeFences(t)
+			before, after := aroundThousandAdds(t, kfdsim.FenceScopes)
+			c := after.Sub(before)
+			t.Logf("fence scopes of 1,000 dispatches and a read-back, every packet at system scope:\n%s", c.Table())
+			require.GreaterOrEqual(t, c.Release[hsa.FenceKindDispatch][hsa.FenceScopeSystem], uint64(1000))
+		})
 		before, after := aroundThousandAdds(t, kfdsim.FenceScopes)
 		c := after.Sub(before)
 		t.Logf("fence scopes of 1,000 dispatches and a read-back:\n%s", c.Table())

@@ -435,7 +435,7 @@ func newDevice(rt Runtimes, cfg driver.DeviceConfig, index int, agent hsa.Agent,
 		q, err := queue.New(rt.HSA, queue.Config{Name: fmt.Sprintf("gpu%d/hsa-q%d", index, i), Agent: agent,
 			Size: cfg.QueueSize, KernargPool: kernarg, Signals: d.signals, WakeSignals: d.wakeSignals, Sinks: syncstate.Sinks{cfg.Stats},
 			WaitTimeout: cfg.WaitTimeout, MaxInFlight: cfg.MaxInFlight, OnThrottle: cfg.OnThrottle, Place: d.place,
-			OnMemoryViolation: d.memoryViolation, AgentScope: testhooks.AgentScopeFences.Load(), Flush: d.flush})
+			OnMemoryViolation: d.memoryViolation, AgentScope: !testhooks.SystemScopeFences.Load(), Flush: d.flush})
 		if err == nil && bridge {
 			q.SetBridge(d.hipToHSA)
 		}

@@ -43,19 +43,11 @@ var Switches struct {
 	// operands and is not ordered after that op.
 	SkipGroupUnsettle atomic.Bool
 
-	// AgentScopeFences makes the ROCm driver's HSA queues release kernel
-	// dispatches and barrier-AND packets at agent scope
-	// (queue.Config.AgentScope) instead of system scope. Off by default:
-	// with it on, a broken queue completes a failed barrier-AND that
-	// waited for a kernel on another queue with no release after that
-	// kernel, so memory the kernel wrote at agent scope can be freed and
-	// overwritten by the host before its write-back (the fault fuzzer's
-	// TestFuzzFaults/seed=305 with ROCSYNC_FUZZ_FAULTS=400, DeviceBridge,
-	// about 4% of runs under -race), and seed 224 of 400 under DeviceBridge
-	// sometimes hangs in a read-back. The releases a fault took away from
-	// waiters on earlier work (seed 133) are fixed
-	// (queue.VisibleBeforeBreak, releaseBroken).
-	AgentScopeFences atomic.Bool
+	// SystemScopeFences makes the ROCm driver's HSA queues release every
+	// packet at system scope (queue.Config.AgentScope off), as they did
+	// before agent-scope fences became the default: for the tests that
+	// count what each costs.
+	SystemScopeFences atomic.Bool
 
 	// SkipSystemRelease makes an HSA queue with AgentScope drop the
 	// system-scope releases it adds where its work leaves the GPU: its
@@ -79,7 +71,7 @@ var (
 	SkipGroupFold          = &Switches.SkipGroupFold
 	SkipGroupUnsettle      = &Switches.SkipGroupUnsettle
 	SkipSystemRelease      = &Switches.SkipSystemRelease
-	AgentScopeFences       = &Switches.AgentScopeFences
+	SystemScopeFences      = &Switches.SystemScopeFences
 )
 
 // Device are one device's test switches, each off by default:
