@@ -40,10 +40,23 @@ func TestAllReduceShapesOnEmulator(t *testing.T) {
 func TestAllReduceBadFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"-sizes", "3B"}, {"-sizes", "-1MiB"}, {"-sizes", "x"}, {"-devices", "0"}, {"-backend", "tpu"}, {"-policy", "Often"},
-		{"-submit", "both"}, {"-raw"}, {"-raw", "-backend", "emulator"}, {"-raw", "-backend", "cuda", "-procs"},
+		{"-submit", "both"},
 	} {
 		require.Error(t, run(args, io.Discard, io.Discard), "%v", args)
 	}
+}
+
+// -raw is one process on CUDA: parse refuses it elsewhere and with -procs
+// (run would fail too on a machine without CUDA, but only when it tried
+// to open libcuda).
+func TestAllReduceRawFlags(t *testing.T) {
+	for _, args := range [][]string{{"-raw"}, {"-raw", "-backend", "emulator"}, {"-raw", "-backend", "cuda", "-procs"}} {
+		_, err := parse(args, io.Discard)
+		require.Error(t, err, "%v", args)
+	}
+	cfg, err := parse([]string{"-raw", "-backend", "cuda", "-submit", "group"}, io.Discard)
+	require.NoError(t, err)
+	require.True(t, cfg.raw)
 }
 
 func TestParseSize(t *testing.T) {
