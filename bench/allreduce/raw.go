@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rocsync/rocsync"
 	"github.com/rocsync/rocsync/bench/internal/measure"
 	"github.com/rocsync/rocsync/cuda"
 	"github.com/rocsync/rocsync/nccl"
@@ -103,7 +104,7 @@ func rawSize(cfg config, nl *nccl.Lib, ctxs []*cuda.Ctx, streams []cuda.Stream, 
 		return nl.AllReduce(uintptr(bufs[i]), uintptr(bufs[i]), elems, nccl.Float32, nccl.Sum, comms[i], uintptr(streams[i]))
 	}
 	var round func() error
-	if cfg.submit.String() == "group" {
+	if cfg.submit == rocsync.SubmitGroup {
 		round = func() error {
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
