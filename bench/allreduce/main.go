@@ -56,13 +56,17 @@ type config struct {
 	devices int
 	procs   bool
 	raw     bool
-	sizes   []int // bytes
-	rounds  int
-	batch   int
-	warmup  int
-	policy  rocsync.Policy
-	submit  rocsync.CommSubmit
-	json    bool
+	// lockstep, with -raw -submit threads: every rank's thread waits for
+	// the others' calls after each all-reduce, as rocsync's AllReduce
+	// returns only once every rank's part is submitted.
+	lockstep bool
+	sizes    []int // bytes
+	rounds   int
+	batch    int
+	warmup   int
+	policy   rocsync.Policy
+	submit   rocsync.CommSubmit
+	json     bool
 }
 
 // result is one message size in one shape.
@@ -133,6 +137,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.devices, "devices", 2, "GPUs (ranks)")
 	fs.BoolVar(&cfg.procs, "procs", false, "one process per GPU (JoinCommunicator) instead of one process over all")
 	fs.BoolVar(&cfg.raw, "raw", false, "one process over all GPUs with NCCL and the CUDA driver alone, without rocsync (CUDA only; -submit applies)")
+	fs.BoolVar(&cfg.lockstep, "lockstep", false, "with -raw -submit threads: each rank's thread waits for every rank's call after each all-reduce (rocsync's AllReduce's lock-step, without rocsync)")
 	fs.StringVar(&sizes, "sizes", "1MiB,256MiB", "comma-separated message sizes per rank (B, KiB, MiB, GiB)")
 	fs.IntVar(&cfg.rounds, "rounds", 30, "timed rounds per size")
 	fs.IntVar(&cfg.batch, "batch", 20, "all-reduces submitted back to back per round")
@@ -162,6 +167,9 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	}
 	if cfg.raw && (cfg.procs || cfg.backend != rocsync.CUDA) {
 		return cfg, fmt.Errorf("-raw runs one process on CUDA: give -backend cuda and no -procs")
+	}
+	if cfg.lockstep && (!cfg.raw || cfg.submit != rocsync.SubmitThreads) {
+		return cfg, fmt.Errorf("-lockstep goes with -raw -submit threads")
 	}
 	if cfg.devices < 1 || cfg.rounds < 1 || cfg.batch < 1 || cfg.warmup < 0 {
 		return cfg, fmt.Errorf("-devices, -rounds and -batch must be positive, -warmup not negative")

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -57,6 +59,49 @@ func TestAllReduceRawFlags(t *testing.T) {
 	cfg, err := parse([]string{"-raw", "-backend", "cuda", "-submit", "group"}, io.Discard)
 	require.NoError(t, err)
 	require.True(t, cfg.raw)
+}
+
+// -lockstep is a variant of -raw's threads: parse refuses it anywhere else.
+func TestAllReduceLockstepFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"-lockstep", "-backend", "cuda"},
+		{"-lockstep", "-raw", "-backend", "cuda", "-submit", "group"},
+		{"-lockstep", "-backend", "cuda", "-procs"},
+	} {
+		_, err := parse(args, io.Discard)
+		require.Error(t, err, "%v", args)
+	}
+	cfg, err := parse([]string{"-raw", "-lockstep", "-backend", "cuda"}, io.Discard)
+	require.NoError(t, err)
+	require.True(t, cfg.lockstep)
+}
+
+// The lock-step barrier holds every thread until all have reached it, and
+// once broken holds none.
+func TestSpinBarrier(t *testing.T) {
+	const n, steps = 3, 100
+	b := &spinBarrier{n: n}
+	var reached [n]atomic.Int64
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			for s := range int64(steps) {
+				reached[i].Store(s + 1)
+				if !b.wait() {
+					t.Error("the barrier broke unbroken")
+					return
+				}
+				for j := range n { // nobody is behind this step
+					if reached[j].Load() < s+1 {
+						t.Errorf("thread %d passed step %d before thread %d reached it", i, s, j)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.breakAll()
+	require.False(t, b.wait()) // one thread alone: it would wait for ever unbroken
 }
 
 func TestParseSize(t *testing.T) {

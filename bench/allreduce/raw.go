@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rocsync/rocsync"
@@ -130,6 +131,10 @@ func rawSize(cfg config, nl *nccl.Lib, ctxs []*cuda.Ctx, streams []cuda.Stream, 
 	} else {
 		// One locked thread per rank, started once and fed a round at a
 		// time, as rocsync's rank workers are.
+		var step *spinBarrier
+		if cfg.lockstep {
+			step = &spinBarrier{n: int64(n)}
+		}
 		start := make([]chan struct{}, n)
 		done := make(chan error, n)
 		var wg sync.WaitGroup
@@ -148,6 +153,13 @@ func rawSize(cfg config, nl *nccl.Lib, ctxs []*cuda.Ctx, streams []cuda.Stream, 
 					var err error
 					for range cfg.batch {
 						if err = reduce(i); err != nil {
+							if step != nil {
+								step.breakAll()
+							}
+							break
+						}
+						if step != nil && !step.wait() {
+							err = errors.New("another rank's call failed")
 							break
 						}
 					}
@@ -186,10 +198,53 @@ func rawSize(cfg config, nl *nccl.Lib, ctxs []*cuda.Ctx, streams []cuda.Stream, 
 		}
 	}
 	med := measure.Quantile(per, 0.5)
-	res = result{Shape: "1 process, raw NCCL", Submit: cfg.submit.String(), Backend: "cuda", Devices: n, Bytes: size, MedianUS: med,
+	submit := cfg.submit.String()
+	if cfg.lockstep {
+		submit += ", lock-step"
+	}
+	res = result{Shape: "1 process, raw NCCL", Submit: submit, Backend: "cuda", Devices: n, Bytes: size, MedianUS: med,
 		P90US: measure.Quantile(per, 0.9), Rounds: cfg.rounds, Batch: cfg.batch}
 	if med > 0 {
 		res.BusGBps = 2 * float64(n-1) / float64(n) * float64(size) / (med * 1e3)
 	}
 	return res, nil
 }
+
+// spinBarrier holds each of n threads until all n have reached it; it
+// spins, as rocsync's rank workers and the goroutine that waits for them
+// do between back-to-back collectives. A thread whose call failed breaks
+// it (breakAll), so that the others leave their rounds instead of waiting
+// for ever.
+type spinBarrier struct {
+	n       int64
+	arrived atomic.Int64
+	gen     atomic.Int64
+	broken  atomic.Bool
+}
+
+// wait returns once all n threads have reached it (true) or one broke it
+// (false).
+func (b *spinBarrier) wait() bool {
+	gen := b.gen.Load()
+	if b.arrived.Add(1) == b.n {
+		b.arrived.Store(0)
+		b.gen.Add(1)
+		return true
+	}
+	for i := 1; b.gen.Load() == gen; i++ {
+		if b.broken.Load() {
+			return false
+		}
+		if i%(1<<14) == 0 {
+			// Tens of microseconds of spinning: let a goroutine that
+			// shares this P run (on a machine with fewer cores than
+			// ranks). A locked thread that yields sooner parks, and
+			// its wake-up would be timed as lock-step.
+			runtime.Gosched()
+		}
+	}
+	return true
+}
+
+// breakAll releases every thread waiting, and every later wait, with false.
+func (b *spinBarrier) breakAll() { b.broken.Store(true) }
