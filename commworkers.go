@@ -25,8 +25,16 @@ type rankWorkers struct {
 }
 
 // workerSpin is how long a worker (or the caller waiting for the workers)
-// polls before it parks. About three back-to-back 1 MiB all-reduces.
-const workerSpin = 50 * time.Microsecond
+// polls before it parks: about fifteen back-to-back 1 MiB all-reduces on
+// H200s. It must outlast the slowest rank's call of a collective, not
+// only the gap between collectives: a worker whose part ends first waits
+// for the others' before its next post, and one that parked then takes
+// 50-150 µs to wake (a locked thread on a VM), which makes it the slowest
+// of the next collective, and parks the others in turn. At 50 µs that
+// cascade tripled the time of 4-rank all-reduces in some runs
+// (docs/benchmarks.md); a spin ends at most this much of a core per rank
+// after the last collective.
+const workerSpin = 250 * time.Microsecond
 
 type rankWorker struct {
 	rank     int           // the local rank whose parts it runs
