@@ -177,8 +177,19 @@ func (b *buffer) download(ctx context.Context, op string, dst unsafe.Pointer, wh
 			b.st.Unlock()
 			return newErr(op, ErrRecording, "%v is used by %v, which is still recording: its ops have not run", who, r)
 		}
+		// Done before the failure: a writer that fails as it completes
+		// is seen failed.
 		w := b.st.WriterLocked()
-		if w.Done() {
+		done := w.Done()
+		if err := b.st.PoisonLocked(); err != nil {
+			// A writer known to have failed is not waited for, whether or
+			// not its ticket counts as complete yet (syncstate.Timeline's
+			// Failed): the error is Err's. Nothing is copied: dst keeps
+			// what it held.
+			b.st.Unlock()
+			return &Error{Op: op, Kind: ErrFault, Detail: who.String(), Err: err}
+		}
+		if done {
 			break
 		}
 		b.st.Unlock()
@@ -195,10 +206,6 @@ func (b *buffer) download(ctx context.Context, op string, dst unsafe.Pointer, wh
 		b.st.Lock()
 	}
 	defer b.st.Unlock()
-	if err := b.st.PoisonLocked(); err != nil {
-		// Nothing is copied: dst keeps what it held.
-		return &Error{Op: op, Kind: ErrFault, Detail: who.String(), Err: err}
-	}
 	if err := d.drv.CopyDtoH(dst, b.ptr, b.size); err != nil {
 		return &Error{Op: op, Kind: ErrUnavailable, Detail: "copying to the host", Err: err}
 	}
