@@ -30,10 +30,16 @@ package stream
 // stream synchronize, the stream handle is destroyed when that call
 // returns.
 //
-// Before the handoff a bounded wait queries for a short while (spinFor):
-// most waits on a GPU end within tens of microseconds, sooner than the
-// handoff's two goroutine wake-ups, which cost about 20 µs per wait on an
-// H100 host's VM (bench -paired-raw -wait-timeout, docs/benchmarks.md).
+// Before the handoff a bounded wait queries for a while (spinFor): the
+// handoff's two goroutine wake-ups cost about 20 µs per wait on an H100
+// host's VM (bench -paired-raw -wait-timeout, docs/benchmarks.md), so a
+// wait should reach it only once that is a small part of the wait. At
+// 100 µs, a replay of 99 chained kernels (131 µs on an H200) took
+// 1.15-1.31x the raw graph and 1.01-1.03x at 1 ms (bench -paired-raw
+// -replay, docs/benchmarks.md). The spin costs no processor time the
+// blocking call would not: on a context with the default scheduling
+// (CU_CTX_SCHED_AUTO, cuCtxCreate in the CUDA driver API), a synchronize
+// spins too while the host has more cores than active contexts.
 //
 // In steady state a wait allocates nothing: the request (with its result
 // channel and timer) comes from a free list, and an idle helper takes it
@@ -49,8 +55,9 @@ import (
 )
 
 // spinFor is how long a bounded wait queries its event or stream before
-// it hands the blocking call to a helper.
-const spinFor = 100 * time.Microsecond
+// it hands the blocking call to a helper: a wait that outlasts it pays
+// the handoff's ~20 µs, under 2% of it.
+const spinFor = time.Millisecond
 
 // spin queries ev (or, when ev is 0, the stream h) until it is done, a
 // query fails, or spinFor has passed since b began: done reports whether
