@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/rocsync/rocsync/internal/testcheck"
 )
 
 // Both shapes on the emulator: one result per size, checked sums (run
@@ -101,7 +103,8 @@ func TestSpinBarrier(t *testing.T) {
 	}
 	wg.Wait()
 	b.breakAll()
-	require.False(t, b.wait()) // one thread alone: it would wait for ever unbroken
+	// One thread alone: unbroken, it would wait for ever.
+	require.False(t, testcheck.Within(t, "a broken barrier's wait", b.wait))
 }
 
 func TestParseSize(t *testing.T) {
