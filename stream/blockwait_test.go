@@ -368,3 +368,23 @@ func TestCloseWithAbandonedCalls(t *testing.T) {
 	require.Eventually(t, func() bool { return code() == hip.ErrorInvalidHandle }, 5*time.Second, time.Millisecond,
 		"destroyed once the helper's call returned")
 }
+
+// A bounded wait whose context is already done stops spinning at its
+// first check (every fourth query) and returns the context's error, rather
+// than spinning out the whole spinFor first.
+func TestBoundedWaitSpinEndsWithItsBound(t *testing.T) {
+	m := emu.New(emu.Options{Hazards: true})
+	api := &countingAPI{API: stream.HIP(m.HIP(), 0), blocked: make(chan struct{}, 1)}
+	s := newBoundedStream(t, m, api, time.Minute)
+	g := newGate(t, m)
+	held := g.hold(t, s)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	before := api.queries.Load()
+	err := s.WaitHostContext(ctx, held)
+	queries := api.queries.Load() - before
+	g.open(t) // before any assertion: the stream's Close waits for the work
+	require.ErrorIs(t, err, context.Canceled)
+	require.LessOrEqual(t, queries, int64(4), "queries after the context was done")
+	require.NoError(t, s.WaitHost(held))
+}

@@ -1036,7 +1036,7 @@ func (s *Stream) spinWhole(b *syncstate.Bound, last uint64) (done bool, err erro
 		}
 		// A failed stream never writes the word: after spinFor the wait
 		// goes to a blocking runtime call, which reports the failure.
-		if i%256 == 255 && time.Since(start) >= spinFor {
+		if i%256 == 255 && spinEnded(b, start) {
 			return false, nil
 		}
 	}
