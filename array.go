@@ -202,6 +202,9 @@ func fromSlice(d *Device, op string, rows, cols int, dt DType, n int, src unsafe
 		_ = d.drv.Free(a.ptr)
 		return nil, &Error{Op: op, Kind: ErrUnavailable, Detail: "copying to the device", Err: err}
 	}
+	// Written by the host, not by an op: a kernel that reads it acquires
+	// at system scope first (syncstate.Acquirer).
+	a.st.MarkHostWritten()
 	return a, nil
 }
 

@@ -60,6 +60,7 @@ func (w *reduceWorkspace) takeLocked(d *Device, size uint64) (*buffer, error) {
 		_ = d.drv.Free(b.ptr)
 		return nil, &Error{Op: "Sum", Kind: ErrUnavailable, Detail: "zeroing the reduction workspace", Err: err}
 	}
+	b.st.MarkHostWritten()
 	if w.buf != nil {
 		// Released once its last reduction completes, or, while a
 		// recording replays reductions on it, once that recording closes.

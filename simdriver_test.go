@@ -308,9 +308,12 @@ func TestDispatchInterruptsOnSimulatedDriver(t *testing.T) {
 // packet kind (rocsync's packets and ROCr's and HIP's own): with
 // agent-scope fences (the default) the kernels release at agent scope, and
 // only the packets that hand work to the host at system scope, where each
-// would write back the L2 on gfx90a and gfx942; with every packet at
-// system scope (the switch), every kernel writes it back. Run with -v for
-// the tables (the parent prints the child's).
+// would write back the L2 on gfx90a and gfx942; they acquire at agent
+// scope too, x having been read on the queue before (only the first
+// kernel to read what the host wrote acquires at system scope, which
+// invalidates the L2). With every packet at system scope (the switch),
+// every kernel writes the L2 back and invalidates it. Run with -v for the
+// tables (the parent prints the child's).
 func TestDispatchFenceScopesOnSimulatedDriver(t *testing.T) {
 	if !kfdsim.InChild(t) {
 		parentOfSimulatedDriver(t)
@@ -338,6 +341,7 @@ func TestDispatchFenceScopesOnSimulatedDriver(t *testing.T) {
 			c := after.Sub(before)
 			t.Logf("fence scopes of 1,000 dispatches and a read-back, every packet at system scope:\n%s", c.Table())
 			require.GreaterOrEqual(t, c.Release[hsa.FenceKindDispatch][hsa.FenceScopeSystem], uint64(1000))
+			require.GreaterOrEqual(t, c.Acquire[hsa.FenceKindDispatch][hsa.FenceScopeSystem], uint64(1000))
 		})
 		before, after := aroundThousandAdds(t, kfdsim.FenceScopes)
 		c := after.Sub(before)
@@ -351,5 +355,9 @@ func TestDispatchFenceScopesOnSimulatedDriver(t *testing.T) {
 		}
 		require.LessOrEqual(t, system, uint64(5), "system-scope releases")
 		require.GreaterOrEqual(t, c.Release[hsa.FenceKindDispatch][hsa.FenceScopeAgent], uint64(1000))
+		// The kernels acquire at agent scope; any system-scope acquire
+		// of a dispatch is HIP's or ROCr's own (a blit kernel's).
+		require.LessOrEqual(t, c.Acquire[hsa.FenceKindDispatch][hsa.FenceScopeSystem], uint64(5), "system-scope acquires")
+		require.GreaterOrEqual(t, c.Acquire[hsa.FenceKindDispatch][hsa.FenceScopeAgent], uint64(1000))
 	})
 }

@@ -156,6 +156,9 @@ type Queue struct {
 	sysLast uint64
 	// breakMu serializes releaseBeforeBreak.
 	breakMu sync.Mutex
+	// acquireNext says the next dispatch acquires at system scope (see
+	// AcquireSystem); a dispatch clears it under mu as it takes it.
+	acquireNext atomic.Bool
 }
 
 // SetBridge lets the queue wait on the device for fences of other domains:
@@ -235,7 +238,20 @@ type Config struct {
 	// a barrier-AND on another GPU waits for one, and Completed counts a
 	// ticket complete only once one has followed it.
 	//
-	// Unset, every packet releases at system scope.
+	// With AgentScope, kernel dispatches also acquire at agent scope,
+	// which invalidates the GPU's L1 and scalar caches but not its L2:
+	// what the host, a copy engine or another GPU wrote into memory the
+	// L2 still holds an older copy of is seen only after a system-scope
+	// acquire, which invalidates the L2 too (LLVM AMDGPUUsage, "Memory
+	// Model GFX90A": buffer_invl2; "GFX942": buffer_inv sc1=1). HIP
+	// acquires its kernels at agent scope too (the same VirtualGPU::create)
+	// and at system scope where outside data enters (addSystemScope_, and
+	// kBarrierPacketAcquireHeader). Here an op that may read such data
+	// asks for a system-scope acquire (AcquireSystem, which
+	// syncstate.Acquirer says when), and a recording's replay acquires at
+	// system scope on its first packet.
+	//
+	// Unset, every packet acquires and releases at system scope.
 	AgentScope bool
 	// Flush, required with AgentScope, makes every write the GPU's
 	// queues completed before the call visible outside the GPU, without
@@ -933,6 +949,43 @@ func (q *Queue) header(t hsa.PacketType) uint16 {
 	return hsa.Header(t, true, hsa.FenceScopeSystem, hsa.FenceScopeSystem)
 }
 
+// dispatchHeaderLocked is the header of a kernel dispatch: header's, but
+// with AgentScope the acquire is at agent scope unless an op asked for a
+// system-scope one (AcquireSystem), which this dispatch then takes.
+func (q *Queue) dispatchHeaderLocked(system bool) uint16 {
+	if !q.agentScope {
+		return q.header(hsa.PacketTypeKernelDispatch)
+	}
+	if q.acquireNext.Load() {
+		q.acquireNext.Store(false)
+		system = true
+	}
+	if !system || testhooks.SkipSystemAcquire.Load() {
+		return hsa.Header(hsa.PacketTypeKernelDispatch, true, hsa.FenceScopeAgent, hsa.FenceScopeAgent)
+	}
+	return hsa.Header(hsa.PacketTypeKernelDispatch, true, hsa.FenceScopeSystem, hsa.FenceScopeAgent)
+}
+
+// AcquireSystem implements syncstate.Acquirer: the queue's next kernel
+// dispatch (or replay) acquires at system scope. An op calls it once its
+// waits are on the queue or done, so the packet that takes it launches
+// after what the op waits for, whichever op's it is: the packets behind it
+// on the queue then read what that work wrote, not older copies in the L2.
+func (q *Queue) AcquireSystem() {
+	if q.agentScope {
+		q.acquireNext.Store(true)
+	}
+}
+
+// SharesWritesOf implements syncstate.Acquirer: the queues of one GPU
+// read through the L2 their kernels write through. A HIP stream's work is
+// treated as outside, though its kernels share the L2 too: its copies go
+// around it.
+func (q *Queue) SharesWritesOf(producer syncstate.Timeline) bool {
+	p, ok := producer.(*Queue)
+	return ok && p.agent == q.agent
+}
+
 // systemHeader is the header of a packet that releases at system scope:
 // the markers that hand a queue's work to the host or to anything else
 // outside the GPU.
@@ -1114,7 +1167,7 @@ func (q *Queue) Dispatch(d *Dispatch) (uint64, error) {
 	}
 	ka := unsafe.Add(q.kernarg, uintptr(idx&q.mask)*KernargSlot)
 	copy(unsafe.Slice((*byte)(ka), KernargSlot), d.Kernarg)
-	p := d.packet(q.header(hsa.PacketTypeKernelDispatch), uint64(uintptr(ka)), sig.H)
+	p := d.packet(q.dispatchHeaderLocked(false), uint64(uintptr(ka)), sig.H)
 	slot := hsa.Slot(q.hq, idx)
 	p.EncodeBody(slot)
 	return q.publishLocked(idx, sig, slot, p.FirstWord(), releasesSystem(p.Header)), nil

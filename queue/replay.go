@@ -60,7 +60,15 @@ func (q *Queue) NewRecording(ds []Dispatch) (*Recording, error) {
 		d := &ds[i]
 		p := unsafe.Add(ka, offs[i])
 		copy(unsafe.Slice((*byte)(p), len(d.Kernarg)), d.Kernarg)
-		pk := d.packet(q.header(hsa.PacketTypeKernelDispatch), uint64(uintptr(p)), 0)
+		// The first packet acquires at system scope (with AgentScope the
+		// rest at agent scope): what a replay reads may have been written
+		// outside the GPU since the last one; the packets after it read
+		// what it and the ones before them wrote, on this GPU.
+		header := q.header(hsa.PacketTypeKernelDispatch)
+		if q.agentScope && !(i == 0 && !testhooks.SkipSystemAcquire.Load()) {
+			header = hsa.Header(hsa.PacketTypeKernelDispatch, true, hsa.FenceScopeAgent, hsa.FenceScopeAgent)
+		}
+		pk := d.packet(header, uint64(uintptr(p)), 0)
 		pk.EncodeBody(&r.bodies[i])
 		r.first[i] = pk.FirstWord()
 	}
@@ -116,6 +124,9 @@ func (q *Queue) Replay(r *Recording) (uint64, error) {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	// The first packet acquires at system scope (NewRecording), which is
+	// what an op's AcquireSystem asks of the next packet.
+	q.acquireNext.Store(false)
 	part := int(q.hq.Size) - 1
 	var t uint64
 	for i := 0; i < len(r.bodies); i += part {

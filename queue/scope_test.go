@@ -322,3 +322,66 @@ func TestAgentScopeFailedBarrierKeepsTheReleaseOfWhatItWaitedFor(t *testing.T) {
 	require.NoError(t, r.m.HIP().MemcpyHtoD(0, buf, unsafe.Pointer(&twos[0]), 64))
 	require.Empty(t, r.m.Hazards(), "the host wrote what the fill wrote before its write-back")
 }
+
+// With AgentScope, a dispatch acquires at agent scope unless an op asked
+// for a system-scope acquire (AcquireSystem), which the next dispatch
+// alone takes; a replay's first packet acquires at system scope and takes
+// a pending request too. Without AgentScope every packet acquires at
+// system scope. The queues of one GPU share their writes; a timeline of
+// another kind does not.
+func TestAgentScopeAcquiresAtSystemScopeOnlyWhereAsked(t *testing.T) {
+	r := newRig(t, emu.Options{})
+	var flushes int
+	q := r.narrowQueue(t, "narrow", &flushes)
+	buf, _ := r.m.HIP().Malloc(0, 64)
+	dispatchAcquires := func(f func()) [4]uint64 {
+		before := r.m.HSA().FenceScopes()
+		f()
+		require.NoError(t, q.Drain())
+		return r.m.HSA().FenceScopes().Sub(before).Acquire[hsa.FenceKindDispatch]
+	}
+	agent, system := func(n uint64) [4]uint64 { return [4]uint64{0, n, 0, 0} }, func(n uint64) [4]uint64 { return [4]uint64{0, 0, n, 0} }
+	require.Equal(t, agent(2), dispatchAcquires(func() {
+		r.fillDispatch(t, q, uint64(buf), 1)
+		r.fillDispatch(t, q, uint64(buf), 2)
+	}))
+	require.Equal(t, system(1), dispatchAcquires(func() {
+		q.AcquireSystem()
+		q.AcquireSystem() // one request, however many ops make it
+		r.fillDispatch(t, q, uint64(buf), 3)
+	}))
+	require.Equal(t, agent(1), dispatchAcquires(func() { r.fillDispatch(t, q, uint64(buf), 4) }))
+
+	var ds []queue.Dispatch
+	for i := range 3 {
+		var ka [kernels.KernargSize]byte
+		args := kernels.Args{Out: uint64(buf), Alpha: float64(i), N: 16}
+		args.Encode(ka[:], kernels.F32)
+		ds = append(ds, queue.Dispatch{KernelObject: r.fill, Grid: 16, Workgroup: 16, Kernarg: ka[:]})
+	}
+	rec, err := q.NewRecording(ds)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, rec.Release()) }()
+	got := dispatchAcquires(func() {
+		q.AcquireSystem()
+		_, err := q.Replay(rec)
+		require.NoError(t, err)
+		r.fillDispatch(t, q, uint64(buf), 5) // the replay took the request
+	})
+	require.Equal(t, [4]uint64{0, 3, 1, 0}, got)
+
+	wide := r.queue(t, "wide", 64)
+	require.Equal(t, system(1), func() [4]uint64 {
+		before := r.m.HSA().FenceScopes()
+		require.NoError(t, wide.WaitHost(r.fillDispatch(t, wide, uint64(buf), 6)))
+		return r.m.HSA().FenceScopes().Sub(before).Acquire[hsa.FenceKindDispatch]
+	}())
+
+	require.True(t, q.SharesWritesOf(wide), "a queue of the same GPU")
+	require.True(t, q.SharesWritesOf(q))
+	require.False(t, q.SharesWritesOf(&otherTimeline{}), "a timeline that is not an HSA queue")
+}
+
+// otherTimeline is a timeline that is not an HSA queue (a stream, a host
+// lane): a queue shares none of its writes.
+type otherTimeline struct{ syncstate.Timeline }

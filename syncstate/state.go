@@ -33,8 +33,13 @@ type State struct {
 	// err poisons the array: an op that was to write it failed before it
 	// ran, so its contents are not what the program says. The next
 	// complete write clears it.
-	err     error
-	readers []Fence
+	err error
+	// hostWritten says the host last wrote the contents itself (a
+	// synchronous copy into a new array), after the writer fence: an
+	// Acquirer's op that reads it asks for a system-scope acquire. The
+	// next write clears it.
+	hostWritten bool
+	readers     []Fence
 	// inline holds the first readers, so that a State embedded in its
 	// array needs no allocation of its own in the common case (one or
 	// two timelines reading).
@@ -138,10 +143,20 @@ func (s *State) recordRead(f Fence) {
 	s.readers = append(kept, f)
 }
 
+// MarkHostWritten records that the host has written the contents itself,
+// outside any timeline (a synchronous copy into an array no op has used
+// yet): an Acquirer's op that uses it first asks for a system-scope acquire.
+func (s *State) MarkHostWritten() {
+	s.mu.Lock()
+	s.hostWritten = true
+	s.mu.Unlock()
+}
+
 func (s *State) recordWrite(f Fence, op string) {
 	s.writer = f
 	s.writerOp = op
 	s.err = nil
+	s.hostWritten = false
 	clear(s.readers)
 	s.readers = s.readers[:0]
 }
@@ -350,9 +365,13 @@ func LockAll(ops ...*Op) error {
 
 // order is Begin once the operands are locked.
 func (o *Op) order(e *Engine, tl Timeline, sinks Sinks) error {
+	acquire := o.needsAcquire(tl)
 	if e.Test.DisableWaits {
 		// Not even a completion poll, which would let the host observe
 		// the producer and order the op after it.
+		if acquire != nil {
+			acquire.AcquireSystem()
+		}
 		return nil
 	}
 	// Errors travel with fences: an op whose input is poisoned, or that
@@ -437,6 +456,11 @@ func (o *Op) order(e *Engine, tl Timeline, sinks Sinks) error {
 		o.unlock()
 		return waitErr
 	}
+	if acquire != nil {
+		// After the waits: the op's packet, or an earlier one of the
+		// timeline, acquires once what it waits for is done.
+		acquire.AcquireSystem()
+	}
 	if e.Policy == WaitAlways && e.OnHostWait != nil {
 		// Commit's wait for the op is certain: asked now, before the op
 		// is submitted, so that a refusal leaves nothing submitted.
@@ -503,6 +527,25 @@ func (o *Op) Fail(err error) {
 		o.poison(err)
 	}
 	o.unlock()
+}
+
+// needsAcquire returns tl as an Acquirer when the op needs a system-scope
+// acquire on it (see Acquirer), nil otherwise.
+func (o *Op) needsAcquire(tl Timeline) Acquirer {
+	acq, ok := tl.(Acquirer)
+	if !ok {
+		return nil
+	}
+	for i := 0; i < o.n; i++ {
+		s := o.acc[i].s
+		if readerOn(s, tl) {
+			continue // tl read it since its last write, and acquired then
+		}
+		if w := s.writer.TL; s.hostWritten || (w != nil && w != tl && !acq.SharesWritesOf(w)) {
+			return acq
+		}
+	}
+	return nil
 }
 
 func readerOn(s *State, tl Timeline) bool {

@@ -216,6 +216,28 @@ func CrossDevice(consumer, producer Timeline) bool {
 	return pp != 0 && pp != pc
 }
 
+// Acquirer is implemented by a timeline whose work reads memory through a
+// cache that writes made elsewhere do not update, and that must be told
+// when an op may read such writes: an HSA queue, whose packets read through
+// their GPU's L2 and see what the host, a copy engine or another GPU wrote
+// only after an acquire at system scope (see queue.Config.AgentScope).
+//
+// An op on an Acquirer asks it for a system-scope acquire (AcquireSystem)
+// once it is ordered after its inputs (its device waits are on the
+// timeline, its host waits done) when one of its operands was last written
+// by the host directly (MarkHostWritten) or by a timeline whose writes it
+// does not share (SharesWritesOf), and the timeline has not read the
+// operand since that write (an earlier op of the timeline that did asked
+// for the acquire then).
+type Acquirer interface {
+	// SharesWritesOf reports whether work on the timeline sees what work
+	// on producer wrote without an acquire at system scope.
+	SharesWritesOf(producer Timeline) bool
+	// AcquireSystem makes the timeline's next op that reads memory
+	// acquire at system scope.
+	AcquireSystem()
+}
+
 var places atomic.Uint64
 
 // NewPlace returns a Place no other call returned: one per opened device.

@@ -77,6 +77,12 @@ func runEveryKernel(t *testing.T, d *rocmdev.Device) {
 		require.NoError(t, err)
 		require.NoError(t, d.CopyHtoD(pa, unsafe.Pointer(&a[0]), size))
 		require.NoError(t, d.CopyHtoD(pb, unsafe.Pointer(&b[0]), size))
+		// What the host wrote enters the kernels' GPU: below the op path,
+		// the caller asks the queue for the system-scope acquire an op
+		// would (syncstate.Acquirer).
+		if acq, ok := task.Timeline(driver.LaneKernel).(syncstate.Acquirer); ok {
+			acq.AcquireSystem()
+		}
 		for _, op := range kernels.AllOps() {
 			const alpha = -2.5
 			ticket, err := driver.LaunchBuiltin(d, task, new(driver.DispatchOp), op, dt, kernels.Args{Out: uint64(pout), A: uint64(pa), B: uint64(pb), Alpha: alpha, N: n})

@@ -43,10 +43,10 @@ var Switches struct {
 	// operands and is not ordered after that op.
 	SkipGroupUnsettle atomic.Bool
 
-	// SystemScopeFences makes the ROCm driver's HSA queues release every
-	// packet at system scope (queue.Config.AgentScope off), as they did
-	// before agent-scope fences became the default: for the tests that
-	// count what each costs.
+	// SystemScopeFences makes the ROCm driver's HSA queues acquire and
+	// release every packet at system scope (queue.Config.AgentScope off),
+	// as they did before agent-scope fences became the default: for the
+	// tests that count what each costs.
 	SystemScopeFences atomic.Bool
 
 	// SkipSystemRelease makes an HSA queue with AgentScope drop the
@@ -55,6 +55,13 @@ var Switches struct {
 	// the host, copies and other GPUs read what may still sit in the
 	// GPU's L2.
 	SkipSystemRelease atomic.Bool
+
+	// SkipSystemAcquire makes an HSA queue with AgentScope drop the
+	// system-scope acquires it adds where outside data enters: every
+	// dispatch, a replay's first packet too, acquires at agent scope, so
+	// its GPU may read older copies the L2 kept of what the host, a copy
+	// engine or another GPU wrote.
+	SkipSystemAcquire atomic.Bool
 
 	// CUDAEmulator makes the CUDA driver (internal/cudadev) open its Go
 	// emulator (internal/cudadev/emulator.go) instead of libcuda and
@@ -71,6 +78,7 @@ var (
 	SkipGroupFold          = &Switches.SkipGroupFold
 	SkipGroupUnsettle      = &Switches.SkipGroupUnsettle
 	SkipSystemRelease      = &Switches.SkipSystemRelease
+	SkipSystemAcquire      = &Switches.SkipSystemAcquire
 	SystemScopeFences      = &Switches.SystemScopeFences
 )
 

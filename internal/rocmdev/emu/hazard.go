@@ -70,6 +70,12 @@ const (
 	// the bytes may still sit in the GPU's L2 where the host, a copy
 	// engine or another GPU does not see them.
 	HazardVisibility HazardKind = "visibility"
+	// HazardStale is an HSA queue packet's read, ordered after a write
+	// made outside its GPU's L2 (by the host, a copy engine or another
+	// GPU), with no system-scope acquire on its GPU between the two: the
+	// L2 may still hold an older copy of the bytes, which the packet then
+	// reads.
+	HazardStale HazardKind = "stale read"
 )
 
 // ErrHazard is matched by errors.Is for every *HazardError.
@@ -85,6 +91,10 @@ type HazardError struct {
 }
 
 func (e *HazardError) Error() string {
+	if e.Kind == HazardStale {
+		return fmt.Sprintf("emu: %s hazard on [%#x, %#x): %s on %s reads what %s on %s wrote outside its GPU's L2, and no system-scope acquire on that GPU came between",
+			e.Kind, e.Lo, e.Hi, e.Op, e.Queue, e.Prior, e.PriorQ)
+	}
 	if e.Kind == HazardVisibility {
 		return fmt.Sprintf("emu: %s hazard on [%#x, %#x): %s on %s accesses what %s on %s wrote, which no system-scope release has made visible outside that GPU",
 			e.Kind, e.Lo, e.Hi, e.Op, e.Queue, e.Prior, e.PriorQ)
@@ -109,9 +119,16 @@ type accessRec struct {
 	scoped bool
 }
 
-// visibleFunc reports whether a system-scope release on GPU l2-1 has
-// followed the access of agent at seq.
-type visibleFunc func(l2, agent int, seq uint32) bool
+// scopes tells the checker what the GPUs' fences have made visible.
+type scopes interface {
+	// systemVisible reports whether a system-scope release on GPU l2-1
+	// has followed the access of agent at seq.
+	systemVisible(l2, agent int, seq uint32) bool
+	// systemAcquired reports whether a system-scope acquire on GPU l2-1
+	// lies between the access of agent at seq and an access with clock
+	// vc.
+	systemAcquired(l2 int, vc vclock, agent int, seq uint32) bool
+}
 
 // shadow tracks, per allocation, the accesses that later ones must be
 // ordered after: the writes, and the reads since the writes that covered
@@ -128,9 +145,11 @@ func hb(r *accessRec, vc vclock) bool { return vc.get(r.agent) >= r.seq }
 //
 // l2 is 1 + the GPU whose L2 the access goes through (0: none). An access
 // ordered after an HSA queue packet's write through another L2 (or none)
-// needs that write made visible by a system-scope release (visible), or it
-// is a visibility hazard.
-func (s *shadow) access(lo, hi uint64, write bool, a *actor, l2 int, visible visibleFunc) []*HazardError {
+// needs that write made visible by a system-scope release, or it is a
+// visibility hazard. An HSA queue packet's read ordered after a write
+// through another L2 (or none) needs a system-scope acquire on its GPU in
+// between, or it is a stale read. sc nil checks neither.
+func (s *shadow) access(lo, hi uint64, write bool, a *actor, l2 int, sc scopes) []*HazardError {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var found []*HazardError
@@ -140,8 +159,12 @@ func (s *shadow) access(lo, hi uint64, write bool, a *actor, l2 int, visible vis
 			continue
 		}
 		if hb(r, a.vc) {
-			if r.write && r.scoped && r.l2 != l2 && visible != nil && !visible(r.l2, r.agent, r.seq) {
+			if r.write && r.scoped && r.l2 != l2 && sc != nil && !sc.systemVisible(r.l2, r.agent, r.seq) {
 				found = append(found, &HazardError{Kind: HazardVisibility, Lo: max(lo, r.lo), Hi: min(hi, r.hi),
+					Op: a.what, Queue: a.where, Prior: r.what, PriorQ: r.where})
+			}
+			if r.write && !write && a.scoped && l2 != 0 && r.l2 != l2 && sc != nil && !sc.systemAcquired(l2, a.vc, r.agent, r.seq) {
+				found = append(found, &HazardError{Kind: HazardStale, Lo: max(lo, r.lo), Hi: min(hi, r.hi),
 					Op: a.what, Queue: a.where, Prior: r.what, PriorQ: r.where})
 			}
 			continue

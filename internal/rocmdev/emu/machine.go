@@ -148,10 +148,13 @@ type Machine struct {
 	sigMu  sync.Mutex
 	sigTab atomic.Pointer[[]*signal] // handle = index+1
 
-	// sysMu guards sysRel: sysRel[g] joins the clocks of the packets on
-	// GPU g's queues that completed with a system-scope release.
+	// sysMu guards sysRel and sysAcq: sysRel[g] joins the clocks of the
+	// packets on GPU g's queues that completed with a system-scope
+	// release; sysAcq[g] holds, per agent, the packets of GPU g's queues
+	// that launched with a system-scope acquire (see systemAcquire).
 	sysMu  sync.Mutex
 	sysRel []vclock
+	sysAcq []map[int][]acquireRec
 
 	clockMu  sync.Mutex
 	agents   int    // agent ids handed out; 0 is the host
@@ -407,6 +410,66 @@ func (m *Machine) systemVisible(l2, agent int, seq uint32) bool {
 	return l2-1 < len(m.sysRel) && m.sysRel[l2-1].get(agent) >= seq
 }
 
+// acquireRec is a packet that launched with a system-scope acquire: its
+// sequence number on its agent and the clock of what happened before its
+// launch.
+type acquireRec struct {
+	seq uint32
+	vc  vclock
+}
+
+// acquireRecsKept bounds the acquires kept per agent: a packet that needs
+// an older one than the newest acquireRecsKept of an agent follows that
+// agent by that many acquires, which rocsync's queues never rely on (each
+// queue acquires for its own packets).
+const acquireRecsKept = 256
+
+// systemAcquire records packet a of GPU dev launching with a system-scope
+// acquire: it invalidates the GPU's L2 (LLVM AMDGPUUsage, "Memory Model
+// GFX90A": acquire at system scope is buffer_wbinvl1_vol with buffer_invl2;
+// "GFX942": buffer_inv sc0=1 sc1=1), so from then on the GPU's packets
+// that follow it read what was written outside the GPU before it (vc), not
+// older copies the L2 kept. An agent-scope acquire invalidates only the
+// L1 and the scalar cache, which the L2 backs.
+func (m *Machine) systemAcquire(dev int, a *actor) {
+	m.sysMu.Lock()
+	defer m.sysMu.Unlock()
+	for len(m.sysAcq) <= dev {
+		m.sysAcq = append(m.sysAcq, nil)
+	}
+	if m.sysAcq[dev] == nil {
+		m.sysAcq[dev] = make(map[int][]acquireRec)
+	}
+	recs := m.sysAcq[dev][a.agent]
+	if len(recs) == acquireRecsKept {
+		recs = append(recs[:0], recs[1:]...)
+	}
+	m.sysAcq[dev][a.agent] = append(recs, acquireRec{seq: a.seq, vc: a.vc.clone()})
+}
+
+// systemAcquired reports whether a system-scope acquire on GPU l2-1 lies
+// between the write of agent at seq and the access with clock vc: a packet
+// of that GPU that launched after the write and before the access.
+func (m *Machine) systemAcquired(l2 int, vc vclock, agent int, seq uint32) bool {
+	if l2 == 0 {
+		return true
+	}
+	m.sysMu.Lock()
+	defer m.sysMu.Unlock()
+	if l2-1 >= len(m.sysAcq) {
+		return false
+	}
+	for g, recs := range m.sysAcq[l2-1] {
+		// The newest acquire of agent g that happened before the access
+		// has seen the most; records are in increasing seq.
+		k := sort.Search(len(recs), func(i int) bool { return recs[i].seq > vc.get(g) })
+		if k > 0 && recs[k-1].vc.get(agent) >= seq {
+			return true
+		}
+	}
+	return false
+}
+
 // delayer injects seeded random delays.
 type delayer struct {
 	max time.Duration
@@ -585,7 +648,7 @@ func (m *Machine) spanIn(r *alloc, addr, n uint64, write bool, a *actor, l2 int)
 		return nil, fmt.Errorf("emu: [%#x, %#x) was freed", addr, addr+n)
 	}
 	if a != nil && m.opts.Hazards && (r.device >= 0 || r.checked.Load()) {
-		m.report(r.shadow.access(addr, addr+n, write, a, l2, m.systemVisible))
+		m.report(r.shadow.access(addr, addr+n, write, a, l2, m))
 	}
 	off := addr - r.base
 	return r.data[off : off+n], nil

@@ -253,6 +253,11 @@ func (q *queue) actor(idx uint64, barrier bool, kind string, header uint16) *act
 		a.agent, a.seq = q.m.newAgent(), 1
 	}
 	a.vc.set(a.agent, a.seq)
+	if hsa.HeaderAcquireScope(header) == hsa.FenceScopeSystem {
+		// At launch: a barrier-AND's acquire comes before the signals it
+		// waits for, so it does not cover what their producers wrote.
+		q.m.systemAcquire(q.dev, a)
+	}
 	return a
 }
 
