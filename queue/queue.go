@@ -419,11 +419,13 @@ func (q *Queue) releaseBroken(from, last uint64) {
 	q.afterBreak()
 	var pause syncstate.Backoff
 	for t := from; t <= last; t++ {
-		for !q.release.Stopped() && !q.depsDone(t) {
+		done, waits := q.depsDone(t)
+		for !q.release.Stopped() && !done {
 			q.health.Probe()
 			pause.Sleep()
+			done, _ = q.depsDone(t)
 		}
-		if q.agentScope && q.hasDeps(t) {
+		if q.agentScope && waits {
 			// The failed barrier stands between the work it waited for
 			// (kernels of other queues, released at agent scope) and
 			// whoever waits for it, who may then use that work's output
@@ -442,29 +444,21 @@ func (q *Queue) releaseBroken(from, last uint64) {
 	}
 }
 
-// hasDeps says whether ticket t's packet waits for any signal.
-func (q *Queue) hasDeps(t uint64) bool {
+// depsDone reports whether every dependency signal of ticket t's packet
+// has completed (true for a packet without any), and whether it has any.
+func (q *Queue) depsDone(t uint64) (done, waits bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	done = true
 	for _, d := range q.slot(t).deps {
 		if d != nil {
-			return true
+			waits = true
+			if q.rt.SignalLoadScacquire(d.H) >= 1 {
+				done = false
+			}
 		}
 	}
-	return false
-}
-
-// depsDone reports whether every dependency signal of ticket t's packet
-// has completed (true for a packet without any).
-func (q *Queue) depsDone(t uint64) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	for _, d := range q.slot(t).deps {
-		if d != nil && q.rt.SignalLoadScacquire(d.H) >= 1 {
-			return false
-		}
-	}
-	return true
+	return done, waits
 }
 
 // Err returns the error that broke the queue, if any: its own
