@@ -212,6 +212,8 @@ func (t *Task) submitHandshake(name string, op *driver.SignalOp, operands []Arg)
 		}
 		accs = append(accs, access{a.buf, a.who, a.access})
 	}
-	_, err := t.submit(name, op, accs)
+	// What an import's operands hold from now on was written by the
+	// foreign work: outside the device's timelines.
+	_, err := t.submitFrom(name, op, accs, op.Import)
 	return err
 }

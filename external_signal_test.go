@@ -197,3 +197,47 @@ func TestSignalHandshakeErrors(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []float32{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, vals)
 }
+
+// What a foreign producer wrote, imported on one task's queue, read by a
+// kernel on another task's queue of the same GPU: the reader acquires at
+// system scope (the import marks its operands as written outside every
+// timeline), so the checker finds no stale read, though the writer fence
+// the reader follows is a barrier on a queue of its own GPU.
+func TestSignalImportReadOnAnotherQueueAcquires(t *testing.T) {
+	for _, p := range signalPolicies {
+		t.Run(p.String(), func(t *testing.T) {
+			d := openOpPath(t, p)
+			f := newForeignHSA(t, d)
+			importer, err := d.NewTask()
+			require.NoError(t, err)
+			defer func() { require.NoError(t, importer.Close()) }()
+			reader, err := d.NewTask()
+			require.NoError(t, err)
+			defer func() { require.NoError(t, reader.Close()) }()
+			y, err := d.Empty(4, 4, Float32)
+			require.NoError(t, err)
+			done, err := f.rt.SignalCreate(1, nil)
+			require.NoError(t, err)
+			defer func() { require.NoError(t, f.rt.SignalDestroy(done)) }()
+			want := make([]float32, 16)
+			for i := range want {
+				want[i] = float32(i)
+			}
+			go func() {
+				time.Sleep(time.Millisecond) // the import is queued first
+				f.write(y, want)
+				f.rt.SignalStoreScrelease(done, 0)
+			}()
+			require.NoError(t, importer.ImportSignal(uint64(done), Out(y)))
+			z, err := reader.Add(y, y)
+			require.NoError(t, err)
+			got, err := z.Float32s()
+			require.NoError(t, err)
+			for i := range want {
+				require.Equal(t, 2*want[i], got[i])
+			}
+			require.NoError(t, d.Synchronize())
+			require.Empty(t, d.Hazards())
+		})
+	}
+}

@@ -306,6 +306,14 @@ func (o *taskOps) drop() {
 // writes; op says what it does, and its kind the lane it runs on. It
 // returns the op's fence.
 func (t *Task) submit(name string, op driver.Op, operands []access) (syncstate.Fence, error) {
+	return t.submitFrom(name, op, operands, false)
+}
+
+// submitFrom is submit; foreign says that what the op writes is written by
+// work outside the device's timelines, which the op only waits for (a
+// signal import): an HSA queue's kernel that reads it first acquires at
+// system scope (syncstate.Op.ForeignWrites).
+func (t *Task) submitFrom(name string, op driver.Op, operands []access, foreign bool) (syncstate.Fence, error) {
 	if t.rec != nil {
 		return t.record(name, op, operands)
 	}
@@ -315,7 +323,7 @@ func (t *Task) submit(name string, op driver.Op, operands []access) (syncstate.F
 	// One defer and two returns: the compiler open-codes it, where the
 	// submission's many returns would make it a deferred call record.
 	defer t.leaveSubmit()
-	s := opSync{sop: syncstate.Op{Name: name}, operands: operands}
+	s := opSync{sop: syncstate.Op{Name: name, ForeignWrites: foreign}, operands: operands}
 	return t.submitEntered(name, op, &s)
 }
 

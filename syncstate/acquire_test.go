@@ -63,6 +63,17 @@ func TestOpAsksForAnAcquireWhereOutsideWritesEnter(t *testing.T) {
 	run(t, e, outside, 1, nil, []*State{done})
 	require.Equal(t, []string{"acquire"}, step([]*State{done}, nil, 8), "a copy already complete: no wait, still an acquire")
 
+	// An op whose writes are foreign work's (a signal import on q) marks
+	// them: q's own next op that uses them asks too.
+	foreign := NewState()
+	var imp Op
+	imp.ForeignWrites = true
+	imp.Write(foreign)
+	require.NoError(t, imp.Begin(e, q, Sinks{}))
+	require.NoError(t, imp.Commit(10, Sinks{}))
+	require.Equal(t, []string{"acquire"}, step([]*State{foreign}, nil, 11), "what foreign work wrote")
+	require.Empty(t, step([]*State{foreign}, nil, 12), "q has read it since")
+
 	// With waits disabled (a test switch) the acquire is still asked for.
 	dis := &Engine{Policy: DeviceSide}
 	dis.Test.DisableWaits = true

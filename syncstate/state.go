@@ -34,10 +34,11 @@ type State struct {
 	// ran, so its contents are not what the program says. The next
 	// complete write clears it.
 	err error
-	// hostWritten says the host last wrote the contents itself (a
-	// synchronous copy into a new array), after the writer fence: an
-	// Acquirer's op that reads it asks for a system-scope acquire. The
-	// next write clears it.
+	// hostWritten says the contents were last written outside every
+	// timeline: by the host itself (a synchronous copy into a new array,
+	// MarkHostWritten), or by foreign work the writer only waited for
+	// (Op.ForeignWrites). An Acquirer's op that uses them asks for a
+	// system-scope acquire. The next write clears it.
 	hostWritten bool
 	readers     []Fence
 	// inline holds the first readers, so that a State embedded in its
@@ -222,7 +223,13 @@ func (s *State) Poison() error {
 // waits for what the op must follow, and Commit records the op's fence.
 type Op struct {
 	// Name names the op in the arrays it writes, for errors.
-	Name   string
+	Name string
+	// ForeignWrites says that what the op writes is written by work
+	// outside every timeline, which the op only waits for (a foreign
+	// signal's): Commit records the op as the writer and marks the
+	// contents as MarkHostWritten does, so that an Acquirer's op that
+	// uses them asks for a system-scope acquire, on any timeline.
+	ForeignWrites bool
 	acc    [MaxOperands]access
 	n      int
 	tooMny bool
@@ -668,6 +675,7 @@ func (o *Op) record(ticket uint64) Fence {
 	for i := 0; i < o.n; i++ {
 		if o.acc[i].write {
 			o.acc[i].s.recordWrite(f, o.Name)
+			o.acc[i].s.hostWritten = o.ForeignWrites
 		} else {
 			o.acc[i].s.recordRead(f)
 		}

@@ -100,15 +100,11 @@ func (t *Task) importSignal(h uint64) (uint64, error) {
 	}
 	var deps [hsa.BarrierAndMaxDependencies]*queue.Signal
 	deps[0] = queue.Foreign(hsa.Signal(h))
-	ticket, err := t.st.Queue.BarrierAnd(deps)
-	if err == nil {
-		// Whoever signals it wrote the operands outside this GPU's L2
-		// (another process, GPU or the host): the next kernel acquires at
-		// system scope, after the barrier. The operands' writer is the
-		// barrier, on this queue, so their ops would not ask for it.
-		t.st.Queue.AcquireSystem()
-	}
-	return ticket, err
+	// Whoever signals it wrote the operands outside this GPU's L2
+	// (another process, GPU or the host): the op marks them so
+	// (syncstate.Op.ForeignWrites), and the kernels that read them
+	// acquire at system scope, on whichever queue.
+	return t.st.Queue.BarrierAnd(deps)
 }
 
 // destroyExported destroys the export pool's signals; the queues are gone.
