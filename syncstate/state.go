@@ -230,12 +230,12 @@ type Op struct {
 	// contents as MarkHostWritten does, so that an Acquirer's op that
 	// uses them asks for a system-scope acquire, on any timeline.
 	ForeignWrites bool
-	acc    [MaxOperands]access
-	n      int
-	tooMny bool
-	locked bool
-	e      *Engine
-	tl     Timeline
+	acc           [MaxOperands]access
+	n             int
+	tooMny        bool
+	locked        bool
+	e             *Engine
+	tl            Timeline
 }
 
 // Read adds an operand the op reads.
