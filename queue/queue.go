@@ -417,6 +417,18 @@ func (q *Queue) failInFlight(err error) {
 // for their release too.
 func (q *Queue) releaseBroken(from, last uint64) {
 	q.afterBreak()
+	if q.agentScope {
+		// A failed kernel stands in for its system-scope acquire too:
+		// whoever waits for it reads what was there before it, which the
+		// host or a copy may have written outside the GPU, and the failed
+		// kernel may have been the one to acquire for it (the fault
+		// fuzzer's seed 85 under DeviceSide: a kernel on another queue
+		// that waited for it read an upload with no acquire between). The
+		// flush's packet acquires at system scope, GPU-wide, after
+		// everything the failed tickets without waits could stand for;
+		// the flush below does the same for those that wait.
+		_ = q.flush()
+	}
 	var pause syncstate.Backoff
 	for t := from; t <= last; t++ {
 		done, waits := q.depsDone(t)
@@ -932,28 +944,60 @@ func releaseAll(s []*Signal) {
 	}
 }
 
-// header is what every packet rocsync writes carries: the barrier bit, a
-// system-scope acquire (what it reads may come from the host, a copy or
-// another GPU), and a system-scope release unless AgentScope narrows it
-// (see Config.AgentScope).
-func (q *Queue) header(t hsa.PacketType) uint16 {
+// Packet headers. Every packet rocsync writes sets the barrier bit.
+// Without AgentScope every packet acquires and releases at system scope:
+// what it reads may come from the host, a copy or another GPU, and what it
+// writes may leave the GPU. With AgentScope (see Config.AgentScope):
+//
+//   - a kernel dispatch acquires and releases at agent scope, and acquires
+//     at system scope where an op asked (AcquireSystem);
+//   - a barrier-AND that waits for other work releases at agent scope and
+//     acquires nothing: it reads no memory, and a kernel after it that
+//     reads what the work it waited for wrote outside the GPU acquires for
+//     itself (HIP's barrier that only releases has no acquire either: clr
+//     rocvirtual.cpp, kBarrierPacketReleaseHeader);
+//   - a marker, whose completion hands the queue's work to the host or
+//     anything else outside the GPU, releases at system scope and
+//     acquires nothing (systemHeader).
+
+// barrierHeader is the header of a barrier-AND packet that waits for other
+// work.
+func (q *Queue) barrierHeader() uint16 {
 	if q.agentScope {
-		return hsa.Header(t, true, hsa.FenceScopeSystem, hsa.FenceScopeAgent)
+		return hsa.Header(hsa.PacketTypeBarrierAnd, true, hsa.FenceScopeNone, hsa.FenceScopeAgent)
 	}
-	return hsa.Header(t, true, hsa.FenceScopeSystem, hsa.FenceScopeSystem)
+	return hsa.Header(hsa.PacketTypeBarrierAnd, true, hsa.FenceScopeSystem, hsa.FenceScopeSystem)
 }
 
-// dispatchHeaderLocked is the header of a kernel dispatch: header's, but
-// with AgentScope the acquire is at agent scope unless an op asked for a
-// system-scope one (AcquireSystem), which this dispatch then takes.
-func (q *Queue) dispatchHeaderLocked(system bool) uint16 {
+// systemHeader is the header of a marker: a barrier-AND packet that
+// releases at system scope, which hands the queue's work to the host or to
+// anything else outside the GPU.
+func (q *Queue) systemHeader() uint16 {
 	if !q.agentScope {
-		return q.header(hsa.PacketTypeKernelDispatch)
+		return hsa.Header(hsa.PacketTypeBarrierAnd, true, hsa.FenceScopeSystem, hsa.FenceScopeSystem)
 	}
-	if q.acquireNext.Load() {
+	if testhooks.SkipSystemRelease.Load() {
+		return hsa.Header(hsa.PacketTypeBarrierAnd, true, hsa.FenceScopeNone, hsa.FenceScopeAgent)
+	}
+	return hsa.Header(hsa.PacketTypeBarrierAnd, true, hsa.FenceScopeNone, hsa.FenceScopeSystem)
+}
+
+// dispatchHeaderLocked is the header of a kernel dispatch, which takes a
+// pending AcquireSystem.
+func (q *Queue) dispatchHeaderLocked() uint16 {
+	if !q.agentScope {
+		return hsa.Header(hsa.PacketTypeKernelDispatch, true, hsa.FenceScopeSystem, hsa.FenceScopeSystem)
+	}
+	system := q.acquireNext.Load()
+	if system {
 		q.acquireNext.Store(false)
-		system = true
 	}
+	return q.recordedDispatchHeader(system)
+}
+
+// recordedDispatchHeader is the header of a kernel dispatch with AgentScope
+// (see barrierHeader's comment): system says it acquires at system scope.
+func (q *Queue) recordedDispatchHeader(system bool) uint16 {
 	if !system || testhooks.SkipSystemAcquire.Load() {
 		return hsa.Header(hsa.PacketTypeKernelDispatch, true, hsa.FenceScopeAgent, hsa.FenceScopeAgent)
 	}
@@ -978,16 +1022,6 @@ func (q *Queue) AcquireSystem() {
 func (q *Queue) SharesWritesOf(producer syncstate.Timeline) bool {
 	p, ok := producer.(*Queue)
 	return ok && p.agent == q.agent
-}
-
-// systemHeader is the header of a packet that releases at system scope:
-// the markers that hand a queue's work to the host or to anything else
-// outside the GPU.
-func (q *Queue) systemHeader(t hsa.PacketType) uint16 {
-	if q.agentScope && testhooks.SkipSystemRelease.Load() {
-		return hsa.Header(t, true, hsa.FenceScopeSystem, hsa.FenceScopeAgent)
-	}
-	return hsa.Header(t, true, hsa.FenceScopeSystem, hsa.FenceScopeSystem)
 }
 
 // systemSignalFor returns a retained signal that completes once ticket t
@@ -1081,7 +1115,7 @@ func (q *Queue) barrierAnd(deps [hsa.BarrierAndMaxDependencies]*Signal, waited [
 	for _, f := range waited {
 		q.health.AddUpstream(q.name, f, idx+1)
 	}
-	p := hsa.BarrierAndPacket{Header: q.header(hsa.PacketTypeBarrierAnd), CompletionSignal: sig.H}
+	p := hsa.BarrierAndPacket{Header: q.barrierHeader(), CompletionSignal: sig.H}
 	for i, d := range deps {
 		if d != nil {
 			p.DepSignals[i] = d.H
@@ -1120,7 +1154,7 @@ func (q *Queue) markerLocked(sig *Signal) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	p := hsa.BarrierAndPacket{Header: q.systemHeader(hsa.PacketTypeBarrierAnd), CompletionSignal: sig.H}
+	p := hsa.BarrierAndPacket{Header: q.systemHeader(), CompletionSignal: sig.H}
 	slot := hsa.Slot(q.hq, idx)
 	p.EncodeBody(slot)
 	if traceopt.Enabled && q.timing != nil {
@@ -1161,7 +1195,7 @@ func (q *Queue) Dispatch(d *Dispatch) (uint64, error) {
 	}
 	ka := unsafe.Add(q.kernarg, uintptr(idx&q.mask)*KernargSlot)
 	copy(unsafe.Slice((*byte)(ka), KernargSlot), d.Kernarg)
-	p := d.packet(q.dispatchHeaderLocked(false), uint64(uintptr(ka)), sig.H)
+	p := d.packet(q.dispatchHeaderLocked(), uint64(uintptr(ka)), sig.H)
 	slot := hsa.Slot(q.hq, idx)
 	p.EncodeBody(slot)
 	return q.publishLocked(idx, sig, slot, p.FirstWord(), releasesSystem(p.Header)), nil

@@ -64,9 +64,9 @@ func (q *Queue) NewRecording(ds []Dispatch) (*Recording, error) {
 		// rest at agent scope): what a replay reads may have been written
 		// outside the GPU since the last one; the packets after it read
 		// what it and the ones before them wrote, on this GPU.
-		header := q.header(hsa.PacketTypeKernelDispatch)
-		if q.agentScope && !(i == 0 && !testhooks.SkipSystemAcquire.Load()) {
-			header = hsa.Header(hsa.PacketTypeKernelDispatch, true, hsa.FenceScopeAgent, hsa.FenceScopeAgent)
+		header := hsa.Header(hsa.PacketTypeKernelDispatch, true, hsa.FenceScopeSystem, hsa.FenceScopeSystem)
+		if q.agentScope {
+			header = q.recordedDispatchHeader(i == 0)
 		}
 		pk := d.packet(header, uint64(uintptr(p)), 0)
 		pk.EncodeBody(&r.bodies[i])

@@ -326,8 +326,8 @@ func TestAgentScopeFailedBarrierKeepsTheReleaseOfWhatItWaitedFor(t *testing.T) {
 // With AgentScope, a dispatch acquires at agent scope unless an op asked
 // for a system-scope acquire (AcquireSystem), which the next dispatch
 // alone takes; a replay's first packet acquires at system scope and takes
-// a pending request too. Without AgentScope every packet acquires at
-// system scope. The queues of one GPU share their writes; a timeline of
+// a pending request too; barrier-AND packets acquire nothing. Without
+// AgentScope every packet acquires at system scope. The queues of one GPU share their writes; a timeline of
 // another kind does not.
 func TestAgentScopeAcquiresAtSystemScopeOnlyWhereAsked(t *testing.T) {
 	r := newRig(t, emu.Options{})
@@ -369,6 +369,16 @@ func TestAgentScopeAcquiresAtSystemScopeOnlyWhereAsked(t *testing.T) {
 		r.fillDispatch(t, q, uint64(buf), 5) // the replay took the request
 	})
 	require.Equal(t, [4]uint64{0, 3, 1, 0}, got)
+
+	// A barrier-AND reads no memory: neither one that waits nor the
+	// marker a host wait adds acquires anything.
+	before := r.m.HSA().FenceScopes()
+	_, err = q.BarrierAnd([hsa.BarrierAndMaxDependencies]*queue.Signal{})
+	require.NoError(t, err)
+	require.NoError(t, q.Drain())
+	barriers := r.m.HSA().FenceScopes().Sub(before).Acquire[hsa.FenceKindBarrierAnd]
+	require.NotZero(t, barriers[hsa.FenceScopeNone])
+	require.Equal(t, [4]uint64{barriers[hsa.FenceScopeNone], 0, 0, 0}, barriers)
 
 	wide := r.queue(t, "wide", 64)
 	require.Equal(t, system(1), func() [4]uint64 {
