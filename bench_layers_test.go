@@ -9,6 +9,7 @@ import (
 	"github.com/rocsync/rocsync/cublas"
 	"github.com/rocsync/rocsync/cuda"
 	"github.com/rocsync/rocsync/internal/cudadev"
+	"github.com/rocsync/rocsync/internal/testhooks"
 	"github.com/rocsync/rocsync/kernels"
 )
 
@@ -174,4 +175,41 @@ func BenchmarkGPUDispatchLayers(b *testing.B) {
 		slices.Sort(times[i])
 		b.ReportMetric(times[i][len(times[i])/2], l.name+"-ns/op")
 	}
+}
+
+// BenchmarkEmulatedCUDAMulInto times BenchmarkGPUDispatchLayers' "into"
+// op (a 128×128 multiply into an existing array) through every layer
+// down to cudadev's backend, over the Go emulation of libcuda instead of
+// the driver: rocsync's own Go per op with its data hot in the caches,
+// plus the emulator's launch (a queued closure: 1 allocation per op,
+// which is the emulator's). The device drains every 256 ops, untimed. Run
+// in one process beside BenchmarkGPUDispatchLayers, it tells rocsync's
+// instructions from what the driver call between two ops costs them.
+func BenchmarkEmulatedCUDAMulInto(b *testing.B) {
+	testhooks.Switches.CUDAEmulator.Store(true)
+	d, err := Open(Options{Backend: CUDA, Policy: DeviceSide, LogLevel: LogOff})
+	testhooks.Switches.CUDAEmulator.Store(false)
+	must(b, err)
+	defer d.Close()
+	t := d.DefaultTask()
+	x, err := d.FromFloat32(128, 128, randMatrix(1, 128))
+	must(b, err)
+	y, err := d.FromFloat32(128, 128, randMatrix(2, 128))
+	must(b, err)
+	for range 1000 {
+		must(b, t.MulInto(y, x, x))
+	}
+	must(b, t.Synchronize())
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		must(b, t.MulInto(y, x, x))
+		if i%256 == 255 {
+			b.StopTimer()
+			must(b, t.Synchronize())
+			b.StartTimer()
+		}
+	}
+	b.StopTimer()
+	must(b, t.Synchronize())
 }
