@@ -243,7 +243,7 @@ type Config struct {
 	// what the host, a copy engine or another GPU wrote into memory the
 	// L2 still holds an older copy of is seen only after a system-scope
 	// acquire, which invalidates the L2 too (LLVM AMDGPUUsage, "Memory
-	// Model GFX90A": buffer_invl2; "GFX942": buffer_inv sc1=1). HIP
+	// Model GFX90A": buffer_invl2; "GFX942": buffer_inv at system scope). HIP
 	// acquires its kernels at agent scope too (the same VirtualGPU::create)
 	// and at system scope where outside data enters (addSystemScope_, and
 	// kBarrierPacketAcquireHeader). Here an op that may read such data
@@ -992,12 +992,13 @@ func (q *Queue) dispatchHeaderLocked() uint16 {
 	if system {
 		q.acquireNext.Store(false)
 	}
-	return q.recordedDispatchHeader(system)
+	return q.agentScopeDispatchHeader(system)
 }
 
-// recordedDispatchHeader is the header of a kernel dispatch with AgentScope
-// (see barrierHeader's comment): system says it acquires at system scope.
-func (q *Queue) recordedDispatchHeader(system bool) uint16 {
+// agentScopeDispatchHeader is the header of a kernel dispatch with
+// AgentScope (see the comment above barrierHeader): system says it
+// acquires at system scope.
+func (q *Queue) agentScopeDispatchHeader(system bool) uint16 {
 	if !system || testhooks.SkipSystemAcquire.Load() {
 		return hsa.Header(hsa.PacketTypeKernelDispatch, true, hsa.FenceScopeAgent, hsa.FenceScopeAgent)
 	}

@@ -66,7 +66,7 @@ func (q *Queue) NewRecording(ds []Dispatch) (*Recording, error) {
 		// what it and the ones before them wrote, on this GPU.
 		header := hsa.Header(hsa.PacketTypeKernelDispatch, true, hsa.FenceScopeSystem, hsa.FenceScopeSystem)
 		if q.agentScope {
-			header = q.recordedDispatchHeader(i == 0)
+			header = q.agentScopeDispatchHeader(i == 0)
 		}
 		pk := d.packet(header, uint64(uintptr(p)), 0)
 		pk.EncodeBody(&r.bodies[i])

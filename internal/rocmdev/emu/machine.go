@@ -427,7 +427,7 @@ const acquireRecsKept = 256
 // systemAcquire records packet a of GPU dev launching with a system-scope
 // acquire: it invalidates the GPU's L2 (LLVM AMDGPUUsage, "Memory Model
 // GFX90A": acquire at system scope is buffer_wbinvl1_vol with buffer_invl2;
-// "GFX942": buffer_inv sc0=1 sc1=1), so from then on the GPU's packets
+// "GFX942": buffer_inv at system scope), so from then on the GPU's packets
 // that follow it read what was written outside the GPU before it (vc), not
 // older copies the L2 kept. An agent-scope acquire invalidates only the
 // L1 and the scalar cache, which the L2 backs.
