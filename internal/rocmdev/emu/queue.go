@@ -254,8 +254,12 @@ func (q *queue) actor(idx uint64, barrier bool, kind string, header uint16) *act
 	}
 	a.vc.set(a.agent, a.seq)
 	if hsa.HeaderAcquireScope(header) == hsa.FenceScopeSystem {
-		// At launch: a barrier-AND's acquire comes before the signals it
-		// waits for, so it does not cover what their producers wrote.
+		// At launch, before a barrier-AND waits for its signals: the
+		// acquire is part of a packet's launch in HSA's packet
+		// processing, and this is the strict reading, under which a
+		// barrier's acquire does not cover what the producers it waits
+		// for wrote. rocsync's barriers acquire nothing with agent-scope
+		// fences; its kernels acquire for themselves.
 		q.m.systemAcquire(q.dev, a)
 	}
 	return a
