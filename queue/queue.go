@@ -154,8 +154,11 @@ type Queue struct {
 	// newest ticket whose packet releases at system scope.
 	visible atomic.Uint64
 	sysLast uint64
-	// breakMu serializes releaseBeforeBreak.
-	breakMu sync.Mutex
+	// breakMu serializes releaseBeforeBreak and acquireAfterBreak;
+	// flushedAfterBreak, under it, says one of them has flushed since the
+	// break.
+	breakMu           sync.Mutex
+	flushedAfterBreak bool
 	// acquireNext says the next dispatch acquires at system scope (see
 	// AcquireSystem); a dispatch clears it under mu as it takes it.
 	acquireNext atomic.Bool
@@ -423,11 +426,11 @@ func (q *Queue) releaseBroken(from, last uint64) {
 		// host or a copy may have written outside the GPU, and the failed
 		// kernel may have been the one to acquire for it (the fault
 		// fuzzer's seed 85 under DeviceSide: a kernel on another queue
-		// that waited for it read an upload with no acquire between). The
+		// that waited for it read an upload with no acquire between). A
 		// flush's packet acquires at system scope, GPU-wide, after
 		// everything the failed tickets without waits could stand for;
 		// the flush below does the same for those that wait.
-		_ = q.flush()
+		q.acquireAfterBreak()
 	}
 	var pause syncstate.Backoff
 	for t := from; t <= last; t++ {
@@ -566,7 +569,34 @@ func (q *Queue) releaseBeforeBreak() error {
 	if q.visible.Load() >= from-1 || q.completed.Load() < from-1 {
 		return nil
 	}
-	return q.makeVisible(from - 1)
+	err := q.makeVisible(from - 1)
+	if err == nil {
+		// On a broken queue makeVisible flushes (no marker goes in).
+		q.flushedAfterBreak = true
+	}
+	return err
+}
+
+// acquireAfterBreak makes sure a flush, whose packet acquires at system
+// scope GPU-wide, has followed the break before releaseBroken completes
+// the failed packets' signals (see there): the one releaseBeforeBreak
+// made, or one of its own, which also makes what completed before it
+// visible, so that a waiter learning of the break later need not flush
+// again.
+func (q *Queue) acquireAfterBreak() {
+	q.breakMu.Lock()
+	defer q.breakMu.Unlock()
+	if q.flushedAfterBreak {
+		return
+	}
+	q.mu.Lock()
+	q.retireLocked()
+	c := q.completed.Load()
+	q.mu.Unlock()
+	if q.flush() == nil {
+		q.flushedAfterBreak = true
+		q.seeVisible(c)
+	}
 }
 
 // seeVisible records that every ticket up to t is visible outside the GPU.
