@@ -84,12 +84,12 @@ func (s *Stream) spin(b *syncstate.Bound, h, ev uintptr) (done bool, err error) 
 }
 
 // spinEnded reports whether a bounded wait that began spinning at start
-// is to stop: spinFor has passed, or its bound already ends the wait (its
-// timeout, its context), which the blocking path then reports at once
-// instead of after the rest of the spin.
+// (b.Start, when set) is to stop: spinFor has passed, or its bound
+// already ends the wait (its timeout, its context), which the blocking
+// path then reports at once instead of after the rest of the spin.
 func spinEnded(b *syncstate.Bound, start time.Time) bool {
 	el := time.Since(start)
-	return el >= spinFor || (b.Timeout > 0 && el > b.Timeout) || (syncstate.Cancellable(b.Ctx) && b.Ctx.Err() != nil)
+	return el >= spinFor || b.Ended(el)
 }
 
 // The spin never yields the processor: a query is a foreign call, during
