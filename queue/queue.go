@@ -155,10 +155,9 @@ type Queue struct {
 	visible atomic.Uint64
 	sysLast uint64
 	// breakMu serializes releaseBeforeBreak and acquireAfterBreak;
-	// flushedAfterBreak, under it, says one of them has flushed since the
-	// break.
+	// flushedAfterBreak says a flush has begun since the break (flushGPU).
 	breakMu           sync.Mutex
-	flushedAfterBreak bool
+	flushedAfterBreak atomic.Bool
 	// acquireNext says the next dispatch acquires at system scope (see
 	// AcquireSystem); a dispatch clears it under mu as it takes it.
 	acquireNext atomic.Bool
@@ -449,7 +448,7 @@ func (q *Queue) releaseBroken(from, last uint64) {
 			// done, and an upload overwrote the block before the L2
 			// wrote the kernel's output back (the fault fuzzer's seed
 			// 305 under DeviceBridge, agent scope on).
-			_ = q.flush()
+			_ = q.flushGPU()
 		}
 		q.mu.Lock()
 		if e := q.slot(t); e.sig != nil {
@@ -569,32 +568,38 @@ func (q *Queue) releaseBeforeBreak() error {
 	if q.visible.Load() >= from-1 || q.completed.Load() < from-1 {
 		return nil
 	}
-	err := q.makeVisible(from - 1)
-	if err == nil {
-		// On a broken queue makeVisible flushes (no marker goes in).
-		q.flushedAfterBreak = true
+	return q.makeVisible(from - 1)
+}
+
+// flushGPU is Config.Flush, noting a flush that began after the break
+// (flushedAfterBreak): its packet also acquires at system scope,
+// GPU-wide, which acquireAfterBreak needs once.
+func (q *Queue) flushGPU() error {
+	broken := q.brokenFrom.Load() != 0
+	err := q.flush()
+	if err == nil && broken {
+		q.flushedAfterBreak.Store(true)
 	}
 	return err
 }
 
 // acquireAfterBreak makes sure a flush, whose packet acquires at system
 // scope GPU-wide, has followed the break before releaseBroken completes
-// the failed packets' signals (see there): the one releaseBeforeBreak
-// made, or one of its own, which also makes what completed before it
-// visible, so that a waiter learning of the break later need not flush
+// the failed packets' signals (see there): one a waiter made on learning
+// of the break, or one of its own, which also makes what completed before
+// it visible, so that a waiter learning of the break later need not flush
 // again.
 func (q *Queue) acquireAfterBreak() {
 	q.breakMu.Lock()
 	defer q.breakMu.Unlock()
-	if q.flushedAfterBreak {
+	if q.flushedAfterBreak.Load() {
 		return
 	}
 	q.mu.Lock()
 	q.retireLocked()
 	c := q.completed.Load()
 	q.mu.Unlock()
-	if q.flush() == nil {
-		q.flushedAfterBreak = true
+	if q.flushGPU() == nil {
 		q.seeVisible(c)
 	}
 }
@@ -796,7 +801,7 @@ func (q *Queue) makeVisible(t uint64) error {
 		q.seeVisible(c) // as if flushed
 		return nil
 	}
-	if err := q.flush(); err != nil {
+	if err := q.flushGPU(); err != nil {
 		return fmt.Errorf("queue: %s: making ticket %d visible outside the GPU: %w", q.name, t, err)
 	}
 	// Everything complete before the flush is visible after it.
