@@ -995,49 +995,51 @@ func releaseAll(s []*Signal) {
 //     anything else outside the GPU, releases at system scope and
 //     acquires nothing (systemHeader).
 
+// header is the header of a packet of type t that, with AgentScope,
+// acquires and releases at the given scopes; without it, every packet
+// acquires and releases at system scope.
+func (q *Queue) header(t hsa.PacketType, acquire, release uint16) uint16 {
+	if !q.agentScope {
+		acquire, release = hsa.FenceScopeSystem, hsa.FenceScopeSystem
+	}
+	return hsa.Header(t, true, acquire, release)
+}
+
 // barrierHeader is the header of a barrier-AND packet that waits for other
 // work.
 func (q *Queue) barrierHeader() uint16 {
-	if q.agentScope {
-		return hsa.Header(hsa.PacketTypeBarrierAnd, true, hsa.FenceScopeNone, hsa.FenceScopeAgent)
-	}
-	return hsa.Header(hsa.PacketTypeBarrierAnd, true, hsa.FenceScopeSystem, hsa.FenceScopeSystem)
+	return q.header(hsa.PacketTypeBarrierAnd, hsa.FenceScopeNone, hsa.FenceScopeAgent)
 }
 
 // systemHeader is the header of a marker: a barrier-AND packet that
 // releases at system scope, which hands the queue's work to the host or to
 // anything else outside the GPU.
 func (q *Queue) systemHeader() uint16 {
-	if !q.agentScope {
-		return hsa.Header(hsa.PacketTypeBarrierAnd, true, hsa.FenceScopeSystem, hsa.FenceScopeSystem)
-	}
+	release := uint16(hsa.FenceScopeSystem)
 	if testhooks.SkipSystemRelease.Load() {
-		return hsa.Header(hsa.PacketTypeBarrierAnd, true, hsa.FenceScopeNone, hsa.FenceScopeAgent)
+		release = hsa.FenceScopeAgent
 	}
-	return hsa.Header(hsa.PacketTypeBarrierAnd, true, hsa.FenceScopeNone, hsa.FenceScopeSystem)
+	return q.header(hsa.PacketTypeBarrierAnd, hsa.FenceScopeNone, release)
 }
 
-// dispatchHeaderLocked is the header of a kernel dispatch, which takes a
-// pending AcquireSystem.
-func (q *Queue) dispatchHeaderLocked() uint16 {
-	if !q.agentScope {
-		return hsa.Header(hsa.PacketTypeKernelDispatch, true, hsa.FenceScopeSystem, hsa.FenceScopeSystem)
+// dispatchHeader is the header of a kernel dispatch; system says it
+// acquires at system scope (with AgentScope, otherwise at agent scope).
+func (q *Queue) dispatchHeader(system bool) uint16 {
+	acquire := uint16(hsa.FenceScopeAgent)
+	if system && !testhooks.SkipSystemAcquire.Load() {
+		acquire = hsa.FenceScopeSystem
 	}
-	system := q.acquireNext.Load()
-	if system {
-		q.acquireNext.Store(false)
-	}
-	return q.agentScopeDispatchHeader(system)
+	return q.header(hsa.PacketTypeKernelDispatch, acquire, hsa.FenceScopeAgent)
 }
 
-// agentScopeDispatchHeader is the header of a kernel dispatch with
-// AgentScope (see the comment above barrierHeader): system says it
-// acquires at system scope.
-func (q *Queue) agentScopeDispatchHeader(system bool) uint16 {
-	if !system || testhooks.SkipSystemAcquire.Load() {
-		return hsa.Header(hsa.PacketTypeKernelDispatch, true, hsa.FenceScopeAgent, hsa.FenceScopeAgent)
+// takeAcquireLocked takes a pending AcquireSystem, for the dispatch about
+// to be written.
+func (q *Queue) takeAcquireLocked() bool {
+	if !q.acquireNext.Load() {
+		return false
 	}
-	return hsa.Header(hsa.PacketTypeKernelDispatch, true, hsa.FenceScopeSystem, hsa.FenceScopeAgent)
+	q.acquireNext.Store(false)
+	return true
 }
 
 // AcquireSystem implements syncstate.Acquirer: the queue's next kernel
@@ -1231,7 +1233,7 @@ func (q *Queue) Dispatch(d *Dispatch) (uint64, error) {
 	}
 	ka := unsafe.Add(q.kernarg, uintptr(idx&q.mask)*KernargSlot)
 	copy(unsafe.Slice((*byte)(ka), KernargSlot), d.Kernarg)
-	p := d.packet(q.dispatchHeaderLocked(), uint64(uintptr(ka)), sig.H)
+	p := d.packet(q.dispatchHeader(q.takeAcquireLocked()), uint64(uintptr(ka)), sig.H)
 	slot := hsa.Slot(q.hq, idx)
 	p.EncodeBody(slot)
 	return q.publishLocked(idx, sig, slot, p.FirstWord(), releasesSystem(p.Header)), nil

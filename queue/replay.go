@@ -64,11 +64,7 @@ func (q *Queue) NewRecording(ds []Dispatch) (*Recording, error) {
 		// rest at agent scope): what a replay reads may have been written
 		// outside the GPU since the last one; the packets after it read
 		// what it and the ones before them wrote, on this GPU.
-		header := hsa.Header(hsa.PacketTypeKernelDispatch, true, hsa.FenceScopeSystem, hsa.FenceScopeSystem)
-		if q.agentScope {
-			header = q.agentScopeDispatchHeader(i == 0)
-		}
-		pk := d.packet(header, uint64(uintptr(p)), 0)
+		pk := d.packet(q.dispatchHeader(i == 0), uint64(uintptr(p)), 0)
 		pk.EncodeBody(&r.bodies[i])
 		r.first[i] = pk.FirstWord()
 	}
