@@ -395,3 +395,40 @@ func TestAgentScopeAcquiresAtSystemScopeOnlyWhereAsked(t *testing.T) {
 // otherTimeline is a timeline that is not an HSA queue (a stream, a host
 // lane): a queue shares none of its writes.
 type otherTimeline struct{ syncstate.Timeline }
+
+// A broken queue acquires at system scope, GPU-wide, through a flush
+// before it completes its failed packets' signals, even where making the
+// ticket before the break visible took no flush (the SkipSystemRelease
+// switch stands in for a ticket already visible): a makeVisible that
+// returned without flushing counted as that flush, and the queue then
+// completed the failed signals with no acquire at all.
+func TestBrokenQueueFlushesBeforeItReleasesItsFailedPackets(t *testing.T) {
+	testhooks.SkipSystemRelease.Store(true)
+	defer testhooks.SkipSystemRelease.Store(false)
+	r := newRig(t, emu.Options{})
+	agents, _ := r.rt.Agents()
+	pools, _ := r.rt.MemoryPools(agents[0])
+	fq := r.queue(t, "flush", 64)
+	var flushes atomic.Int32
+	q, err := queue.New(r.rt, queue.Config{Name: "q", Agent: agents[1], Size: 64, KernargPool: pools[0],
+		Signals: r.signals, AgentScope: true, Flush: func() error {
+			flushes.Add(1)
+			ft, err := fq.BarrierAnd([hsa.BarrierAndMaxDependencies]*queue.Signal{})
+			if err != nil {
+				return err
+			}
+			return fq.WaitHost(ft)
+		}})
+	require.NoError(t, err)
+	buf, _ := r.m.HIP().Malloc(0, 64)
+	r.fillDispatch(t, q, uint64(buf), 1)
+	r.m.Quiesce()
+	q.Completed() // the fill is complete, and not yet visible
+	var ka [kernels.KernargSize]byte
+	_, err = q.Dispatch(&queue.Dispatch{KernelObject: 0xbad, Grid: 1, Workgroup: 1, Kernarg: ka[:]})
+	require.NoError(t, err)
+	// No host wait: it would make the fill visible itself, first.
+	require.Eventually(t, func() bool { return q.Err() != nil }, 10*time.Second, time.Millisecond)
+	_ = q.Close() // reports the break; it waits for the release of the failed packets
+	require.GreaterOrEqual(t, flushes.Load(), int32(1), "no flush, so no acquire, before the failed signals completed")
+}
