@@ -34,13 +34,13 @@ type State struct {
 	// ran, so its contents are not what the program says. The next
 	// complete write clears it.
 	err error
-	// hostWritten says the contents were last written outside every
+	// writtenOutside says the contents were last written outside every
 	// timeline: by the host itself (a synchronous copy into a new array,
 	// MarkHostWritten), or by foreign work the writer only waited for
 	// (Op.ForeignWrites). An Acquirer's op that uses them asks for a
 	// system-scope acquire. The next write clears it.
-	hostWritten bool
-	readers     []Fence
+	writtenOutside bool
+	readers        []Fence
 	// inline holds the first readers, so that a State embedded in its
 	// array needs no allocation of its own in the common case (one or
 	// two timelines reading).
@@ -149,7 +149,7 @@ func (s *State) recordRead(f Fence) {
 // yet): an Acquirer's op that uses it first asks for a system-scope acquire.
 func (s *State) MarkHostWritten() {
 	s.mu.Lock()
-	s.hostWritten = true
+	s.writtenOutside = true
 	s.mu.Unlock()
 }
 
@@ -157,7 +157,7 @@ func (s *State) recordWrite(f Fence, op string) {
 	s.writer = f
 	s.writerOp = op
 	s.err = nil
-	s.hostWritten = false
+	s.writtenOutside = false
 	clear(s.readers)
 	s.readers = s.readers[:0]
 }
@@ -548,7 +548,7 @@ func (o *Op) needsAcquire(tl Timeline) Acquirer {
 		if readerOn(s, tl) {
 			continue // tl read it since its last write, and acquired then
 		}
-		if w := s.writer.TL; s.hostWritten || (w != nil && w != tl && !acq.SharesWritesOf(w)) {
+		if w := s.writer.TL; s.writtenOutside || (w != nil && w != tl && !acq.SharesWritesOf(w)) {
 			return acq
 		}
 	}
@@ -675,7 +675,7 @@ func (o *Op) record(ticket uint64) Fence {
 	for i := 0; i < o.n; i++ {
 		if o.acc[i].write {
 			o.acc[i].s.recordWrite(f, o.Name)
-			o.acc[i].s.hostWritten = o.ForeignWrites
+			o.acc[i].s.writtenOutside = o.ForeignWrites
 		} else {
 			o.acc[i].s.recordRead(f)
 		}
