@@ -156,23 +156,28 @@ func TestMissingSystemScopeReleaseIsCaught(t *testing.T) {
 			got, err := y.Float32s()
 			require.NoError(t, err)
 			require.Equal(t, []float32{2, 4, 6, 8}, got) // the emulator's memory has no L2: only the checker sees it
-			var found bool
-			for _, h := range d.Hazards() {
-				if strings.Contains(h.Error(), "visibility hazard") && strings.Contains(h.Error(), "rocsync_add") {
-					found = true
-				}
-			}
-			require.True(t, found, "no visibility hazard in %v", d.Hazards())
+			require.True(t, hazardNamed(d, "visibility hazard", "rocsync_add"), "no visibility hazard in %v", d.Hazards())
 		})
 	}
 }
 
-// Without the system-scope acquires (a test switch makes every dispatch,
-// and a replay's first packet, acquire at agent scope), the checker
-// catches a kernel reading what the host wrote while its GPU's L2 may
-// still hold an older copy, naming the kernel, under every policy that
-// puts kernels on HSA queues. With them, the same program trips nothing.
-func TestMissingSystemScopeAcquireIsCaught(t *testing.T) {
+// hazardNamed reports whether the checker found a hazard of kind (as its
+// message names it) involving kernel.
+func hazardNamed(d *Device, kind, kernel string) bool {
+	for _, h := range d.Hazards() {
+		if strings.Contains(h.Error(), kind) && strings.Contains(h.Error(), kernel) {
+			return true
+		}
+	}
+	return false
+}
+
+// droppingAcquires runs program under every policy that puts kernels on
+// HSA queues, on the emulator with the hazard checker and random delays,
+// with the system-scope acquires kept and dropped (the SkipSystemAcquire
+// switch, set before program runs): kept, the checker finds nothing;
+// dropped, it finds a stale read by kernel.
+func droppingAcquires(t *testing.T, kernel string, program func(t *testing.T, d *Device)) {
 	for _, p := range syncstate.Policies {
 		if p == Unified {
 			continue // kernels run on HIP streams, whose fences HIP sets
@@ -183,86 +188,62 @@ func TestMissingSystemScopeAcquireIsCaught(t *testing.T) {
 					Emulator: EmulatorOptions{HazardChecker: true, MaxDelay: 30 * time.Microsecond, Seed: 7}})
 				require.NoError(t, err)
 				defer func() { require.NoError(t, d.Close()) }()
-				tk := d.DefaultTask()
 				testhooks.SkipSystemAcquire.Store(skip)
 				defer testhooks.SkipSystemAcquire.Store(false)
-				x, err := d.FromFloat32(1, 4, []float32{1, 2, 3, 4})
-				require.NoError(t, err)
-				y, err := tk.Add(x, x)
-				require.NoError(t, err)
-				got, err := y.Float32s()
-				require.NoError(t, err)
-				require.Equal(t, []float32{2, 4, 6, 8}, got) // the emulator's memory has no L2: only the checker sees it
-				var found bool
-				for _, h := range d.Hazards() {
-					if strings.Contains(h.Error(), "stale read hazard") && strings.Contains(h.Error(), "rocsync_add") {
-						found = true
-					}
-				}
+				program(t, d)
 				if !skip {
 					require.Empty(t, d.Hazards())
 					return
 				}
-				require.True(t, found, "no stale read hazard in %v", d.Hazards())
+				require.True(t, hazardNamed(d, "stale read hazard", kernel), "no stale read hazard in %v", d.Hazards())
 			})
 		}
 	}
 }
 
+// Without the system-scope acquires, the checker catches a kernel reading
+// what the host wrote while its GPU's L2 may still hold an older copy,
+// naming the kernel. With them, the same program trips nothing.
+func TestMissingSystemScopeAcquireIsCaught(t *testing.T) {
+	droppingAcquires(t, "rocsync_add", func(t *testing.T, d *Device) {
+		x, err := d.FromFloat32(1, 4, []float32{1, 2, 3, 4})
+		require.NoError(t, err)
+		y, err := d.DefaultTask().Add(x, x)
+		require.NoError(t, err)
+		got, err := y.Float32s()
+		require.NoError(t, err)
+		require.Equal(t, []float32{2, 4, 6, 8}, got) // the emulator's memory has no L2: only the checker sees it
+	})
+}
+
 // A replay reads what was uploaded since the last one: its first packet
 // acquires at system scope, so the checker finds no stale read; without
-// that acquire (the test switch) it catches the replay's first kernel
-// reading the upload, under every policy that puts kernels on HSA queues.
+// that acquire it catches the replay's first kernel reading the upload.
+// The switch is set while the recording is made, which fixes its
+// packets' headers; the uploads are HIP copies, which it does not touch.
 func TestReplayAcquiresWhatWasUploadedBetweenReplays(t *testing.T) {
-	for _, p := range syncstate.Policies {
-		if p == Unified {
-			continue
+	droppingAcquires(t, "rocsync_mul", func(t *testing.T, d *Device) {
+		tk := d.DefaultTask()
+		x, err := d.Empty(1, 4, Float32)
+		require.NoError(t, err)
+		y, err := d.Empty(1, 4, Float32)
+		require.NoError(t, err)
+		rec, err := tk.Record(func() error {
+			if err := tk.MulInto(y, x, x); err != nil {
+				return err
+			}
+			return tk.AddInto(y, y, x)
+		})
+		require.NoError(t, err)
+		defer func() { require.NoError(t, rec.Close()) }()
+		for _, in := range [][]float32{{1, 2, 3, 4}, {2, 2, 2, 2}} {
+			require.NoError(t, tk.UploadFloat32(x, in))
+			require.NoError(t, rec.Replay())
+			got, err := y.Float32s()
+			require.NoError(t, err)
+			for i := range in {
+				require.Equal(t, in[i]*in[i]+in[i], got[i])
+			}
 		}
-		for _, skip := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%v/skip=%v", p, skip), func(t *testing.T) {
-				d, err := Open(Options{Backend: Emulator, Policy: p, LogLevel: LogOff,
-					Emulator: EmulatorOptions{HazardChecker: true, MaxDelay: 30 * time.Microsecond, Seed: 7}})
-				require.NoError(t, err)
-				defer func() { require.NoError(t, d.Close()) }()
-				tk := d.DefaultTask()
-				// Set while the recording is made, which fixes its
-				// packets' headers; the uploads are HIP copies, which it
-				// does not touch.
-				testhooks.SkipSystemAcquire.Store(skip)
-				defer testhooks.SkipSystemAcquire.Store(false)
-				x, err := d.Empty(1, 4, Float32)
-				require.NoError(t, err)
-				y, err := d.Empty(1, 4, Float32)
-				require.NoError(t, err)
-				rec, err := tk.Record(func() error {
-					if err := tk.MulInto(y, x, x); err != nil {
-						return err
-					}
-					return tk.AddInto(y, y, x)
-				})
-				require.NoError(t, err)
-				defer func() { require.NoError(t, rec.Close()) }()
-				for _, in := range [][]float32{{1, 2, 3, 4}, {2, 2, 2, 2}} {
-					require.NoError(t, tk.UploadFloat32(x, in))
-					require.NoError(t, rec.Replay())
-					got, err := y.Float32s()
-					require.NoError(t, err)
-					for i := range in {
-						require.Equal(t, in[i]*in[i]+in[i], got[i])
-					}
-				}
-				var found bool
-				for _, h := range d.Hazards() {
-					if strings.Contains(h.Error(), "stale read hazard") && strings.Contains(h.Error(), "rocsync_mul") {
-						found = true
-					}
-				}
-				if !skip {
-					require.Empty(t, d.Hazards())
-					return
-				}
-				require.True(t, found, "no stale read hazard in %v", d.Hazards())
-			})
-		}
-	}
+	})
 }
