@@ -11,21 +11,6 @@ import (
 	"github.com/rocsync/rocsync/kernels"
 )
 
-// acquireMarker submits a barrier-AND packet with no dependencies that
-// acquires at the given scope and releases at none; it returns its
-// completion signal.
-func (r *rig) acquireMarker(t *testing.T, acquire uint16) hsa.Signal {
-	sig, err := r.h.SignalCreate(1, nil)
-	require.NoError(t, err)
-	idx := r.h.QueueAddWriteIndexScacqScrel(r.q, 1)
-	p := hsa.BarrierAndPacket{Header: hsa.Header(hsa.PacketTypeBarrierAnd, true, acquire, hsa.FenceScopeNone), CompletionSignal: sig}
-	slot := hsa.Slot(r.q, idx)
-	p.EncodeBody(slot)
-	hsa.PublishHeader(slot, p.FirstWord())
-	r.h.SignalStoreScrelease(r.q.Doorbell, int64(idx))
-	return sig
-}
-
 // A packet reads what was written outside its GPU's L2 (by the host's
 // copy, a copy engine) only after a system-scope acquire on that GPU:
 // its own, or an earlier packet's that launched after the write. An
@@ -62,17 +47,17 @@ func TestAgentScopeAcquireReadsStaleOutsideWrites(t *testing.T) {
 		}, 0},
 		{"host copy, a system-scope acquire before, agent-scope reads", func(t *testing.T, r *rig, buf, tmp hip.DevicePtr) {
 			upload(t, r, buf)
-			r.acquireMarker(t, hsa.FenceScopeSystem)
+			r.barrier(t, hsa.FenceScopeSystem, hsa.FenceScopeNone)
 			r.wait(r.submitHeader(t, "add", agent, add(buf, tmp)))
 		}, 0},
 		{"a system-scope acquire before the host copy, agent-scope reads", func(t *testing.T, r *rig, buf, tmp hip.DevicePtr) {
-			r.wait(r.acquireMarker(t, hsa.FenceScopeSystem))
+			r.wait(r.barrier(t, hsa.FenceScopeSystem, hsa.FenceScopeNone))
 			upload(t, r, buf)
 			r.wait(r.submitHeader(t, "add", agent, add(buf, tmp)))
 		}, 2},
 		{"host copy, an agent-scope acquire before, agent-scope reads", func(t *testing.T, r *rig, buf, tmp hip.DevicePtr) {
 			upload(t, r, buf)
-			r.acquireMarker(t, hsa.FenceScopeAgent)
+			r.barrier(t, hsa.FenceScopeAgent, hsa.FenceScopeNone)
 			r.wait(r.submitHeader(t, "add", agent, add(buf, tmp)))
 		}, 2},
 		{"host copy, agent-scope acquire overwrites", func(t *testing.T, r *rig, buf, _ hip.DevicePtr) {

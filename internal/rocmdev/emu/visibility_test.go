@@ -11,13 +11,13 @@ import (
 	"github.com/rocsync/rocsync/kernels"
 )
 
-// marker submits a barrier-AND packet with no dependencies and the given
-// release scope; it returns its completion signal.
-func (r *rig) marker(t *testing.T, release uint16) hsa.Signal {
+// barrier submits a barrier-AND packet with no dependencies and the given
+// fence scopes; it returns its completion signal.
+func (r *rig) barrier(t *testing.T, acquire, release uint16) hsa.Signal {
 	sig, err := r.h.SignalCreate(1, nil)
 	require.NoError(t, err)
 	idx := r.h.QueueAddWriteIndexScacqScrel(r.q, 1)
-	p := hsa.BarrierAndPacket{Header: hsa.Header(hsa.PacketTypeBarrierAnd, true, hsa.FenceScopeNone, release), CompletionSignal: sig}
+	p := hsa.BarrierAndPacket{Header: hsa.Header(hsa.PacketTypeBarrierAnd, true, acquire, release), CompletionSignal: sig}
 	slot := hsa.Slot(r.q, idx)
 	p.EncodeBody(slot)
 	hsa.PublishHeader(slot, p.FirstWord())
@@ -52,12 +52,12 @@ func TestAgentScopeReleaseIsVisibleOnlyOnItsGPU(t *testing.T) {
 		}, 1},
 		{"agent release, then a system-scope marker, host reads", func(t *testing.T, r *rig, buf, _ hip.DevicePtr) {
 			r.submitHeader(t, "fill", agent, kernels.Args{Out: uint64(buf), Alpha: 2, N: 64})
-			r.wait(r.marker(t, hsa.FenceScopeSystem))
+			r.wait(r.barrier(t, hsa.FenceScopeNone, hsa.FenceScopeSystem))
 			readBack(t, r, buf)
 		}, 0},
 		{"agent release, then an agent-scope marker, host reads", func(t *testing.T, r *rig, buf, _ hip.DevicePtr) {
 			r.submitHeader(t, "fill", agent, kernels.Args{Out: uint64(buf), Alpha: 2, N: 64})
-			r.wait(r.marker(t, hsa.FenceScopeAgent))
+			r.wait(r.barrier(t, hsa.FenceScopeNone, hsa.FenceScopeAgent))
 			readBack(t, r, buf)
 		}, 1},
 		{"agent release, read on the GPU, system release after it", func(t *testing.T, r *rig, buf, tmp hip.DevicePtr) {
@@ -108,7 +108,7 @@ func TestFenceScopesAreCounted(t *testing.T) {
 	before := r.h.FenceScopes()
 	r.submitHeader(t, "fill", hsa.Header(hsa.PacketTypeKernelDispatch, true, hsa.FenceScopeAgent, hsa.FenceScopeAgent), kernels.Args{Out: uint64(buf), Alpha: 2, N: 64})
 	r.wait(r.submit(t, "fill", true, kernels.Args{Out: uint64(buf), Alpha: 2, N: 64}))
-	r.wait(r.marker(t, hsa.FenceScopeSystem))
+	r.wait(r.barrier(t, hsa.FenceScopeNone, hsa.FenceScopeSystem))
 	c := r.h.FenceScopes().Sub(before)
 	require.Equal(t, [4]uint64{0, 1, 1, 0}, c.Acquire[hsa.FenceKindDispatch])
 	require.Equal(t, [4]uint64{0, 1, 1, 0}, c.Release[hsa.FenceKindDispatch])
