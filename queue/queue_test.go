@@ -52,11 +52,17 @@ func (r *rig) queue(t *testing.T, name string, size uint32) *queue.Queue {
 	return q
 }
 
-func (r *rig) fillDispatch(t *testing.T, q *queue.Queue, buf uint64, v float64) uint64 {
+// fillOf is the dispatch that fills 16 floats at buf with v.
+func (r *rig) fillOf(buf uint64, v float64) queue.Dispatch {
 	args := kernels.Args{Out: buf, Alpha: v, N: 16}
-	var ka [kernels.KernargSize]byte
-	args.Encode(ka[:], kernels.F32)
-	ticket, err := q.Dispatch(&queue.Dispatch{KernelObject: r.fill, Grid: 16, Workgroup: 16, Kernarg: ka[:]})
+	ka := make([]byte, kernels.KernargSize)
+	args.Encode(ka, kernels.F32)
+	return queue.Dispatch{KernelObject: r.fill, Grid: 16, Workgroup: 16, Kernarg: ka}
+}
+
+func (r *rig) fillDispatch(t *testing.T, q *queue.Queue, buf uint64, v float64) uint64 {
+	d := r.fillOf(buf, v)
+	ticket, err := q.Dispatch(&d)
 	require.NoError(t, err)
 	return ticket
 }

@@ -354,10 +354,7 @@ func TestAgentScopeAcquiresAtSystemScopeOnlyWhereAsked(t *testing.T) {
 
 	var ds []queue.Dispatch
 	for i := range 3 {
-		var ka [kernels.KernargSize]byte
-		args := kernels.Args{Out: uint64(buf), Alpha: float64(i), N: 16}
-		args.Encode(ka[:], kernels.F32)
-		ds = append(ds, queue.Dispatch{KernelObject: r.fill, Grid: 16, Workgroup: 16, Kernarg: ka[:]})
+		ds = append(ds, r.fillOf(uint64(buf), float64(i)))
 	}
 	rec, err := q.NewRecording(ds)
 	require.NoError(t, err)

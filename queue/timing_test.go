@@ -11,7 +11,6 @@ import (
 
 	"github.com/rocsync/rocsync/hsa"
 	"github.com/rocsync/rocsync/internal/rocmdev/emu"
-	"github.com/rocsync/rocsync/kernels"
 	"github.com/rocsync/rocsync/queue"
 	"github.com/rocsync/rocsync/syncstate"
 )
@@ -119,10 +118,7 @@ func TestReplayTimesEachPacket(t *testing.T) {
 	buf, _ := r.m.HIP().Malloc(0, 64)
 	var ds []queue.Dispatch
 	for i := 0; i < 4; i++ {
-		var ka [kernels.KernargSize]byte
-		args := kernels.Args{Out: uint64(buf), Alpha: float64(i), N: 16}
-		args.Encode(ka[:], kernels.F32)
-		ds = append(ds, queue.Dispatch{KernelObject: r.fill, Grid: 16, Workgroup: 16, Kernarg: ka[:]})
+		ds = append(ds, r.fillOf(uint64(buf), float64(i)))
 	}
 	rec, err := q.NewRecording(ds)
 	require.NoError(t, err)
