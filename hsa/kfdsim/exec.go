@@ -16,6 +16,7 @@ import (
 	"github.com/ebitengine/purego"
 
 	"github.com/rocsync/rocsync/internal/cmem"
+	"github.com/rocsync/rocsync/internal/dl"
 	"github.com/rocsync/rocsync/kernels"
 	"github.com/rocsync/rocsync/rocblas/simblas"
 	"github.com/rocsync/rocsync/userkernel"
@@ -112,7 +113,7 @@ func RegisterExecutor(libPath string) (*Executor, error) {
 	if libPath == "" {
 		libPath = ShimSoname
 	}
-	h, err := purego.Dlopen(libPath, purego.RTLD_NOW|purego.RTLD_LOCAL)
+	h, err := dl.Dlopen(libPath, purego.RTLD_NOW|purego.RTLD_LOCAL)
 	if err != nil {
 		return nil, fmt.Errorf("%w: dlopen %s: %v", ErrNoThunk, libPath, err)
 	}
@@ -145,7 +146,7 @@ const rtldNoload = 0x4
 // simulated driver (the bench, the hardware test suite under
 // cmd/simrun) calls it first thing, before HSA is initialised.
 func RegisterExecutorIfLoaded() (*Executor, error) {
-	h, err := purego.Dlopen(ShimSoname, purego.RTLD_NOW|purego.RTLD_LOCAL|rtldNoload)
+	h, err := dl.Dlopen(ShimSoname, purego.RTLD_NOW|purego.RTLD_LOCAL|rtldNoload)
 	if err != nil {
 		return nil, nil
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rocsync/rocsync/hsa"
 	"github.com/rocsync/rocsync/internal/cmem"
+	"github.com/rocsync/rocsync/internal/dl"
 )
 
 // Hold pauses every simulated command processor (AQL and SDMA queues) of
@@ -23,7 +24,7 @@ func Hold(libPath string) (release func(), err error) {
 	if libPath == "" {
 		libPath = ShimSoname
 	}
-	h, err := purego.Dlopen(libPath, purego.RTLD_NOW|purego.RTLD_LOCAL)
+	h, err := dl.Dlopen(libPath, purego.RTLD_NOW|purego.RTLD_LOCAL)
 	if err != nil {
 		return nil, fmt.Errorf("%w: dlopen %s: %v", ErrNoThunk, libPath, err)
 	}
@@ -53,7 +54,7 @@ func shimCall(libPath, sym string, args ...uintptr) (uintptr, error) {
 	if libPath == "" {
 		libPath = ShimSoname
 	}
-	h, err := purego.Dlopen(libPath, purego.RTLD_NOW|purego.RTLD_LOCAL)
+	h, err := dl.Dlopen(libPath, purego.RTLD_NOW|purego.RTLD_LOCAL)
 	if err != nil {
 		return 0, fmt.Errorf("%w: dlopen %s: %v", ErrNoThunk, libPath, err)
 	}

@@ -17,6 +17,8 @@ import (
 	"unsafe"
 
 	"github.com/ebitengine/purego"
+
+	"github.com/rocsync/rocsync/internal/dl"
 )
 
 // MaxArgs is the most arguments Call and Block.Call pass.
@@ -53,9 +55,9 @@ var libcState struct {
 // OpenLibc opens the C library (libc.so.6, else libc.so) for its
 // symbols.
 func OpenLibc() (uintptr, error) {
-	h, err := purego.Dlopen("libc.so.6", purego.RTLD_NOW|purego.RTLD_GLOBAL)
+	h, err := dl.Dlopen("libc.so.6", purego.RTLD_NOW|purego.RTLD_GLOBAL)
 	if err != nil {
-		h, err = purego.Dlopen("libc.so", purego.RTLD_NOW|purego.RTLD_GLOBAL)
+		h, err = dl.Dlopen("libc.so", purego.RTLD_NOW|purego.RTLD_GLOBAL)
 	}
 	return h, err
 }

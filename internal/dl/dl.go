@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -64,6 +65,17 @@ func CUDAToolkitDirs() []string {
 	return append(dirs, found...)
 }
 
+// Dlopen is purego.Dlopen on one locked OS thread. purego reads a failed
+// dlopen's text with a second call to dlerror, and that text is
+// thread-local (dlerror(3)): a goroutine moved to another thread between
+// the two calls, as a loaded scheduler does, gets no text or another
+// thread's.
+func Dlopen(path string, mode int) (uintptr, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	return purego.Dlopen(path, mode)
+}
+
 // Library is an opened shared library.
 type Library struct {
 	Handle uintptr
@@ -76,7 +88,7 @@ func Open(library string, sonames []string, dirs []string) (*Library, error) {
 	nf := &NotFoundError{Library: library}
 	try := func(path string) *Library {
 		nf.Tried = append(nf.Tried, path)
-		h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+		h, err := Dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
 		if err != nil {
 			nf.Last = err.Error()
 			return nil

@@ -38,6 +38,7 @@ import (
 	"github.com/ebitengine/purego"
 
 	"github.com/rocsync/rocsync/hsa/kfdsim/rocmroot"
+	"github.com/rocsync/rocsync/internal/dl"
 )
 
 type libs []string
@@ -106,7 +107,7 @@ func main() {
 	handles := map[string]uintptr{}
 	failed := false
 	for _, name := range load {
-		h, err := purego.Dlopen(name, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+		h, err := dl.Dlopen(name, purego.RTLD_NOW|purego.RTLD_GLOBAL)
 		if err != nil {
 			fmt.Printf("dlopen %s=error: %v\n", name, err)
 			failed = true
