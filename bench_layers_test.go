@@ -8,9 +8,11 @@ import (
 
 	"github.com/rocsync/rocsync/cublas"
 	"github.com/rocsync/rocsync/cuda"
+	"github.com/rocsync/rocsync/driver"
 	"github.com/rocsync/rocsync/internal/cudadev"
 	"github.com/rocsync/rocsync/internal/testhooks"
 	"github.com/rocsync/rocsync/kernels"
+	"github.com/rocsync/rocsync/syncstate"
 )
 
 // BenchmarkGPUDispatchLayers (ROCSYNC_GPU=1 ROCSYNC_BACKEND=cuda) splits
@@ -212,4 +214,78 @@ func BenchmarkEmulatedCUDAMulInto(b *testing.B) {
 	}
 	b.StopTimer()
 	must(b, t.Synchronize())
+}
+
+// BenchmarkEagerFloor times the parts of an eager op that no faster code
+// can drop without dropping what they guarantee, on the emulated libcuda
+// (so it runs on any host, the GPU hosts included), beside the whole op:
+//   - guards: the device's close guard and the task's concurrent-use
+//     guard (Close must not free what an op uses; one Task from two
+//     goroutines is reported, not corrupted);
+//   - stream: the stream's throttle check, hold and ticket around an
+//     enqueue that does nothing;
+//   - sync: the sync state of y = x·x (read x, write y) on the task's
+//     kernel stream, ordered and recorded at a real ticket of that stream
+//     (the stream's part included);
+//   - into: Task.MulInto itself, its launch the emulator's (a queued
+//     closure, about half of it on a dev VM).
+//
+// guards + sync is the floor the front cannot go under; what into adds
+// over it is the front's checks, the op's translation and the launch.
+func BenchmarkEagerFloor(b *testing.B) {
+	testhooks.Switches.CUDAEmulator.Store(true)
+	d, err := Open(Options{Backend: CUDA, Policy: DeviceSide, LogLevel: LogOff})
+	testhooks.Switches.CUDAEmulator.Store(false)
+	must(b, err)
+	defer d.Close()
+	t := d.DefaultTask()
+	x, err := d.FromFloat32(1, 64, randMatrix(1, 8))
+	must(b, err)
+	y, err := d.FromFloat32(1, 64, randMatrix(2, 8))
+	must(b, err)
+	must(b, t.Synchronize())
+	ks := t.drv.(*cudadev.Task).Kernel()
+	tl := t.timeline(driver.LaneKernel)
+	nothing := func(uintptr) error { return nil }
+	drainEvery := func(b *testing.B, i int) {
+		if i%256 == 255 {
+			b.StopTimer()
+			must(b, t.Synchronize())
+			b.StartTimer()
+		}
+	}
+	b.Run("guards", func(b *testing.B) {
+		for b.Loop() {
+			must(b, d.enter("floor"))
+			must(b, t.begin("floor"))
+			t.end()
+			d.leave()
+		}
+	})
+	b.Run("stream", func(b *testing.B) {
+		for i := 0; b.Loop(); i++ {
+			_, err := ks.Submit(nothing)
+			must(b, err)
+			drainEvery(b, i)
+		}
+	})
+	b.Run("sync", func(b *testing.B) {
+		for i := 0; b.Loop(); i++ {
+			op := syncstate.Op{Name: "floor"}
+			op.Use(&x.st, syncstate.Read)
+			op.Use(&y.st, syncstate.Write)
+			must(b, op.Begin(&d.engine, tl, t.sinks))
+			ticket, err := ks.Submit(nothing)
+			must(b, err)
+			must(b, op.Commit(ticket, t.sinks))
+			drainEvery(b, i)
+		}
+	})
+	b.Run("into", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			must(b, t.MulInto(y, x, x))
+			drainEvery(b, i)
+		}
+	})
 }
