@@ -66,8 +66,8 @@ func CUDAToolkitDirs() []string {
 }
 
 // Dlopen is purego.Dlopen on one locked OS thread. purego reads a failed
-// dlopen's text with a second call to dlerror, and that text is
-// thread-local (dlerror(3)): a goroutine moved to another thread between
+// dlopen's text with a second call to dlerror, and glibc keeps that text
+// per thread (POSIX dlerror): a goroutine moved to another thread between
 // the two calls, as a loaded scheduler does, gets no text or another
 // thread's.
 func Dlopen(path string, mode int) (uintptr, error) {

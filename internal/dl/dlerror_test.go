@@ -8,9 +8,9 @@ import (
 	"testing"
 )
 
-// dlerror's text belongs to the thread whose dlopen failed (dlerror(3):
-// "thread-safe ... the error state is thread-local"), so Open must read it
-// on that thread. Goroutines that keep every P busy make the scheduler
+// dlerror's text belongs to the thread whose dlopen failed (POSIX dlerror:
+// "A thread-safe implementation shall return only errors that occur on the
+// current thread"; glibc's is one), so Open must read it on that thread. Goroutines that keep every P busy make the scheduler
 // move a goroutine between its dlopen and its dlerror when they are two
 // separate calls on an unlocked thread; every error must still carry its text.
 func TestNotFoundErrorKeepsDlerrorTextUnderLoad(t *testing.T) {
