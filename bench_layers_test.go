@@ -256,10 +256,10 @@ func BenchmarkEagerFloor(b *testing.B) {
 	}
 	b.Run("guards", func(b *testing.B) {
 		for b.Loop() {
-			must(b, d.enter("floor"))
+			must(b, d.enterShard("floor", t.shard))
 			must(b, t.begin("floor"))
 			t.end()
-			d.leave()
+			d.leaveShard(t.shard)
 		}
 	})
 	b.Run("stream", func(b *testing.B) {
@@ -288,4 +288,60 @@ func BenchmarkEagerFloor(b *testing.B) {
 			drainEvery(b, i)
 		}
 	})
+}
+
+// BenchmarkEagerFloorParallel is BenchmarkEagerFloor's guards and sync
+// from goroutines that each submit on a task of their own to one device,
+// as the README asks of concurrent submitters; run it with -cpu 1,2,4,...
+// ns/op is wall time per op over all goroutines, so it falls as the
+// goroutines run side by side and rises where they contend for a cache
+// line (the device's close guard and counters are sharded by task for
+// that reason; guard.go).
+func BenchmarkEagerFloorParallel(b *testing.B) {
+	testhooks.Switches.CUDAEmulator.Store(true)
+	d, err := Open(Options{Backend: CUDA, Policy: DeviceSide, LogLevel: LogOff})
+	testhooks.Switches.CUDAEmulator.Store(false)
+	must(b, err)
+	defer d.Close()
+	nothing := func(uintptr) error { return nil }
+	for _, part := range []string{"guards", "sync", "guards+sync"} {
+		b.Run(part, func(b *testing.B) {
+			b.RunParallel(func(pb *testing.PB) {
+				t, err := d.NewTask()
+				must(b, err)
+				defer func() { must(b, t.Close()) }()
+				x, err := d.FromFloat32(1, 64, randMatrix(1, 8))
+				must(b, err)
+				y, err := d.FromFloat32(1, 64, randMatrix(2, 8))
+				must(b, err)
+				must(b, t.Synchronize())
+				ks := t.drv.(*cudadev.Task).Kernel()
+				tl := t.timeline(driver.LaneKernel)
+				guards, sync := part != "sync", part != "guards"
+				for i := 1; pb.Next(); i++ {
+					if guards {
+						must(b, t.dev.enterShard("floor", t.shard))
+						must(b, t.begin("floor"))
+					}
+					if sync {
+						op := syncstate.Op{Name: "floor"}
+						op.Use(&x.st, syncstate.Read)
+						op.Use(&y.st, syncstate.Write)
+						must(b, op.Begin(&d.engine, tl, t.sinks))
+						ticket, err := ks.Submit(nothing)
+						must(b, err)
+						must(b, op.Commit(ticket, t.sinks))
+					}
+					if guards {
+						t.end()
+						t.dev.leaveShard(t.shard)
+					}
+					if sync && i%256 == 0 {
+						must(b, t.Synchronize())
+					}
+				}
+				must(b, t.Synchronize())
+			})
+		})
+	}
 }

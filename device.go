@@ -30,7 +30,11 @@ type Device struct {
 	log    zerolog.Logger
 
 	engine syncstate.Engine
-	stats  *syncstate.Stats
+	stats  *syncstate.Stats // the driver's counts and the device's own
+	// taskStats are the tasks' counts, each task in its shard (Task.shard),
+	// so that tasks on different cores count on different cache lines;
+	// Stats sums them with stats.
+	taskStats syncstate.ShardedStats
 	// test are the device's test switches (Options).
 	test testhooks.Device
 
@@ -42,7 +46,7 @@ type Device struct {
 	staging     stagingPool // pinned memory for asynchronous copies
 	cache       *memCache
 	closed      atomic.Bool
-	closeMu     sync.RWMutex // held for reading by every op, for writing by Close
+	closeGuard  closeGuard // held for reading by every op, for writing by Close (guard.go)
 
 	// User kernels: the registry (made at the first LoadKernel) and the
 	// builder it compiles with.
@@ -356,7 +360,7 @@ func (d *Device) Stats() Stats {
 	if d == nil {
 		return Stats{}
 	}
-	return statsOf(d.stats.Snapshot())
+	return statsOf(d.stats.Snapshot().Add(d.taskStats.Snapshot()))
 }
 
 // Hazards returns what the emulator's hazard checker found (nil on real
@@ -395,15 +399,26 @@ func (d *Device) enter(op string) error {
 	if d == nil {
 		return newErr(op, ErrInvalid, "nil device")
 	}
-	d.closeMu.RLock()
+	return d.enterShard(op, 0)
+}
+
+// enterShard is enter for a task's op, in the task's shard of the close
+// guard (Task.shard).
+func (d *Device) enterShard(op string, shard int) error {
+	if !d.closeGuard.tryRLock(shard) { // closeGuard.rlock, its fast path inlined
+		d.closeGuard.rlockSlow(shard)
+	}
 	if d.closed.Load() {
-		d.closeMu.RUnlock()
+		d.closeGuard.runlock(shard)
 		return newErr(op, ErrClosed, "device is closed")
 	}
 	return nil
 }
 
-func (d *Device) leave() { d.closeMu.RUnlock() }
+func (d *Device) leave() { d.closeGuard.runlock(0) }
+
+// leaveShard ends enterShard.
+func (d *Device) leaveShard(shard int) { d.closeGuard.runlock(shard) }
 
 func (d *Device) countHostWait(r Reason) { syncstate.Sinks{d.stats}.HostWait(r) }
 
@@ -414,8 +429,11 @@ func (d *Device) NewTask() (*Task, error) {
 		return nil, err
 	}
 	defer d.leave()
-	t := &Task{dev: d, traceHost: int(d.traceTasks.Add(1))}
-	t.sinks = syncstate.Sinks{&t.stats, d.stats}
+	n := int(d.traceTasks.Add(1))
+	// Shard 0 of the close guard is the device's own calls'; tasks take
+	// the others in turn.
+	t := &Task{dev: d, traceHost: n, shard: 1 + (n-1)%(guardShards-1)}
+	t.sinks = syncstate.Sinks{&t.stats, d.taskStats.Shard(t.shard)}
 	dt, err := d.drv.NewTask(t.sinks)
 	if err != nil {
 		return nil, &Error{Op: "NewTask", Kind: ErrUnavailable, Err: err}
@@ -513,8 +531,8 @@ func (d *Device) CloseContext(ctx context.Context) error {
 	// Copies out of this device being submitted on other devices' tasks
 	// finish first, before the lock (peer.go says why); new ones fail.
 	d.peer.beginClose()
-	d.closeMu.Lock()
-	defer d.closeMu.Unlock()
+	d.closeGuard.lock()
+	defer d.closeGuard.unlock()
 	if d.closed.Load() {
 		return nil
 	}

@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 )
 
@@ -154,4 +155,101 @@ func goid() uint64 {
 		id = id*10 + uint64(c-'0')
 	}
 	return id
+}
+
+// guardShards (a power of two) is how many counters closeGuard spreads
+// its readers over: shard 0 for calls on the device itself, the rest for
+// tasks in turn.
+const guardShards = 32
+
+var _ = [1]struct{}{}[guardShards&(guardShards-1)] // a power of two
+
+// closeGuard is the device's close guard: every op holds it for reading,
+// Close for writing. It is sync.RWMutex's contract without its one
+// reader count, which every op of every task would increment and
+// decrement on a single cache line, so that tasks submitting from
+// several cores waited on one another (golang/go#17973). Readers count in
+// the shard they are given, each on cache lines of its own, with
+// RWMutex's own scheme per shard: the writer subtracts guardBias from
+// every shard, so a reader whose increment leaves its shard negative
+// knows a writer holds or wants the guard, steps back and waits for it;
+// the writer waits until each shard holds only its bias. Read locks must
+// not nest, as with sync.RWMutex while a writer waits.
+type closeGuard struct {
+	writer  sync.Mutex   // held by the writer from lock to unlock
+	waiting atomic.Int32 // readers waiting for the writer (for tests)
+	_       [128]byte    // keeps shard 0 off the lines above
+	readers [guardShards]struct {
+		n atomic.Int32
+		_ [124]byte // a shard per pair of 64-byte lines (adjacent-line prefetch)
+	}
+}
+
+// guardBias is what the writer subtracts from every shard: more than
+// readers could ever add.
+const guardBias = 1 << 30
+
+// reader is shard's count.
+func (g *closeGuard) reader(shard int) *atomic.Int32 {
+	return &g.readers[shard&(guardShards-1)].n
+}
+
+// rlock takes the guard for reading in shard.
+func (g *closeGuard) rlock(shard int) {
+	if !g.tryRLock(shard) {
+		g.rlockSlow(shard)
+	}
+}
+
+// tryRLock is rlock's fast path, one atomic add (inlined into callers):
+// false when a writer holds or wants the guard, and then the caller must
+// finish with rlockSlow.
+func (g *closeGuard) tryRLock(shard int) bool { return g.reader(shard).Add(1) >= 0 }
+
+// rlockSlow is rlock's wait for a writer: the reader counted in shard
+// steps back and waits for the writer's unlock, as a reader of
+// sync.RWMutex waits behind a pending writer, then counts itself in again.
+func (g *closeGuard) rlockSlow(shard int) {
+	r := g.reader(shard)
+	for {
+		r.Add(-1)
+		g.waiting.Add(1)
+		g.writer.Lock()
+		//lint:ignore SA2001 the writer's lock is only waited for
+		g.writer.Unlock()
+		g.waiting.Add(-1)
+		if r.Add(1) >= 0 {
+			return
+		}
+	}
+}
+
+// runlock ends rlock(shard).
+func (g *closeGuard) runlock(shard int) { g.reader(shard).Add(-1) }
+
+// lock takes the guard for writing, once every reader has left; readers
+// that come meanwhile wait for unlock.
+func (g *closeGuard) lock() {
+	g.writer.Lock()
+	for i := range g.readers {
+		g.readers[i].n.Add(-guardBias)
+	}
+	for i := range g.readers {
+		for spin := 0; g.readers[i].n.Load() != -guardBias; spin++ {
+			if spin < 64 {
+				runtime.Gosched()
+				continue
+			}
+			// A reader in a long call (a host wait): sleep, not spin.
+			time.Sleep(time.Duration(min(spin-63, 100)) * 10 * time.Microsecond)
+		}
+	}
+}
+
+// unlock ends lock.
+func (g *closeGuard) unlock() {
+	for i := range g.readers {
+		g.readers[i].n.Add(guardBias)
+	}
+	g.writer.Unlock()
 }

@@ -392,10 +392,10 @@ func (r *Recording) Replay() error {
 	if t.rec != nil {
 		return newErr(name, ErrRecording, "inside Task.Record")
 	}
-	if err := t.dev.enter(name); err != nil {
+	if err := t.dev.enterShard(name, t.shard); err != nil {
 		return err
 	}
-	defer t.dev.leave()
+	defer t.dev.leaveShard(t.shard)
 	s := opSync{r: r}
 	_, err := t.submitEntered(name, nil, &s)
 	t.ops.drop() // the task's ops hold nothing of the recording's

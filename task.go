@@ -20,10 +20,14 @@ import (
 // goroutine at a time (give each goroutine its own): a call made while
 // another goroutine's call runs on it fails with ErrConcurrentUse.
 type Task struct {
-	dev    *Device
-	drv    driver.Task
-	stats  syncstate.Stats
-	sinks  syncstate.Sinks
+	dev   *Device
+	drv   driver.Task
+	stats syncstate.Stats
+	sinks syncstate.Sinks
+	// shard is the task's shard of the device's close guard and counters,
+	// which its ops use, so that tasks on different cores share no cache
+	// line there.
+	shard  int
 	err    error // set when the default task could not be made
 	closed atomic.Bool
 	// using is the name of the op a call is running on the task, nil
@@ -317,7 +321,7 @@ func (t *Task) submitFrom(name string, op driver.Op, operands []access, foreign 
 	if t.rec != nil {
 		return t.record(name, op, operands)
 	}
-	if err := t.dev.enter(name); err != nil {
+	if err := t.dev.enterShard(name, t.shard); err != nil {
 		return syncstate.Fence{}, err
 	}
 	// One defer and two returns: the compiler open-codes it, where the
@@ -331,7 +335,7 @@ func (t *Task) submitFrom(name string, op driver.Op, operands []access, foreign 
 // caller's any more, and the device may close.
 func (t *Task) leaveSubmit() {
 	t.ops.drop()
-	t.dev.leave()
+	t.dev.leaveShard(t.shard)
 }
 
 // timeline returns the timeline of lane l.

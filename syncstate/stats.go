@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"sync/atomic"
+	"unsafe"
 )
 
 // Reason says why the host waited.
@@ -63,14 +64,44 @@ func (r Reason) String() string {
 	return fmt.Sprintf("Reason(%d)", uint8(r))
 }
 
-// Stats are live counters, safe for concurrent use. A task and its device
-// each have one; every event is counted in both.
+// Stats are live counters, safe for concurrent use. A task has one and
+// its device a shard of its ShardedStats (Sinks); every event is counted
+// in both.
 type Stats struct {
 	dispatches     atomic.Uint64
 	hostWaits      [numReasons]atomic.Uint64
 	skippedWaits   atomic.Uint64
 	deviceWaits    atomic.Uint64
 	eventsRecorded atomic.Uint64
+}
+
+// StatShards is how many Stats a ShardedStats holds.
+const StatShards = 32
+
+// ShardedStats are counters kept in StatShards separate Stats, each on
+// cache lines of its own, so that tasks counting on different cores do not
+// share a line (every op counts a dispatch and its skipped waits); a
+// snapshot sums them. Its zero value is ready.
+type ShardedStats struct {
+	shards [StatShards]struct {
+		Stats
+		// Rounds the shard up to whole 64-byte lines and adds one, so
+		// that two shards never share a line however the array is aligned.
+		_ [64 + (64-unsafe.Sizeof(Stats{})%64)%64]byte
+	}
+}
+
+// Shard returns the counters of shard i (any i ≥ 0, taken modulo
+// StatShards).
+func (s *ShardedStats) Shard(i int) *Stats { return &s.shards[i%StatShards].Stats }
+
+// Snapshot sums the shards.
+func (s *ShardedStats) Snapshot() Snapshot {
+	var out Snapshot
+	for i := range s.shards {
+		out = out.Add(s.shards[i].Snapshot())
+	}
+	return out
 }
 
 // Snapshot is a copy of Stats at one moment.
@@ -112,6 +143,20 @@ func (s Snapshot) HostWaitsTotal() uint64 {
 
 // HostWaitsFor returns the host waits for one reason.
 func (s Snapshot) HostWaitsFor(r Reason) uint64 { return s.HostWaits[r] }
+
+// Add returns s + other, counter by counter.
+func (s Snapshot) Add(other Snapshot) Snapshot {
+	out := Snapshot{
+		Dispatches:     s.Dispatches + other.Dispatches,
+		SkippedWaits:   s.SkippedWaits + other.SkippedWaits,
+		DeviceWaits:    s.DeviceWaits + other.DeviceWaits,
+		EventsRecorded: s.EventsRecorded + other.EventsRecorded,
+	}
+	for i := range s.HostWaits {
+		out.HostWaits[i] = s.HostWaits[i] + other.HostWaits[i]
+	}
+	return out
+}
 
 // Sub returns s - base, counter by counter.
 func (s Snapshot) Sub(base Snapshot) Snapshot {
