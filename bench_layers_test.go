@@ -291,12 +291,14 @@ func BenchmarkEagerFloor(b *testing.B) {
 }
 
 // BenchmarkEagerFloorParallel is BenchmarkEagerFloor's guards and sync
-// from goroutines that each submit on a task of their own to one device,
-// as the README asks of concurrent submitters; run it with -cpu 1,2,4,...
-// ns/op is wall time per op over all goroutines, so it falls as the
-// goroutines run side by side and rises where they contend for a cache
-// line (the device's close guard and counters are sharded by task for
-// that reason; guard.go).
+// from GOMAXPROCS goroutines (set it with -cpu 1,2,4,...) that each submit
+// on a task of their own to one device, as the README asks of concurrent
+// submitters; the b.N ops are split between them. ns/op is wall time per
+// op over all goroutines, so it falls as the goroutines run side by side
+// and rises where they contend for a cache line (the device's close guard
+// and counters are sharded by task for that reason; guard.go). The
+// goroutines count their own ops: RunParallel's per-goroutine counters
+// are small adjacent allocations, written every op, and would share lines.
 func BenchmarkEagerFloorParallel(b *testing.B) {
 	testhooks.Switches.CUDAEmulator.Store(true)
 	d, err := Open(Options{Backend: CUDA, Policy: DeviceSide, LogLevel: LogOff})
@@ -306,42 +308,69 @@ func BenchmarkEagerFloorParallel(b *testing.B) {
 	nothing := func(uintptr) error { return nil }
 	for _, part := range []string{"guards", "sync", "guards+sync"} {
 		b.Run(part, func(b *testing.B) {
-			b.RunParallel(func(pb *testing.PB) {
+			g := runtime.GOMAXPROCS(0)
+			type worker struct {
+				t    *Task
+				x, y *Array
+			}
+			workers := make([]worker, g)
+			for i := range workers {
 				t, err := d.NewTask()
 				must(b, err)
-				defer func() { must(b, t.Close()) }()
 				x, err := d.FromFloat32(1, 64, randMatrix(1, 8))
 				must(b, err)
 				y, err := d.FromFloat32(1, 64, randMatrix(2, 8))
 				must(b, err)
 				must(b, t.Synchronize())
-				ks := t.drv.(*cudadev.Task).Kernel()
-				tl := t.timeline(driver.LaneKernel)
-				guards, sync := part != "sync", part != "guards"
-				for i := 1; pb.Next(); i++ {
-					if guards {
-						must(b, t.dev.enterShard("floor", t.shard))
-						must(b, t.begin("floor"))
+				workers[i] = worker{t, x, y}
+			}
+			guards, sync := part != "sync", part != "guards"
+			b.ResetTimer()
+			done := make(chan error, g)
+			for w := range workers {
+				go func(w worker, n int) {
+					t, x, y := w.t, w.x, w.y
+					ks := t.drv.(*cudadev.Task).Kernel()
+					tl := t.timeline(driver.LaneKernel)
+					var err error
+					for i := 1; i <= n && err == nil; i++ {
+						if guards {
+							if err = t.dev.enterShard("floor", t.shard); err != nil {
+								break
+							}
+							if err = t.begin("floor"); err != nil {
+								break
+							}
+						}
+						if sync {
+							op := syncstate.Op{Name: "floor"}
+							op.Use(&x.st, syncstate.Read)
+							op.Use(&y.st, syncstate.Write)
+							if err = op.Begin(&d.engine, tl, t.sinks); err == nil {
+								var ticket uint64
+								if ticket, err = ks.Submit(nothing); err == nil {
+									err = op.Commit(ticket, t.sinks)
+								}
+							}
+						}
+						if guards {
+							t.end()
+							t.dev.leaveShard(t.shard)
+						}
+						if sync && i%256 == 0 && err == nil {
+							err = t.Synchronize()
+						}
 					}
-					if sync {
-						op := syncstate.Op{Name: "floor"}
-						op.Use(&x.st, syncstate.Read)
-						op.Use(&y.st, syncstate.Write)
-						must(b, op.Begin(&d.engine, tl, t.sinks))
-						ticket, err := ks.Submit(nothing)
-						must(b, err)
-						must(b, op.Commit(ticket, t.sinks))
-					}
-					if guards {
-						t.end()
-						t.dev.leaveShard(t.shard)
-					}
-					if sync && i%256 == 0 {
-						must(b, t.Synchronize())
-					}
-				}
-				must(b, t.Synchronize())
-			})
+					done <- err
+				}(workers[w], (b.N+g-1)/g)
+			}
+			for range workers {
+				must(b, <-done)
+			}
+			b.StopTimer()
+			for _, w := range workers {
+				must(b, w.t.Close())
+			}
 		})
 	}
 }
