@@ -1,6 +1,7 @@
 package rocsync
 
 import (
+	"errors"
 	"runtime"
 	"slices"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/rocsync/rocsync/internal/cudadev"
 	"github.com/rocsync/rocsync/internal/testhooks"
 	"github.com/rocsync/rocsync/kernels"
+	"github.com/rocsync/rocsync/stream"
 	"github.com/rocsync/rocsync/syncstate"
 )
 
@@ -179,6 +181,23 @@ func BenchmarkGPUDispatchLayers(b *testing.B) {
 	}
 }
 
+// emulatedCUDA opens a device on the Go emulation of libcuda with two n×n
+// arrays, x and y, written and drained.
+func emulatedCUDA(b *testing.B, n int) (d *Device, x, y *Array) {
+	b.Helper()
+	testhooks.Switches.CUDAEmulator.Store(true)
+	d, err := Open(Options{Backend: CUDA, Policy: DeviceSide, LogLevel: LogOff})
+	testhooks.Switches.CUDAEmulator.Store(false)
+	must(b, err)
+	b.Cleanup(func() { _ = d.Close() })
+	x, err = d.FromFloat32(n, n, randMatrix(1, n))
+	must(b, err)
+	y, err = d.FromFloat32(n, n, randMatrix(2, n))
+	must(b, err)
+	must(b, d.DefaultTask().Synchronize())
+	return d, x, y
+}
+
 // BenchmarkEmulatedCUDAMulInto times BenchmarkGPUDispatchLayers' "into"
 // op (a 128×128 multiply into an existing array) through every layer
 // down to cudadev's backend, over the Go emulation of libcuda instead of
@@ -188,16 +207,8 @@ func BenchmarkGPUDispatchLayers(b *testing.B) {
 // in one process beside BenchmarkGPUDispatchLayers, it tells rocsync's
 // instructions from what the driver call between two ops costs them.
 func BenchmarkEmulatedCUDAMulInto(b *testing.B) {
-	testhooks.Switches.CUDAEmulator.Store(true)
-	d, err := Open(Options{Backend: CUDA, Policy: DeviceSide, LogLevel: LogOff})
-	testhooks.Switches.CUDAEmulator.Store(false)
-	must(b, err)
-	defer d.Close()
+	d, x, y := emulatedCUDA(b, 128)
 	t := d.DefaultTask()
-	x, err := d.FromFloat32(128, 128, randMatrix(1, 128))
-	must(b, err)
-	y, err := d.FromFloat32(128, 128, randMatrix(2, 128))
-	must(b, err)
 	for range 1000 {
 		must(b, t.MulInto(y, x, x))
 	}
@@ -216,78 +227,97 @@ func BenchmarkEmulatedCUDAMulInto(b *testing.B) {
 	must(b, t.Synchronize())
 }
 
-// BenchmarkEagerFloor times the parts of an eager op that no faster code
-// can drop without dropping what they guarantee, on the emulated libcuda
-// (so it runs on any host, the GPU hosts included), beside the whole op:
+// floorOp is the part of an eager op y = x·x on task t that no faster
+// front can drop without dropping what it guarantees (BenchmarkEagerFloor):
 //   - guards: the device's close guard and the task's concurrent-use
 //     guard (Close must not free what an op uses; one Task from two
 //     goroutines is reported, not corrupted);
-//   - stream: the stream's throttle check, hold and ticket around an
-//     enqueue that does nothing;
 //   - sync: the sync state of y = x·x (read x, write y) on the task's
 //     kernel stream, ordered and recorded at a real ticket of that stream
-//     (the stream's part included);
+//     (the stream's throttle check, hold and ticket included), around an
+//     enqueue that does nothing.
+type floorOp struct {
+	t      *Task
+	x, y   *Array
+	guards bool
+	sync   bool
+	ks     *stream.Stream
+	tl     syncstate.Timeline
+}
+
+func newFloorOp(t *Task, x, y *Array, guards, sync bool) *floorOp {
+	return &floorOp{t: t, x: x, y: y, guards: guards, sync: sync,
+		ks: t.drv.(*cudadev.Task).Kernel(), tl: t.timeline(driver.LaneKernel)}
+}
+
+func enqueueNothing(uintptr) error { return nil }
+
+// run makes op's parts once.
+func (op *floorOp) run() error {
+	t := op.t
+	if op.guards {
+		if err := t.dev.enterShard("floor", t.shard); err != nil {
+			return err
+		}
+		defer t.dev.leaveShard(t.shard)
+		if err := t.begin("floor"); err != nil {
+			return err
+		}
+		defer t.end()
+	}
+	if !op.sync {
+		return nil
+	}
+	s := syncstate.Op{Name: "floor"}
+	s.Use(&op.x.st, syncstate.Read)
+	s.Use(&op.y.st, syncstate.Write)
+	if err := s.Begin(&t.dev.engine, op.tl, t.sinks); err != nil {
+		return err
+	}
+	ticket, err := op.ks.Submit(enqueueNothing)
+	if err != nil {
+		s.Abort()
+		return err
+	}
+	return s.Commit(ticket, t.sinks)
+}
+
+// BenchmarkEagerFloor times floorOp's parts apart from the op, on the
+// emulated libcuda (so it runs on any host, the GPU hosts included),
+// beside the whole op:
+//   - guards, and sync (floorOp);
+//   - stream: sync's stream part alone, the enqueue that does nothing;
 //   - into: Task.MulInto itself, its launch the emulator's (a queued
 //     closure, about half of it on a dev VM).
 //
 // guards + sync is the floor the front cannot go under; what into adds
 // over it is the front's checks, the op's translation and the launch.
+// The task drains every 256 ops, untimed.
 func BenchmarkEagerFloor(b *testing.B) {
-	testhooks.Switches.CUDAEmulator.Store(true)
-	d, err := Open(Options{Backend: CUDA, Policy: DeviceSide, LogLevel: LogOff})
-	testhooks.Switches.CUDAEmulator.Store(false)
-	must(b, err)
-	defer d.Close()
+	d, x, y := emulatedCUDA(b, 8)
 	t := d.DefaultTask()
-	x, err := d.FromFloat32(1, 64, randMatrix(1, 8))
-	must(b, err)
-	y, err := d.FromFloat32(1, 64, randMatrix(2, 8))
-	must(b, err)
-	must(b, t.Synchronize())
 	ks := t.drv.(*cudadev.Task).Kernel()
-	tl := t.timeline(driver.LaneKernel)
-	nothing := func(uintptr) error { return nil }
-	drainEvery := func(b *testing.B, i int) {
-		if i%256 == 255 {
-			b.StopTimer()
-			must(b, t.Synchronize())
-			b.StartTimer()
-		}
+	for _, part := range []struct {
+		name string
+		run  func() error
+	}{
+		{"guards", newFloorOp(t, x, y, true, false).run},
+		{"stream", func() error { _, err := ks.Submit(enqueueNothing); return err }},
+		{"sync", newFloorOp(t, x, y, false, true).run},
+		{"into", func() error { return t.MulInto(y, x, x) }},
+	} {
+		b.Run(part.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				must(b, part.run())
+				if i%256 == 255 {
+					b.StopTimer()
+					must(b, t.Synchronize())
+					b.StartTimer()
+				}
+			}
+		})
 	}
-	b.Run("guards", func(b *testing.B) {
-		for b.Loop() {
-			must(b, d.enterShard("floor", t.shard))
-			must(b, t.begin("floor"))
-			t.end()
-			d.leaveShard(t.shard)
-		}
-	})
-	b.Run("stream", func(b *testing.B) {
-		for i := 0; b.Loop(); i++ {
-			_, err := ks.Submit(nothing)
-			must(b, err)
-			drainEvery(b, i)
-		}
-	})
-	b.Run("sync", func(b *testing.B) {
-		for i := 0; b.Loop(); i++ {
-			op := syncstate.Op{Name: "floor"}
-			op.Use(&x.st, syncstate.Read)
-			op.Use(&y.st, syncstate.Write)
-			must(b, op.Begin(&d.engine, tl, t.sinks))
-			ticket, err := ks.Submit(nothing)
-			must(b, err)
-			must(b, op.Commit(ticket, t.sinks))
-			drainEvery(b, i)
-		}
-	})
-	b.Run("into", func(b *testing.B) {
-		b.ReportAllocs()
-		for i := 0; b.Loop(); i++ {
-			must(b, t.MulInto(y, x, x))
-			drainEvery(b, i)
-		}
-	})
 }
 
 // BenchmarkEagerFloorParallel is BenchmarkEagerFloor's guards and sync
@@ -300,76 +330,47 @@ func BenchmarkEagerFloor(b *testing.B) {
 // goroutines count their own ops: RunParallel's per-goroutine counters
 // are small adjacent allocations, written every op, and would share lines.
 func BenchmarkEagerFloorParallel(b *testing.B) {
-	testhooks.Switches.CUDAEmulator.Store(true)
-	d, err := Open(Options{Backend: CUDA, Policy: DeviceSide, LogLevel: LogOff})
-	testhooks.Switches.CUDAEmulator.Store(false)
-	must(b, err)
-	defer d.Close()
-	nothing := func(uintptr) error { return nil }
-	for _, part := range []string{"guards", "sync", "guards+sync"} {
-		b.Run(part, func(b *testing.B) {
+	d, _, _ := emulatedCUDA(b, 1)
+	for _, part := range []struct {
+		name         string
+		guards, sync bool
+	}{{"guards", true, false}, {"sync", false, true}, {"guards+sync", true, true}} {
+		b.Run(part.name, func(b *testing.B) {
 			g := runtime.GOMAXPROCS(0)
-			type worker struct {
-				t    *Task
-				x, y *Array
-			}
-			workers := make([]worker, g)
-			for i := range workers {
+			ops := make([]*floorOp, g)
+			for i := range ops {
 				t, err := d.NewTask()
 				must(b, err)
-				x, err := d.FromFloat32(1, 64, randMatrix(1, 8))
+				x, err := d.FromFloat32(8, 8, randMatrix(1, 8))
 				must(b, err)
-				y, err := d.FromFloat32(1, 64, randMatrix(2, 8))
+				y, err := d.FromFloat32(8, 8, randMatrix(2, 8))
 				must(b, err)
 				must(b, t.Synchronize())
-				workers[i] = worker{t, x, y}
+				ops[i] = newFloorOp(t, x, y, part.guards, part.sync)
 			}
-			guards, sync := part != "sync", part != "guards"
 			b.ResetTimer()
 			done := make(chan error, g)
-			for w := range workers {
-				go func(w worker, n int) {
-					t, x, y := w.t, w.x, w.y
-					ks := t.drv.(*cudadev.Task).Kernel()
-					tl := t.timeline(driver.LaneKernel)
+			for k, op := range ops {
+				n := b.N / g // b.N ops in all
+				if k < b.N%g {
+					n++
+				}
+				go func() {
 					var err error
-					for i := 1; i <= n && err == nil; i++ {
-						if guards {
-							if err = t.dev.enterShard("floor", t.shard); err != nil {
-								break
-							}
-							if err = t.begin("floor"); err != nil {
-								break
-							}
-						}
-						if sync {
-							op := syncstate.Op{Name: "floor"}
-							op.Use(&x.st, syncstate.Read)
-							op.Use(&y.st, syncstate.Write)
-							if err = op.Begin(&d.engine, tl, t.sinks); err == nil {
-								var ticket uint64
-								if ticket, err = ks.Submit(nothing); err == nil {
-									err = op.Commit(ticket, t.sinks)
-								}
-							}
-						}
-						if guards {
-							t.end()
-							t.dev.leaveShard(t.shard)
-						}
-						if sync && i%256 == 0 && err == nil {
-							err = t.Synchronize()
+					for i := 0; i < n && err == nil; i++ {
+						if err = op.run(); err == nil && op.sync && i%256 == 255 {
+							err = op.t.Synchronize() // the stream's throttle never waits
 						}
 					}
-					done <- err
-				}(workers[w], (b.N+g-1)/g)
+					done <- errors.Join(err, op.t.Synchronize())
+				}()
 			}
-			for range workers {
+			for range ops {
 				must(b, <-done)
 			}
 			b.StopTimer()
-			for _, w := range workers {
-				must(b, w.t.Close())
+			for _, op := range ops {
+				must(b, op.t.Close())
 			}
 		})
 	}
