@@ -7,6 +7,13 @@ import (
 	"testing"
 )
 
+// rlock is Device.enterShard's read lock of the guard.
+func (g *closeGuard) rlock(shard int) {
+	if !g.tryRLock(shard) {
+		g.rlockSlow(shard)
+	}
+}
+
 // The close guard keeps sync.RWMutex's contract: the writer holds it
 // alone, and a reader never runs beside it, whatever the readers' shards.
 func TestCloseGuardExcludesReadersAndWriter(t *testing.T) {

@@ -405,7 +405,7 @@ func (d *Device) enter(op string) error {
 // enterShard is enter for a task's op, in the task's shard of the close
 // guard (Task.shard).
 func (d *Device) enterShard(op string, shard int) error {
-	if !d.closeGuard.tryRLock(shard) { // closeGuard.rlock, its fast path inlined
+	if !d.closeGuard.tryRLock(shard) {
 		d.closeGuard.rlockSlow(shard)
 	}
 	if d.closed.Load() {

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/rocsync/rocsync/syncstate"
 )
 
 // A Task serves one goroutine at a time: its op under construction, its
@@ -157,12 +159,13 @@ func goid() uint64 {
 	return id
 }
 
-// guardShards (a power of two) is how many counters closeGuard spreads
-// its readers over: shard 0 for calls on the device itself, the rest for
-// tasks in turn.
-const guardShards = 32
+// guardShards is how many counters closeGuard spreads its readers over:
+// shard 0 for calls on the device itself, the rest for tasks in turn
+// (Task.shard). It is the device counters' shard count, so that a task's
+// shard is one index for both.
+const guardShards = syncstate.StatShards
 
-var _ = [1]struct{}{}[guardShards&(guardShards-1)] // a power of two
+var _ = [1]struct{}{}[guardShards&(guardShards-1)] // a power of two (reader masks)
 
 // closeGuard is the device's close guard: every op holds it for reading,
 // Close for writing. It is sync.RWMutex's contract without its one
@@ -194,19 +197,12 @@ func (g *closeGuard) reader(shard int) *atomic.Int32 {
 	return &g.readers[shard&(guardShards-1)].n
 }
 
-// rlock takes the guard for reading in shard.
-func (g *closeGuard) rlock(shard int) {
-	if !g.tryRLock(shard) {
-		g.rlockSlow(shard)
-	}
-}
-
-// tryRLock is rlock's fast path, one atomic add (inlined into callers):
-// false when a writer holds or wants the guard, and then the caller must
-// finish with rlockSlow.
+// tryRLock takes the guard for reading in shard with one atomic add
+// (inlined into Device.enterShard): false when a writer holds or wants the
+// guard, and then the caller must finish with rlockSlow.
 func (g *closeGuard) tryRLock(shard int) bool { return g.reader(shard).Add(1) >= 0 }
 
-// rlockSlow is rlock's wait for a writer: the reader counted in shard
+// rlockSlow is tryRLock's wait for a writer: the reader counted in shard
 // steps back and waits for the writer's unlock, as a reader of
 // sync.RWMutex waits behind a pending writer, then counts itself in again.
 func (g *closeGuard) rlockSlow(shard int) {
@@ -224,7 +220,7 @@ func (g *closeGuard) rlockSlow(shard int) {
 	}
 }
 
-// runlock ends rlock(shard).
+// runlock ends a read lock of shard.
 func (g *closeGuard) runlock(shard int) { g.reader(shard).Add(-1) }
 
 // lock takes the guard for writing, once every reader has left; readers

@@ -64,9 +64,9 @@ func (r Reason) String() string {
 	return fmt.Sprintf("Reason(%d)", uint8(r))
 }
 
-// Stats are live counters, safe for concurrent use. A task has one and
-// its device a shard of its ShardedStats (Sinks); every event is counted
-// in both.
+// Stats are live counters, safe for concurrent use. A task's events are
+// counted in its own Stats and in its shard of the device's ShardedStats
+// (Sinks).
 type Stats struct {
 	dispatches     atomic.Uint64
 	hostWaits      [numReasons]atomic.Uint64
@@ -75,7 +75,7 @@ type Stats struct {
 	eventsRecorded atomic.Uint64
 }
 
-// StatShards is how many Stats a ShardedStats holds.
+// StatShards (a power of two) is how many Stats a ShardedStats holds.
 const StatShards = 32
 
 // ShardedStats are counters kept in StatShards separate Stats, each on
