@@ -5,8 +5,6 @@ import (
 	"math"
 	"os"
 
-	"github.com/ebitengine/purego"
-
 	"github.com/rocsync/rocsync/cuda"
 	"github.com/rocsync/rocsync/internal/cmem"
 	"github.com/rocsync/rocsync/internal/dl"
@@ -92,8 +90,8 @@ func Open() (*Lib, error) {
 	}
 	l := &Lib{path: lib.Path, handle: lib.Handle}
 	copy(l.sym[:], addrs)
-	l.statusString, _ = purego.Dlsym(lib.Handle, symStatusString)
-	l.getProperty, _ = purego.Dlsym(lib.Handle, symGetProperty)
+	l.statusString, _ = dl.Dlsym(lib.Handle, symStatusString)
+	l.getProperty, _ = dl.Dlsym(lib.Handle, symGetProperty)
 	return l, nil
 }
 

@@ -3,9 +3,8 @@ package cuda
 import (
 	"unsafe"
 
-	"github.com/ebitengine/purego"
-
 	"github.com/rocsync/rocsync/internal/cmem"
+	"github.com/rocsync/rocsync/internal/dl"
 )
 
 // Stream memory operations: a stream that waits on the device for a
@@ -39,7 +38,7 @@ func symbolName(fn int) string {
 
 func (l *Lib) resolveOptional() {
 	for i, n := range OptionalSymbols {
-		if a, err := purego.Dlsym(l.handle, n); err == nil {
+		if a, err := dl.Dlsym(l.handle, n); err == nil {
 			l.sym[numSyms+i] = a
 		}
 	}

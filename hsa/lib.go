@@ -171,7 +171,7 @@ func Open() (*Lib, error) {
 		return nil, err
 	}
 	l := &Lib{path: lib.Path}
-	if a, err := purego.Dlsym(lib.Handle, "hsa_amd_queue_set_priority"); err == nil && a != 0 {
+	if a, err := dl.Dlsym(lib.Handle, "hsa_amd_queue_set_priority"); err == nil && a != 0 {
 		l.rocr = true
 	}
 	copy(l.fn[:], addrs)

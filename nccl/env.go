@@ -8,9 +8,8 @@ import (
 	"sync"
 	"unsafe"
 
-	"github.com/ebitengine/purego"
-
 	"github.com/rocsync/rocsync/internal/cmem"
+	"github.com/rocsync/rocsync/internal/dl"
 )
 
 // EnvNVLS is the variable with which NCCL enables its NVLink multicast
@@ -64,10 +63,10 @@ func loadLibcEnv() error {
 			s.err = fmt.Errorf("nccl: cannot open libc to set %s: %w", EnvNVLS, s.err)
 			return
 		}
-		if s.getenv, s.err = purego.Dlsym(h, "getenv"); s.err != nil {
+		if s.getenv, s.err = dl.Dlsym(h, "getenv"); s.err != nil {
 			return
 		}
-		s.setenv, s.err = purego.Dlsym(h, "setenv")
+		s.setenv, s.err = dl.Dlsym(h, "setenv")
 	})
 	if s.err != nil {
 		return s.err

@@ -157,12 +157,12 @@ func Open(hipMajor int) (*Lib, error) {
 		handles:  make(map[Handle]*handleState),
 	}
 	copy(l.sym[:], addrs)
-	if l.setDev, err = purego.Dlsym(lib.Handle, "hipSetDevice"); err != nil || l.setDev == 0 {
+	if l.setDev, err = dl.Dlsym(lib.Handle, "hipSetDevice"); err != nil || l.setDev == 0 {
 		purego.Dlclose(lib.Handle)
 		return nil, fmt.Errorf("rocblas: %s does not bring libamdhip64 (no hipSetDevice): %v", lib.Path, err)
 	}
-	l.errName, _ = purego.Dlsym(lib.Handle, "hipGetErrorName")
-	l.setWS, _ = purego.Dlsym(lib.Handle, "rocblas_set_workspace")
+	l.errName, _ = dl.Dlsym(lib.Handle, "hipGetErrorName")
+	l.setWS, _ = dl.Dlsym(lib.Handle, "rocblas_set_workspace")
 	if err := cmem.Libc(); err != nil {
 		purego.Dlclose(lib.Handle)
 		return nil, err

@@ -118,11 +118,11 @@ func RegisterExecutor(libPath string) (*Executor, error) {
 		return nil, fmt.Errorf("%w: dlopen %s: %v", ErrNoThunk, libPath, err)
 	}
 	e := &Executor{lib: h, images: make(map[uint64]*imageMeta), logUnknown: true}
-	if e.setExecutor, err = purego.Dlsym(h, "kfdsim_set_executor"); err != nil {
+	if e.setExecutor, err = dl.Dlsym(h, "kfdsim_set_executor"); err != nil {
 		purego.Dlclose(h)
 		return nil, fmt.Errorf("%w: %s has no kfdsim_set_executor: %v", ErrNoThunk, libPath, err)
 	}
-	if e.gpuAccessFn, err = purego.Dlsym(h, "kfdsim_gpu_access"); err != nil {
+	if e.gpuAccessFn, err = dl.Dlsym(h, "kfdsim_gpu_access"); err != nil {
 		purego.Dlclose(h)
 		return nil, fmt.Errorf("%w: %s has no kfdsim_gpu_access: %v", ErrNoThunk, libPath, err)
 	}

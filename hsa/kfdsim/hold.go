@@ -28,12 +28,12 @@ func Hold(libPath string) (release func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: dlopen %s: %v", ErrNoThunk, libPath, err)
 	}
-	hold, err := purego.Dlsym(h, "kfdsim_hold")
+	hold, err := dl.Dlsym(h, "kfdsim_hold")
 	if err != nil {
 		purego.Dlclose(h)
 		return nil, fmt.Errorf("%w: %s has no kfdsim_hold: %v", ErrNoThunk, libPath, err)
 	}
-	rel, err := purego.Dlsym(h, "kfdsim_release")
+	rel, err := dl.Dlsym(h, "kfdsim_release")
 	if err != nil {
 		purego.Dlclose(h)
 		return nil, fmt.Errorf("%w: %s has no kfdsim_release: %v", ErrNoThunk, libPath, err)
@@ -59,7 +59,7 @@ func shimCall(libPath, sym string, args ...uintptr) (uintptr, error) {
 		return 0, fmt.Errorf("%w: dlopen %s: %v", ErrNoThunk, libPath, err)
 	}
 	defer purego.Dlclose(h)
-	fn, err := purego.Dlsym(h, sym)
+	fn, err := dl.Dlsym(h, sym)
 	if err != nil {
 		return 0, fmt.Errorf("%w: %s has no %s: %v", ErrNoThunk, libPath, sym, err)
 	}

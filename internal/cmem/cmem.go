@@ -71,10 +71,10 @@ func Libc() error {
 			s.err = fmt.Errorf("cmem: cannot open libc for C memory: %w", s.err)
 			return
 		}
-		if s.calloc, s.err = purego.Dlsym(h, "calloc"); s.err != nil {
+		if s.calloc, s.err = dl.Dlsym(h, "calloc"); s.err != nil {
 			return
 		}
-		s.free, s.err = purego.Dlsym(h, "free")
+		s.free, s.err = dl.Dlsym(h, "free")
 	})
 	return s.err
 }

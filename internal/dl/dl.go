@@ -76,6 +76,14 @@ func Dlopen(path string, mode int) (uintptr, error) {
 	return purego.Dlopen(path, mode)
 }
 
+// Dlsym is purego.Dlsym on one locked OS thread, for the same reason as
+// Dlopen: a missing symbol's error text is read by a second call.
+func Dlsym(handle uintptr, name string) (uintptr, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	return purego.Dlsym(handle, name)
+}
+
 // Library is an opened shared library.
 type Library struct {
 	Handle uintptr
@@ -131,7 +139,7 @@ func (l *Library) Symbols(names []string) ([]uintptr, error) {
 	addrs := make([]uintptr, len(names))
 	var missing []string
 	for i, n := range names {
-		a, err := purego.Dlsym(l.Handle, n)
+		a, err := Dlsym(l.Handle, n)
 		if err != nil || a == 0 {
 			missing = append(missing, n)
 			continue
@@ -163,7 +171,7 @@ func (s *LazySymbols) Addr(handle uintptr, path string, names []string, i int, u
 		s.addr = make([]uintptr, len(names))
 		var missing []string
 		for j, name := range names {
-			a, err := purego.Dlsym(handle, name)
+			a, err := Dlsym(handle, name)
 			if err != nil || a == 0 {
 				missing = append(missing, name)
 				continue
