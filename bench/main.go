@@ -67,6 +67,9 @@ type config struct {
 	paired     bool
 	rawPerCall bool
 	pairs      []pair
+	// replayRounds is -replay-rounds: the order of the paired replay
+	// mode's four runs (pairedreplay.go).
+	replayRounds replayRounds
 
 	interleave bool
 
@@ -306,6 +309,10 @@ func newFlagSet(cfg *config, fl *flagStrings) *flag.FlagSet {
 			"one raw and one rocsync iteration in turn in this process; without -policies, DeviceSide on matmul, elementwise "+
 			"and mixed, and DeviceBridge and Unified on mixed (chain99 too if named by -programs). With -replay: raw eager, "+
 			"raw CUDA-graph replay, rocsync eager and rocsync replay in turn, on matmul, elementwise, chain99 and mixed")
+	fs.Var(&cfg.replayRounds, "replay-rounds",
+		"-paired-raw -replay: the runs' `order`, own (the default), crossed or apart. own: raw eager, raw graph, rocsync eager, rocsync replay (each replay after its own "+
+			"side's eager iteration); crossed: raw eager, rocsync replay, rocsync eager, raw graph (each after the other side's); "+
+			"apart: the two replays in turn, then the two eager runs in turn, so that no replay follows an eager iteration")
 	fs.BoolVar(&cfg.rawPerCall, "raw-percall", false, "-paired-raw: the raw side sets the context on every call, as rocsync does (rawcuda -percall)")
 	fs.BoolVar(&cfg.interleave, "interleave", false,
 		"open every policy's device at once and run one iteration of each in turn, so that the policies' ratios "+
@@ -418,6 +425,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		}
 	} else if cfg.rawPerCall {
 		return cfg, errors.New("-raw-percall only applies with -paired-raw")
+	}
+	if set["replay-rounds"] && !(cfg.paired && cfg.replay) {
+		return cfg, errors.New("-replay-rounds only applies with -paired-raw -replay")
 	}
 	if cfg.cpuProfileHz <= 0 || cfg.cpuProfileHz > 10000 {
 		return cfg, errors.New("-cpuprofile-hz must be in 1..10000")

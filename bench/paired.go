@@ -156,9 +156,11 @@ type pairedMeta struct {
 	Warmup     int      `json:"warmup"`
 	AllocIters int      `json:"alloc_iterations"`
 	RawPerCall bool     `json:"raw_context_per_call"`
-	GoVersion  string   `json:"go_version"`
-	GOMAXPROCS int      `json:"gomaxprocs"`
-	GOGC       string   `json:"gogc"`
+	// ReplayRounds is -replay-rounds, in the paired replay mode.
+	ReplayRounds string `json:"replay_rounds,omitempty"`
+	GoVersion    string `json:"go_version"`
+	GOMAXPROCS   int    `json:"gomaxprocs"`
+	GOGC         string `json:"gogc"`
 }
 
 // pairResult is one pair. Times are in µs, ratios are rocsync over raw.
@@ -405,6 +407,9 @@ func pairedMetaFor(cfg config, g *raw.GPU) (runMeta, pairedMeta) {
 	m := pairedMeta{Raw: g.Meta(), Backend: "cuda", N: cfg.n, Repeat: cfg.repeat, Iterations: cfg.iters,
 		Warmup: cfg.warmup, AllocIters: allocIters(cfg), RawPerCall: cfg.rawPerCall, GoVersion: runtime.Version(),
 		GOMAXPROCS: runtime.GOMAXPROCS(0), GOGC: os.Getenv("GOGC")}
+	if cfg.replay {
+		m.ReplayRounds = cfg.replayRounds.String()
+	}
 	run := newRunMeta(cfg, time.Now())
 	run.Backend, run.Device, run.Target = "cuda", m.Raw.Device, "sm_"+strings.ReplaceAll(m.Raw.ComputeCap, ".", "")
 	if v := m.Raw.DriverVersion; v > 0 {

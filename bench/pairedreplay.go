@@ -137,6 +137,61 @@ type pairedReplayOutput struct {
 	Pairs []replayPairResult `json:"replay_pairs"`
 }
 
+// replayRounds is the order of the four runs (-replay-rounds). A replay's
+// host cost depends on what ran just before it on the host: the eager
+// iteration before it leaves its own data in the caches, and rocsync's
+// eager ops touch more memory than the raw driver's. The orders tell that
+// cost from the replay's own.
+type replayRounds string
+
+const (
+	// roundsOwn: raw eager, raw graph, rocsync eager, rocsync replay;
+	// each replay after its own side's eager iteration.
+	roundsOwn replayRounds = "own"
+	// roundsCrossed: raw eager, rocsync replay, rocsync eager, raw
+	// graph; each replay after the other side's eager iteration.
+	roundsCrossed replayRounds = "crossed"
+	// roundsApart: raw graph and rocsync replay in turn, every round,
+	// then raw eager and rocsync eager in turn, every round.
+	roundsApart replayRounds = "apart"
+)
+
+func (o *replayRounds) String() string {
+	if *o == "" {
+		return string(roundsOwn)
+	}
+	return string(*o)
+}
+
+func (o *replayRounds) Set(v string) error {
+	switch r := replayRounds(v); r {
+	case roundsOwn, roundsCrossed, roundsApart:
+		*o = r
+		return nil
+	}
+	return fmt.Errorf("%q is not own, crossed or apart", v)
+}
+
+// roundsSaid is what the table's heading says of each order.
+var roundsSaid = map[replayRounds]string{
+	roundsOwn:     "rounds own: each replay after its own side's eager iteration",
+	roundsCrossed: "rounds crossed: raw eager, rocsync replay, rocsync eager, raw graph (each replay after the other side's eager iteration)",
+	roundsApart:   "rounds apart: the two replays in turn, then the two eager runs in turn",
+}
+
+// phases is the measured loop's shape: each phase runs its runs (indices
+// into the four: raw eager, raw graph, rocsync eager, rocsync replay) in
+// turn for every round, and the phases run one after the other.
+func (o replayRounds) phases() [][]int {
+	switch o {
+	case roundsCrossed:
+		return [][]int{{0, 3, 2, 1}}
+	case roundsApart:
+		return [][]int{{1, 3}, {0, 2}}
+	}
+	return [][]int{{0, 1, 2, 3}}
+}
+
 // run4 is one of a round's four runs: one iteration, its host time
 // (submit, launch or replay call) and its total.
 type run4 struct {
@@ -279,10 +334,13 @@ func runReplayPair(cfg config, g *raw.GPU, p pair, progress *progress) (r replay
 		runs[i].host, runs[i].total = make([]float64, 0, cfg.iters), make([]float64, 0, cfg.iters)
 	}
 
+	phases := cfg.replayRounds.phases()
 	for i := 0; i < cfg.warmup; i++ {
-		for k := range runs {
-			if _, _, err := runs[k].iterate(); err != nil {
-				return r, fmt.Errorf("%s: %w", runs[k].name, err)
+		for _, ph := range phases {
+			for _, k := range ph {
+				if _, _, err := runs[k].iterate(); err != nil {
+					return r, fmt.Errorf("%s: %w", runs[k].name, err)
+				}
 			}
 		}
 		progress.step()
@@ -291,15 +349,19 @@ func runReplayPair(cfg config, g *raw.GPU, p pair, progress *progress) (r replay
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
 	counting = true
-	for i := 0; i < cfg.iters; i++ {
-		for k := range runs {
-			h, tot, err := runs[k].iterate()
-			if err != nil {
-				return r, fmt.Errorf("%s: %w", runs[k].name, err)
+	for p, ph := range phases {
+		for i := 0; i < cfg.iters; i++ {
+			for _, k := range ph {
+				h, tot, err := runs[k].iterate()
+				if err != nil {
+					return r, fmt.Errorf("%s: %w", runs[k].name, err)
+				}
+				runs[k].host, runs[k].total = append(runs[k].host, measure.Micros(h)), append(runs[k].total, measure.Micros(tot))
 			}
-			runs[k].host, runs[k].total = append(runs[k].host, measure.Micros(h)), append(runs[k].total, measure.Micros(tot))
+			if p == len(phases)-1 {
+				progress.step()
+			}
 		}
-		progress.step()
 	}
 	counting = false
 	runtime.ReadMemStats(&m1)
@@ -389,7 +451,8 @@ func fillReplayPairStats(r *replayPairResult, runs *[4]run4) {
 
 func printPairedReplay(w io.Writer, out *pairedReplayOutput) {
 	m := out.Meta
-	fmt.Fprintf(w, "paired replay: raw eager, raw CUDA-graph replay, rocsync eager and rocsync replay (backend %s), one iteration each in turn\n", m.Backend)
+	fmt.Fprintf(w, "paired replay: raw eager, raw CUDA-graph replay, rocsync eager and rocsync replay (backend %s), one iteration each in turn; %s\n",
+		m.Backend, roundsSaid[replayRounds(m.ReplayRounds)])
 	printMachine(w, m)
 	fmt.Fprintf(w, "%dx%d float32 (mixed: repeat %d); %d measured rounds after %d warm-up; mallocs per run from %d iterations alone; times in µs\n",
 		m.N, m.N, m.Repeat, m.Iterations, m.Warmup, m.AllocIters)

@@ -86,6 +86,9 @@ func TestPairedReplayFlags(t *testing.T) {
 		{"-paired-raw", "-replay", "-backend", "cuda", "-programs", "mlp"},
 		{"-paired-raw", "-replay", "-backend", "cuda", "-policies", "WaitAlways"},
 		{"-paired-raw", "-replay", "-backend", "emulator"},
+		{"-paired-raw", "-replay", "-backend", "cuda", "-replay-rounds", "sideways"},
+		{"-paired-raw", "-backend", "cuda", "-replay-rounds", "apart"},
+		{"-replay", "-replay-rounds", "crossed"},
 	} {
 		var ue usageError
 		if err := run(bad, &bytes.Buffer{}, &bytes.Buffer{}); !errors.As(err, &ue) {
@@ -272,6 +275,82 @@ func TestChain99(t *testing.T) {
 	for _, r := range rs {
 		if r.Checksum != rs[0].Checksum || r.Checksum == 0 || math.IsNaN(r.Checksum) || math.IsInf(r.Checksum, 0) {
 			t.Errorf("%s %s: checksum %v, first %v", r.Program, r.tablePolicy(), r.Checksum, rs[0].Checksum)
+		}
+	}
+}
+
+// Each -replay-rounds order puts each replay after the run it names: its
+// own side's eager iteration (own), the other side's (crossed), or the
+// other replay (apart, where no replay follows an eager iteration), and
+// every order runs each of the four runs once a round.
+func TestReplayRoundsOrder(t *testing.T) {
+	const rawEager, rawGraph, rocEager, rocReplay = 0, 1, 2, 3
+	for _, c := range []struct {
+		rounds                    replayRounds
+		beforeGraph, beforeReplay int
+	}{
+		{roundsOwn, rawEager, rocEager},
+		{"", rawEager, rocEager},
+		{roundsCrossed, rocEager, rawEager},
+		{roundsApart, rocReplay, rawGraph},
+	} {
+		// Two rounds of the measured loop, as it runs them.
+		var seq []int
+		for _, ph := range c.rounds.phases() {
+			for range 2 {
+				seq = append(seq, ph...)
+			}
+		}
+		counts := map[int]int{}
+		before := map[int]map[int]bool{rawGraph: {}, rocReplay: {}}
+		for i, k := range seq {
+			counts[k]++
+			if i > 0 && (k == rawGraph || k == rocReplay) {
+				before[k][seq[i-1]] = true
+			}
+		}
+		for k := range 4 {
+			if counts[k] != 2 {
+				t.Errorf("%q: run %d ran %d times in two rounds (%v)", c.rounds, k, counts[k], seq)
+			}
+		}
+		for k, want := range map[int]int{rawGraph: c.beforeGraph, rocReplay: c.beforeReplay} {
+			if len(before[k]) != 1 || !before[k][want] {
+				t.Errorf("%q: run %d follows %v, want only %d (%v)", c.rounds, k, before[k], want, seq)
+			}
+		}
+	}
+}
+
+// Every order gives the four runs' times and equal checksums, and the
+// JSON and the table say which order ran.
+func TestPairedReplayRoundsOnFakeCUDA(t *testing.T) {
+	fakeCUDA(t)
+	for _, rounds := range []replayRounds{roundsCrossed, roundsApart} {
+		var out, errOut bytes.Buffer
+		if err := run([]string{"-paired-raw", "-replay", "-backend", "cuda", "-n", "8", "-iters", "6", "-warmup", "1", "-json",
+			"-programs", "chain99", "-policies", "DeviceSide", "-replay-rounds", string(rounds)}, &out, &errOut); err != nil {
+			t.Fatalf("%s: %v\n%s", rounds, err, errOut.String())
+		}
+		var po pairedReplayOutput
+		if err := json.Unmarshal(out.Bytes(), &po); err != nil {
+			t.Fatalf("%s: %v", rounds, err)
+		}
+		if po.Meta.ReplayRounds != string(rounds) || len(po.Pairs) != 1 {
+			t.Fatalf("%s: meta says %q, %d pairs", rounds, po.Meta.ReplayRounds, len(po.Pairs))
+		}
+		r := po.Pairs[0]
+		if r.RawEagerTotalMedianUS <= 0 || r.RawGraphTotalMedianUS <= 0 || r.RocEagerTotalMedianUS <= 0 || r.RocReplayTotalMedianUS <= 0 ||
+			r.RawLaunchMedianUS <= 0 || r.RocReplayCallMedUS <= 0 || !r.SameChecksum {
+			t.Errorf("%s: %+v", rounds, r)
+		}
+		out.Reset()
+		if err := run([]string{"-paired-raw", "-replay", "-backend", "cuda", "-n", "8", "-iters", "2", "-warmup", "0",
+			"-programs", "elementwise", "-policies", "DeviceSide", "-replay-rounds", string(rounds)}, &out, &bytes.Buffer{}); err != nil {
+			t.Fatal(err)
+		}
+		if want := "rounds " + string(rounds) + ":"; !strings.Contains(out.String(), want) {
+			t.Errorf("the table does not say %q:\n%s", want, out.String())
 		}
 	}
 }
