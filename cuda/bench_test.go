@@ -237,3 +237,66 @@ func benchCtxEventRecordSetAlways(b *testing.B, gpu bool) {
 
 func BenchmarkGPUCtxEventRecordSetAlways(b *testing.B)  { benchCtxEventRecordSetAlways(b, true) }
 func BenchmarkFakeCtxEventRecordSetAlways(b *testing.B) { benchCtxEventRecordSetAlways(b, false) }
+
+// benchGraphLaunch launches an empty captured graph: on the fake it runs
+// nothing, so the figure is the binding's cost (raw: Lib.GraphLaunch on a
+// thread locked with the context current; else Ctx.GraphLaunch, which
+// locks the thread and checks the context per call).
+func benchGraphLaunch(b *testing.B, gpu, raw bool) {
+	e := benchSetup(b, gpu)
+	o := e.obj
+	if err := e.c.BeginCapture(o.s, CaptureModeRelaxed); err != nil {
+		b.Fatal(err)
+	}
+	g, err := e.c.EndCapture(o.s)
+	if err != nil {
+		b.Fatal(err)
+	}
+	exec, err := e.c.GraphInstantiate(g)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := e.c.GraphDestroy(g); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = e.c.GraphExecDestroy(exec) })
+	if raw {
+		e.lockCurrent(b)
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if raw {
+			err = e.l.GraphLaunch(exec, o.s)
+		} else {
+			err = e.c.GraphLaunch(exec, o.s)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		if i++; i%1024 == 0 {
+			_ = e.c.StreamSynchronize(o.s)
+		}
+	}
+	_ = e.c.StreamSynchronize(o.s)
+}
+
+// benchMakeCurrent is Ctx.MakeCurrent with the context already current,
+// as cudadev calls it before every cuBLAS call.
+func benchMakeCurrent(b *testing.B, gpu bool) {
+	e := benchSetup(b, gpu)
+	e.lockCurrent(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := e.c.MakeCurrent(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkFakeLibGraphLaunch(b *testing.B) { benchGraphLaunch(b, false, true) }
+func BenchmarkFakeCtxGraphLaunch(b *testing.B) { benchGraphLaunch(b, false, false) }
+func BenchmarkFakeCtxMakeCurrent(b *testing.B) { benchMakeCurrent(b, false) }
+func BenchmarkGPULibGraphLaunch(b *testing.B)  { benchGraphLaunch(b, true, true) }
+func BenchmarkGPUCtxGraphLaunch(b *testing.B)  { benchGraphLaunch(b, true, false) }
+func BenchmarkGPUCtxMakeCurrent(b *testing.B)  { benchMakeCurrent(b, true) }

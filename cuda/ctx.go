@@ -66,12 +66,10 @@ func (c *Ctx) Device() Device { return c.dev }
 // The caller must hold runtime.LockOSThread from before this call until
 // after the calls that need the context (cuBLAS calls, for instance).
 func (c *Ctx) MakeCurrent() error {
-	if checkCurrent {
-		if cur, err := c.lib.CtxGetCurrent(); err == nil && cur == c.h {
-			return nil
-		}
-	}
-	return c.lib.CtxSetCurrent(c.h)
+	b := blocks.Get()
+	r := c.lib.currentIn(b, c)
+	blocks.Put(b)
+	return c.lib.check(symCtxSetCurrent, r)
 }
 
 // Synchronize is cuCtxSynchronize.

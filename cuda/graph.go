@@ -79,8 +79,8 @@ func (l *Lib) graphCallIn(b *cmem.Block, c *Ctx, fn uintptr, i int, args ...uint
 	if c != nil {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		if err := c.MakeCurrent(); err != nil {
-			return err
+		if r := l.currentIn(b, c); uint32(r) != 0 {
+			return l.check(symCtxSetCurrent, r)
 		}
 	}
 	code := Result(uint32(b.Call(fn, args...)))

@@ -239,18 +239,7 @@ func (l *Lib) callOn(b *cmem.Block, c *Ctx, fn int, args []uintptr) (uintptr, in
 		return b.Call(l.sym[fn], args...), fn
 	}
 	runtime.LockOSThread()
-	var r uintptr
-	if checkCurrent {
-		// cuCtxGetCurrent into the block's last word, which no call's
-		// out-parameter uses.
-		*b.U64(lastWord) = 0
-		b.Call(l.sym[symCtxGetCurrent], b.Word(lastWord))
-		if Context(*b.U64(lastWord)) != c.h {
-			r = b.Call(l.sym[symCtxSetCurrent], uintptr(c.h))
-		}
-	} else {
-		r = b.Call(l.sym[symCtxSetCurrent], uintptr(c.h))
-	}
+	r := l.currentIn(b, c)
 	if uint32(r) == 0 {
 		r = b.Call(l.sym[fn], args...)
 	} else {
@@ -258,6 +247,24 @@ func (l *Lib) callOn(b *cmem.Block, c *Ctx, fn int, args []uintptr) (uintptr, in
 	}
 	runtime.UnlockOSThread()
 	return r, fn
+}
+
+// currentIn makes c current on this thread, which the caller has locked,
+// using b's last word: it returns cuCtxSetCurrent's result, or 0 (success)
+// where c was current already and no call was needed. Every Ctx call goes
+// through it, so that the check is one foreign call in one block.
+func (l *Lib) currentIn(b *cmem.Block, c *Ctx) uintptr {
+	if checkCurrent {
+		// cuCtxGetCurrent into the block's last word, which no call's
+		// out-parameter uses. A failed cuCtxGetCurrent leaves it 0, and
+		// the context is then set.
+		*b.U64(lastWord) = 0
+		b.Call(l.sym[symCtxGetCurrent], b.Word(lastWord))
+		if Context(*b.U64(lastWord)) == c.h {
+			return 0
+		}
+	}
+	return b.Call(l.sym[symCtxSetCurrent], uintptr(c.h))
 }
 
 // checkCurrent makes Ctx calls ask cuCtxGetCurrent first and call

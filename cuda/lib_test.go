@@ -441,3 +441,92 @@ func TestFakeEventElapsedTime(t *testing.T) {
 		t.Errorf("EventElapsedTime with a DisableTiming event = %v", err)
 	}
 }
+
+// fakeCount reads the fake libcuda's call counter i (fakecuda_count; the
+// enum in testdata/fakecuda.c).
+func fakeCount(t *testing.T, l *Lib, i int) int64 {
+	t.Helper()
+	fn, err := dl.Dlsym(l.handle, "fakecuda_count")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _, _ := purego.SyscallN(fn, uintptr(i))
+	return int64(r)
+}
+
+// The fake's counter indices.
+const (
+	fakeSetCurrent  = 0
+	fakeGetCurrent  = 11
+	fakeGraphLaunch = 12
+)
+
+// MakeCurrent and the graph calls take the context as every Ctx call
+// does: on a thread with none current they set it, and with it current
+// they make one cuCtxGetCurrent and no cuCtxSetCurrent (with the check
+// off, one cuCtxSetCurrent each).
+func TestFakeGraphLaunchAndMakeCurrentTakeTheContext(t *testing.T) {
+	l := fakeLib(t)
+	c, err := l.PrimaryCtxRetain(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Release()
+	s, err := c.StreamCreate(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.StreamDestroy(s) }()
+	if err := c.BeginCapture(s, CaptureModeRelaxed); err != nil {
+		t.Fatal(err)
+	}
+	g, err := c.EndCapture(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec, err := c.GraphInstantiate(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.GraphDestroy(g); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.GraphExecDestroy(exec) }()
+	for _, check := range []bool{true, false} {
+		checkCurrent = check
+		onBareThread(t, l, func() {
+			if err := c.GraphLaunch(exec, s); err != nil {
+				t.Errorf("check %v: GraphLaunch on a bare thread: %v", check, err)
+			}
+			if cur, err := l.CtxGetCurrent(); err != nil || cur != c.h {
+				t.Errorf("check %v: after GraphLaunch the thread's context is %#x, %v; want %#x", check, cur, err, c.h)
+			}
+		})
+		onBareThread(t, l, func() {
+			if err := c.MakeCurrent(); err != nil {
+				t.Errorf("check %v: MakeCurrent on a bare thread: %v", check, err)
+			}
+			if cur, err := l.CtxGetCurrent(); err != nil || cur != c.h {
+				t.Errorf("check %v: after MakeCurrent the thread's context is %#x, %v; want %#x", check, cur, err, c.h)
+			}
+			// Now current: count the calls each makes.
+			get0, set0, launch0 := fakeCount(t, l, fakeGetCurrent), fakeCount(t, l, fakeSetCurrent), fakeCount(t, l, fakeGraphLaunch)
+			if err := c.MakeCurrent(); err != nil {
+				t.Error(err)
+			}
+			if err := c.GraphLaunch(exec, s); err != nil {
+				t.Error(err)
+			}
+			get, set, launch := fakeCount(t, l, fakeGetCurrent)-get0, fakeCount(t, l, fakeSetCurrent)-set0, fakeCount(t, l, fakeGraphLaunch)-launch0
+			wantGet, wantSet := int64(2), int64(0)
+			if !check {
+				wantGet, wantSet = 0, 2
+			}
+			if get != wantGet || set != wantSet || launch != 1 {
+				t.Errorf("check %v: MakeCurrent and GraphLaunch with the context current made %d cuCtxGetCurrent, %d cuCtxSetCurrent, %d cuGraphLaunch; want %d, %d, 1",
+					check, get, set, launch, wantGet, wantSet)
+			}
+		})
+	}
+	checkCurrent = true
+}
