@@ -221,6 +221,9 @@ func (p *stagingPool) free(d *Device) error {
 // Staged reports how many pinned staging slots the device holds and their
 // bytes: the pool grows only while copies are in flight together.
 func (d *Device) Staged() (slots int, bytes uint64) {
+	if d == nil {
+		return 0, 0
+	}
 	d.staging.mu.Lock()
 	defer d.staging.mu.Unlock()
 	for _, s := range d.staging.slots {
@@ -413,6 +416,9 @@ var errReleased = errors.New("the download was released")
 // returned (anything but ErrTimeout), Release does nothing. A Pending
 // dropped without Wait or Release is released by the garbage collector.
 func (p *Pending) Release() {
+	if p == nil {
+		return
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.done {
@@ -470,6 +476,10 @@ func (t *Task) DownloadFloat64(src *Array, dst []float64) (*Pending, error) {
 // destination may then hold the parts copied before the failure. Once
 // Wait has returned anything else it returns the same again.
 func (p *Pending) Wait(ctx context.Context) error {
+	if p == nil {
+		// What a refused Download returns: its error said why.
+		return newErr("Wait", ErrInvalid, "nil Pending")
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.done {
@@ -524,8 +534,16 @@ func (p *Pending) Wait(ctx context.Context) error {
 }
 
 // Then calls fn with Wait's result once the download completes, on a
-// goroutine of its own; it does not block.
+// goroutine of its own; it does not block. On a nil Pending (a refused
+// Download's) fn gets Wait's ErrInvalid error; a nil fn drops the result.
 func (p *Pending) Then(fn func(error)) {
+	if fn == nil {
+		fn = func(error) {}
+	}
+	if p == nil {
+		go fn(p.Wait(context.Background()))
+		return
+	}
 	go func() {
 		err := p.Wait(context.Background())
 		p.dev.obs.callback("Then", p.fence, func() { fn(err) })

@@ -54,6 +54,9 @@ type Device struct {
 	kernels       *userkernel.Registry
 	kernelLoader  *kernelLoader
 	kernelBuilder *userkernel.Builder
+	// cacheWarned: the builder's disk cache failed and the log said so,
+	// once per device (warnCacheErrors).
+	cacheWarned atomic.Bool
 
 	launchBlocking bool
 	reduce         reduceWorkspace // reduce.go
@@ -343,16 +346,36 @@ func requireDrivers(b Backend) error {
 }
 
 // Backend names what the device runs on: "emulator", "rocm" or "cuda".
-func (d *Device) Backend() string { return d.backend }
+func (d *Device) Backend() string {
+	if d == nil {
+		return ""
+	}
+	return d.backend
+}
 
 // Target is the GPU's code target, such as "amdgcn-amd-amdhsa--gfx90a".
-func (d *Device) Target() string { return d.drv.Target() }
+func (d *Device) Target() string {
+	if d == nil {
+		return ""
+	}
+	return d.drv.Target()
+}
 
 // Index is the GPU's index.
-func (d *Device) Index() int { return d.index }
+func (d *Device) Index() int {
+	if d == nil {
+		return 0
+	}
+	return d.index
+}
 
 // Policy is the device's policy.
-func (d *Device) Policy() Policy { return d.engine.Policy }
+func (d *Device) Policy() Policy {
+	if d == nil {
+		return 0
+	}
+	return d.engine.Policy
+}
 
 // Stats returns the device's counters: every task's work and every host
 // wait, including read-backs and frees.
@@ -366,6 +389,9 @@ func (d *Device) Stats() Stats {
 // Hazards returns what the emulator's hazard checker found (nil on real
 // hardware or with the checker off).
 func (d *Device) Hazards() []error {
+	if d == nil {
+		return nil
+	}
 	if hr, ok := d.system.(driver.HazardReporter); ok {
 		return hr.Hazards()
 	}
@@ -373,7 +399,7 @@ func (d *Device) Hazards() []error {
 }
 
 // Emulated reports whether the device is the emulator.
-func (d *Device) Emulated() bool { return d.system != nil }
+func (d *Device) Emulated() bool { return d != nil && d.system != nil }
 
 // Raw calls f with the device's driver value (a driver.Device of the
 // backend's driver), for helpers that reach a backend's own libraries,
@@ -390,10 +416,20 @@ func (d *Device) Raw(f func(driverDevice any) error) error {
 
 // SignalsCreated counts the HSA signals the device has ever created; pooled,
 // the count stays flat in steady state.
-func (d *Device) SignalsCreated() uint64 { return d.drv.SignalsCreated() }
+func (d *Device) SignalsCreated() uint64 {
+	if d == nil {
+		return 0
+	}
+	return d.drv.SignalsCreated()
+}
 
 // EventsCreated counts the HIP (or CUDA) events ever created, likewise.
-func (d *Device) EventsCreated() uint64 { return d.drv.EventsCreated() }
+func (d *Device) EventsCreated() uint64 {
+	if d == nil {
+		return 0
+	}
+	return d.drv.EventsCreated()
+}
 
 func (d *Device) enter(op string) error {
 	if d == nil {

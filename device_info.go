@@ -12,6 +12,9 @@ type versionedDevice interface{ DriverVersion() string }
 // product name on ROCm (on the emulator, "rocsync emulated GPU 0"),
 // cuDeviceGetName on CUDA. It is "" when the runtime reports none.
 func (d *Device) Name() string {
+	if d == nil {
+		return ""
+	}
 	if n, ok := d.drv.(namedDevice); ok {
 		return n.Name()
 	}
@@ -22,6 +25,9 @@ func (d *Device) Name() string {
 // "ROCr 1.5.0, HIP 5.2.21153" or "CUDA driver 13.0"; "" when the runtime
 // reports none.
 func (d *Device) DriverVersion() string {
+	if d == nil {
+		return ""
+	}
 	if v, ok := d.drv.(versionedDevice); ok {
 		return v.DriverVersion()
 	}

@@ -83,11 +83,21 @@ type Kernel struct {
 }
 
 // Name is the kernel's name.
-func (k *Kernel) Name() string { return k.lk.Name }
+func (k *Kernel) Name() string {
+	if k == nil {
+		return ""
+	}
+	return k.lk.Name
+}
 
 // Signature is the kernel's parameters and limits, as its own metadata
 // gives them.
-func (k *Kernel) Signature() *userkernel.Signature { return k.lk.Signature }
+func (k *Kernel) Signature() *userkernel.Signature {
+	if k == nil {
+		return nil
+	}
+	return k.lk.Signature
+}
 
 // defaultBuilder serves devices opened without Options.KernelBuilder.
 var defaultBuilder = sync.OnceValue(func() *userkernel.Builder { return userkernel.NewBuilder(userkernel.Options{}) })
@@ -145,10 +155,10 @@ func (d *Device) registry() (*userkernel.Registry, *kernelLoader, error) {
 		if !ok {
 			return
 		}
-		b := d.kernelBuilder
-		if b == nil {
-			b = defaultBuilder()
+		if d.kernelBuilder == nil {
+			d.kernelBuilder = defaultBuilder()
 		}
+		b := d.kernelBuilder
 		d.kernelLoader = &kernelLoader{d: d, kl: kl}
 		d.kernels = userkernel.NewRegistry(b, d.kernelLoader)
 	})
@@ -162,7 +172,7 @@ func (d *Device) registry() (*userkernel.Registry, *kernelLoader, error) {
 // objects pick the one for the device's ISA, PTX the newest not newer than
 // the device, and OpenCL C is compiled for the device's target (through
 // the Builder's on-disk cache, so a second run loads it from disk). Each
-// source is built and loaded once per device; later calls cost two map
+// source is built and loaded once per device; later calls cost a few map
 // lookups. Errors match userkernel's (ErrNoKernel, ErrTarget, ...).
 //
 // On the emulator, the kernel runs as the Go function registered for its
@@ -181,6 +191,7 @@ func (d *Device) LoadKernel(src *userkernel.Source, name string) (*Kernel, error
 		return nil, err
 	}
 	lk, err := reg.Kernel(src, name)
+	d.warnCacheErrors()
 	if err != nil {
 		kind := ErrInvalid // the source, the kernel's name or its target
 		if errors.Is(err, userkernel.ErrNoCompiler) || errors.Is(err, userkernel.ErrCache) {
@@ -193,6 +204,22 @@ func (d *Device) LoadKernel(src *userkernel.Source, name string) (*Kernel, error
 		return nil, newErr("LoadKernel", ErrInvalid, "kernel %s has no driver handle", name)
 	}
 	return &Kernel{dev: d, lk: lk, drv: dk}, nil
+}
+
+// warnCacheErrors logs, once per device, that the kernel builder's disk
+// cache failed: the build goes on without it, so nothing else would tell
+// a user of the default builder (whose Stats they cannot reach) that
+// every process compiles its kernels again.
+func (d *Device) warnCacheErrors() {
+	if d.cacheWarned.Load() {
+		return
+	}
+	s := d.kernelBuilder.Stats()
+	if s.CacheErrors == 0 || !d.cacheWarned.CompareAndSwap(false, true) {
+		return
+	}
+	d.log.Warn().Str("cache", d.kernelBuilder.CacheDir()).Str("error", s.LastCacheErr).
+		Msg("rocsync: the kernel cache cannot be used; kernels are compiled again in every process")
 }
 
 // checkOperands validates args' buffers: non-nil, on the task's device.

@@ -1,7 +1,10 @@
 package rocsync_test
 
 import (
+	"bytes"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -70,4 +73,27 @@ kernel void saxpy(global float* y, global const float* x, float a, uint n) {
 			require.Empty(t, dev.Hazards())
 		})
 	}
+}
+
+// A kernel cache that cannot be used does not stop LoadKernel, and the
+// device's log says so once: with the default builder, whose Stats the
+// user cannot reach, nothing else would tell them that every process
+// compiles its kernels again.
+func TestLoadKernelLogsAnUnusableKernelCacheOnce(t *testing.T) {
+	notADir := filepath.Join(t.TempDir(), "file")
+	require.NoError(t, os.WriteFile(notADir, nil, 0o600))
+	b := userkernel.NewBuilder(userkernel.Options{CacheDir: notADir, Clang: filepath.Join(t.TempDir(), "no-clang")})
+	var log bytes.Buffer
+	dev, err := rocsync.Open(rocsync.Options{Backend: rocsync.Emulator, LogLevel: rocsync.LogWarn, LogWriter: &log, KernelBuilder: b})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, dev.Close()) }()
+	for _, name := range []string{"one", "two"} {
+		src, err := userkernel.OpenCL("kernel void " + name + "(global float* y) { y[get_global_id(0)] = 1; }")
+		require.NoError(t, err)
+		_, err = dev.LoadKernel(src, name)
+		require.NoError(t, err)
+	}
+	require.EqualValues(t, 2, b.Stats().CacheErrors)
+	require.Equal(t, 1, strings.Count(log.String(), "the kernel cache cannot be used"), "log:\n%s", log.String())
+	require.Contains(t, log.String(), notADir)
 }

@@ -18,8 +18,11 @@ type Options struct {
 	// CacheDir is the on-disk cache's directory. Empty means
 	// $ROCSYNC_KERNEL_CACHE, else os.UserCacheDir()/rocsync/kernels. It
 	// is made (mode 0700) if missing; an existing one must be a directory
-	// of this user's, and keeps its mode: the entries go in a private
-	// subdirectory of it (v1, mode 0700).
+	// of this user's, named itself rather than through a symbolic link,
+	// and keeps its mode: the entries go in a private subdirectory of it
+	// (v1, mode 0700). A cache that cannot be used is counted in Stats
+	// (CacheErrors) and builds go on without it; a device logs it once
+	// (at LogWarn).
 	CacheDir string
 	// NoDiskCache compiles without reading or writing the on-disk cache.
 	NoDiskCache bool
@@ -315,6 +318,10 @@ func (b *Builder) loadPrebuilt(src *Source, t Target, noCompiler error) (*Image,
 	key := prebuiltKey(src, t)
 	return b.once("prebuilt:"+key, func() (*Image, error) {
 		code, err := b.cache.read(key, "prebuilt "+t.cacheKind(), t.String())
+		if errors.Is(err, ErrCache) {
+			b.cacheFailed(err)
+			return nil, fmt.Errorf("%w; and the kernel cache cannot be read: %w", noCompiler, err)
+		}
 		if errors.Is(err, errEntryMissing) {
 			return nil, fmt.Errorf("%w; and the kernel cache %s holds no build of this source for %s (fill it on a machine with clang: see the package documentation)",
 				noCompiler, b.cache.root, t)

@@ -11,6 +11,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/rocsync/rocsync/internal/diskcache"
 )
 
 // ErrCache is matched (errors.Is) by errors about the on-disk cache
@@ -68,10 +70,15 @@ func ensureDir(dir string, own bool) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrCache, err)
 	}
+	if fi.Mode()&fs.ModeSymlink != 0 {
+		// Code is loaded only from directories no one else controls, and
+		// a link can be pointed elsewhere by whoever owns its directory.
+		return fmt.Errorf("%w: %s is a symbolic link; name the directory it points to", ErrCache, dir)
+	}
 	if !fi.IsDir() {
 		return fmt.Errorf("%w: %s is not a directory", ErrCache, dir)
 	}
-	if !ownedByUs(fi) {
+	if !diskcache.OwnedByUser(fi) {
 		return fmt.Errorf("%w: %s is owned by another user", ErrCache, dir)
 	}
 	if own && fi.Mode().Perm() != dirMode {
@@ -111,7 +118,7 @@ func (c *diskCache) read(key, kind, target string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !fi.Mode().IsRegular() || !ownedByUs(fi) || fi.Mode().Perm()&0o077 != 0 {
+	if !fi.Mode().IsRegular() || !diskcache.OwnedByUser(fi) || fi.Mode().Perm()&0o077 != 0 {
 		return nil, fmt.Errorf("%s: not a private regular file of this user (mode %v)", path, fi.Mode())
 	}
 	data, err := os.ReadFile(path)
@@ -189,6 +196,15 @@ func (c *diskCache) write(key, kind, target string, payload []byte) error {
 	}
 	if err := tmp.Close(); err != nil {
 		return err
+	}
+	// rename(2) replaces a file or a link but not a directory (EISDIR or
+	// EEXIST): a directory in the entry's place, which read refused, is
+	// removed first. It lies in the key's directory, which ensureDirs
+	// found to be this user's own and private.
+	if fi, err := os.Lstat(path); err == nil && fi.IsDir() {
+		if err := os.RemoveAll(path); err != nil {
+			return fmt.Errorf("%s: a directory stands where the entry goes and could not be removed: %w", path, err)
+		}
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -209,6 +210,17 @@ func TestCorruptEntryIsRebuilt(t *testing.T) {
 				t.Fatal(err)
 			}
 		},
+		// rename(2) does not replace a directory with a file: the entry
+		// is removed first.
+		"a directory in the entry's place": func(t *testing.T, path, _ string) {
+			if err := os.Remove(path); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.MkdirAll(filepath.Join(path, "sub"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			writeRaw(t, filepath.Join(path, "sub", "file"), []byte("x"))
+		},
 		"readable by others": func(t *testing.T, path, _ string) {
 			if err := os.Chmod(path, 0o644); err != nil {
 				t.Fatal(err)
@@ -391,5 +403,36 @@ func TestForeignCacheDirectoryIsNotRead(t *testing.T) {
 	}
 	if s := b.Stats(); s.DiskHits != 0 || s.Compiles != 1 || s.CacheErrors == 0 || !strings.Contains(s.LastCacheErr, "another user") {
 		t.Errorf("stats %+v: a foreign directory was trusted", s)
+	}
+}
+
+// A cache directory named through a symbolic link is refused, and the
+// error says that it is a link (it said "is not a directory").
+func TestCacheDirThatIsALinkIsRefusedSayingSo(t *testing.T) {
+	real := t.TempDir()
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	err := ensureDir(link, false)
+	if !errors.Is(err, ErrCache) || !strings.Contains(err.Error(), link+" is a symbolic link; name the directory it points to") {
+		t.Errorf("ensureDir of a link: %v", err)
+	}
+}
+
+// Without a compiler, a cache directory that cannot be used is a cache
+// error, counted as one, and the build's error says both: no compiler,
+// and a cache it could not read (it was counted nowhere, so a device
+// could not report it).
+func TestNoCompilerAndAnUnusableCache(t *testing.T) {
+	notADir := filepath.Join(t.TempDir(), "file")
+	writeRaw(t, notADir, nil)
+	b := NewBuilder(Options{CacheDir: notADir, Clang: filepath.Join(t.TempDir(), "no-clang")})
+	_, err := b.Build(saxpy(t), gfx90aV5)
+	if !errors.Is(err, ErrNoCompiler) || !errors.Is(err, ErrCache) || !strings.Contains(err.Error(), "the kernel cache cannot be read") {
+		t.Errorf("Build: %v", err)
+	}
+	if s := b.Stats(); s.CacheErrors != 1 || !strings.Contains(s.LastCacheErr, notADir) {
+		t.Errorf("stats %+v", s)
 	}
 }

@@ -4,7 +4,6 @@ package userkernel
 
 import (
 	"io/fs"
-	"os"
 	"strconv"
 	"syscall"
 )
@@ -18,11 +17,4 @@ func fileIdentity(fi fs.FileInfo) string {
 		id += ":" + strconv.FormatUint(uint64(st.Dev), 10) + ":" + strconv.FormatUint(st.Ino, 10)
 	}
 	return id
-}
-
-// ownedByUs reports whether the current user owns the file: the cache
-// loads code only from files and directories no one else controls.
-func ownedByUs(fi fs.FileInfo) bool {
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	return ok && int(st.Uid) == os.Geteuid()
 }

@@ -13,6 +13,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -36,9 +37,12 @@ type Manifest struct {
 	Files []string
 }
 
-// Write makes the files of the entry in dir private (0600) and writes
-// their manifest: one line "<sha256 hex> <file>" per file.
+// Write makes the entry in dir and its files private (0700, 0600) and
+// writes their manifest: one line "<sha256 hex> <file>" per file.
 func (m Manifest) Write(dir string) error {
+	if err := os.Chmod(dir, dirMode); err != nil {
+		return err
+	}
 	var b strings.Builder
 	for _, f := range m.Files {
 		path := filepath.Join(dir, f)
@@ -55,9 +59,18 @@ func (m Manifest) Write(dir string) error {
 	return os.WriteFile(filepath.Join(dir, m.Name), []byte(b.String()), fileMode)
 }
 
-// Verify checks every file of the entry in dir against its manifest. A
+// Verify checks every file of the entry in dir against its manifest: the
+// entry and its files must be this user's own and private, and match. A
 // missing manifest is the error reading it; any mismatch is ErrCorrupt.
 func (m Manifest) Verify(dir string) error {
+	if err := privateEntry(dir); err != nil {
+		return err
+	}
+	for _, f := range append([]string{m.Name}, m.Files...) {
+		if err := privateFile(filepath.Join(dir, f)); err != nil {
+			return err
+		}
+	}
 	text, err := os.ReadFile(filepath.Join(dir, m.Name))
 	if err != nil {
 		return err
@@ -83,6 +96,67 @@ func (m Manifest) Verify(dir string) error {
 	return nil
 }
 
+// privateEntry checks that dir, an entry, is a directory (not a link)
+// that only this user controls: owned by them, with no permission for
+// anyone else. A missing entry is the error of Lstat.
+func privateEntry(dir string) error {
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%w: %s is not a directory (%v)", ErrCorrupt, dir, fi.Mode())
+	}
+	return private(dir, fi)
+}
+
+// privateFile checks that path is a regular file (not a link) that only
+// this user controls. A missing file is ErrCorrupt.
+func privateFile(path string) error {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%w: %s is not a regular file (%v)", ErrCorrupt, path, fi.Mode())
+	}
+	return private(path, fi)
+}
+
+func private(path string, fi fs.FileInfo) error {
+	if !OwnedByUser(fi) {
+		return fmt.Errorf("%w: %s is owned by another user", ErrCorrupt, path)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return fmt.Errorf("%w: %s is open to other users (%v)", ErrCorrupt, path, fi.Mode())
+	}
+	return nil
+}
+
+// OwnDir creates dir (mode 0700) if it is missing, and checks that it is
+// a directory, not a link, owned by this user: a cache's entries are used
+// only from a directory no one else controls. Its mode is the user's
+// choice: another user can at most remove entries (they could not write
+// one that verifies, since an entry must be this user's).
+func OwnDir(dir string) error {
+	if err := os.MkdirAll(dir, dirMode); err != nil {
+		return err
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	switch {
+	case fi.Mode()&fs.ModeSymlink != 0:
+		return fmt.Errorf("diskcache: %s is a symbolic link; name the directory it points to", dir)
+	case !fi.IsDir():
+		return fmt.Errorf("diskcache: %s is not a directory", dir)
+	case !OwnedByUser(fi):
+		return fmt.Errorf("diskcache: %s is owned by another user", dir)
+	}
+	return nil
+}
+
 // UserDir is os.UserCacheDir()/rocsync/<name>.
 func UserDir(name string) (string, error) {
 	base, err := os.UserCacheDir()
@@ -101,19 +175,19 @@ type Entry interface {
 	Verify(dir string) error
 }
 
-// Get returns cacheDir/key. An entry there that verifies against m is
-// reused; otherwise build fills a fresh private temporary directory with
+// Get returns cacheDir/key, in a cacheDir of this user's own (OwnDir). An
+// entry there that verifies against m is reused; otherwise build fills a fresh private temporary directory with
 // the entry's files, Get writes the manifest and renames the directory
 // into place (an unverified entry found there is moved aside and removed).
 // build's error is returned as it is, and a failed build leaves nothing in
 // cacheDir.
 func Get(cacheDir, key string, m Entry, build func(dir string) error) (string, error) {
+	if err := OwnDir(cacheDir); err != nil {
+		return "", err
+	}
 	root := filepath.Join(cacheDir, key)
 	if m.Verify(root) == nil {
 		return root, nil
-	}
-	if err := os.MkdirAll(cacheDir, dirMode); err != nil {
-		return "", err
 	}
 	tmp, err := os.MkdirTemp(cacheDir, ".build-")
 	if err != nil {

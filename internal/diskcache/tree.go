@@ -104,12 +104,18 @@ func linkInside(rel, target string) bool {
 	return p != ".." && !strings.HasPrefix(p, "../")
 }
 
-// Verify checks the entry in dir against its manifest: the manifest's own
-// checksum, the header, and then every directory, file and link, their
+// Verify checks the entry in dir against its manifest: that the entry and
+// everything in it are this user's own, the manifest's own checksum, the header, and then every directory, file and link, their
 // modes and contents, with nothing missing and nothing extra. A missing
 // manifest is the error reading it; any mismatch is ErrCorrupt. Verify
 // reads every file, and stops at the first difference.
 func (m TreeManifest) Verify(dir string) error {
+	if err := privateEntry(dir); err != nil {
+		return err
+	}
+	if err := privateFile(filepath.Join(dir, m.Name)); err != nil {
+		return err
+	}
 	text, err := os.ReadFile(filepath.Join(dir, m.Name))
 	if err != nil {
 		return err
@@ -181,6 +187,12 @@ func (m TreeManifest) list(dir string, line func(string) error) error {
 		info, err := d.Info()
 		if err != nil {
 			return err
+		}
+		// The manifest records modes, not owners: a build's files are the
+		// user's, and one another user owns is refused (Write's error, or
+		// Verify's ErrCorrupt).
+		if !OwnedByUser(info) {
+			return fmt.Errorf("%s is owned by another user", q)
 		}
 		mode := info.Mode()
 		switch {

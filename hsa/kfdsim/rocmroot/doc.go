@@ -18,7 +18,8 @@
 // sizes, SHA-256s), private to the user, built in a temporary folder and
 // renamed into place, and verified file by file against their manifest
 // whenever they are reused (internal/diskcache.TreeManifest); a corrupt or
-// foreign entry is rebuilt, never used. A cached root of exactly the
+// foreign entry, or one with a file another user owns, is rebuilt, never
+// used, and a cache folder of another user's is refused. A cached root of exactly the
 // pinned packages is used without the network.
 //
 // The libraries of these releases need a newer glibc and libstdc++ than

@@ -485,6 +485,35 @@ func TestFetchRefusesForeignEntries(t *testing.T) {
 		noLeftovers(t, cache)
 	})
 
+	// A root another user owns (one library of it is enough) could have
+	// been changed by them after it verified: it is rebuilt.
+	t.Run("a library of the root owned by another user", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("needs root to give a file away")
+		}
+		cache := t.TempDir()
+		r, err := Fetch(context.Background(), fakeOptions(a, cache, &log))
+		if err != nil {
+			t.Fatal(err)
+		}
+		const nobody = 65534
+		if err := os.Lchown(r.Loader(), nobody, nobody); err != nil {
+			t.Fatal(err)
+		}
+		again, err := Fetch(context.Background(), fakeOptions(a, cache, &log))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Lstat(again.Loader())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !again.Built || !diskcache.OwnedByUser(fi) {
+			t.Errorf("a root with another user's file was used: built %v", again.Built)
+		}
+		noLeftovers(t, cache)
+	})
+
 	t.Run("genuine root under another key", func(t *testing.T) {
 		cache := t.TempDir()
 		r, err := Fetch(context.Background(), fakeOptions(a, cache, &log))
