@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -74,14 +75,27 @@ func (l LogLevel) zerolog() zerolog.Level {
 }
 
 // ParseLogLevel parses a level name as String prints it ("off", "error",
-// "warn", "info", "debug"), as the ROCSYNC_LOG environment variable takes.
+// "warn", "info", "debug", in any case), as the ROCSYNC_LOG environment
+// variable takes.
 func ParseLogLevel(s string) (LogLevel, error) {
+	if l, ok := logLevelNamed(s); ok {
+		return l, nil
+	}
+	return 0, newErr("ParseLogLevel", ErrInvalid, "unknown log level %q (%s)", s, logLevelsWanted)
+}
+
+const logLevelsWanted = "want off, error, warn, info or debug"
+
+// logLevelNamed is the level s names, in any case and with spaces around
+// it ("DEBUG" is log/slog's spelling).
+func logLevelNamed(s string) (LogLevel, bool) {
+	s = strings.TrimSpace(s)
 	for _, l := range []LogLevel{LogOff, LogError, LogWarn, LogInfo, LogDebug} {
-		if l.String() == s {
-			return l, nil
+		if strings.EqualFold(l.String(), s) {
+			return l, true
 		}
 	}
-	return 0, newErr("ParseLogLevel", ErrInvalid, "unknown log level %q (want off, error, warn, info or debug)", s)
+	return 0, false
 }
 
 // logger builds the zerolog logger Open uses, from LogHandler, or
@@ -92,9 +106,9 @@ func logger(o Options) (zerolog.Logger, error) {
 	}
 	level := o.LogLevel
 	if env := os.Getenv("ROCSYNC_LOG"); env != "" {
-		l, err := ParseLogLevel(env)
-		if err != nil {
-			return zerolog.Logger{}, &Error{Op: "Open", Kind: ErrInvalid, Detail: "ROCSYNC_LOG", Err: err}
+		l, ok := logLevelNamed(env)
+		if !ok {
+			return zerolog.Logger{}, newErr("Open", ErrInvalid, "ROCSYNC_LOG=%q is not a log level (%s)", env, logLevelsWanted)
 		}
 		level = l
 	}

@@ -169,7 +169,19 @@ func TestLogLevelFromEnvironment(t *testing.T) {
 	t.Setenv("ROCSYNC_LOG", "chatty")
 	_, err = Open(Options{Backend: Emulator, LogWriter: io.Discard})
 	require.ErrorIs(t, err, ErrInvalid)
-	require.ErrorContains(t, err, `ROCSYNC_LOG: rocsync: ParseLogLevel: invalid argument: unknown log level "chatty"`)
+	require.EqualError(t, err, `rocsync: Open: invalid argument: ROCSYNC_LOG="chatty" is not a log level (want off, error, warn, info or debug)`)
+	// Any case, as log/slog spells its levels, and spaces around.
+	for _, v := range []string{"DEBUG", " Debug "} {
+		t.Setenv("ROCSYNC_LOG", v)
+		buf.Reset()
+		d, err = Open(Options{Backend: Emulator, LogWriter: &buf})
+		require.NoError(t, err, v)
+		require.NoError(t, d.Close())
+		require.Contains(t, buf.String(), "using the emulated AMD device", v)
+		l, err := ParseLogLevel(v)
+		require.NoError(t, err)
+		require.Equal(t, LogDebug, l)
+	}
 	t.Setenv("ROCSYNC_LOG", "")
 	_, err = Open(Options{Backend: Emulator, LogLevel: 42})
 	require.ErrorIs(t, err, ErrInvalid)
