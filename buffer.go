@@ -175,7 +175,7 @@ func (b *buffer) download(ctx context.Context, op string, dst unsafe.Pointer, wh
 		}
 		if r := b.pinnedBy; r != nil && r.recording.Load() {
 			b.st.Unlock()
-			return newErr(op, ErrRecording, "%v is used by %v, which is still recording: its ops have not run", who, r)
+			return newErr(op, ErrRecording, "%v is used by %v: its ops have not run", who, r)
 		}
 		// Done before the failure: a writer that fails as it completes
 		// is seen failed.

@@ -39,9 +39,25 @@ func (e *ConcurrentUseError) Error() string {
 // ends the use too.
 func (t *Task) begin(name string) error {
 	if t.using.CompareAndSwap(nil, opTag(name)) {
-		return nil
+		if t.rec == nil {
+			return nil
+		}
+		return t.beginRecording(name)
 	}
 	return t.concurrent(name)
+}
+
+// beginRecording admits a call on a task that Record is recording only
+// from Record's own goroutine: its function's ops are recorded, and an op
+// from another goroutine would land in the recording silently, never run
+// and be replayed with it.
+func (t *Task) beginRecording(name string) error {
+	if goid() == t.rec.g {
+		return nil
+	}
+	t.end()
+	ce := &ConcurrentUseError{Op: name, Other: "Record"}
+	return &Error{Op: name, Kind: ErrConcurrentUse, Err: ce}
 }
 
 // end ends the use begin marked.

@@ -41,6 +41,7 @@ type recordedOp struct {
 // recorder is a task's state while Record runs.
 type recorder struct {
 	r        *Recording
+	g        uint64 // the goroutine running Record, the only one whose ops it takes
 	ops      []recordedOp
 	operands [][]access // each op's operands
 }
@@ -74,10 +75,13 @@ type Recording struct {
 	id        uint64
 	recording atomic.Bool // Record's function is still running
 	closed    bool
-	ops       int
-	segs      []replaySegment
-	operands  []access       // the union of the ops' operands, one per buffer, sorted by lock order
-	parts     []syncstate.Op // the operands, MaxOperands per part, added once by build and begun by replays that take them
+	// ops is the number of ops, set once built; atomic, because an
+	// error about an operand the recording pins (another goroutine's
+	// Free, say) names the recording while Record builds it.
+	ops      atomic.Int64
+	segs     []replaySegment
+	operands []access       // the union of the ops' operands, one per buffer, sorted by lock order
+	parts    []syncstate.Op // the operands, MaxOperands per part, added once by build and begun by replays that take them
 	// grp is the operands' shared sync record: a replay that finds them
 	// as the last one left them records its fence there once, without
 	// taking any operand (nil when an operand is in another live
@@ -98,7 +102,10 @@ func (r *Recording) String() string {
 	if r == nil {
 		return "Recording(nil)"
 	}
-	return fmt.Sprintf("recording #%d (%d ops)", r.id, r.ops)
+	if r.recording.Load() {
+		return fmt.Sprintf("recording #%d (still recording)", r.id)
+	}
+	return fmt.Sprintf("recording #%d (%d ops)", r.id, r.ops.Load())
 }
 
 // Ops is the number of ops recorded.
@@ -106,7 +113,7 @@ func (r *Recording) Ops() int {
 	if r == nil {
 		return 0
 	}
-	return r.ops
+	return int(r.ops.Load())
 }
 
 // Segments is the number of driver submissions one replay makes: runs of
@@ -147,6 +154,8 @@ func (r *Recording) Graphs() (graphs int, fallbacks []error) {
 // Recording replays them. Arrays that new-array forms (t.Mul(a, b))
 // return are allocated at once; the recording writes them.
 //
+// fn's ops must come from the goroutine that called Record: while fn
+// runs, a call on t from another goroutine is an ErrConcurrentUse error.
 // Inside fn, what would wait on the host for recorded work is an
 // ErrRecording error: Synchronize, Download, reading back an array the
 // recording has touched, and a nested Record. An Upload records the bytes
@@ -160,6 +169,9 @@ func (t *Task) Record(fn func() error) (*Recording, error) {
 	if err := t.check(name); err != nil {
 		return nil, err
 	}
+	if t.dev.closed.Load() {
+		return nil, newErr(name, ErrClosed, "%v is closed", t.dev)
+	}
 	if fn == nil {
 		return nil, newErr(name, ErrInvalid, "nil function")
 	}
@@ -172,8 +184,8 @@ func (t *Task) Record(fn func() error) (*Recording, error) {
 	}
 	r := &Recording{t: t, id: recordingIDs.Add(1)}
 	r.recording.Store(true)
-	t.rec = &recorder{r: r}
-	t.end() // fn's ops use the task in turn
+	t.rec = &recorder{r: r, g: goid()}
+	t.end() // fn's ops use the task in turn, from this goroutine
 	// done is false while a panic can pass: in fn, or in a library call's
 	// function, which the build runs once to capture it. The panic goes
 	// on (as does a Goexit), the task eager and the operands unpinned.
@@ -275,7 +287,7 @@ func pinnedErr(op string, b *buffer, who fmt.Stringer) error {
 // each one.
 func (r *Recording) build(ops []recordedOp, rops [][]access) error {
 	t := r.t
-	r.ops = len(ops)
+	r.ops.Store(int64(len(ops)))
 	for i := 0; i < len(ops); {
 		j := i + 1
 		for j < len(ops) && ops[j].tl == ops[i].tl {
