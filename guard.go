@@ -8,6 +8,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/rocsync/rocsync/internal/goid"
 	"github.com/rocsync/rocsync/syncstate"
 )
 
@@ -52,7 +53,7 @@ func (t *Task) begin(name string) error {
 // from another goroutine would land in the recording silently, never run
 // and be replayed with it.
 func (t *Task) beginRecording(name string) error {
-	if goid() == t.rec.g {
+	if goid.ID() == t.rec.g {
 		return nil
 	}
 	t.end()
@@ -129,7 +130,7 @@ var (
 // runHostFunc runs fn, a host function of t, on t's lane.
 func (t *Task) runHostFunc(fn func(*HostAccess) error, h *HostAccess) error {
 	if t.laneG.Load() == 0 {
-		g := goid()
+		g := goid.ID()
 		laneGoroutines.Store(g, t)
 		t.laneG.Store(g)
 	}
@@ -152,27 +153,11 @@ func fromHostFunc(op string) error {
 	if hostFuncsRunning.Load() == 0 {
 		return nil
 	}
-	v, ok := laneGoroutines.Load(goid())
+	v, ok := laneGoroutines.Load(goid.ID())
 	if !ok {
 		return nil
 	}
 	return newErr(op, ErrInvalid, "called from a host function of %v's task: a host wait there waits for the function itself, or for work behind it (a host function reaches its operands through its HostAccess only)", v.(*Task).dev)
-}
-
-// goid is the calling goroutine's id, from the first line of its stack
-// trace ("goroutine 42 [running]:").
-func goid() uint64 {
-	var buf [32]byte
-	n := runtime.Stack(buf[:], false)
-	const prefix = "goroutine "
-	var id uint64
-	for _, c := range buf[min(len(prefix), n):n] {
-		if c < '0' || c > '9' {
-			break
-		}
-		id = id*10 + uint64(c-'0')
-	}
-	return id
 }
 
 // guardShards is how many counters closeGuard spreads its readers over:

@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/rocsync/rocsync/driver"
+	"github.com/rocsync/rocsync/internal/goid"
 	"github.com/rocsync/rocsync/syncstate"
 )
 
@@ -184,7 +185,7 @@ func (t *Task) Record(fn func() error) (*Recording, error) {
 	}
 	r := &Recording{t: t, id: recordingIDs.Add(1)}
 	r.recording.Store(true)
-	t.rec = &recorder{r: r, g: goid()}
+	t.rec = &recorder{r: r, g: goid.ID()}
 	t.end() // fn's ops use the task in turn, from this goroutine
 	// done is false while a panic can pass: in fn, or in a library call's
 	// function, which the build runs once to capture it. The panic goes

@@ -176,10 +176,27 @@ func waitKind(f syncstate.Fence, err error) error {
 // ownWaitKind is the kind of an error that a wait returned while the work
 // it waited for had not failed.
 func ownWaitKind(err error) error {
+	if errors.Is(err, syncstate.ErrSelfWait) {
+		return ErrInvalid // a host function waited for its own lane
+	}
 	if errors.Is(err, ErrTimeout) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return ErrTimeout
 	}
 	return ErrFault
+}
+
+// endedBeforeEnqueue reports whether err, a driver Submit's, is one of the
+// waits a driver makes before it enqueues anything, ended on its own: a
+// *syncstate.WaitEndedError (awaitHostDeps), a *syncstate.TimeoutError (a
+// throttle's wait), or a host function's wait for its own lane. Only the
+// error itself counts, not one its chain wraps: a library call's function
+// may return an error that wraps a wait of its own after enqueueing work.
+func endedBeforeEnqueue(err error) bool {
+	switch err.(type) {
+	case *syncstate.WaitEndedError, *syncstate.TimeoutError:
+		return true
+	}
+	return errors.Unwrap(err) == syncstate.ErrSelfWait
 }
 
 // timedOut reports whether err, the joined errors of several waits, holds
@@ -508,6 +525,14 @@ func (t *Task) submitEntered(name string, op driver.Op, s *opSync) (syncstate.Fe
 			if k == 0 && errors.Is(err, syncstate.ErrWaitRefused) {
 				s.abort() // sync-debug refused a throttle wait: nothing changed
 				return syncstate.Fence{}, err
+			}
+			if k == 0 && endedBeforeEnqueue(err) {
+				// A wait the driver makes before it enqueues (a throttle,
+				// the host functions a copy must follow) ended on its
+				// own: nothing is on the timeline, and what the op was
+				// to write keeps what it held, as after Begin's waits.
+				s.abort()
+				return syncstate.Fence{}, &Error{Op: name, Kind: ownWaitKind(err), Detail: "not submitted on " + tl.Name(), Err: err}
 			}
 			kind := ErrUnavailable
 			if _, call := op.(*driver.LibraryCallOp); k > 0 || tl.Failed(math.MaxUint64) != nil || call {

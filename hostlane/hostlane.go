@@ -29,6 +29,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rocsync/rocsync/internal/goid"
 	"github.com/rocsync/rocsync/syncstate"
 )
 
@@ -97,6 +98,8 @@ type Lane struct {
 
 	last      atomic.Uint64
 	completed atomic.Uint64
+	// goroutine is the lane goroutine's id (goid), set as it starts.
+	goroutine atomic.Uint64
 }
 
 var (
@@ -282,6 +285,13 @@ func (l *Lane) WaitHost(t uint64) error { return l.WaitHostContext(context.Backg
 // ticket t has completed, ctx is done (nil: never) or Config.WaitTimeout
 // has passed, and returns the ticket's failure.
 func (l *Lane) WaitHostContext(ctx context.Context, t uint64) error {
+	if t > l.completed.Load() && goid.ID() == l.goroutine.Load() {
+		// The function running now, or one behind it, which cannot run
+		// until it returns: refused at once rather than blocking until
+		// the wait's timeout, or for ever without one.
+		return fmt.Errorf("%w: %s#%d is not complete, and this is the lane's goroutine (its function #%d or later would have to return first)",
+			syncstate.ErrSelfWait, l.cfg.Name, t, l.completed.Load()+1)
+	}
 	var timeout <-chan time.Time
 	if l.cfg.WaitTimeout > 0 && t > l.completed.Load() {
 		tm := time.NewTimer(l.cfg.WaitTimeout)
@@ -354,6 +364,7 @@ func (l *Lane) Close() error {
 // run is the lane's goroutine.
 func (l *Lane) run() {
 	defer close(l.finished)
+	l.goroutine.Store(goid.ID())
 	for {
 		l.mu.Lock()
 		if len(l.work) == 0 {

@@ -190,3 +190,40 @@ func TestLaneThrottle(t *testing.T) {
 	close(gate)
 	require.NoError(t, l2.Close())
 }
+
+// A function that waits for its own ticket, or one behind it, is refused
+// at once with ErrSelfWait (it blocked for ever without a timeout); it may
+// wait for tickets already complete, and other goroutines' waits for the
+// same tickets block as before until the functions return.
+func TestLaneRefusesAFunctionsWaitForItself(t *testing.T) {
+	l := New(Config{Name: "h"}) // no WaitTimeout: the wait would never end
+	defer l.Close()
+	first, err := l.Submit(func() error { return nil })
+	require.NoError(t, err)
+	require.NoError(t, l.WaitHost(first))
+	inside := make(chan error, 3)
+	release := make(chan struct{})
+	own := first + 1 // tickets go in order; the function reads it before Submit returns it
+	got, err := l.Submit(func() error {
+		inside <- l.WaitHost(first) // complete: fine
+		inside <- l.WaitHost(own)   // itself
+		inside <- l.WaitHost(own + 1)
+		<-release
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, own, got)
+	behind, err := l.Submit(func() error { return nil })
+	require.NoError(t, err)
+	require.Equal(t, own+1, behind)
+	require.NoError(t, <-inside)
+	for range 2 {
+		err := <-inside
+		require.ErrorIs(t, err, syncstate.ErrSelfWait)
+		require.ErrorContains(t, err, "h#")
+	}
+	waited := make(chan error)
+	go func() { waited <- l.WaitHost(behind) }()
+	close(release)
+	require.NoError(t, <-waited)
+}

@@ -11,6 +11,11 @@ import (
 // its timeout.
 var ErrWaitTimeout = errors.New("wait timed out")
 
+// ErrSelfWait is matched (errors.Is) by the error of a host wait refused
+// because it waits for work that cannot complete until the waiter returns:
+// a host lane's function waiting for its own lane (hostlane).
+var ErrSelfWait = errors.New("a host function waits for its own lane")
+
 // TimeoutError is a host wait that ran past its timeout: the fence it
 // waited for, and for how long. The GPU work is not cancelled.
 type TimeoutError struct {
