@@ -196,8 +196,11 @@ func open(o Options, all bool) ([]*Device, error) {
 		log.Info().Str("backend", "emulator").Msg("rocsync: using the emulated AMD device, as requested")
 	case ROCm:
 		fam, err = openFamily("rocm", o, &log)
-		if err != nil {
+		if err != nil && !errors.Is(err, driver.ErrInvalidConfig) {
 			return nil, &Error{Op: "Open", Kind: ErrUnavailable, Detail: "the ROCm backend was requested", Err: err}
+		}
+		if err != nil {
+			break
 		}
 		log.Info().Str("backend", "rocm").Msg("rocsync: using the real ROCm stack, as requested")
 	case CUDA:
@@ -214,6 +217,9 @@ func open(o Options, all bool) ([]*Device, error) {
 			log.Info().Str("backend", "rocm").Msg("rocsync: using the real ROCm stack")
 			break
 		}
+		if errors.Is(err, driver.ErrInvalidConfig) {
+			break // the options are wrong, whatever the backend
+		}
 		rocmErr := err
 		fam, err = openFamily("cuda", o, &log)
 		if err == nil {
@@ -225,6 +231,9 @@ func open(o Options, all bool) ([]*Device, error) {
 		logFallback(&log, rocmErr, cudaErr)
 	default:
 		return nil, newErr("Open", ErrInvalid, "unknown backend %d", uint8(o.Backend))
+	}
+	if errors.Is(err, driver.ErrInvalidConfig) {
+		return nil, &Error{Op: "Open", Kind: ErrInvalid, Err: err}
 	}
 	if err != nil {
 		return nil, &Error{Op: "Open", Kind: ErrUnavailable, Err: err}

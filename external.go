@@ -76,14 +76,31 @@ func (t *Task) handshake(name string, foreign uintptr, operands []Arg, export bo
 		}
 		accs = append(accs, access{a.buf, a.who, a.access})
 	}
-	call := func(library uintptr) error { return j.JoinStreams(library, foreign) }
+	call := func(library uintptr) error { return refusedForeign(j.JoinStreams(library, foreign)) }
 	if export {
-		call = func(library uintptr) error { return j.JoinStreams(foreign, library) }
+		call = func(library uintptr) error { return refusedForeign(j.JoinStreams(foreign, library)) }
 	}
 	op := &t.ops.call
 	op.Call = call
 	_, err := t.submit(name, op, accs)
 	return err
+}
+
+// foreignStreamError is a handshake's join refused by the runtime (an
+// event record on, or a wait by, the foreign stream: a bad handle, a
+// stream of another device). Nothing of the op's was enqueued on the
+// task's stream (a record of a pooled event there at most), so the op is
+// an ErrInvalid error and its operands keep what they held.
+type foreignStreamError struct{ err error }
+
+func (e *foreignStreamError) Error() string { return "the foreign stream: " + e.err.Error() }
+func (e *foreignStreamError) Unwrap() error { return e.err }
+
+func refusedForeign(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &foreignStreamError{err}
 }
 
 // The same handshake with HSA code outside rocsync (another runtime's
@@ -141,7 +158,11 @@ func (t *Task) ExportSignal(operands ...Arg) (uint64, error) {
 // ImportSignal makes rocsync's later ops on the operands wait, on the
 // device, until the foreign HSA signal (an hsa_signal_t handle) reads 0:
 // what the foreign work writes (Out, InOut) has it as its writer, what it
-// reads (In) has it as a reader. It does not block the host.
+// reads (In) has it as a reader. It does not block the host. The handle
+// must be a live signal: ROCr takes a handle for an address inside its
+// signal object and reads the object there (SharedSignal::Convert,
+// core/inc/signal.h), so a stale or made-up one is undefined behaviour,
+// and no check rocsync could make first would be safe.
 func (t *Task) ImportSignal(signal uint64, operands ...Arg) error {
 	const name = "ImportSignal"
 	if _, err := t.signalFencer(name, operands); err != nil {

@@ -113,3 +113,26 @@ func TestForeignStreamHandshakeErrors(t *testing.T) {
 	require.NoError(t, x.Free())
 	require.ErrorIs(t, tk.ExportTo(0, In(x)), ErrFreed)
 }
+
+// A foreign stream handle the runtime refuses is ErrInvalid and changes
+// nothing: the import's Out operand keeps its contents (it was ErrFault,
+// and the array was poisoned for good), and the task goes on.
+func TestForeignStreamTheRuntimeRefusesChangesNothing(t *testing.T) {
+	d := openOpPath(t, DeviceSide)
+	tk := d.DefaultTask()
+	x, err := d.FromFloat32(1, 2, []float32{1, 2})
+	require.NoError(t, err)
+	const bogus = uintptr(0xdeadbeef) // no stream of the runtime's
+	err = tk.ImportFrom(bogus, Out(x))
+	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorContains(t, err, "the foreign stream")
+	require.ErrorIs(t, tk.ExportTo(bogus, In(x)), ErrInvalid)
+	got, err := x.Float32s()
+	require.NoError(t, err, "a refused handshake poisoned its operand")
+	require.Equal(t, []float32{1, 2}, got)
+	y, err := tk.Add(x, x)
+	require.NoError(t, err)
+	got, err = y.Float32s()
+	require.NoError(t, err)
+	require.Equal(t, []float32{2, 4}, got)
+}

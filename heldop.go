@@ -70,9 +70,9 @@ func (t *Task) failHeld(h *heldOp, err error) error {
 		h.s.sop.Abort()
 		return err
 	}
-	if endedBeforeEnqueue(err) {
+	if kind, ok := notEnqueued(err); ok {
 		h.s.sop.Abort()
-		return &Error{Op: h.name, Kind: ownWaitKind(err), Detail: "not submitted on " + h.tl.Name(), Err: err}
+		return &Error{Op: h.name, Kind: kind, Detail: "not submitted on " + h.tl.Name(), Err: err}
 	}
 	h.s.sop.Fail(err)
 	return &Error{Op: h.name, Kind: ErrFault, Detail: "submitting to " + h.tl.Name(), Err: err}

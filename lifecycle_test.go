@@ -112,6 +112,17 @@ func TestOpenValidatesOptions(t *testing.T) {
 	d, err := Open(Options{Backend: Emulator, QueueSize: 64, LogLevel: LogOff})
 	require.NoError(t, err)
 	require.NoError(t, d.Close())
+	// A power of two outside the GPU's queue sizes (64 to 1<<17 packets
+	// on the emulator, as ROCr's GpuAgent) is refused at Open: it passed,
+	// and every op then failed creating its queue.
+	for _, size := range []uint32{8, 32, 1 << 18, 1 << 31} {
+		_, err = Open(Options{Backend: Emulator, QueueSize: size, LogLevel: LogOff})
+		require.ErrorIs(t, err, ErrInvalid, "QueueSize %d", size)
+		require.ErrorContains(t, err, "outside the GPU's queue sizes, 64 to 131072 packets")
+	}
+	d, err = Open(Options{Backend: Emulator, QueueSize: 1 << 17, LogLevel: LogOff})
+	require.NoError(t, err)
+	require.NoError(t, d.Close())
 }
 
 func TestNilReceivers(t *testing.T) {

@@ -95,7 +95,10 @@ type Options struct {
 	Policy Policy
 	// Device is the GPU index (default 0).
 	Device int
-	// QueueSize is the HSA ring size in packets (default 1024).
+	// QueueSize is the HSA ring size in packets (default 1024): a power of
+	// two within the GPU's queue sizes (64 to 131072 on ROCr's GPUs and the
+	// emulator's, HSA_AGENT_INFO_QUEUE_MIN_SIZE and _MAX_SIZE); Open refuses
+	// another with ErrInvalid.
 	QueueSize uint32
 	// MaxQueues bounds the HSA queues per device (default 8).
 	MaxQueues int

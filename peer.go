@@ -247,7 +247,10 @@ func (d *Device) PeerAccess(from *Device) (bool, error) {
 		return false, err
 	}
 	defer d.leave()
-	if from == nil || from == d || from.openCall != d.openCall {
+	if from == nil {
+		return false, newErr(name, ErrInvalid, "nil device")
+	}
+	if from == d || from.openCall != d.openCall {
 		return false, newErr(name, ErrDeviceMismatch, "%v and %v: peers are two devices of one OpenAll call", d, from)
 	}
 	if err := from.enter(name); err != nil {

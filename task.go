@@ -185,18 +185,26 @@ func ownWaitKind(err error) error {
 	return ErrFault
 }
 
-// endedBeforeEnqueue reports whether err, a driver Submit's, is one of the
-// waits a driver makes before it enqueues anything, ended on its own: a
-// *syncstate.WaitEndedError (awaitHostDeps), a *syncstate.TimeoutError (a
-// throttle's wait), or a host function's wait for its own lane. Only the
-// error itself counts, not one its chain wraps: a library call's function
-// may return an error that wraps a wait of its own after enqueueing work.
-func endedBeforeEnqueue(err error) bool {
-	switch err.(type) {
+// notEnqueued reports whether err, a driver Submit's, says that nothing
+// was enqueued, and the op's error kind then: one of the waits a driver
+// makes before it enqueues, ended on its own (a *syncstate.WaitEndedError
+// from awaitHostDeps, a *syncstate.TimeoutError from a throttle, a host
+// function's wait for its own lane), or a handshake's foreign stream
+// refused by the runtime (ErrInvalid). Only the error itself counts, not
+// one its chain wraps: a library call's function may return an error that
+// wraps a wait of its own after enqueueing work.
+func notEnqueued(err error) (kind error, ok bool) {
+	switch e := err.(type) {
 	case *syncstate.WaitEndedError, *syncstate.TimeoutError:
-		return true
+		return ownWaitKind(err), true
+	case *foreignStreamError:
+		return ErrInvalid, true
+	default:
+		if errors.Unwrap(e) == syncstate.ErrSelfWait {
+			return ErrInvalid, true
+		}
 	}
-	return errors.Unwrap(err) == syncstate.ErrSelfWait
+	return nil, false
 }
 
 // timedOut reports whether err, the joined errors of several waits, holds
@@ -526,13 +534,15 @@ func (t *Task) submitEntered(name string, op driver.Op, s *opSync) (syncstate.Fe
 				s.abort() // sync-debug refused a throttle wait: nothing changed
 				return syncstate.Fence{}, err
 			}
-			if k == 0 && endedBeforeEnqueue(err) {
-				// A wait the driver makes before it enqueues (a throttle,
-				// the host functions a copy must follow) ended on its
-				// own: nothing is on the timeline, and what the op was
-				// to write keeps what it held, as after Begin's waits.
+			if kind, ok := notEnqueued(err); ok && k == 0 {
+				// Refused before anything was enqueued: a wait the driver
+				// makes first (a throttle, the host functions a copy
+				// must follow) ended on its own, or a foreign stream
+				// handle was refused. Nothing is on the timeline, and
+				// what the op was to write keeps what it held, as after
+				// Begin's waits.
 				s.abort()
-				return syncstate.Fence{}, &Error{Op: name, Kind: ownWaitKind(err), Detail: "not submitted on " + tl.Name(), Err: err}
+				return syncstate.Fence{}, &Error{Op: name, Kind: kind, Detail: "not submitted on " + tl.Name(), Err: err}
 			}
 			kind := ErrUnavailable
 			if _, call := op.(*driver.LibraryCallOp); k > 0 || tl.Failed(math.MaxUint64) != nil || call {

@@ -62,3 +62,36 @@ func TestGPUMemoryFaultWithoutQueueErrorOnSimulatedDriver(t *testing.T) {
 	require.NotContains(t, out, "queue error: hsa: queue", "the queue reported the fault after all")
 	require.NotContains(t, out, "Memory access fault by GPU", "ROCr's abort path ran")
 }
+
+// Real ROCr reports its agents' queue sizes, and a QueueSize outside them
+// is ErrInvalid at Open, whether ROCm is asked for or Auto finds it; Auto
+// does not fall back to the emulator over a wrong option.
+func TestQueueSizeOutsideTheGPUsOnSimulatedDriver(t *testing.T) {
+	if kfdsim.InChild(t) {
+		e, err := kfdsim.RegisterExecutor("") // before rocsync opens HSA
+		require.NoError(t, err)
+		defer e.Close()
+		for _, b := range []Backend{ROCm, Auto} {
+			_, err := Open(Options{Backend: b, QueueSize: 1 << 18, LogLevel: LogOff})
+			require.ErrorIs(t, err, ErrInvalid, "%v", b)
+			require.ErrorContains(t, err, "outside the GPU's queue sizes")
+			t.Logf("%v: %v", b, err)
+		}
+		d, err := Open(Options{Backend: ROCm, QueueSize: 1 << 17, LogLevel: LogOff})
+		require.NoError(t, err)
+		x, err := d.FromFloat32(1, 2, []float32{1, 2})
+		require.NoError(t, err)
+		y, err := d.DefaultTask().Add(x, x)
+		require.NoError(t, err)
+		got, err := y.Float32s()
+		require.NoError(t, err)
+		require.Equal(t, []float32{2, 4}, got)
+		require.NoError(t, d.Close())
+		return
+	}
+	parentOfSimulatedDriver(t)
+	out := kfdsim.Run(t, "gfx90a", t.Name(), kfdsim.Options{Release: simRelease(t), Env: simblasEnv(t)})
+	if testing.Verbose() {
+		t.Log(out)
+	}
+}

@@ -121,6 +121,11 @@ var (
 	ErrNotInstalled = errors.New("driver: runtime not installed")
 	// ErrOutOfMemory: an allocation failed for want of device memory.
 	ErrOutOfMemory = errors.New("driver: out of device memory")
+	// ErrInvalidConfig is matched by an Open error for a configuration
+	// the runtime refuses (a queue size outside the agent's range): the
+	// caller's mistake, not a missing runtime, so Auto does not fall back
+	// to another backend.
+	ErrInvalidConfig = errors.New("driver: configuration the runtime refuses")
 	// ErrNotRegistered: Open names no registered driver.
 	ErrNotRegistered = errors.New("driver: no driver registered")
 )

@@ -86,7 +86,12 @@ func Open(rt Runtimes, configFor func(index int) driver.DeviceConfig) ([]driver.
 		if cfg.MaxQueues == 0 {
 			cfg.MaxQueues = 8
 		}
-		d, err := newDevice(rt, cfg, i, g.agent, g.hipIndex, kernarg)
+		d, err := func() (*Device, error) {
+			if err := queueSizeFits(rt.HSA, g.agent, cfg.QueueSize); err != nil {
+				return nil, err
+			}
+			return newDevice(rt, cfg, i, g.agent, g.hipIndex, kernarg)
+		}()
 		if err != nil {
 			for _, x := range devs {
 				_ = x.Close()
@@ -102,6 +107,27 @@ func Open(rt Runtimes, configFor func(index int) driver.DeviceConfig) ([]driver.
 		devs = append(devs, d)
 	}
 	return devs, nil
+}
+
+// queueSizeFits refuses a ring size the agent's queues cannot have, at
+// Open, where every queue creation would refuse it later (each op of the
+// device then failing): hsa_queue_create wants a power of two within the
+// agent's HSA_AGENT_INFO_QUEUE_MIN_SIZE and _MAX_SIZE (HSA runtime spec,
+// hsa_queue_create; ROCr GpuAgent minAqlSize_ 0x40 and maxAqlSize_
+// 0x20000 packets). An agent that does not say keeps the size unchecked.
+func queueSizeFits(rt hsaAgentInfo, a hsa.Agent, size uint32) error {
+	lo, errLo := rt.AgentInfoUint32(a, hsa.AgentInfoQueueMinSize)
+	hi, errHi := rt.AgentInfoUint32(a, hsa.AgentInfoQueueMaxSize)
+	if errLo == nil && errHi == nil && hi != 0 && (size < lo || size > hi) {
+		return fmt.Errorf("%w: QueueSize %d is outside the GPU's queue sizes, %d to %d packets (HSA_AGENT_INFO_QUEUE_MIN_SIZE, _MAX_SIZE)",
+			driver.ErrInvalidConfig, size, lo, hi)
+	}
+	return nil
+}
+
+// hsaAgentInfo is what queueSizeFits asks of the HSA runtime.
+type hsaAgentInfo interface {
+	AgentInfoUint32(a hsa.Agent, attr hsa.AgentInfo) (uint32, error)
 }
 
 // gpu is a GPU agent and the HIP device that is the same GPU.
