@@ -74,7 +74,7 @@ type Communicator struct {
 	lib    driver.Collectives
 	ranks  []commRank
 	nranks int
-	err    error // set once a collective was submitted on some ranks only
+	err    error // set once a collective was submitted on some ranks only, and the ranks' communicators aborted
 	closed bool
 	// submit is how the parts of a one-process communicator's
 	// collectives are submitted (SetSubmit).
@@ -256,8 +256,13 @@ func (c *Communicator) Close() error {
 		}
 	}
 	for _, r := range c.ranks {
+		if c.err != nil {
+			// partErrors aborted them: ncclCommAbort frees a
+			// communicator, and a second call would use it after free.
+			break
+		}
 		var err error
-		if c.err != nil || len(errs) > 0 {
+		if len(errs) > 0 {
 			err = c.lib.CommAbort(r.comm) // peers may never answer
 		} else {
 			err = c.lib.CommDestroy(r.comm)
@@ -513,18 +518,32 @@ func (c *Communicator) run(name string, build func(i int, r commRank, ro *rankOp
 			return c.partErrors(name, errs, launched, cause)
 		}
 	}
+	// Every rank's task is claimed before any part is submitted: a task
+	// that is closed, or in use by another goroutine, refuses the whole
+	// collective with nothing submitted, instead of failing its part
+	// after the others are on their streams (which aborts the
+	// communicator and loses what those parts write).
+	for i, r := range c.ranks {
+		err := r.task.check(name)
+		if err == nil {
+			err = r.task.begin(name)
+		}
+		if err != nil {
+			for _, claimed := range c.ranks[:i] {
+				claimed.task.end()
+			}
+			errs[i] = err
+			return c.partErrors(name, errs, false, i)
+		}
+	}
+	defer func() {
+		for _, r := range c.ranks {
+			r.task.end()
+		}
+	}()
 	submit := func(i int) {
 		defer recoverPart(errs, i)
 		t, ro := c.ranks[i].task, &ops[i]
-		if err := t.check(name); err != nil {
-			errs[i] = err
-			return
-		}
-		if err := t.begin(name); err != nil {
-			errs[i] = err
-			return
-		}
-		defer t.end()
 		op := &t.ops.call
 		op.Call = ro.call
 		accs := append(t.operands[:0], ro.operands[:ro.n]...)
@@ -581,7 +600,10 @@ func (c *Communicator) partErrors(name string, errs []error, launched bool, caus
 	var re *Error
 	if errors.As(e, &re) {
 		out := *re
-		out.Detail = fmt.Sprintf("rank %d: %s", rank, re.Detail)
+		out.Detail = fmt.Sprintf("rank %d", rank)
+		if re.Detail != "" {
+			out.Detail += ": " + re.Detail
+		}
 		if c.err != nil {
 			out.Detail += "; the communicator was aborted"
 		}
