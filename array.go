@@ -269,7 +269,9 @@ func (a *Array) copyTo(ctx context.Context, op string, dt DType, n int, dst unsa
 
 // Free releases the array. It never blocks: if work on the array is still
 // pending, the memory is released once that work completes (checked at
-// later ops, Synchronize and Close).
+// later ops, Synchronize and Close). An array dropped without Free keeps
+// its device memory until the device closes: the garbage collector does
+// not release it.
 func (a *Array) Free() error {
 	if a == nil {
 		return newErr("Free", ErrNilArray, "")
