@@ -193,6 +193,7 @@ func TestCopyPeerBadInput(t *testing.T) {
 		{"another Open's device", ErrDeviceMismatch, func() error { return tb.CopyPeer(dst, far) }},
 		{"nil task", ErrInvalid, func() error { var z *Task; return z.CopyPeer(dst, src) }},
 		{"peer of itself", ErrDeviceMismatch, func() error { _, err := a.PeerAccess(a); return err }},
+		{"peer access to a nil device", ErrInvalid, func() error { _, err := a.PeerAccess(nil); return err }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			err := c.call()
