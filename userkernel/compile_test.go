@@ -148,10 +148,41 @@ func TestSourceErrors(t *testing.T) {
 		{"#include \"x.h\"\n" + saxpySource, nil},
 		{"  #  include <x.h>\n", nil},
 		{"#\\\ninclude \"x.h\"\n", nil},
+		// Every form the preprocessor reads as a directive (clang takes
+		// each: a hunt found the old line scan missed them).
+		{"%:include \"x.h\"\n", nil},
+		{"#/**/include \"x.h\"\n", nil},
+		{"# /* a\ncomment */ include \"x.h\"\n", nil},
+		{"\f#include \"x.h\"\n", nil},
+		{"\v#include \"x.h\"\n", nil},
+		{"kernel void k(global int* y) { y[0] = 1; }\r#include \"x.h\"\r", nil},
+		{"/* a\nb */ #include \"x.h\"\n", nil},
+		{"#  include_next <x.h>\n", nil},
+		{"#import \"x.h\"\n", nil},
+		{"constant char d[] = {\n#embed \"x.bin\"\n};\n", nil},
+		{"#if __has_include(\"x.h\")\n#endif\n", nil},
+		{"#if __has_em\\\nbed(\"x.bin\")\n#endif\n", nil},
 	} {
 		if _, err := OpenCL(c.src, c.opts...); !errors.Is(err, ErrSource) {
 			t.Errorf("OpenCL(%q, %q): %v, want ErrSource", c.src, c.opts, err)
 		}
+	}
+	// Text that only looks like an include is not one.
+	for _, src := range []string{
+		"constant char s[] = \"#include <x.h>\";\n",
+		"// #include \"x.h\"\n",
+		"/* #include \"x.h\" */\n",
+		"int x; #include\n",
+		"#define my_include 1\n#define INCLUDE 2\n",
+		"constant char c = '#'; constant int include = 1;\n",
+		"#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n",
+	} {
+		if line, found := findInclude(src); found {
+			t.Errorf("findInclude(%q) found an include at line %d", src, line)
+		}
+	}
+	if line, _ := findInclude("a\r\nb\\\nc\rd\n# /* x\n */ include <y>\n"); line != 5 {
+		t.Errorf("the include is on line 5, found on %d", line)
 	}
 	if _, err := OpenCL(saxpySource, "-DN=4", "-cl-fast-relaxed-math", "-O2", "-Wall", "-w", "-ffp-contract=off"); err != nil {
 		t.Errorf("allowed options refused: %v", err)

@@ -116,7 +116,7 @@ func parseDeclarations(text string, t Target) ([]*declaredSig, error) {
 		if j < 0 {
 			break
 		}
-		k, end, err := parseOneDeclaration(s, j, t)
+		k, end, err := parseOneDeclaration(s, j, t, leadingAttributes(s, j))
 		if err != nil {
 			return nil, err
 		}
@@ -137,6 +137,39 @@ type declaredSig struct {
 
 func isIdentByte(c byte) bool {
 	return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+}
+
+// leadingAttributes returns the __attribute__((...)) groups written just
+// before the kernel keyword that ends at end ("__attribute__((x)) kernel
+// void k(...)").
+func leadingAttributes(s string, end int) []string {
+	start := end - len("kernel")
+	if start >= 2 && s[start-2:start] == "__" {
+		start -= 2
+	}
+	var out []string
+	for {
+		head := strings.TrimRight(s[:start], " \t\r\n\f\v")
+		if !strings.HasSuffix(head, ")") {
+			return out
+		}
+		depth, i := 0, len(head)-1
+		for ; i >= 0; i-- {
+			if head[i] == ')' {
+				depth++
+			} else if head[i] == '(' {
+				if depth--; depth == 0 {
+					break
+				}
+			}
+		}
+		name := strings.TrimRight(head[:max(i, 0)], " \t\r\n\f\v")
+		if i < 0 || !strings.HasSuffix(name, "__attribute__") {
+			return out
+		}
+		start = len(name) - len("__attribute__")
+		out = append(out, s[start:len(head)])
+	}
 }
 
 // nextKernelKeyword finds the next "kernel" or "__kernel" token at or
@@ -195,22 +228,26 @@ func stripComments(s string) string {
 
 // parseOneDeclaration reads "[attributes] void name(params)" after the
 // kernel keyword at i; it returns the signature and where it ended.
-func parseOneDeclaration(s string, i int, t Target) (*declaredSig, int, error) {
+func parseOneDeclaration(s string, i int, t Target, before []string) (*declaredSig, int, error) {
 	open := strings.IndexByte(s[i:], '(')
 	if open < 0 {
 		return nil, 0, fmt.Errorf("%w: a kernel declaration without a parameter list", ErrDeclaration)
 	}
 	// Attributes (__attribute__((...))) come before the return type and
-	// have parentheses of their own: skip them.
+	// have parentheses of their own: read the workgroup ones, skip the
+	// rest.
+	attrs := before
 	for {
 		head := strings.TrimSpace(s[i : i+open])
 		if !strings.HasPrefix(head, "__attribute__") {
 			break
 		}
-		end, err := closeParen(s, i+strings.Index(s[i:], "__attribute__")+len("__attribute__"))
+		at := i + strings.Index(s[i:], "__attribute__")
+		end, err := closeParen(s, at+len("__attribute__"))
 		if err != nil {
 			return nil, 0, err
 		}
+		attrs = append(attrs, s[at:end])
 		i = end
 		open = strings.IndexByte(s[i:], '(')
 		if open < 0 {
@@ -228,6 +265,9 @@ func parseOneDeclaration(s string, i int, t Target) (*declaredSig, int, error) {
 	}
 	params := strings.TrimSpace(s[i+open+1 : end-1])
 	k := &Signature{Name: name, Symbol: name + ".kd", Target: t, ArgsAlign: 16, MaxWorkgroupSize: maxWorkgroupItems}
+	if err := workgroupAttributes(k, attrs); err != nil {
+		return nil, 0, fmt.Errorf("%w: kernel %s: %w", ErrDeclaration, name, err)
+	}
 	var decls []string
 	if params != "" && params != "void" {
 		for _, p := range splitTopLevel(params) {
@@ -261,6 +301,74 @@ func isIdent(s string) bool {
 		}
 	}
 	return true
+}
+
+// openCLDefaultFlatWorkgroup is the largest workgroup clang lets an
+// OpenCL kernel for AMDGPU take when nothing says otherwise (clang
+// AMDGPUTargetCodeGenInfo::setTargetAttributes: "amdgpu-flat-work-group-size"
+// "1,256" on OpenCL kernels; the code object's .max_flat_workgroup_size).
+const openCLDefaultFlatWorkgroup = 256
+
+// workgroupAttributes sets k's workgroup limits as clang would compile
+// them: reqd_work_group_size(x, y, z) is the only shape the kernel takes
+// and its size the maximum; amdgpu_flat_work_group_size(lo, hi) sets the
+// maximum; an AMD kernel with neither takes at most 256 work-items, so
+// that a declared signature (no compiler) refuses the launches the
+// compiled kernel would.
+func workgroupAttributes(k *Signature, attrs []string) error {
+	if k.Target.Family == AMD {
+		k.MaxWorkgroupSize = openCLDefaultFlatWorkgroup
+	}
+	for _, a := range attrs {
+		if v, ok, err := attributeArgs(a, "reqd_work_group_size", 3); err != nil {
+			return err
+		} else if ok {
+			if v[0]*v[1]*v[2] == 0 || v[0]*v[1]*v[2] > maxWorkgroupItems {
+				return fmt.Errorf("reqd_work_group_size%v is not a workgroup of 1 to %d work-items", v, maxWorkgroupItems)
+			}
+			k.ReqdWorkgroupSize = [3]uint32{v[0], v[1], v[2]}
+			k.MaxWorkgroupSize = v[0] * v[1] * v[2]
+		}
+		if v, ok, err := attributeArgs(a, "amdgpu_flat_work_group_size", 2); err != nil {
+			return err
+		} else if ok && k.ReqdWorkgroupSize == [3]uint32{} {
+			if v[1] == 0 || v[0] > v[1] || v[1] > maxWorkgroupItems {
+				return fmt.Errorf("amdgpu_flat_work_group_size(%d, %d) is not a range within 1 to %d", v[0], v[1], maxWorkgroupItems)
+			}
+			k.MaxWorkgroupSize = v[1]
+		}
+	}
+	return nil
+}
+
+// attributeArgs finds name(...) in an attribute's text and returns its n
+// integer arguments.
+func attributeArgs(attr, name string, n int) ([]uint32, bool, error) {
+	i := strings.Index(attr, name)
+	if i < 0 {
+		return nil, false, nil
+	}
+	rest := strings.TrimSpace(attr[i+len(name):])
+	if !strings.HasPrefix(rest, "(") {
+		return nil, false, fmt.Errorf("%s without arguments", name)
+	}
+	end, err := closeParen(rest, 0)
+	if err != nil {
+		return nil, false, fmt.Errorf("%s: %w", name, err)
+	}
+	fields := strings.Split(rest[1:end-1], ",")
+	if len(fields) != n {
+		return nil, false, fmt.Errorf("%s takes %d arguments, not %d", name, n, len(fields))
+	}
+	v := make([]uint32, n)
+	for j, f := range fields {
+		x, err := strconv.ParseUint(strings.TrimSpace(strings.TrimRight(strings.TrimSpace(f), "uU")), 0, 32)
+		if err != nil {
+			return nil, false, fmt.Errorf("%s: %q is not an integer the parser can read (declare the signature with WithDeclarations)", name, strings.TrimSpace(f))
+		}
+		v[j] = uint32(x)
+	}
+	return v, true, nil
 }
 
 // closeParen returns the index just past the parenthesis that closes the
@@ -353,7 +461,11 @@ func parseParam(p string) (declaredParam, string, error) {
 		case "global", "__global", "constant", "__constant", "local", "__local", "private", "__private":
 			space = strings.TrimPrefix(f, "__")
 		case "const":
-			isConst = true
+			// const before the '*' makes the data read-only; after it
+			// ("float* const p") only the pointer itself.
+			if pointers == 0 {
+				isConst = true
+			}
 		case "volatile", "restrict", "__restrict", "__restrict__":
 		case "read_only", "__read_only", "write_only", "__write_only", "read_write", "__read_write":
 			access = strings.TrimPrefix(f, "__")
@@ -369,6 +481,14 @@ func parseParam(p string) (declaredParam, string, error) {
 	base := strings.Join(typ, " ")
 	if short, ok := unsignedNames[base]; ok {
 		base = short
+	}
+	switch base {
+	case "size_t", "ptrdiff_t", "intptr_t", "uintptr_t":
+		if pointers == 0 {
+			// OpenCL C forbids them as kernel parameters (their size is
+			// the device's); clang refuses the kernel.
+			return declaredParam{}, "", fmt.Errorf("%s cannot be the type of a kernel parameter (OpenCL C: use uint or ulong)", base)
+		}
 	}
 	elem, ok := openCLScalars[base]
 	vec := uint32(0)

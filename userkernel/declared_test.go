@@ -97,7 +97,10 @@ kernel void saxpy(global float* y, global const float* x, float a, uint n) {
 }
 kernel void mixed(global float* out, constant int* table, const uint n, double d, long l, global const ulong* idx, short s, float f) {
 	if (n) out[0] = d + table[0] + l + idx[0] + s + f;
-}`)
+}
+kernel void constptr(global float* const z, global const float* const x) { z[0] = x[0]; }
+__attribute__((reqd_work_group_size(64, 1, 1))) kernel void fixed(global float* y) { y[get_global_id(0)] = 1; }
+kernel __attribute__((amdgpu_flat_work_group_size(1, 512))) void wide(global float* y) { y[get_global_id(0)] = 1; }`)
 	require.NoError(t, err)
 	b := newBuilder(t) // skips without clang
 	dev := Device{ISA: "gfx90a", Accepts: acceptOnly(kernels.CodeObjectV5)}
@@ -106,7 +109,7 @@ kernel void mixed(global float* out, constant int* table, const uint n, double d
 	declared, err := noCompiler(t).Build(src, Device{ISA: dev.ISA, Accepts: dev.Accepts, Emulated: true})
 	require.NoError(t, err)
 	require.True(t, IsDeclaredImage(declared.Code))
-	for _, name := range []string{"saxpy", "mixed"} {
+	for _, name := range []string{"saxpy", "mixed", "constptr", "fixed", "wide"} {
 		want, err := built.Kernel(name)
 		require.NoError(t, err)
 		got, err := declared.Kernel(name)
@@ -114,6 +117,10 @@ kernel void mixed(global float* out, constant int* table, const uint n, double d
 		require.Equal(t, want.Params, got.Params, name)
 		require.Equal(t, want.ExplicitArgsSize, got.ExplicitArgsSize, name)
 		require.Equal(t, want.Symbol, got.Symbol, name)
+		// The same workgroup limits, so that the emulator without a
+		// compiler refuses the launches the GPU would.
+		require.Equal(t, want.MaxWorkgroupSize, got.MaxWorkgroupSize, name)
+		require.Equal(t, want.ReqdWorkgroupSize, got.ReqdWorkgroupSize, name)
 	}
 }
 
@@ -138,6 +145,9 @@ func TestDeclarationErrors(t *testing.T) {
 		"image":          "kernel void k(read_only image2d_t img) {}",
 		"unbalanced":     "kernel void k(global float* p {}",
 		"pointer to ptr": "kernel void k(global float** p) {}",
+		"size_t":         "kernel void k(global float* p, size_t n) {}",
+		"reqd 0":         "__attribute__((reqd_work_group_size(0, 1, 1))) kernel void k(global float* p) {}",
+		"reqd macro":     "__attribute__((reqd_work_group_size(WG, 1, 1))) kernel void k(global float* p) {}",
 	} {
 		t.Run(name, func(t *testing.T) {
 			src, err := OpenCL(text)
@@ -173,4 +183,33 @@ func TestDeclarationErrors(t *testing.T) {
 	_, err = img.Kernel("k")
 	require.ErrorIs(t, err, ErrUnsupportedKernel)
 	require.False(t, errors.Is(err, ErrNoCompiler))
+}
+
+// Without a compiler the declaration gives what clang would: a pointer
+// that is itself const still writes its data, an AMD kernel takes at most
+// 256 work-items unless an attribute says otherwise, and
+// reqd_work_group_size is the only shape it takes. (The parser read the
+// first as read-only data, and took 1024 work-items and any shape.)
+func TestDeclarationReadsConstPointersAndWorkgroupAttributes(t *testing.T) {
+	src, err := OpenCL(`
+kernel void constptr(global float* const z, global const float* x) { z[0] = x[0]; }
+__attribute__((reqd_work_group_size(64, 2, 1))) kernel void fixed(global float* y) { y[0] = 1; }
+kernel __attribute__((amdgpu_flat_work_group_size(1, 512))) void wide(global float* y) { y[0] = 1; }
+kernel void plain(global float* y) { y[0] = 1; }`)
+	require.NoError(t, err)
+	img, err := noCompiler(t).Build(src, emulated)
+	require.NoError(t, err)
+	k, err := img.Kernel("constptr")
+	require.NoError(t, err)
+	require.False(t, k.Params[0].ReadOnly, "z writes its data")
+	require.True(t, k.Params[1].ReadOnly, "x only reads it")
+	for name, want := range map[string]struct {
+		max  uint32
+		reqd [3]uint32
+	}{"fixed": {128, [3]uint32{64, 2, 1}}, "wide": {512, [3]uint32{}}, "plain": {256, [3]uint32{}}} {
+		k, err := img.Kernel(name)
+		require.NoError(t, err)
+		require.Equal(t, want.max, k.MaxWorkgroupSize, name)
+		require.Equal(t, want.reqd, k.ReqdWorkgroupSize, name)
+	}
 }

@@ -13,7 +13,7 @@ import (
 
 // ErrSource is matched (errors.Is) by errors about a Source itself: an
 // unreadable code object or PTX module, two objects for one target, a
-// compile option that is not allowed, an #include.
+// compile option that is not allowed, an #include or another read of a file.
 var ErrSource = errors.New("userkernel: bad kernel source")
 
 type sourceKind uint8
@@ -119,7 +119,10 @@ var allowedOptionPrefixes = []string{"-D", "-U", "-cl-", "-O", "-W", "-ffp-contr
 // compiled without device libraries (-nogpulib): they may use compiler
 // builtins and the work-item functions (get_global_id and the like, which
 // the Builder provides for both AMD and NVIDIA), but not the OpenCL math
-// library. #include is refused: the cache key covers the source text only.
+// library. Reading another file is refused (#include, #include_next,
+// #import, #embed, __has_include, __has_embed, in any form the
+// preprocessor reads: digraphs, comments, any blank): the cache key covers
+// the source text only.
 func OpenCL(source string, options ...string) (*Source, error) {
 	if strings.TrimSpace(source) == "" {
 		return nil, fmt.Errorf("%w: empty OpenCL source", ErrSource)
@@ -145,7 +148,7 @@ func OpenCL(source string, options ...string) (*Source, error) {
 		}
 	}
 	if line, found := findInclude(source); found {
-		return nil, fmt.Errorf("%w: line %d: #include is not supported (the cache key covers the source text only)", ErrSource, line)
+		return nil, fmt.Errorf("%w: line %d: #include, #embed and __has_include are not supported (the cache key covers the source text only)", ErrSource, line)
 	}
 	s := &Source{kind: sourceOpenCL, openCL: source, options: slices.Clone(options)}
 	h := sha256.New()
@@ -158,28 +161,185 @@ func OpenCL(source string, options ...string) (*Source, error) {
 	return s, nil
 }
 
-// findInclude reports the first line whose directive is #include (or
-// #import, #include_next), after joining backslash-continued lines.
-func findInclude(source string) (int, bool) {
-	lines := strings.Split(source, "\n")
-	for i := 0; i < len(lines); i++ {
-		start := i
-		line := lines[i]
-		for strings.HasSuffix(strings.TrimRight(line, "\r"), "\\") && i+1 < len(lines) {
-			i++
-			line = strings.TrimSuffix(strings.TrimRight(line, "\r"), "\\") + lines[i]
-		}
-		rest, ok := strings.CutPrefix(strings.TrimLeft(line, " \t"), "#")
+// findInclude reports the first line of source that reads another file
+// while it compiles: a directive #include, #include_next, #import or
+// #embed, or a __has_include / __has_include_next / __has_embed probe
+// (which makes the build depend on what exists on disk). It reads the
+// source as the preprocessor does (C11 5.1.1.2 translation phases 1-3,
+// clang's lexer): a backslash-newline joins lines, a line ends at "\n",
+// "\r\n" or a lone "\r", comments count as one space, any of space, tab,
+// form feed and vertical tab may precede the directive's "#" or its
+// digraph "%:", and nothing inside string or character literals counts.
+func findInclude(source string) (line int, found bool) {
+	sc := ppScanner{src: source, line: 1}
+	atLineStart := true
+	for {
+		c, ok := sc.next()
 		if !ok {
-			continue
+			return 0, false
 		}
-		rest = strings.TrimLeft(rest, " \t")
-		if strings.HasPrefix(rest, "include") || strings.HasPrefix(rest, "import") {
-			return start + 1, true
+		switch {
+		case c == '\n':
+			atLineStart = true
+		case c == ' ' || c == '\t' || c == '\f' || c == '\v':
+		case c == '/' && sc.peek() == '*':
+			sc.next()
+			sc.skipBlockComment()
+		case c == '/' && sc.peek() == '/':
+			sc.skipLineComment()
+		case c == '"' || c == '\'':
+			sc.skipLiteral(c)
+			atLineStart = false
+		case atLineStart && (c == '#' || c == '%' && sc.peek() == ':'):
+			start := sc.line
+			if c == '%' {
+				sc.next()
+			}
+			sc.skipSpaceAndComments()
+			switch sc.identifier() {
+			case "include", "include_next", "import", "embed":
+				return start, true
+			}
+			atLineStart = false
+		case isIdentStart(c):
+			switch id := string(c) + sc.identifier(); id {
+			case "__has_include", "__has_include_next", "__has_embed":
+				return sc.line, true
+			}
+			atLineStart = false
+		default:
+			atLineStart = false
 		}
 	}
-	return 0, false
 }
+
+// ppScanner reads source characters after translation phases 1-2: line
+// splices removed, every line end read as '\n', line counting the
+// original lines.
+type ppScanner struct {
+	src  string
+	i    int
+	line int
+}
+
+// raw returns the character at i with line ends as '\n', and its width.
+func (s *ppScanner) raw(i int) (byte, int) {
+	if i >= len(s.src) {
+		return 0, 0
+	}
+	switch c := s.src[i]; {
+	case c == '\r' && i+1 < len(s.src) && s.src[i+1] == '\n':
+		return '\n', 2
+	case c == '\r':
+		return '\n', 1
+	default:
+		return c, 1
+	}
+}
+
+// splice skips backslash-newlines at the scanner's position.
+func (s *ppScanner) splice() {
+	for s.i < len(s.src) && s.src[s.i] == '\\' {
+		c, w := s.raw(s.i + 1)
+		if w == 0 || c != '\n' {
+			return
+		}
+		s.i += 1 + w
+		s.line++
+	}
+}
+
+func (s *ppScanner) next() (byte, bool) {
+	s.splice()
+	c, w := s.raw(s.i)
+	if w == 0 {
+		return 0, false
+	}
+	s.i += w
+	if c == '\n' {
+		s.line++
+	}
+	return c, true
+}
+
+func (s *ppScanner) peek() byte {
+	s.splice()
+	c, _ := s.raw(s.i)
+	return c
+}
+
+func (s *ppScanner) skipBlockComment() {
+	for {
+		c, ok := s.next()
+		if !ok || c == '*' && s.peek() == '/' {
+			s.next()
+			return
+		}
+	}
+}
+
+// skipLineComment stops before the line end, which ends the directive.
+func (s *ppScanner) skipLineComment() {
+	for c := s.peek(); c != '\n' && c != 0; c = s.peek() {
+		s.next()
+	}
+}
+
+// skipLiteral skips a string or character literal opened by quote; an
+// unterminated one ends at its line's end.
+func (s *ppScanner) skipLiteral(quote byte) {
+	for {
+		c := s.peek()
+		if c == '\n' || c == 0 {
+			return
+		}
+		s.next()
+		switch c {
+		case '\\':
+			if n := s.peek(); n != '\n' && n != 0 {
+				s.next()
+			}
+		case quote:
+			return
+		}
+	}
+}
+
+// skipSpaceAndComments skips the blanks and comments between a
+// directive's '#' and its name, within the line.
+func (s *ppScanner) skipSpaceAndComments() {
+	for {
+		switch c := s.peek(); {
+		case c == ' ' || c == '\t' || c == '\f' || c == '\v':
+			s.next()
+		case c == '/':
+			save, line := s.i, s.line
+			s.next()
+			switch s.peek() {
+			case '*':
+				s.next()
+				s.skipBlockComment()
+			default:
+				s.i, s.line = save, line
+				return
+			}
+		default:
+			return
+		}
+	}
+}
+
+// identifier reads the identifier characters at the scanner's position.
+func (s *ppScanner) identifier() string {
+	var b strings.Builder
+	for c := s.peek(); isIdentStart(c) || c >= '0' && c <= '9'; c = s.peek() {
+		b.WriteByte(c)
+		s.next()
+	}
+	return b.String()
+}
+
+func isIdentStart(c byte) bool { return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
 
 // writeField hashes a length-prefixed field, so that field boundaries are
 // part of the hash ("ab","c" and "a","bc" differ).
