@@ -66,10 +66,28 @@ func (c *Ctx) Device() Device { return c.dev }
 // The caller must hold runtime.LockOSThread from before this call until
 // after the calls that need the context (cuBLAS calls, for instance).
 func (c *Ctx) MakeCurrent() error {
+	_, err := c.Bind()
+	return err
+}
+
+// Bind is MakeCurrent that returns the context current before, for
+// Unbind once the calls that need c are made: a caller's own context on
+// a thread it locked is then theirs again after rocsync's calls.
+func (c *Ctx) Bind() (prev Context, err error) {
 	b := blocks.Get()
-	r := c.lib.currentIn(b, c)
+	r, prev := c.lib.currentIn(b, c)
 	blocks.Put(b)
-	return c.lib.check(symCtxSetCurrent, r)
+	return prev, c.lib.check(symCtxSetCurrent, r)
+}
+
+// Unbind puts back the context Bind found current, where it was another
+// than c (a thread that had none keeps c). The thread is still locked.
+func (c *Ctx) Unbind(prev Context) {
+	if prev != 0 && prev != c.h {
+		b := blocks.Get()
+		c.lib.restoreIn(b, c, prev)
+		blocks.Put(b)
+	}
 }
 
 // Synchronize is cuCtxSynchronize.

@@ -79,9 +79,11 @@ func (l *Lib) graphCallIn(b *cmem.Block, c *Ctx, fn uintptr, i int, args ...uint
 	if c != nil {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		if r := l.currentIn(b, c); uint32(r) != 0 {
+		r, prev := l.currentIn(b, c)
+		if uint32(r) != 0 {
 			return l.check(symCtxSetCurrent, r)
 		}
+		defer l.restoreIn(b, c, prev)
 	}
 	code := Result(uint32(b.Call(fn, args...)))
 	if code == Success {

@@ -233,15 +233,16 @@ func (l *Lib) invoke(c *Ctx, fn int, args ...uintptr) error {
 
 // callOn makes the call with b's argument array, on c when non-nil. It
 // returns the result and the symbol it belongs to (cuCtxSetCurrent when
-// that failed).
+// that failed). The thread's context is put back afterwards (restoreIn).
 func (l *Lib) callOn(b *cmem.Block, c *Ctx, fn int, args []uintptr) (uintptr, int) {
 	if c == nil {
 		return b.Call(l.sym[fn], args...), fn
 	}
 	runtime.LockOSThread()
-	r := l.currentIn(b, c)
+	r, prev := l.currentIn(b, c)
 	if uint32(r) == 0 {
 		r = b.Call(l.sym[fn], args...)
+		l.restoreIn(b, c, prev)
 	} else {
 		fn = symCtxSetCurrent
 	}
@@ -251,20 +252,35 @@ func (l *Lib) callOn(b *cmem.Block, c *Ctx, fn int, args []uintptr) (uintptr, in
 
 // currentIn makes c current on this thread, which the caller has locked,
 // using b's last word: it returns cuCtxSetCurrent's result, or 0 (success)
-// where c was current already and no call was needed. Every Ctx call goes
-// through it, so that the check is one foreign call in one block.
-func (l *Lib) currentIn(b *cmem.Block, c *Ctx) uintptr {
+// where c was current already and no call was needed, and the context
+// that was current before (0 for none, or unknown without checkCurrent).
+// Every Ctx call goes through it, so that the check is one foreign call in
+// one block.
+func (l *Lib) currentIn(b *cmem.Block, c *Ctx) (r uintptr, prev Context) {
 	if checkCurrent {
 		// cuCtxGetCurrent into the block's last word, which no call's
 		// out-parameter uses. A failed cuCtxGetCurrent leaves it 0, and
 		// the context is then set.
 		*b.U64(lastWord) = 0
 		b.Call(l.sym[symCtxGetCurrent], b.Word(lastWord))
-		if Context(*b.U64(lastWord)) == c.h {
-			return 0
+		if prev = Context(*b.U64(lastWord)); prev == c.h {
+			return 0, prev
 		}
 	}
-	return b.Call(l.sym[symCtxSetCurrent], uintptr(c.h))
+	return b.Call(l.sym[symCtxSetCurrent], uintptr(c.h)), prev
+}
+
+// restoreIn puts back prev, the context currentIn found on the thread,
+// where it was another context than c: the caller's own CUDA work on a
+// thread it locked goes on in the context it chose, not silently in c's
+// (a driver call in the wrong context runs on the wrong GPU). A thread
+// with no context keeps c, which no caller can have relied on: the
+// driver refuses calls without a current context. The common cases, c
+// already current or none, cost nothing more.
+func (l *Lib) restoreIn(b *cmem.Block, c *Ctx, prev Context) {
+	if prev != 0 && prev != c.h {
+		b.Call(l.sym[symCtxSetCurrent], uintptr(prev))
+	}
 }
 
 // checkCurrent makes Ctx calls ask cuCtxGetCurrent first and call

@@ -530,3 +530,72 @@ func TestFakeGraphLaunchAndMakeCurrentTakeTheContext(t *testing.T) {
 	}
 	checkCurrent = true
 }
+
+// A Ctx call on a thread where the caller made another context current
+// puts that context back afterwards: the caller's own driver calls on the
+// thread it locked go on in the context it chose, not silently in
+// rocsync's (on another GPU). A thread with no context keeps the call's,
+// and one with the call's context current pays no cuCtxSetCurrent. Bind
+// and Unbind do the same around calls of other libraries (cuBLAS).
+func TestFakeCtxCallsPutTheCallersContextBack(t *testing.T) {
+	l := fakeLib(t)
+	c0, err := l.PrimaryCtxRetain(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c0.Release()
+	c1, err := l.PrimaryCtxRetain(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c1.Release()
+	s, err := c0.StreamCreate(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c0.StreamDestroy(s) }()
+	current := func() Context {
+		cur, err := l.CtxGetCurrent()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cur
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	for _, c := range []struct {
+		name        string
+		before      Context
+		after       Context
+		setCurrents int64
+	}{
+		{"another context", c1.h, c1.h, 2},
+		{"no context", 0, c0.h, 1},
+		{"the call's context", c0.h, c0.h, 0},
+	} {
+		if err := l.CtxSetCurrent(c.before); err != nil {
+			t.Fatal(err)
+		}
+		set0 := fakeCount(t, l, fakeSetCurrent)
+		if err := c0.StreamSynchronize(s); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got := current(); got != c.after {
+			t.Errorf("%s: after a Ctx call the thread's context is %#x, want %#x", c.name, got, c.after)
+		}
+		if n := fakeCount(t, l, fakeSetCurrent) - set0; n != c.setCurrents {
+			t.Errorf("%s: %d cuCtxSetCurrent, want %d", c.name, n, c.setCurrents)
+		}
+		if err := l.CtxSetCurrent(c.before); err != nil {
+			t.Fatal(err)
+		}
+		prev, err := c0.Bind()
+		if err != nil || current() != c0.h {
+			t.Fatalf("%s: Bind: %v, current %#x", c.name, err, current())
+		}
+		c0.Unbind(prev)
+		if got := current(); got != c.after {
+			t.Errorf("%s: after Bind and Unbind the thread's context is %#x, want %#x", c.name, got, c.after)
+		}
+	}
+}

@@ -318,9 +318,12 @@ func (b *cudaBackend) hostAlloc(size uint64) (unsafe.Pointer, error) {
 func (b *cudaBackend) call(fn func(stream uintptr) error, s uintptr) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	if err := b.ctx.Load().MakeCurrent(); err != nil {
+	c := b.ctx.Load()
+	prev, err := c.Bind()
+	if err != nil {
 		return err
 	}
+	defer c.Unbind(prev) // the caller's own context, if it had one
 	return fn(s)
 }
 
@@ -386,9 +389,11 @@ func (b *cudaBackend) blasCreate(s uintptr) (uintptr, error) {
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	if err := c.MakeCurrent(); err != nil {
+	prev, err := c.Bind()
+	if err != nil {
 		return 0, err
 	}
+	defer c.Unbind(prev) // the caller's own context, if it had one
 	h, err := b.blas.Create()
 	if err != nil {
 		return 0, err
@@ -403,9 +408,12 @@ func (b *cudaBackend) blasCreate(s uintptr) (uintptr, error) {
 func (b *cudaBackend) blasDestroy(h uintptr) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	if err := b.ctx.Load().MakeCurrent(); err != nil {
+	c := b.ctx.Load()
+	prev, err := c.Bind()
+	if err != nil {
 		return err
 	}
+	defer c.Unbind(prev) // the caller's own context, if it had one
 	return b.blas.Destroy(cublas.Handle(h))
 }
 
@@ -422,9 +430,12 @@ func (b *cudaBackend) gemm(h uintptr, dt kernels.DType, transA, transB bool, m, 
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	if err := b.ctx.Load().MakeCurrent(); err != nil {
+	ctx := b.ctx.Load()
+	prev, err := ctx.Bind()
+	if err != nil {
 		return err
 	}
+	defer ctx.Unbind(prev) // the caller's own context, if it had one
 	if dt == kernels.F32 {
 		return b.blas.Sgemm(cublas.Handle(h), opA, opB, m, n, k, float32(alpha),
 			cuda.DevicePtr(a), lda, cuda.DevicePtr(bm), ldb, float32(beta), cuda.DevicePtr(c), ldc)
@@ -464,9 +475,12 @@ func (b *cudaBackend) graphExecDestroy(e uintptr) error {
 func (b *cudaBackend) blasSetStream(h, s uintptr) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	if err := b.ctx.Load().MakeCurrent(); err != nil {
+	c := b.ctx.Load()
+	prev, err := c.Bind()
+	if err != nil {
 		return err
 	}
+	defer c.Unbind(prev) // the caller's own context, if it had one
 	return b.blas.SetStream(cublas.Handle(h), cuda.Stream(s))
 }
 
