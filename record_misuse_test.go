@@ -9,7 +9,8 @@ import (
 )
 
 // Record on a task of a closed device is ErrClosed, and fn does not run
-// (it ran, and Record said "the function submitted no op").
+// (it ran, and Record said "the function submitted no op"); so is
+// BLASHandle.
 func TestRecordOnAClosedDeviceIsErrClosed(t *testing.T) {
 	d, err := Open(Options{Backend: Emulator, LogLevel: LogOff})
 	require.NoError(t, err)
@@ -17,6 +18,9 @@ func TestRecordOnAClosedDeviceIsErrClosed(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, d.Close())
 	for _, task := range []*Task{tk, d.DefaultTask()} {
+		// BLASHandle said ErrUnavailable ("no BLAS library").
+		_, err := task.BLASHandle()
+		require.ErrorIs(t, err, ErrClosed)
 		ran := false
 		_, err = task.Record(func() error { ran = true; return nil })
 		require.ErrorIs(t, err, ErrClosed)
