@@ -102,5 +102,8 @@ func TestSyncDebugReportsThrottleWaits(t *testing.T) {
 	}
 	require.ErrorIs(t, refused, ErrHostWait)
 	require.Contains(t, refused.Error(), "throttle")
+	var e *Error
+	require.ErrorAs(t, refused, &e)
+	require.Equal(t, "Fill", e.Op, "the error names the function called, not the throttle's hook")
 	require.NoError(t, x.Err(), "a refused wait poisons nothing")
 }

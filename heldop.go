@@ -68,7 +68,7 @@ func (t *Task) failHeld(h *heldOp, err error) error {
 	}
 	if errors.Is(err, syncstate.ErrWaitRefused) {
 		h.s.sop.Abort()
-		return err
+		return renamed(h.name, err)
 	}
 	if kind, ok := notEnqueued(err); ok {
 		h.s.sop.Abort()

@@ -531,6 +531,9 @@ func TestRefusedRunAheadCapWaitIsNotSubmitted(t *testing.T) {
 		err := tk.AddInto(x, x, one)
 		if err != nil {
 			require.ErrorIs(t, err, ErrHostWait)
+			var e *Error
+			require.ErrorAs(t, err, &e)
+			require.Equal(t, "Add", e.Op, "the error names the op, as its other errors do")
 			require.Equal(t, before, d.Stats().Dispatches, "the refused op was submitted")
 			break
 		}

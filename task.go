@@ -185,6 +185,18 @@ func ownWaitKind(err error) error {
 	return ErrFault
 }
 
+// renamed is err, a sync-debug refusal made where the op's name is not
+// known (a throttle's hook says "submit"), as the error of op name: an
+// error names the function the program called.
+func renamed(name string, err error) error {
+	if e, ok := err.(*Error); ok && e.Op != name {
+		out := *e
+		out.Op = name
+		return &out
+	}
+	return err
+}
+
 // notEnqueued reports whether err, a driver Submit's, says that nothing
 // was enqueued, and the op's error kind then: one of the waits a driver
 // makes before it enqueues, ended on its own (a *syncstate.WaitEndedError
@@ -532,7 +544,7 @@ func (t *Task) submitEntered(name string, op driver.Op, s *opSync) (syncstate.Fe
 		if err != nil {
 			if k == 0 && errors.Is(err, syncstate.ErrWaitRefused) {
 				s.abort() // sync-debug refused a throttle wait: nothing changed
-				return syncstate.Fence{}, err
+				return syncstate.Fence{}, renamed(name, err)
 			}
 			if kind, ok := notEnqueued(err); ok && k == 0 {
 				// Refused before anything was enqueued: a wait the driver
@@ -636,8 +648,11 @@ func (t *Task) capWait(name string, submissions uint64) error {
 	}
 	d.sinceCheck.Store(0)
 	err := d.throttleDevice(t.sinks, t.traceHost)
-	if err == nil || errors.Is(err, ErrHostWait) {
-		return err
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, ErrHostWait) {
+		return renamed(name, err)
 	}
 	return &Error{Op: name, Kind: ownWaitKind(err), Detail: "device run-ahead cap: not submitted", Err: err}
 }
