@@ -2,10 +2,12 @@ package rocsync_test
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -96,4 +98,121 @@ func TestLoadKernelLogsAnUnusableKernelCacheOnce(t *testing.T) {
 	require.EqualValues(t, 2, b.Stats().CacheErrors)
 	require.Equal(t, 1, strings.Count(log.String(), "the kernel cache cannot be used"), "log:\n%s", log.String())
 	require.Contains(t, log.String(), notADir)
+}
+
+// copyRefs is a user kernel copy(y, x, n) whose x is not declared const,
+// as OpenCL code often leaves its inputs, and a kernel inc(y, x, n) whose
+// reference writes y and then fails.
+func copyRefs(t *testing.T) *userkernel.References {
+	refs := &userkernel.References{}
+	read := func(args []userkernel.Arg, mem userkernel.Memory) (y, x []float32, err error) {
+		n := int(args[2].Uint32())
+		if y, err = userkernel.Slice[float32](mem, args[0], n); err != nil {
+			return nil, nil, err
+		}
+		x, err = userkernel.Slice[float32](mem, args[1], n)
+		return y, x, err
+	}
+	require.NoError(t, refs.Register("copy", func(_ userkernel.Geometry, args []userkernel.Arg, mem userkernel.Memory) error {
+		y, x, err := read(args, mem)
+		copy(y, x)
+		return err
+	}))
+	require.NoError(t, refs.Register("inc", func(_ userkernel.Geometry, args []userkernel.Arg, mem userkernel.Memory) error {
+		y, x, err := read(args, mem)
+		if err != nil {
+			return err
+		}
+		for i := range y {
+			y[i] = x[i] + 1
+		}
+		return errors.New("the reference fails after writing")
+	}))
+	return refs
+}
+
+const copySources = `kernel void copy(global float* y, global float* x, uint n) { size_t i = get_global_id(0); if (i < n) y[i] = x[i]; }
+kernel void inc(global float* y, global float* x, uint n) { size_t i = get_global_id(0); if (i < n) y[i] = x[i] + 1; }`
+
+func openCopyKernels(t *testing.T) (*rocsync.Device, *rocsync.Kernel, *rocsync.Kernel) {
+	b := userkernel.NewBuilder(userkernel.Options{NoDiskCache: true, Clang: filepath.Join(t.TempDir(), "no-clang")})
+	dev, err := rocsync.Open(rocsync.Options{Backend: rocsync.Emulator, LogLevel: rocsync.LogOff, KernelBuilder: b,
+		Emulator: rocsync.EmulatorOptions{KernelReferences: copyRefs(t), HazardChecker: true, MaxDelay: 50 * time.Microsecond, Seed: 3}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = dev.Close() })
+	src, err := userkernel.OpenCL(copySources)
+	require.NoError(t, err)
+	cp, err := dev.LoadKernel(src, "copy")
+	require.NoError(t, err)
+	inc, err := dev.LoadKernel(src, "inc")
+	require.NoError(t, err)
+	return dev, cp, inc
+}
+
+// Two tasks whose kernels only read a shared input declared non-const
+// (passed In) are not a race: the emulator records a write only where the
+// reference changed the bytes. It recorded one wherever the metadata
+// allowed it, and reported write/write hazards on the input.
+func TestKernelsReadingANonConstInputAreNoRace(t *testing.T) {
+	dev, cp, _ := openCopyKernels(t)
+	x, err := dev.FromFloat32(1, 4, []float32{1, 2, 3, 4})
+	require.NoError(t, err)
+	var ys []*rocsync.Array
+	for range 2 {
+		tk, err := dev.NewTask()
+		require.NoError(t, err)
+		y, err := dev.Empty(1, 4, rocsync.Float32)
+		require.NoError(t, err)
+		require.NoError(t, tk.Launch(cp, userkernel.Grid1D(4, 64), rocsync.Out(y), rocsync.In(x), rocsync.U32(4)))
+		ys = append(ys, y)
+	}
+	for _, y := range ys {
+		got, err := y.Float32s()
+		require.NoError(t, err)
+		require.Equal(t, []float32{1, 2, 3, 4}, got)
+	}
+	require.Empty(t, dev.Hazards())
+
+	// The checker still sees a write that is one: an In argument the
+	// kernel does write (y, passed In by mistake) races with a read of
+	// it on another task.
+	tk1, err := dev.NewTask()
+	require.NoError(t, err)
+	tk2, err := dev.NewTask()
+	require.NoError(t, err)
+	z, err := dev.FromFloat32(1, 4, []float32{9, 9, 9, 9})
+	require.NoError(t, err)
+	require.NoError(t, tk1.Launch(cp, userkernel.Grid1D(4, 64), rocsync.In(z), rocsync.In(x), rocsync.U32(4)))
+	rocsync.QuiesceEmulator(dev) // the write done, unobserved: only the checker sees the race
+	require.NoError(t, tk2.Launch(cp, userkernel.Grid1D(4, 64), rocsync.Out(ys[0]), rocsync.In(z), rocsync.U32(4)))
+	require.NoError(t, dev.Synchronize())
+	require.NotEmpty(t, dev.Hazards(), "a kernel that writes what it was given In races with a reader")
+}
+
+// After a user kernel's reference fails, the recovery the guide gives (a
+// new task, then rewriting the poisoned output) is no race with the failed
+// dispatch: the host learned of the failure from the queue, after the
+// dispatch's last access. The checker reported the rewrite and its
+// read-back as unordered with it.
+func TestRecoveryAfterAFailedReferenceIsNoRace(t *testing.T) {
+	dev, _, inc := openCopyKernels(t)
+	x, err := dev.FromFloat32(1, 4, []float32{1, 2, 3, 4})
+	require.NoError(t, err)
+	y, err := dev.Empty(1, 4, rocsync.Float32)
+	require.NoError(t, err)
+	t1, err := dev.NewTask()
+	require.NoError(t, err)
+	require.NoError(t, t1.Launch(inc, userkernel.Grid1D(4, 64), rocsync.Out(y), rocsync.In(x), rocsync.U32(4)))
+	require.ErrorIs(t, t1.Synchronize(), rocsync.ErrFault)
+	_ = t1.Close()
+	t2, err := dev.NewTask()
+	require.NoError(t, err)
+	require.NoError(t, t2.Fill(y, 7))
+	got, err := y.Float32s()
+	require.NoError(t, err)
+	require.Equal(t, []float32{7, 7, 7, 7}, got)
+	got, err = x.Float32s()
+	require.NoError(t, err)
+	require.Equal(t, []float32{1, 2, 3, 4}, got)
+	require.Empty(t, dev.Hazards())
 }

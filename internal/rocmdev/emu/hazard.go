@@ -40,6 +40,15 @@ func (v vclock) clone() vclock { return append(vclock(nil), v...) }
 
 // actor is who performs an access: an agent, its op sequence number, and
 // the clock of everything that op happens after.
+// clock is the actor's vector clock; a nil actor (the checker off) has
+// none.
+func (a *actor) clock() vclock {
+	if a == nil {
+		return nil
+	}
+	return a.vc
+}
+
 type actor struct {
 	agent int
 	seq   uint32

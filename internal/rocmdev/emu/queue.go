@@ -1,6 +1,7 @@
 package emu
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"sync"
@@ -339,6 +340,11 @@ func (q *queue) dispatch(p *hsa.DispatchPacket, a *actor) {
 		err = q.m.runKernel(q.dev, k, args, grid, a)
 	}
 	if err != nil {
+		// The dispatch stops here and touches nothing more: the host,
+		// which learns of it only through the queue's error, is ordered
+		// after what it did (a recovery that rewrites its output is not
+		// a race with it).
+		q.m.hostAcquire(a.clock())
 		q.failErr(faultStatus(err), err)
 		return
 	}
@@ -399,18 +405,54 @@ func (m *Machine) runUserKernel(dev int, k *kernelImpl, kernarg []byte, g userke
 	if m.opts.References == nil {
 		return fmt.Errorf("%w: %s (no references registered)", userkernel.ErrNoReference, k.symbol)
 	}
-	return m.opts.References.Run(k.user, g, kernarg, gpuMemory{m, dev, a})
+	mem := &gpuMemory{m: m, dev: dev, a: a}
+	err := m.opts.References.Run(k.user, g, kernarg, mem)
+	mem.recordWrites()
+	return err
 }
 
 // gpuMemory is a GPU's view of memory, for user kernels' references.
+//
+// A reference asks for writable memory wherever the kernel's metadata
+// says a buffer may be written (a pointer not declared const), whether or
+// not the kernel writes it: OpenCL code leaves read-only inputs non-const
+// often. So, with the hazard checker on, such a span is recorded as read
+// when handed out and as written only if its bytes changed by the time
+// the reference returns: two kernels that only read a shared input are
+// not a race. (A write of the bytes already there goes unrecorded; it
+// changes nothing another access could see.)
 type gpuMemory struct {
-	m   *Machine
-	dev int
-	a   *actor
+	m       *Machine
+	dev     int
+	a       *actor
+	written []heldSpan
 }
 
-func (g gpuMemory) Bytes(ptr, size uint64, write bool) ([]byte, error) {
-	return g.m.gpuSpan(g.dev, ptr, size, write, g.a)
+// heldSpan is a writable span handed to a reference and its bytes then.
+type heldSpan struct {
+	ptr    uint64
+	now    []byte
+	before []byte
+}
+
+func (g *gpuMemory) Bytes(ptr, size uint64, write bool) ([]byte, error) {
+	if !write || g.a == nil || !g.m.opts.Hazards {
+		return g.m.gpuSpan(g.dev, ptr, size, write, g.a)
+	}
+	b, err := g.m.gpuSpan(g.dev, ptr, size, false, g.a)
+	if err == nil && len(b) > 0 {
+		g.written = append(g.written, heldSpan{ptr: ptr, now: b, before: bytes.Clone(b)})
+	}
+	return b, err
+}
+
+// recordWrites records the writes of the spans whose bytes changed.
+func (g *gpuMemory) recordWrites() {
+	for _, h := range g.written {
+		if !bytes.Equal(h.now, h.before) {
+			_, _ = g.m.gpuSpan(g.dev, h.ptr, uint64(len(h.now)), true, g.a)
+		}
+	}
 }
 
 // barrier waits for the dependency signals (AND: all reach 0; OR: any
