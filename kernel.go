@@ -75,6 +75,18 @@ func F32(v float32) Arg { return Arg{scalar: userkernel.Float32(v)} }
 // F64 is a float64 scalar argument of a user kernel.
 func F64(v float64) Arg { return Arg{scalar: userkernel.Float64(v)} }
 
+// I8 is an int8 scalar argument of a user kernel (OpenCL char).
+func I8(v int8) Arg { return Arg{scalar: userkernel.Int8(v)} }
+
+// U8 is a uint8 scalar argument of a user kernel (OpenCL uchar).
+func U8(v uint8) Arg { return Arg{scalar: userkernel.Uint8(v)} }
+
+// I16 is an int16 scalar argument of a user kernel (OpenCL short).
+func I16(v int16) Arg { return Arg{scalar: userkernel.Int16(v)} }
+
+// U16 is a uint16 scalar argument of a user kernel (OpenCL ushort).
+func U16(v uint16) Arg { return Arg{scalar: userkernel.Uint16(v)} }
+
 // Kernel is a user kernel loaded on one device (Device.LoadKernel).
 type Kernel struct {
 	dev *Device

@@ -2,6 +2,7 @@ package rocsync_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
@@ -214,5 +215,46 @@ func TestRecoveryAfterAFailedReferenceIsNoRace(t *testing.T) {
 	got, err = x.Float32s()
 	require.NoError(t, err)
 	require.Equal(t, []float32{1, 2, 3, 4}, got)
+	require.Empty(t, dev.Hazards())
+}
+
+// A kernel with char, short, uchar and ushort parameters launches with
+// I8, I16, U8 and U16, and its reference reads them back signed or
+// unsigned; a scalar of another width is refused. (Such a kernel loaded,
+// and no argument could launch it.)
+func TestNarrowIntegerArguments(t *testing.T) {
+	refs := &userkernel.References{}
+	require.NoError(t, refs.Register("narrow", func(_ userkernel.Geometry, args []userkernel.Arg, mem userkernel.Memory) error {
+		y, err := userkernel.Slice[int32](mem, args[0], 4)
+		if err != nil {
+			return err
+		}
+		y[0], y[1], y[2], y[3] = args[1].Int32(), args[2].Int32(), int32(args[3].Uint32()), int32(args[4].Uint32())
+		return nil
+	}))
+	b := userkernel.NewBuilder(userkernel.Options{NoDiskCache: true, Clang: filepath.Join(t.TempDir(), "no-clang")})
+	dev, err := rocsync.Open(rocsync.Options{Backend: rocsync.Emulator, LogLevel: rocsync.LogOff, KernelBuilder: b,
+		Emulator: rocsync.EmulatorOptions{KernelReferences: refs, HazardChecker: true}})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, dev.Close()) }()
+	src, err := userkernel.OpenCL(`kernel void narrow(global int* y, char c, short s, uchar uc, ushort us) {
+	y[0] = c; y[1] = s; y[2] = uc; y[3] = us; }`)
+	require.NoError(t, err)
+	k, err := dev.LoadKernel(src, "narrow")
+	require.NoError(t, err)
+	y, err := dev.NewBuffer(16)
+	require.NoError(t, err)
+	tk := dev.DefaultTask()
+	require.NoError(t, tk.Launch(k, userkernel.Grid1D(1, 64), rocsync.Out(y), rocsync.I8(-3), rocsync.I16(-300), rocsync.U8(250), rocsync.U16(60000)))
+	raw, err := y.Bytes()
+	require.NoError(t, err)
+	got := make([]int32, 4)
+	for i := range got {
+		got[i] = int32(binary.LittleEndian.Uint32(raw[4*i:]))
+	}
+	require.Equal(t, []int32{-3, -300, 250, 60000}, got)
+	err = tk.Launch(k, userkernel.Grid1D(1, 64), rocsync.Out(y), rocsync.I32(-3), rocsync.I16(1), rocsync.U8(1), rocsync.U16(1))
+	require.ErrorIs(t, err, userkernel.ErrKernelArgs)
+	require.ErrorContains(t, err, "1-byte integer scalar")
 	require.Empty(t, dev.Hazards())
 }

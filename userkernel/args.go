@@ -31,15 +31,24 @@ const (
 	argUint64
 	argFloat32
 	argFloat64
+	argInt8
+	argUint8
+	argInt16
+	argUint16
 )
 
 var argKindNames = [...]string{
 	argInvalid: "no argument (zero Arg)", argBuffer: "buffer", argInt32: "int32", argUint32: "uint32",
 	argInt64: "int64", argUint64: "uint64", argFloat32: "float32", argFloat64: "float64",
+	argInt8: "int8", argUint8: "uint8", argInt16: "int16", argUint16: "uint16",
 }
 
 func (k argKind) size() uint32 {
 	switch k {
+	case argInt8, argUint8:
+		return 1
+	case argInt16, argUint16:
+		return 2
 	case argInt32, argUint32, argFloat32:
 		return 4
 	case argBuffer, argInt64, argUint64, argFloat64:
@@ -52,10 +61,15 @@ func (k argKind) class() ScalarClass {
 	switch k {
 	case argFloat32, argFloat64:
 		return ClassFloat
-	case argInt32, argUint32, argInt64, argUint64:
+	case argInt32, argUint32, argInt64, argUint64, argInt8, argUint8, argInt16, argUint16:
 		return ClassInteger
 	}
 	return ClassOther
+}
+
+// signed reports whether an integer kind is signed.
+func (k argKind) signed() bool {
+	return k == argInt8 || k == argInt16 || k == argInt32 || k == argInt64
 }
 
 // Arg is one launch argument: a buffer (a device address and how the
@@ -83,6 +97,10 @@ func Int64(v int64) Arg     { return Arg{bits: uint64(v), kind: argInt64} }
 func Uint64(v uint64) Arg   { return Arg{bits: v, kind: argUint64} }
 func Float32(v float32) Arg { return Arg{bits: uint64(math.Float32bits(v)), kind: argFloat32} }
 func Float64(v float64) Arg { return Arg{bits: math.Float64bits(v), kind: argFloat64} }
+func Int8(v int8) Arg       { return Arg{bits: uint64(uint8(v)), kind: argInt8} }
+func Uint8(v uint8) Arg     { return Arg{bits: uint64(v), kind: argUint8} }
+func Int16(v int16) Arg     { return Arg{bits: uint64(uint16(v)), kind: argInt16} }
+func Uint16(v uint16) Arg   { return Arg{bits: uint64(v), kind: argUint16} }
 
 // IsBuffer reports whether a is a buffer argument.
 func (a Arg) IsBuffer() bool { return a.kind == argBuffer }
@@ -98,11 +116,16 @@ func (a Arg) Ptr() uint64 {
 // Access returns a buffer's access (0 for a scalar).
 func (a Arg) Access() Access { return a.access }
 
-// Int64 returns an integer scalar's value, sign-extended from 32 bits for
-// int32 (and for uint32 read back by Unpack, whose signedness the metadata
-// does not say; use Uint64 for unsigned values).
+// Int64 returns an integer scalar's value, sign-extended from its width
+// (also for the unsigned kinds Unpack reads back, whose signedness the
+// metadata does not say; use Uint64 for unsigned values).
 func (a Arg) Int64() int64 {
-	if a.kind.size() == 4 {
+	switch a.kind.size() {
+	case 1:
+		return int64(int8(uint8(a.bits)))
+	case 2:
+		return int64(int16(uint16(a.bits)))
+	case 4:
 		return int64(int32(uint32(a.bits)))
 	}
 	return int64(a.bits)
@@ -112,8 +135,13 @@ func (a Arg) Int64() int64 {
 func (a Arg) Uint64() uint64 { return a.bits }
 
 // Int32 returns a 32-bit integer scalar's value (the low 32 bits of a
-// wider one).
-func (a Arg) Int32() int32 { return int32(uint32(a.bits)) }
+// wider one; a narrower one sign-extended, as Int64).
+func (a Arg) Int32() int32 {
+	if a.kind.size() < 4 {
+		return int32(a.Int64())
+	}
+	return int32(uint32(a.bits))
+}
 
 // Uint32 returns a 32-bit integer scalar's value (the low 32 bits of a
 // wider one).
@@ -142,9 +170,9 @@ func (a Arg) String() string {
 		return fmt.Sprintf("buffer %#x (%s)", a.bits, a.access)
 	case argFloat32, argFloat64:
 		return argKindNames[a.kind] + " " + strconv.FormatFloat(a.Float64(), 'g', -1, 64)
-	case argInt32, argInt64:
+	case argInt8, argInt16, argInt32, argInt64:
 		return argKindNames[a.kind] + " " + strconv.FormatInt(a.Int64(), 10)
-	case argUint32, argUint64:
+	case argUint8, argUint16, argUint32, argUint64:
 		return argKindNames[a.kind] + " " + strconv.FormatUint(a.bits, 10)
 	}
 	return argKindNames[argInvalid]
@@ -327,9 +355,14 @@ func (k *Signature) Pack(block []byte, g Geometry, args []Arg) error {
 	le := binary.LittleEndian
 	for i := range k.Params {
 		p := &k.Params[i]
-		if p.Size == 4 {
+		switch p.Size {
+		case 1:
+			block[p.Offset] = uint8(args[i].bits)
+		case 2:
+			le.PutUint16(block[p.Offset:], uint16(args[i].bits))
+		case 4:
 			le.PutUint32(block[p.Offset:], uint32(args[i].bits))
-		} else {
+		default:
 			le.PutUint64(block[p.Offset:], args[i].bits)
 		}
 	}
@@ -379,8 +412,8 @@ func (k *Signature) Accesses(dst []BufferAccess, args []Arg) []BufferAccess {
 // Unpack reads an argument block (as Pack writes it) back into arguments,
 // appended to dst: buffers with the access the metadata implies (read for
 // read-only, write for write-only, else read-write), scalars as float32 or
-// float64 when the parameter is floating-point and as uint32 or uint64
-// otherwise. A Go reference implementation of a kernel (References) reads
+// float64 when the parameter is floating-point and as the unsigned integer
+// of its width otherwise (Int64 and Int32 sign-extend it). A Go reference implementation of a kernel (References) reads
 // its arguments this way. A block shorter than ArgsSize is an *ArgError.
 func (k *Signature) Unpack(dst []Arg, block []byte) ([]Arg, error) {
 	if uint64(len(block)) < uint64(k.ArgsSize) {
@@ -390,13 +423,17 @@ func (k *Signature) Unpack(dst []Arg, block []byte) ([]Arg, error) {
 	for i := range k.Params {
 		p := &k.Params[i]
 		var bits uint64
-		switch p.Size {
-		case 4:
+		switch {
+		case p.Size == 1 && p.Class != ClassFloat:
+			bits = uint64(block[p.Offset])
+		case p.Size == 2 && p.Class != ClassFloat:
+			bits = uint64(le.Uint16(block[p.Offset:]))
+		case p.Size == 4:
 			bits = uint64(le.Uint32(block[p.Offset:]))
-		case 8:
+		case p.Size == 8:
 			bits = le.Uint64(block[p.Offset:])
 		default:
-			return dst, k.argError(p, ArgUnsupported, "a 4- or 8-byte parameter", strconv.Itoa(int(p.Size))+" bytes")
+			return dst, k.argError(p, ArgUnsupported, "an integer of 1, 2, 4 or 8 bytes, or a 4- or 8-byte float", strconv.Itoa(int(p.Size))+" bytes")
 		}
 		a := Arg{bits: bits}
 		switch {
@@ -414,6 +451,10 @@ func (k *Signature) Unpack(dst []Arg, block []byte) ([]Arg, error) {
 			a.kind = argFloat32
 		case p.Class == ClassFloat:
 			a.kind = argFloat64
+		case p.Size == 1:
+			a.kind = argUint8
+		case p.Size == 2:
+			a.kind = argUint16
 		case p.Size == 4:
 			a.kind = argUint32
 		default:
