@@ -90,7 +90,7 @@ func newDPRun(cfg config, pol rocsync.Policy, n int) (*dpRun, error) {
 	if cfg.mlp.batch%n != 0 {
 		return nil, fmt.Errorf("%s: -batch %d does not split over %d devices", dpProgram, cfg.mlp.batch, n)
 	}
-	devs, err := rocsync.OpenAll(rocsync.Options{Backend: cfg.backend, Policy: pol, LogLevel: rocsync.LogOff,
+	devs, err := rocsync.OpenAll(rocsync.Options{Backend: cfg.backend, Policy: pol, LogLevel: rocsync.LogOff, WaitTimeout: cfg.waitTimeout,
 		Emulator: rocsync.EmulatorOptions{Devices: max(n, cfg.devices), MaxDelay: cfg.emuDelay, Seed: cfg.seed,
 			HazardChecker: cfg.hazards}})
 	if err != nil {

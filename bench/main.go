@@ -30,9 +30,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -169,7 +172,7 @@ func (e usageError) Unwrap() error { return e.error }
 
 // run is the whole command: parse, run every program under every policy,
 // print, plot, and fail if the checksums differ.
-func run(args []string, stdout, stderr io.Writer) error {
+func run(args []string, stdout, stderr io.Writer) (err error) {
 	cfg, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		// Asked for: the summary and the flags on stdout, exit status 0.
@@ -182,7 +185,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	cfg.tty = isTerminal(stderr)
 	if cfg.cpuProfile != "" {
-		f, err := os.Create(cfg.cpuProfile)
+		// The profile goes to a temporary file renamed over the named one
+		// once it is whole: an interrupted run leaves an existing profile
+		// as it was, not an empty file pprof cannot read.
+		f, err := os.CreateTemp(filepath.Dir(cfg.cpuProfile), filepath.Base(cfg.cpuProfile)+".tmp-*")
 		if err != nil {
 			return err
 		}
@@ -193,11 +199,19 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		if err := pprof.StartCPUProfile(f); err != nil {
 			f.Close()
+			os.Remove(f.Name())
 			return err
 		}
 		defer func() {
 			pprof.StopCPUProfile()
-			f.Close()
+			cerr := f.Close()
+			if cerr == nil {
+				cerr = os.Rename(f.Name(), cfg.cpuProfile)
+			}
+			if cerr != nil {
+				os.Remove(f.Name())
+				err = errors.Join(err, fmt.Errorf("-cpuprofile: %w", cerr))
+			}
 		}()
 	}
 	if cfg.paired {
@@ -455,7 +469,20 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		if _, err := programByName(p); err != nil && p != dpProgram {
 			return cfg, err
 		}
+		if slices.Contains(cfg.programs, p) {
+			return cfg, fmt.Errorf("-programs names %s twice", p)
+		}
 		cfg.programs = append(cfg.programs, p)
+	}
+	if slices.Contains(cfg.programs, dpProgram) && (cfg.traceFile != "" || cfg.replay) {
+		// dp-mlp opens its devices itself, without the trace, and has no
+		// replayed form: the flags would be ignored (and -trace's file
+		// replaced by an empty trace).
+		return cfg, fmt.Errorf("%s does not combine with -trace or -replay", dpProgram)
+	}
+	if err := distinctOutputs(map[string]string{"-json-file": cfg.jsonFile, "-plot": cfg.plot,
+		"-trace": cfg.traceFile, "-cpuprofile": cfg.cpuProfile}); err != nil {
+		return cfg, err
 	}
 	for _, p := range strings.Split(pols, ",") {
 		pol, err := rocsync.ParsePolicy(p)
@@ -474,6 +501,34 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	cfg.progress = stderr
 	cfg.now = time.Now
 	return cfg, nil
+}
+
+// distinctOutputs refuses two output flags naming one file (the second
+// writer would replace the first's output), and an output whose folder
+// is missing or that names a folder, before the run rather than after it.
+func distinctOutputs(outs map[string]string) error {
+	seen := map[string]string{}
+	for _, flagName := range slices.Sorted(maps.Keys(outs)) {
+		path := outs[flagName]
+		if path == "" {
+			continue
+		}
+		abs, err := filepath.Abs(path)
+		if err != nil {
+			return fmt.Errorf("%s %q: %w", flagName, path, err)
+		}
+		if other, ok := seen[abs]; ok {
+			return fmt.Errorf("%s and %s name the same file %q", other, flagName, path)
+		}
+		seen[abs] = flagName
+		if fi, err := os.Stat(abs); err == nil && fi.IsDir() {
+			return fmt.Errorf("%s %q is a directory", flagName, path)
+		}
+		if fi, err := os.Stat(filepath.Dir(abs)); err != nil || !fi.IsDir() {
+			return fmt.Errorf("%s %q: its folder %s does not exist", flagName, path, filepath.Dir(abs))
+		}
+	}
+	return nil
 }
 
 // deviceInfo is what the JSON records of the device the run used.

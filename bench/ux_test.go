@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -268,5 +269,51 @@ func TestJSONMeta(t *testing.T) {
 	}
 	if len(o.Results) != 1 || raw["meta"] == nil {
 		t.Errorf("%d results, meta %v", len(o.Results), raw["meta"])
+	}
+}
+
+// Flags a new user combined wrongly are usage errors before anything
+// runs: dp-mlp named twice (it crashed), with -trace (the trace file was
+// replaced by an empty one) or -replay (ignored); two outputs naming one
+// file (the second replaced the first); an output that is a directory or
+// whose folder is missing (found only after the whole run).
+func TestOutputAndProgramFlagsRefusedUpFront(t *testing.T) {
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"-programs", "dp-mlp,dp-mlp"},
+		{"-programs", "matmul,matmul"},
+		{"-programs", "dp-mlp", "-trace", filepath.Join(dir, "t.json")},
+		{"-programs", "dp-mlp", "-replay"},
+		{"-json-file", filepath.Join(dir, "s.png"), "-plot", filepath.Join(dir, "s.png")},
+		{"-trace", filepath.Join(dir, "x"), "-json-file", filepath.Join(dir, "x")},
+		{"-json-file", dir},
+		{"-plot", filepath.Join(dir, "missing", "p.png")},
+		{"-cpuprofile", filepath.Join(dir, "missing", "cpu.prof")},
+	} {
+		var ue usageError
+		if err := run(append(args, "-backend", "emulator", "-iters", "1", "-warmup", "0"), &bytes.Buffer{}, &bytes.Buffer{}); !errors.As(err, &ue) {
+			t.Errorf("%q: %v, want a usage error", args, err)
+		}
+	}
+}
+
+// -cpuprofile writes the profile whole, through a temporary file that it
+// renames: an existing profile is replaced only by a complete one.
+func TestCPUProfileIsRenamedIntoPlace(t *testing.T) {
+	dir := t.TempDir()
+	prof := filepath.Join(dir, "cpu.prof")
+	if err := os.WriteFile(prof, []byte("old"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := run([]string{"-backend", "emulator", "-programs", "elementwise", "-policies", "DeviceSide", "-n", "8",
+		"-iters", "2", "-warmup", "0", "-cpuprofile", prof}, &bytes.Buffer{}, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(prof); err != nil || bytes.Equal(b, []byte("old")) || len(b) == 0 {
+		t.Errorf("profile not replaced by a new one: %q, %v", b, err)
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 1 {
+		t.Errorf("left behind: %v", ents)
 	}
 }

@@ -31,6 +31,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"strconv"
@@ -85,16 +86,32 @@ type result struct {
 }
 
 func main() {
-	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+	err := run(os.Args[1:], os.Stdout, os.Stderr)
+	var ue usageError
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		// The flag package printed the flags; asked for, not a failure.
+	case errors.As(err, &ue):
+		fmt.Fprintln(os.Stderr, "allreduce:", err)
+		os.Exit(2)
+	case err != nil:
 		fmt.Fprintln(os.Stderr, "allreduce:", err)
 		os.Exit(1)
 	}
 }
 
+// usageError is a bad command line: exit status 2, as the flag package's.
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+
 func run(args []string, stdout, stderr io.Writer) error {
 	cfg, err := parse(args, stderr)
-	if err != nil {
+	if errors.Is(err, flag.ErrHelp) {
 		return err
+	}
+	if err != nil {
+		return usageError{err}
 	}
 	if id := os.Getenv(envID); id != "" {
 		rank, err := strconv.Atoi(os.Getenv(envRank))
@@ -148,6 +165,14 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if cfg.procs && set["submit"] {
+		return cfg, errors.New("-submit is how one process submits its parts; -procs runs a process per GPU")
+	}
 	var err error
 	if cfg.backend, err = rocsync.ParseBackend(backend); err != nil {
 		return cfg, err
@@ -192,7 +217,9 @@ func parseSize(s string) (int, error) {
 		}
 	}
 	n, err := strconv.Atoi(s)
-	if err != nil || n <= 0 || n*mult%4 != 0 {
+	if err != nil || n <= 0 || n > math.MaxInt/mult || n*mult%4 != 0 {
+		// n > MaxInt/mult: the product would overflow (and wrapped to a
+		// small size that ran instead).
 		return 0, fmt.Errorf("size %q: want a positive multiple of 4 bytes, such as 1MiB", s)
 	}
 	return n * mult, nil

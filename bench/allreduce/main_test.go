@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"flag"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -112,5 +113,23 @@ func TestParseSize(t *testing.T) {
 		got, err := parseSize(s)
 		require.NoError(t, err)
 		require.Equal(t, want, got, s)
+	} // A product past the int range wrapped round and ran as a small size.
+	for _, s := range []string{"17592186044417MiB", "9223372036854775807GiB", "0", "-4", "3", "x"} {
+		_, err := parseSize(s)
+		require.Error(t, err, s)
+	}
+}
+
+// A bad command line is a usage error (exit status 2; every one was 1),
+// -h is no failure, and arguments or flags that would be ignored are
+// refused.
+func TestCommandLineErrors(t *testing.T) {
+	require.ErrorIs(t, run([]string{"-h"}, io.Discard, io.Discard), flag.ErrHelp)
+	for _, args := range [][]string{
+		{"-devices", "0"}, {"-sizes", "17592186044417MiB"}, {"-no-such-flag"}, {"extra"},
+		{"-procs", "-submit", "group"}, {"-policy", "Sometimes"},
+	} {
+		var ue usageError
+		require.ErrorAs(t, run(args, io.Discard, io.Discard), &ue, "%q", args)
 	}
 }

@@ -22,8 +22,11 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -50,7 +53,13 @@ func main() {
 }
 
 func run(rounds int, bench, benchtime, with, without string, callgrind bool) error {
-	if with == "" || without == "" {
+	if rounds < 1 {
+		return fmt.Errorf("-rounds %d: want at least 1", rounds)
+	}
+	if (with == "") != (without == "") {
+		return errors.New("-with and -without go together (or neither, to build both)")
+	}
+	if with == "" {
 		dir, err := os.MkdirTemp("", "tracecost")
 		if err != nil {
 			return err
@@ -70,13 +79,16 @@ func run(rounds int, bench, benchtime, with, without string, callgrind bool) err
 		return instructions(with, without, benchtime)
 	}
 	// ns/op by benchmark, per round, for each binary.
-	type pair struct{ with, without []float64 }
 	res := map[string]*pair{}
-	var names []string
 	for r := 0; r < rounds; r++ {
-		order := []string{with, without, without, with} // ABBA
-		for _, bin := range order {
-			got, err := runOnce(bin, bench, benchtime)
+		// ABBA, by position: -with and -without may name one binary (a
+		// check that the method finds no difference).
+		order := []struct {
+			bin    string
+			traced bool
+		}{{with, true}, {without, false}, {without, false}, {with, true}}
+		for _, o := range order {
+			got, err := runOnce(o.bin, bench, benchtime)
 			if err != nil {
 				return err
 			}
@@ -85,9 +97,8 @@ func run(rounds int, bench, benchtime, with, without string, callgrind bool) err
 				if p == nil {
 					p = &pair{}
 					res[name] = p
-					names = append(names, name)
 				}
-				if bin == with {
+				if o.traced {
 					p.with = append(p.with, ns)
 				} else {
 					p.without = append(p.without, ns)
@@ -96,23 +107,36 @@ func run(rounds int, bench, benchtime, with, without string, callgrind bool) err
 		}
 		fmt.Fprintf(os.Stderr, "round %d/%d done\n", r+1, rounds)
 	}
-	slices.Sort(names)
-	for _, name := range names {
+	report(os.Stdout, res)
+	return nil
+}
+
+// pair is one benchmark's ns/op, run by run, in each binary.
+type pair struct{ with, without []float64 }
+
+// report prints each benchmark's medians and per-round ratios.
+func report(w io.Writer, res map[string]*pair) {
+	for _, name := range slices.Sorted(maps.Keys(res)) {
 		p := res[name]
+		if len(p.with) < 2 || len(p.without) < 2 {
+			// A benchmark that one binary has and the other lacks: no
+			// round compares them.
+			fmt.Fprintf(w, "%s: in one binary only (%d runs with the trace, %d without); skipped\n", name, len(p.with), len(p.without))
+			continue
+		}
 		// A round's two runs of a binary average into one value, and its
 		// ratio compares the two binaries within the round.
 		var ratios []float64
 		for i := 0; i+1 < len(p.with) && i+1 < len(p.without); i += 2 {
 			ratios = append(ratios, (p.with[i]+p.with[i+1])/(p.without[i]+p.without[i+1]))
 		}
-		fmt.Printf("%s: %d rounds\n", name, len(ratios))
-		fmt.Printf("  trace compiled in, off: median %.0f [%.0f–%.0f]\n", measure.Quantile(p.with, 0.5), slices.Min(p.with), slices.Max(p.with))
-		fmt.Printf("  trace compiled out:     median %.0f [%.0f–%.0f]\n", measure.Quantile(p.without, 0.5), slices.Min(p.without), slices.Max(p.without))
+		fmt.Fprintf(w, "%s: %d rounds\n", name, len(ratios))
+		fmt.Fprintf(w, "  trace compiled in, off: median %.0f [%.0f–%.0f]\n", measure.Quantile(p.with, 0.5), slices.Min(p.with), slices.Max(p.with))
+		fmt.Fprintf(w, "  trace compiled out:     median %.0f [%.0f–%.0f]\n", measure.Quantile(p.without, 0.5), slices.Min(p.without), slices.Max(p.without))
 		lo, hi := bootstrapMedian(ratios)
-		fmt.Printf("  ratio per round: median %.4f, quartiles %.4f–%.4f, range %.4f–%.4f, bootstrap 95%% interval of the median %.4f–%.4f\n",
+		fmt.Fprintf(w, "  ratio per round: median %.4f, quartiles %.4f–%.4f, range %.4f–%.4f, bootstrap 95%% interval of the median %.4f–%.4f\n",
 			measure.Quantile(ratios, 0.5), measure.Quantile(ratios, 0.25), measure.Quantile(ratios, 0.75), slices.Min(ratios), slices.Max(ratios), lo, hi)
 	}
-	return nil
 }
 
 // bootstrapMedian is a percentile bootstrap 95% interval of the median.

@@ -14,14 +14,21 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
 )
 
+const usage = "usage: traceview trace.json > trace.html"
+
 func main() {
-	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: traceview trace.json > trace.html")
+	if len(os.Args) == 2 && (os.Args[1] == "-h" || os.Args[1] == "-help" || os.Args[1] == "--help") {
+		fmt.Println(usage)
+		return
+	}
+	if len(os.Args) != 2 || strings.HasPrefix(os.Args[1], "-") {
+		fmt.Fprintln(os.Stderr, usage)
 		os.Exit(2)
 	}
 	data, err := os.ReadFile(os.Args[1])
@@ -29,16 +36,36 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	if !json.Valid(data) {
-		fmt.Fprintln(os.Stderr, "traceview: not JSON:", os.Args[1])
+	page, err := render(data)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "traceview: %s: %v\n", os.Args[1], err)
 		os.Exit(1)
 	}
-	// The JSON goes into a script element: only "</" could end it early.
-	embedded := bytes.ReplaceAll(data, []byte("</"), []byte(`<\/`))
-	page := strings.Replace(pageHTML, "/*TRACE*/null", string(embedded), 1)
 	if _, err := os.Stdout.WriteString(page); err != nil {
 		os.Exit(1)
 	}
+}
+
+// render is the page for a trace: a JSON array of events, or an object
+// whose traceEvents is one (Chrome's trace event format).
+func render(data []byte) (string, error) {
+	var shape struct {
+		TraceEvents []json.RawMessage `json:"traceEvents"`
+	}
+	var events []json.RawMessage
+	switch {
+	case !json.Valid(data):
+		return "", errors.New("not JSON")
+	case json.Unmarshal(data, &events) == nil && events != nil:
+	case json.Unmarshal(data, &shape) == nil && shape.TraceEvents != nil:
+	default:
+		return "", errors.New("not a trace: want an array of events or an object with traceEvents")
+	}
+	// The JSON goes into a script element, where "</script" would end it
+	// and "<!--" change how the HTML parser reads on: a '<' can only be in
+	// a JSON string, where \u003c is the same character.
+	embedded := bytes.ReplaceAll(data, []byte("<"), []byte(`\u003c`))
+	return strings.Replace(pageHTML, "/*TRACE*/null", string(embedded), 1), nil
 }
 
 const pageHTML = `<!DOCTYPE html>
