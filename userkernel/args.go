@@ -67,11 +67,6 @@ func (k argKind) class() ScalarClass {
 	return ClassOther
 }
 
-// signed reports whether an integer kind is signed.
-func (k argKind) signed() bool {
-	return k == argInt8 || k == argInt16 || k == argInt32 || k == argInt64
-}
-
 // Arg is one launch argument: a buffer (a device address and how the
 // kernel uses it) or a typed scalar. It is a small value; building one
 // allocates nothing.
