@@ -52,6 +52,10 @@ func main() {
 	flag.BoolVar(&asJSON, "json", false, "print JSON")
 	flag.StringVar(&progs, "programs", strings.Join(raw.Programs, ","), "comma-separated programs")
 	flag.Parse()
+	if flag.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "rawcuda: unexpected arguments %q\n", flag.Args())
+		os.Exit(2)
+	}
 	cfg.Programs = strings.Split(progs, ",")
 	out, err := raw.Run(cfg)
 	if err != nil {

@@ -32,6 +32,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"syscall"
 
 	"github.com/rocsync/rocsync/hsa/kfdsim"
 	"github.com/rocsync/rocsync/rocblas/simblas"
@@ -78,8 +79,19 @@ func main() {
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	// The program gets the terminal's signals itself; simrun waits for it.
+	// A signal sent to simrun alone (kill, a CI runner's timeout) is passed
+	// on, so that the program does not run on without a parent.
 	signal.Ignore(os.Interrupt)
-	err = cmd.Run()
+	forward := make(chan os.Signal, 1)
+	signal.Notify(forward, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	if err = cmd.Start(); err == nil {
+		go func() {
+			for sig := range forward {
+				_ = cmd.Process.Signal(sig)
+			}
+		}()
+		err = cmd.Wait()
+	}
 	var exit *exec.ExitError
 	switch {
 	case errors.As(err, &exit):

@@ -8,7 +8,9 @@
 //
 // Output: one line per release, "<release> <root folder>", on standard
 // output; progress and WARNING lines on standard error. -print-pins
-// prints the pin file lines of what the archive serves now instead.
+// prints the pin file lines of what the archive serves now instead. Exit
+// status: 0 done, 1 failed, 2 a bad command line (checked before anything
+// is fetched), 3 Debian's archive could not be reached.
 package main
 
 import (
@@ -31,6 +33,9 @@ func main() {
 	printPins := flag.Bool("print-pins", false, "print the pin file lines of the closure the archive serves now")
 	cacheDir := flag.String("cache", "", "cache folder (default $"+rocmroot.CacheEnv+" or the user cache folder)")
 	flag.Parse()
+	if flag.NArg() > 0 {
+		usage(fmt.Errorf("unexpected arguments %q (releases go in -release)", flag.Args()))
+	}
 
 	names := strings.Split(*release, ",")
 	if *release == "all" {
@@ -43,6 +48,13 @@ func main() {
 			names = append(names, n)
 		}
 		sort.Strings(names)
+	}
+	// Every name is checked before anything is fetched: a typo after a
+	// release that takes minutes to fetch is a usage error at once.
+	for _, name := range names {
+		if _, err := rocmroot.LookupRelease(name); err != nil {
+			usage(err)
+		}
 	}
 	ctx := context.Background()
 	for _, name := range names {
@@ -117,6 +129,14 @@ func pinLines(ctx context.Context, name, cacheDir string) (string, error) {
 	return rocmroot.FormatPins(rel.Name, rel.Suite, rel.Want, basePkgs, map[rocmroot.Group][]rocmroot.Package{rocmroot.RocBLAS: extra}), nil
 }
 
+// usage reports a bad command line: exit status 2, as the flag package's.
+func usage(err error) {
+	fmt.Fprintln(os.Stderr, "fetchroot:", err)
+	os.Exit(2)
+}
+
+// fail reports a failure: exit status 3 when Debian's archive cannot be
+// reached, else 1.
 func fail(err error) {
 	fmt.Fprintln(os.Stderr, "fetchroot:", err)
 	if errors.Is(err, rocmroot.ErrArchiveUnreachable) {

@@ -58,6 +58,11 @@ func main() {
 	ops := flag.Bool("ops", false, "make the first calls of an HSA and a HIP program through rocsync's bindings (queue, barrier packet, signal wait; hipMalloc, hipMemcpy, a stream) and exit 1 if one fails")
 	reexec := flag.Bool("reexec", false, "start this probe again through rocmroot.SelfCommand with -self and the -mapped flags")
 	flag.Parse()
+	if flag.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "rocmprobe: unexpected arguments %q\n", flag.Args())
+		os.Exit(2)
+	}
+	failed := false
 
 	if *self {
 		exe, _ := os.Readlink("/proc/self/exe")
@@ -80,6 +85,7 @@ func main() {
 	for _, tool := range host {
 		if out, err := rocmroot.HostCommand(context.Background(), tool).CombinedOutput(); err != nil {
 			fmt.Printf("host %s=error: %v %q\n", tool, err, out)
+			failed = true
 		} else {
 			fmt.Printf("host %s=ok\n", tool)
 		}
@@ -105,7 +111,6 @@ func main() {
 	}
 
 	handles := map[string]uintptr{}
-	failed := false
 	for _, name := range load {
 		h, err := dl.Dlopen(name, purego.RTLD_NOW|purego.RTLD_GLOBAL)
 		if err != nil {
@@ -127,6 +132,7 @@ func main() {
 			fmt.Println("hsa_init=error: libhsa-runtime64 not loaded")
 			os.Exit(1)
 		}
+		requireSymbols(h, "libhsa-runtime64", "hsa_init", "hsa_shut_down")
 		var hsaInit, hsaShutDown func() uint32
 		purego.RegisterLibFunc(&hsaInit, h, "hsa_init")
 		purego.RegisterLibFunc(&hsaShutDown, h, "hsa_shut_down")
@@ -142,6 +148,7 @@ func main() {
 			fmt.Println("hipGetDeviceCount=error: libamdhip64 not loaded")
 			os.Exit(1)
 		}
+		requireSymbols(h, "libamdhip64", "hipRuntimeGetVersion", "hipGetDeviceCount")
 		var getVersion, getCount func(*int32) uint32
 		purego.RegisterLibFunc(&getVersion, h, "hipRuntimeGetVersion")
 		purego.RegisterLibFunc(&getCount, h, "hipGetDeviceCount")
@@ -195,4 +202,15 @@ func mappedFrom(soname string) string {
 		}
 	}
 	return ""
+}
+
+// requireSymbols exits 1, saying which, where a loaded library lacks a
+// symbol the probe calls: purego.RegisterLibFunc panics on one.
+func requireSymbols(h uintptr, lib string, syms ...string) {
+	for _, sym := range syms {
+		if _, err := dl.Dlsym(h, sym); err != nil {
+			fmt.Printf("%s=error: %s lacks it: %v\n", sym, lib, err)
+			os.Exit(1)
+		}
+	}
 }
