@@ -57,29 +57,15 @@ func (c *diskCache) entryPath(key string) string {
 	return filepath.Join(c.root, cacheLayout, key[:2], key)
 }
 
-// ensureDir creates dir with mode 0700 if needed and checks that it is a
-// directory (not a link) owned by this user. A directory of rocsync's own
-// (below the root) that is wider is tightened; the root is the user's (it
-// may be an existing directory they share), so its mode is left alone:
-// the entries live below it, in rocsync's private subdirectories.
+// ensureDir is diskcache.OwnDir (made 0700 if missing; a directory, not
+// a link, owned by this user). A directory of rocsync's own (below the
+// root) that is wider is tightened; the root is the user's (it may be an
+// existing directory they share), so its mode is left alone: the entries
+// live below it, in rocsync's private subdirectories.
 func ensureDir(dir string, own bool) error {
-	if err := os.MkdirAll(dir, dirMode); err != nil {
-		return fmt.Errorf("%w: %w", ErrCache, err)
-	}
-	fi, err := os.Lstat(dir)
+	fi, err := diskcache.OwnDir(dir)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrCache, err)
-	}
-	if fi.Mode()&fs.ModeSymlink != 0 {
-		// Code is loaded only from directories no one else controls, and
-		// a link can be pointed elsewhere by whoever owns its directory.
-		return fmt.Errorf("%w: %s is a symbolic link; name the directory it points to", ErrCache, dir)
-	}
-	if !fi.IsDir() {
-		return fmt.Errorf("%w: %s is not a directory", ErrCache, dir)
-	}
-	if !diskcache.OwnedByUser(fi) {
-		return fmt.Errorf("%w: %s is owned by another user", ErrCache, dir)
 	}
 	if own && fi.Mode().Perm() != dirMode {
 		if err := os.Chmod(dir, dirMode); err != nil {

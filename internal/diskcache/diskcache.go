@@ -135,26 +135,28 @@ func private(path string, fi fs.FileInfo) error {
 
 // OwnDir creates dir (mode 0700) if it is missing, and checks that it is
 // a directory, not a link, owned by this user: a cache's entries are used
-// only from a directory no one else controls. Its mode is the user's
-// choice: another user can at most remove entries (they could not write
-// one that verifies, since an entry must be this user's).
-func OwnDir(dir string) error {
+// only from a directory no one else controls, and a link can be pointed
+// elsewhere by whoever owns the folder it is in. It returns the
+// directory's FileInfo. Its mode is the user's choice: another user can at
+// most remove entries (they could not write one that verifies, since an
+// entry must be this user's).
+func OwnDir(dir string) (fs.FileInfo, error) {
 	if err := os.MkdirAll(dir, dirMode); err != nil {
-		return err
+		return nil, err
 	}
 	fi, err := os.Lstat(dir)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	switch {
 	case fi.Mode()&fs.ModeSymlink != 0:
-		return fmt.Errorf("diskcache: %s is a symbolic link; name the directory it points to", dir)
+		return nil, fmt.Errorf("diskcache: %s is a symbolic link; name the directory it points to", dir)
 	case !fi.IsDir():
-		return fmt.Errorf("diskcache: %s is not a directory", dir)
+		return nil, fmt.Errorf("diskcache: %s is not a directory", dir)
 	case !OwnedByUser(fi):
-		return fmt.Errorf("diskcache: %s is owned by another user", dir)
+		return nil, fmt.Errorf("diskcache: %s is owned by another user", dir)
 	}
-	return nil
+	return fi, nil
 }
 
 // UserDir is os.UserCacheDir()/rocsync/<name>.
@@ -182,7 +184,7 @@ type Entry interface {
 // build's error is returned as it is, and a failed build leaves nothing in
 // cacheDir.
 func Get(cacheDir, key string, m Entry, build func(dir string) error) (string, error) {
-	if err := OwnDir(cacheDir); err != nil {
+	if _, err := OwnDir(cacheDir); err != nil {
 		return "", err
 	}
 	root := filepath.Join(cacheDir, key)

@@ -42,7 +42,7 @@ func TestEntriesOfAnotherUserAreNotUsed(t *testing.T) {
 			if err := k.m.Verify(root); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "owned by another user") {
 				t.Errorf("Verify of another user's entry: %v", err)
 			}
-			if err := OwnDir(cache); err == nil || !strings.Contains(err.Error(), cache+" is owned by another user") {
+			if _, err := OwnDir(cache); err == nil || !strings.Contains(err.Error(), cache+" is owned by another user") {
 				t.Errorf("OwnDir of another user's directory: %v", err)
 			}
 			built := false
@@ -149,7 +149,7 @@ func TestOwnDirRefusesALink(t *testing.T) {
 	if err := os.Symlink(t.TempDir(), link); err != nil {
 		t.Fatal(err)
 	}
-	if err := OwnDir(link); err == nil || !strings.Contains(err.Error(), link+" is a symbolic link") {
+	if _, err := OwnDir(link); err == nil || !strings.Contains(err.Error(), link+" is a symbolic link") {
 		t.Errorf("OwnDir of a link: %v", err)
 	}
 }

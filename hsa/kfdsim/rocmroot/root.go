@@ -328,7 +328,7 @@ func isWanted(want []Pin, name string) bool {
 // findPinned returns a verified cached root whose packages are exactly the
 // pins (names and versions), or nil.
 func findPinned(cacheDir string, pins []Pin) *Root {
-	if diskcache.OwnDir(cacheDir) != nil {
+	if _, err := diskcache.OwnDir(cacheDir); err != nil {
 		return nil // Get says why
 	}
 	ents, err := os.ReadDir(cacheDir)
