@@ -81,8 +81,8 @@ type Device struct {
 
 // throttleDevice enforces Options.MaxInFlightPerDevice: when the ops in
 // flight over all tasks reach it, it waits on the host for the older half
-// of the busiest timeline. Called every maxPerDevice/2 ops.
-func (d *Device) throttleDevice(sinks syncstate.Sinks, host int) error {
+// of the busiest timeline. Called every maxPerDevice/2 ops, by op.
+func (d *Device) throttleDevice(op string, sinks syncstate.Sinks, host int) error {
 	for {
 		var busiest *Task
 		var busiestTL syncstate.Timeline
@@ -116,11 +116,11 @@ func (d *Device) throttleDevice(sinks syncstate.Sinks, host int) error {
 		if !busiest.released {
 			target := busiestTL.LastTicket() - most/2
 			if d.syncDebug != SyncDebugOff {
-				err = d.implicitWait("submit", fmt.Sprintf("%s#%d (device cap %d)", busiestTL.Name(), target, d.maxPerDevice), ReasonThrottle)
+				err = d.implicitWait(op, fmt.Sprintf("%s#%d (device cap %d)", busiestTL.Name(), target, d.maxPerDevice), ReasonThrottle)
 			}
 			if err == nil {
 				sinks.HostWait(ReasonThrottle)
-				tw := d.obs.waitBegin("submit", syncstate.Fence{TL: busiestTL, Ticket: target}, ReasonThrottle, host)
+				tw := d.obs.waitBegin(op, syncstate.Fence{TL: busiestTL, Ticket: target}, ReasonThrottle, host)
 				err = busiestTL.WaitHost(target)
 				d.obs.waitEnd(tw, err)
 				if err != nil && busiestTL.Failed(target) != nil {

@@ -186,8 +186,8 @@ func ownWaitKind(err error) error {
 }
 
 // renamed is err, a sync-debug refusal made where the op's name is not
-// known (a throttle's hook says "submit"), as the error of op name: an
-// error names the function the program called.
+// known (the drivers' throttle hook, Config.OnThrottle, says "submit"), as
+// the error of op name: an error names the function the program called.
 func renamed(name string, err error) error {
 	if e, ok := err.(*Error); ok && e.Op != name {
 		out := *e
@@ -647,12 +647,9 @@ func (t *Task) capWait(name string, submissions uint64) error {
 		return nil
 	}
 	d.sinceCheck.Store(0)
-	err := d.throttleDevice(t.sinks, t.traceHost)
-	if err == nil {
-		return nil
-	}
-	if errors.Is(err, ErrHostWait) {
-		return renamed(name, err)
+	err := d.throttleDevice(name, t.sinks, t.traceHost)
+	if err == nil || errors.Is(err, ErrHostWait) {
+		return err
 	}
 	return &Error{Op: name, Kind: ownWaitKind(err), Detail: "device run-ahead cap: not submitted", Err: err}
 }
