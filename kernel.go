@@ -360,11 +360,6 @@ func (t *Task) BLASHandle() (uintptr, error) {
 	if err := t.check("BLASHandle"); err != nil {
 		return 0, err
 	}
-	if t.dev.closed.Load() {
-		// The handle went with the device: ErrClosed, as every call on a
-		// closed device's task.
-		return 0, newErr("BLASHandle", ErrClosed, "%v is closed", t.dev)
-	}
 	if h, ok := t.drv.(driver.BLASHandler); ok && h.BLASHandle() != 0 {
 		return h.BLASHandle(), nil
 	}

@@ -170,9 +170,6 @@ func (t *Task) Record(fn func() error) (*Recording, error) {
 	if err := t.check(name); err != nil {
 		return nil, err
 	}
-	if t.dev.closed.Load() {
-		return nil, newErr(name, ErrClosed, "%v is closed", t.dev)
-	}
 	if fn == nil {
 		return nil, newErr(name, ErrInvalid, "nil function")
 	}

@@ -300,6 +300,11 @@ func (t *Task) check(op string, arrays ...*Array) error {
 	if t.closed.Load() {
 		return newErr(op, ErrClosed, "task is closed")
 	}
+	if t.dev.closed.Load() {
+		// Calls that do not enter the device (Record's function, the
+		// BLAS handle) must not run on a closed one either.
+		return newErr(op, ErrClosed, "%v is closed", t.dev)
+	}
 	for _, a := range arrays {
 		if a == nil {
 			return newErr(op, ErrNilArray, "")
