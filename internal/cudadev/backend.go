@@ -315,15 +315,30 @@ func (b *cudaBackend) hostAlloc(size uint64) (unsafe.Pointer, error) {
 	return c.MemHostAlloc(size)
 }
 
-func (b *cudaBackend) call(fn func(stream uintptr) error, s uintptr) error {
+// bind locks the goroutine to its thread and makes c current there, for
+// calls of libraries that run in the thread's context (cuBLAS, a library
+// call's function); unbind, deferred, puts back the caller's own context
+// (cuda.Ctx.Unbind) and unlocks.
+func bind(c *cuda.Ctx) (prev cuda.Context, err error) {
 	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+	if prev, err = c.Bind(); err != nil {
+		runtime.UnlockOSThread()
+	}
+	return prev, err
+}
+
+func unbind(c *cuda.Ctx, prev cuda.Context) {
+	c.Unbind(prev)
+	runtime.UnlockOSThread()
+}
+
+func (b *cudaBackend) call(fn func(stream uintptr) error, s uintptr) error {
 	c := b.ctx.Load()
-	prev, err := c.Bind()
+	prev, err := bind(c)
 	if err != nil {
 		return err
 	}
-	defer c.Unbind(prev) // the caller's own context, if it had one
+	defer unbind(c, prev)
 	return fn(s)
 }
 
@@ -387,13 +402,11 @@ func (b *cudaBackend) blasCreate(s uintptr) (uintptr, error) {
 	if err != nil {
 		return 0, err
 	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	prev, err := c.Bind()
+	prev, err := bind(c)
 	if err != nil {
 		return 0, err
 	}
-	defer c.Unbind(prev) // the caller's own context, if it had one
+	defer unbind(c, prev)
 	h, err := b.blas.Create()
 	if err != nil {
 		return 0, err
@@ -406,14 +419,12 @@ func (b *cudaBackend) blasCreate(s uintptr) (uintptr, error) {
 }
 
 func (b *cudaBackend) blasDestroy(h uintptr) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	c := b.ctx.Load()
-	prev, err := c.Bind()
+	prev, err := bind(c)
 	if err != nil {
 		return err
 	}
-	defer c.Unbind(prev) // the caller's own context, if it had one
+	defer unbind(c, prev)
 	return b.blas.Destroy(cublas.Handle(h))
 }
 
@@ -428,14 +439,12 @@ func (b *cudaBackend) gemm(h uintptr, dt kernels.DType, transA, transB bool, m, 
 	if transB {
 		opB = cublas.OpT
 	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	ctx := b.ctx.Load()
-	prev, err := ctx.Bind()
+	prev, err := bind(ctx)
 	if err != nil {
 		return err
 	}
-	defer ctx.Unbind(prev) // the caller's own context, if it had one
+	defer unbind(ctx, prev)
 	if dt == kernels.F32 {
 		return b.blas.Sgemm(cublas.Handle(h), opA, opB, m, n, k, float32(alpha),
 			cuda.DevicePtr(a), lda, cuda.DevicePtr(bm), ldb, float32(beta), cuda.DevicePtr(c), ldc)
@@ -473,14 +482,12 @@ func (b *cudaBackend) graphExecDestroy(e uintptr) error {
 
 // blasSetStream binds h to s with the context current, as cuBLAS wants.
 func (b *cudaBackend) blasSetStream(h, s uintptr) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	c := b.ctx.Load()
-	prev, err := c.Bind()
+	prev, err := bind(c)
 	if err != nil {
 		return err
 	}
-	defer c.Unbind(prev) // the caller's own context, if it had one
+	defer unbind(c, prev)
 	return b.blas.SetStream(cublas.Handle(h), cuda.Stream(s))
 }
 
