@@ -12,6 +12,7 @@ import (
 
 	"github.com/ebitengine/purego"
 
+	"github.com/rocsync/rocsync/internal/cudadev/fakelib"
 	"github.com/rocsync/rocsync/internal/dl"
 	"github.com/rocsync/rocsync/kernels"
 )
@@ -442,24 +443,15 @@ func TestFakeEventElapsedTime(t *testing.T) {
 	}
 }
 
-// fakeCount reads the fake libcuda's call counter i (fakecuda_count; the
-// enum in testdata/fakecuda.c).
-func fakeCount(t *testing.T, l *Lib, i int) int64 {
+// fakeCount reads the fake libcuda's call counter i (fakelib.Count*).
+func fakeCount(t *testing.T, i int) int64 {
 	t.Helper()
-	fn, err := dl.Dlsym(l.handle, "fakecuda_count")
+	c, err := fakelib.OpenCounts(fakeFix.path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, _, _ := purego.SyscallN(fn, uintptr(i))
-	return int64(r)
+	return c.Get(i)
 }
-
-// The fake's counter indices.
-const (
-	fakeSetCurrent  = 0
-	fakeGetCurrent  = 11
-	fakeGraphLaunch = 12
-)
 
 // MakeCurrent and the graph calls take the context as every Ctx call
 // does: on a thread with none current they set it, and with it current
@@ -510,14 +502,14 @@ func TestFakeGraphLaunchAndMakeCurrentTakeTheContext(t *testing.T) {
 				t.Errorf("check %v: after MakeCurrent the thread's context is %#x, %v; want %#x", check, cur, err, c.h)
 			}
 			// Now current: count the calls each makes.
-			get0, set0, launch0 := fakeCount(t, l, fakeGetCurrent), fakeCount(t, l, fakeSetCurrent), fakeCount(t, l, fakeGraphLaunch)
+			get0, set0, launch0 := fakeCount(t, fakelib.CountGetCurrent), fakeCount(t, fakelib.CountSetCurrent), fakeCount(t, fakelib.CountGraphLaunch)
 			if err := c.MakeCurrent(); err != nil {
 				t.Error(err)
 			}
 			if err := c.GraphLaunch(exec, s); err != nil {
 				t.Error(err)
 			}
-			get, set, launch := fakeCount(t, l, fakeGetCurrent)-get0, fakeCount(t, l, fakeSetCurrent)-set0, fakeCount(t, l, fakeGraphLaunch)-launch0
+			get, set, launch := fakeCount(t, fakelib.CountGetCurrent)-get0, fakeCount(t, fakelib.CountSetCurrent)-set0, fakeCount(t, fakelib.CountGraphLaunch)-launch0
 			wantGet, wantSet := int64(2), int64(0)
 			if !check {
 				wantGet, wantSet = 0, 2
@@ -576,14 +568,14 @@ func TestFakeCtxCallsPutTheCallersContextBack(t *testing.T) {
 		if err := l.CtxSetCurrent(c.before); err != nil {
 			t.Fatal(err)
 		}
-		set0 := fakeCount(t, l, fakeSetCurrent)
+		set0 := fakeCount(t, fakelib.CountSetCurrent)
 		if err := c0.StreamSynchronize(s); err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
 		if got := current(); got != c.after {
 			t.Errorf("%s: after a Ctx call the thread's context is %#x, want %#x", c.name, got, c.after)
 		}
-		if n := fakeCount(t, l, fakeSetCurrent) - set0; n != c.setCurrents {
+		if n := fakeCount(t, fakelib.CountSetCurrent) - set0; n != c.setCurrents {
 			t.Errorf("%s: %d cuCtxSetCurrent, want %d", c.name, n, c.setCurrents)
 		}
 		if err := l.CtxSetCurrent(c.before); err != nil {

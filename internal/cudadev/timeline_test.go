@@ -6,8 +6,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/ebitengine/purego"
-
 	"github.com/rocsync/rocsync/cublas"
 	"github.com/rocsync/rocsync/cuda"
 	"github.com/rocsync/rocsync/driver"
@@ -445,38 +443,14 @@ func TestSameStreamOpCostsOneDriverCall(t *testing.T) {
 	}
 }
 
-// fakeCounts reads the fake libcuda's call counters (fakecuda_count),
-// through the library the cuda package opened (dlopen of the same path
-// returns the same instance).
-type fakeCounts struct{ fn uintptr }
-
-// The fake's counter indices (enum in cuda/testdata/fakecuda.c).
-const (
-	fakeSetCurrent = 0
-	fakeLaunch     = 1
-	fakeRecord     = 2
-	fakeWait       = 3
-	fakeQuery      = 4
-	fakeSync       = 5
-	fakeGetCurrent = 11
-)
-
-func openFakeCounts(t *testing.T, path string) fakeCounts {
+// openFakeCounts reads the call counters of the fake libcuda at path.
+func openFakeCounts(t *testing.T, path string) fakelib.Counts {
 	t.Helper()
-	h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+	c, err := fakelib.OpenCounts(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fn, err := purego.Dlsym(h, "fakecuda_count")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fakeCounts{fn}
-}
-
-func (c fakeCounts) get(i int) int64 {
-	r, _, _ := purego.SyscallN(c.fn, uintptr(i))
-	return int64(r)
+	return c
 }
 
 // The same through the real bindings, counted by the fake libcuda: per
@@ -505,34 +479,34 @@ func TestSameStreamOpDriverCallsOnFakeLibrary(t *testing.T) {
 	events := d.EventsCreated()
 	var before [12]int64
 	for i := range before {
-		before[i] = c.get(i)
+		before[i] = c.Get(i)
 	}
 	launchN(t, tk, n, dp)
-	delta := func(i int) int64 { return c.get(i) - before[i] }
-	if got := delta(fakeLaunch); got != n {
+	delta := func(i int) int64 { return c.Get(i) - before[i] }
+	if got := delta(fakelib.CountLaunch); got != n {
 		t.Fatalf("%d cuLaunchKernel for %d ops", got, n)
 	}
 	// The fake completes everything at once, so the cap learns progress
 	// from its newest mark whenever the count it knows reaches the cap:
 	// one query per MaxInFlight/2 ops at most (the old Submit asked after
 	// every mark, one per MaxInFlight/4).
-	if got, most := delta(fakeQuery), int64(n/(maxInFlight/2)); got > most {
+	if got, most := delta(fakelib.CountQuery), int64(n/(maxInFlight/2)); got > most {
 		t.Fatalf("%d cuEventQuery/cuStreamQuery for %d same-stream ops, want at most %d", got, n, most)
 	}
-	if got, marks := delta(fakeRecord), int64(n/(maxInFlight/4)); got > marks {
+	if got, marks := delta(fakelib.CountRecord), int64(n/(maxInFlight/4)); got > marks {
 		t.Fatalf("%d cuEventRecord for %d same-stream ops, want at most %d (the cap's marks)", got, n, marks)
 	}
-	if got := delta(fakeWait); got != 0 {
+	if got := delta(fakelib.CountWait); got != 0 {
 		t.Fatalf("%d cuStreamWaitEvent for same-stream ops", got)
 	}
 	// One context check per driver call: launches, the marks (and the
 	// events the pool creates for them) and the queries.
-	if got, calls := delta(fakeGetCurrent), delta(fakeLaunch)+delta(fakeRecord)+delta(fakeQuery)+delta(fakeSync)+int64(d.EventsCreated()-events); got != calls {
+	if got, calls := delta(fakelib.CountGetCurrent), delta(fakelib.CountLaunch)+delta(fakelib.CountRecord)+delta(fakelib.CountQuery)+delta(fakelib.CountSync)+int64(d.EventsCreated()-events); got != calls {
 		t.Fatalf("%d cuCtxGetCurrent for %d driver calls (%d ops), want one per call", got, calls, n)
 	}
 	// Only when the goroutine moved to another OS thread (rare; the bound
 	// leaves room for a loaded machine), not once per call.
-	if got := delta(fakeSetCurrent); got > n/8 {
+	if got := delta(fakelib.CountSetCurrent); got > n/8 {
 		t.Fatalf("%d cuCtxSetCurrent for %d ops: the context should stay current on the thread", got, n)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rocsync/rocsync/driver"
+	"github.com/rocsync/rocsync/internal/cudadev/fakelib"
 	"github.com/rocsync/rocsync/kernels"
 	"github.com/rocsync/rocsync/syncstate"
 )
@@ -28,29 +29,28 @@ func TestWatchedWaitsMakeNoQueries(t *testing.T) {
 	x := h.upload(randVals(1, n))
 	y := h.alloc(n, kernels.F32)
 	counts := openFakeCounts(t, p.CUDA)
-	const fakeWriteValue = 14
 	tk.mul(y, x, x)
 	s := tk.tk.Kernel()
 	ticket := s.LastTicket()
-	q0, s0, w0 := counts.get(fakeQuery), counts.get(fakeSync), counts.get(fakeWriteValue)
+	q0, s0, w0 := counts.Get(fakelib.CountQuery), counts.Get(fakelib.CountSync), counts.Get(fakelib.CountWriteValue)
 	if err := s.WaitHost(ticket); err != nil {
 		t.Fatal(err)
 	}
-	if q, sy, w := counts.get(fakeQuery)-q0, counts.get(fakeSync)-s0, counts.get(fakeWriteValue)-w0; q != 0 || sy != 0 || w != 1 {
+	if q, sy, w := counts.Get(fakelib.CountQuery)-q0, counts.Get(fakelib.CountSync)-s0, counts.Get(fakelib.CountWriteValue)-w0; q != 0 || sy != 0 || w != 1 {
 		t.Fatalf("one watched wait made %d queries, %d synchronizes and %d value writes; want 0, 0, 1", q, sy, w)
 	}
 	tk.mul(y, x, x)
 	if err := s.WaitHost(s.LastTicket()); err != nil {
 		t.Fatal(err)
 	}
-	q1, w1 := counts.get(fakeQuery), counts.get(fakeWriteValue)
+	q1, w1 := counts.Get(fakelib.CountQuery), counts.Get(fakelib.CountWriteValue)
 	if err := s.WaitHost(s.LastTicket()); err != nil {
 		t.Fatal(err)
 	}
 	if c := s.Completed(); c != s.LastTicket() {
 		t.Fatalf("Completed = %d after the wait, want %d", c, s.LastTicket())
 	}
-	if q, w := counts.get(fakeQuery)-q1, counts.get(fakeWriteValue)-w1; q != 0 || w != 0 {
+	if q, w := counts.Get(fakelib.CountQuery)-q1, counts.Get(fakelib.CountWriteValue)-w1; q != 0 || w != 0 {
 		t.Fatalf("a wait for finished work made %d queries and %d value writes, want none", q, w)
 	}
 	want := make([]float32, n)
