@@ -115,7 +115,7 @@ func Open(rt Runtimes, configFor func(index int) driver.DeviceConfig) ([]driver.
 // agent's HSA_AGENT_INFO_QUEUE_MIN_SIZE and _MAX_SIZE (HSA runtime spec,
 // hsa_queue_create; ROCr GpuAgent minAqlSize_ 0x40 and maxAqlSize_
 // 0x20000 packets). An agent that does not say keeps the size unchecked.
-func queueSizeFits(rt hsaAgentInfo, a hsa.Agent, size uint32) error {
+func queueSizeFits(rt hsa.Runtime, a hsa.Agent, size uint32) error {
 	lo, errLo := rt.AgentInfoUint32(a, hsa.AgentInfoQueueMinSize)
 	hi, errHi := rt.AgentInfoUint32(a, hsa.AgentInfoQueueMaxSize)
 	if errLo == nil && errHi == nil && hi != 0 && (size < lo || size > hi) {
@@ -123,11 +123,6 @@ func queueSizeFits(rt hsaAgentInfo, a hsa.Agent, size uint32) error {
 			driver.ErrInvalidConfig, size, lo, hi)
 	}
 	return nil
-}
-
-// hsaAgentInfo is what queueSizeFits asks of the HSA runtime.
-type hsaAgentInfo interface {
-	AgentInfoUint32(a hsa.Agent, attr hsa.AgentInfo) (uint32, error)
 }
 
 // gpu is a GPU agent and the HIP device that is the same GPU.
