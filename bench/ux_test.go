@@ -317,3 +317,38 @@ func TestCPUProfileIsRenamedIntoPlace(t *testing.T) {
 		t.Errorf("left behind: %v", ents)
 	}
 }
+
+// A run killed while it profiles leaves an existing profile as it was:
+// the profile goes to a temporary file until the run ends. (The profile
+// was created, so truncated, as the run began: a run interrupted then
+// left an empty file where the old profile was.)
+func TestKilledRunKeepsTheOldProfile(t *testing.T) {
+	dir := t.TempDir()
+	prof := filepath.Join(dir, "cpu.prof")
+	if err := os.WriteFile(prof, []byte("old"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestExitStatus$")
+	cmd.Env = append(os.Environ(), "BENCH_RUN_MAIN=1", "BENCH_ARGS=-backend emulator -programs elementwise -policies DeviceSide -n 8 -warmup 0 -iters 100000000 -cpuprofile "+prof)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	// Until the run is profiling: its temporary file exists, or (the old
+	// way) the profile itself changed. The bound only keeps a broken run
+	// from hanging the test.
+	for start := time.Now(); ; time.Sleep(10 * time.Millisecond) {
+		tmp, _ := filepath.Glob(prof + ".tmp-*")
+		if b, _ := os.ReadFile(prof); len(tmp) > 0 || string(b) != "old" {
+			break
+		}
+		if time.Since(start) > time.Minute {
+			t.Fatal("the run never began its profile")
+		}
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if b, err := os.ReadFile(prof); err != nil || string(b) != "old" {
+		t.Errorf("the killed run changed the old profile: %q, %v", b, err)
+	}
+}
