@@ -1,6 +1,7 @@
 package rocsync
 
 import (
+	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -236,4 +237,33 @@ func TestOutOfMemoryOnGPU(t *testing.T) {
 	vals, err := y.Float32s()
 	require.NoError(t, err)
 	require.Equal(t, []float32{2, 4}, vals)
+}
+
+// What the guide says under "Free what you make": an array dropped
+// without Free keeps its device memory however often the collector runs,
+// so a loop that makes a new array per iteration runs out of device
+// memory; freeing it, or writing into one array, does not.
+func TestDroppedArraysKeepTheirMemory(t *testing.T) {
+	d := quietEmulator(t, Options{Emulator: EmulatorOptions{MemoryPerDevice: 1 << 20}})
+	tk := d.DefaultTask()
+	x, err := d.Empty(128, 256, Float32) // 128 KiB
+	require.NoError(t, err)
+	kept := func(free bool) error {
+		for range 16 {
+			y, err := tk.Scale(2, x)
+			if err != nil {
+				return err
+			}
+			if free {
+				if err := y.Free(); err != nil {
+					return err
+				}
+			}
+			runtime.GC()
+		}
+		return nil
+	}
+	require.NoError(t, kept(true), "freed arrays give their memory back")
+	require.ErrorIs(t, kept(false), ErrOutOfMemory, "dropped arrays keep theirs")
+	require.NoError(t, d.Close())
 }
