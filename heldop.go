@@ -1,8 +1,6 @@
 package rocsync
 
 import (
-	"errors"
-
 	"github.com/rocsync/rocsync/driver"
 	"github.com/rocsync/rocsync/syncstate"
 )
@@ -60,19 +58,15 @@ func (t *Task) beginHeld(h *heldOp, operands []access) error {
 
 // failHeld ends h, begun but not submitted, with err, the error of its
 // submission: what it was to write is poisoned (a library call may have
-// enqueued part of its work), except for a refused throttle wait, which
-// changed nothing.
+// enqueued part of its work), except where nothing was enqueued
+// (unsubmitted).
 func (t *Task) failHeld(h *heldOp, err error) error {
 	if tr := t.dev.opObserver(); tr != nil {
 		tr.opFailed(h.tl, t.traceHost, t.traceBegan)
 	}
-	if errors.Is(err, syncstate.ErrWaitRefused) {
+	if e, ok := unsubmitted(h.name, h.tl, err); ok {
 		h.s.sop.Abort()
-		return renamed(h.name, err)
-	}
-	if kind, ok := notEnqueued(err); ok {
-		h.s.sop.Abort()
-		return &Error{Op: h.name, Kind: kind, Detail: "not submitted on " + h.tl.Name(), Err: err}
+		return e
 	}
 	h.s.sop.Fail(err)
 	return &Error{Op: h.name, Kind: ErrFault, Detail: "submitting to " + h.tl.Name(), Err: err}

@@ -185,38 +185,40 @@ func ownWaitKind(err error) error {
 	return ErrFault
 }
 
-// renamed is err, a sync-debug refusal made where the op's name is not
-// known (the drivers' throttle hook, Config.OnThrottle, says "submit"), as
-// the error of op name: an error names the function the program called.
-func renamed(name string, err error) error {
-	if e, ok := err.(*Error); ok && e.Op != name {
-		out := *e
-		out.Op = name
-		return &out
+// unsubmitted is the error of op name, whose driver Submit on tl failed
+// with err, when err says that nothing was enqueued (ok): the caller then
+// aborts the op, which changes nothing. Such an err is a sync-debug
+// refusal of a throttle wait (returned as op name's: the drivers' throttle
+// hook, Config.OnThrottle, cannot know the op and says "submit"), one of
+// the waits a driver makes before it enqueues, ended on its own (a
+// *syncstate.WaitEndedError from awaitHostDeps, a *syncstate.TimeoutError
+// from a throttle, a host function's wait for its own lane), or a
+// handshake's foreign stream refused by the runtime (ErrInvalid). Only
+// the error itself counts, not one its chain wraps: a library call's
+// function may return an error that wraps a wait of its own after
+// enqueueing work.
+func unsubmitted(name string, tl syncstate.Timeline, err error) (error, bool) {
+	if errors.Is(err, syncstate.ErrWaitRefused) {
+		if e, ok := err.(*Error); ok && e.Op != name {
+			out := *e
+			out.Op = name
+			return &out, true
+		}
+		return err, true
 	}
-	return err
-}
-
-// notEnqueued reports whether err, a driver Submit's, says that nothing
-// was enqueued, and the op's error kind then: one of the waits a driver
-// makes before it enqueues, ended on its own (a *syncstate.WaitEndedError
-// from awaitHostDeps, a *syncstate.TimeoutError from a throttle, a host
-// function's wait for its own lane), or a handshake's foreign stream
-// refused by the runtime (ErrInvalid). Only the error itself counts, not
-// one its chain wraps: a library call's function may return an error that
-// wraps a wait of its own after enqueueing work.
-func notEnqueued(err error) (kind error, ok bool) {
+	var kind error
 	switch e := err.(type) {
 	case *syncstate.WaitEndedError, *syncstate.TimeoutError:
-		return ownWaitKind(err), true
+		kind = ownWaitKind(err)
 	case *foreignStreamError:
-		return ErrInvalid, true
+		kind = ErrInvalid
 	default:
-		if errors.Unwrap(e) == syncstate.ErrSelfWait {
-			return ErrInvalid, true
+		if errors.Unwrap(e) != syncstate.ErrSelfWait {
+			return nil, false
 		}
+		kind = ErrInvalid
 	}
-	return nil, false
+	return &Error{Op: name, Kind: kind, Detail: "not submitted on " + tl.Name(), Err: err}, true
 }
 
 // timedOut reports whether err, the joined errors of several waits, holds
@@ -547,19 +549,11 @@ func (t *Task) submitEntered(name string, op driver.Op, s *opSync) (syncstate.Fe
 			link.Abort()
 		}
 		if err != nil {
-			if k == 0 && errors.Is(err, syncstate.ErrWaitRefused) {
-				s.abort() // sync-debug refused a throttle wait: nothing changed
-				return syncstate.Fence{}, renamed(name, err)
-			}
-			if kind, ok := notEnqueued(err); ok && k == 0 {
-				// Refused before anything was enqueued: a wait the driver
-				// makes first (a throttle, the host functions a copy
-				// must follow) ended on its own, or a foreign stream
-				// handle was refused. Nothing is on the timeline, and
-				// what the op was to write keeps what it held, as after
-				// Begin's waits.
+			if e, ok := unsubmitted(name, tl, err); ok && k == 0 {
+				// Nothing is on the timeline: what the op was to write
+				// keeps what it held, as after Begin's waits.
 				s.abort()
-				return syncstate.Fence{}, &Error{Op: name, Kind: kind, Detail: "not submitted on " + tl.Name(), Err: err}
+				return syncstate.Fence{}, e
 			}
 			kind := ErrUnavailable
 			if _, call := op.(*driver.LibraryCallOp); k > 0 || tl.Failed(math.MaxUint64) != nil || call {
