@@ -115,11 +115,7 @@ func TestFakeContextIsPerThread(t *testing.T) {
 
 func testContextIsPerThread(t *testing.T) {
 	l := fakeLib(t)
-	c, err := l.PrimaryCtxRetain(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Release()
+	c := fakeCtx(t, l, 0)
 	// The raw call on a thread with no context fails, as the real driver
 	// does (cuda-h100.md): the fake is strict enough for the test below
 	// to mean something.
@@ -188,11 +184,7 @@ func testContextIsPerThread(t *testing.T) {
 
 func TestFakeErrorsAreCached(t *testing.T) {
 	l := fakeLib(t)
-	c, err := l.PrimaryCtxRetain(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Release()
+	c := fakeCtx(t, l, 0)
 	e1 := c.EventQuery(0)
 	e2 := c.EventQuery(0)
 	if e1 == nil || e1 != e2 {
@@ -211,11 +203,7 @@ func TestFakeErrorsAreCached(t *testing.T) {
 
 func TestFakeModuleAndLaunch(t *testing.T) {
 	l := fakeLib(t)
-	c, err := l.PrimaryCtxRetain(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Release()
+	c := fakeCtx(t, l, 0)
 	ptx, err := kernels.PTX("sm_90")
 	if err != nil {
 		t.Fatal(err)
@@ -339,11 +327,7 @@ func TestFakeHotPathsDoNotAllocate(t *testing.T) {
 		t.Skip("the race detector allocates")
 	}
 	l := fakeLib(t)
-	c, err := l.PrimaryCtxRetain(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Release()
+	c := fakeCtx(t, l, 0)
 	o := newFakeObjs(t, c)
 	defer o.close()
 	calls := map[string]func(){
@@ -411,11 +395,7 @@ func (o *fakeObjs) close() {
 // its float result comes back whole, and DisableTiming events are refused.
 func TestFakeEventElapsedTime(t *testing.T) {
 	l := fakeLib(t)
-	c, err := l.PrimaryCtxRetain(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Release()
+	c := fakeCtx(t, l, 0)
 	s, err := c.StreamCreate(0)
 	if err != nil {
 		t.Fatal(err)
@@ -459,11 +439,7 @@ func fakeCount(t *testing.T, i int) int64 {
 // off, one cuCtxSetCurrent each).
 func TestFakeGraphLaunchAndMakeCurrentTakeTheContext(t *testing.T) {
 	l := fakeLib(t)
-	c, err := l.PrimaryCtxRetain(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Release()
+	c := fakeCtx(t, l, 0)
 	s, err := c.StreamCreate(0)
 	if err != nil {
 		t.Fatal(err)
@@ -531,16 +507,8 @@ func TestFakeGraphLaunchAndMakeCurrentTakeTheContext(t *testing.T) {
 // and Unbind do the same around calls of other libraries (cuBLAS).
 func TestFakeCtxCallsPutTheCallersContextBack(t *testing.T) {
 	l := fakeLib(t)
-	c0, err := l.PrimaryCtxRetain(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c0.Release()
-	c1, err := l.PrimaryCtxRetain(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c1.Release()
+	c0 := fakeCtx(t, l, 0)
+	c1 := fakeCtx(t, l, 1)
 	s, err := c0.StreamCreate(0)
 	if err != nil {
 		t.Fatal(err)
@@ -590,4 +558,16 @@ func TestFakeCtxCallsPutTheCallersContextBack(t *testing.T) {
 			t.Errorf("%s: after Bind and Unbind the thread's context is %#x, want %#x", c.name, got, c.after)
 		}
 	}
+}
+
+// fakeCtx retains device dev's primary context of the fake library for
+// the test.
+func fakeCtx(t *testing.T, l *Lib, dev Device) *Ctx {
+	t.Helper()
+	c, err := l.PrimaryCtxRetain(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Release() })
+	return c
 }
